@@ -1,0 +1,74 @@
+//! The core's limits and tunables. Every bound the core enforces is here, with its unit last.
+
+/// Limits and intervals for one core. Defaults follow the ingest spec where it names a figure.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Stage 11: flush a batch at this many rows plus quarantine entries (spec: 500).
+    pub batch_rows_max: usize,
+    /// Stage 11: flush a non-empty batch this long after its first entry (spec: 100 ms).
+    pub flush_interval_ms: i64,
+    /// Batches handed to the store and not yet answered. Beyond this the core stops accepting.
+    pub inflight_batches_max: usize,
+    /// Stage 3: keys remembered by the fast-path dedup set (oldest forgotten first).
+    pub dedup_keys_max: usize,
+    /// Stage 2: larger payloads are quarantined as `oversized`, stored truncated to this.
+    pub envelope_bytes_max: usize,
+    /// Stage 2: `observed_at` later than `ingested_at` plus this is `future_timestamp`.
+    pub observed_future_max_ms: i64,
+    /// Stage 9: `|device_time − observed_at|` above this sets `skew_flagged`.
+    pub device_skew_max_ms: i64,
+    /// Stage 7: text values longer than this are `bad` (`text_too_long`).
+    pub text_value_bytes_max: usize,
+    /// Checkpoint: a value-only change is written at most this often per point (spec: 5 s).
+    pub checkpoint_value_interval_ms: i64,
+    /// Checkpoint: every dirty point is written at least this often (spec: 30 s).
+    pub checkpoint_full_interval_ms: i64,
+    /// Points in one checkpoint effect.
+    pub checkpoint_points_max: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            batch_rows_max: 500,
+            flush_interval_ms: 100,
+            inflight_batches_max: 4,
+            dedup_keys_max: 1 << 20,
+            envelope_bytes_max: 16 * 1024,
+            observed_future_max_ms: 5 * 60 * 1000,
+            device_skew_max_ms: 2_000,
+            text_value_bytes_max: 1024,
+            checkpoint_value_interval_ms: 5_000,
+            checkpoint_full_interval_ms: 30_000,
+            checkpoint_points_max: 5_000,
+        }
+    }
+}
+
+impl Config {
+    /// Checks the configuration's own consistency; the core asserts this on construction.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = [
+            ("batch_rows_max", self.batch_rows_max as i64),
+            ("flush_interval_ms", self.flush_interval_ms),
+            ("inflight_batches_max", self.inflight_batches_max as i64),
+            ("dedup_keys_max", self.dedup_keys_max as i64),
+            ("envelope_bytes_max", self.envelope_bytes_max as i64),
+            ("checkpoint_value_interval_ms", self.checkpoint_value_interval_ms),
+            ("checkpoint_full_interval_ms", self.checkpoint_full_interval_ms),
+            ("checkpoint_points_max", self.checkpoint_points_max as i64),
+        ];
+        for (name, value) in positive {
+            if value <= 0 {
+                return Err(format!("{name} must be positive, got {value}"));
+            }
+        }
+        if self.batch_rows_max > 10_000 {
+            return Err(format!("batch_rows_max {} exceeds 10000", self.batch_rows_max));
+        }
+        if self.observed_future_max_ms < 0 || self.device_skew_max_ms < 0 {
+            return Err("skew bounds must not be negative".into());
+        }
+        Ok(())
+    }
+}

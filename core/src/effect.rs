@@ -1,0 +1,54 @@
+//! The core's vocabulary with the outside world: what it is told ([`Input`]) and what it asks
+//! for ([`Effect`]). DESIGN.md §1, "The core API".
+//!
+//! The runtime executes effects strictly in the order they were emitted. The ordering rules
+//! (ack after commit, publish after commit, project only what inserted) are the core's to keep.
+
+use bytes::Bytes;
+
+use crate::delivery::{Delivery, DeliveryTag};
+use crate::log::{BatchId, CommitReport};
+use crate::state::PointState;
+
+#[derive(Debug)]
+pub enum Input {
+    /// Stage 1: messages fetched from the durable consumer.
+    Delivered(Vec<Delivery>),
+    /// A batch's transaction committed; carries the RETURNING set.
+    Committed(CommitReport),
+    /// A batch's transaction failed. The outcome may be unknown, so the core fails fast:
+    /// everything unacked is redelivered to the next incarnation.
+    CommitFailed { batch: BatchId, fenced: bool },
+    /// A checkpoint write failed (it is fenced like every write).
+    CheckpointFailed { fenced: bool },
+    /// Time passed; due flushes and checkpoints happen.
+    Tick,
+    /// Orderly stop: flush, wait for in-flight batches, write a final checkpoint, exit 0.
+    Shutdown,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Effect {
+    /// Write this batch in one fenced transaction and answer with `Input::Committed`.
+    Commit(crate::log::Batch),
+    /// Ack these deliveries. Emitted only after their rows or quarantine entries committed.
+    Ack(Vec<DeliveryTag>),
+    /// Publish a transition (stage 13). Emitted only for rows in a RETURNING set.
+    Publish { subject: String, payload: Bytes },
+    /// Write these point states to `point_state`, fenced on `epoch`.
+    Checkpoint { epoch: u32, states: Vec<PointState> },
+    /// Stop the process with this code.
+    Exit(ExitReason),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExitReason {
+    pub code: i32,
+    pub why: &'static str,
+}
+
+impl ExitReason {
+    pub const CLEAN: ExitReason = ExitReason { code: 0, why: "shutdown requested" };
+    pub const COMMIT_FAILED: ExitReason = ExitReason { code: 3, why: "commit failed; outcome unknown" };
+    pub const FENCED: ExitReason = ExitReason { code: 4, why: "epoch fence refused the write: a newer core holds the lock" };
+}

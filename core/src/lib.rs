@@ -1,0 +1,42 @@
+//! `sentinel-core`: the pure ingest state machine.
+//!
+//! No async, no I/O, no clock, no randomness (DESIGN.md §1). The caller passes time in with
+//! every [`Input`], polls [`Effect`]s out, and asks [`Core::next_deadline`] when to tick. The
+//! same code runs under the production runtime, the demo and the simulator.
+//!
+//! Map (ingest spec, "Ingest pipeline"):
+//! - [`delivery`] — stage 1's output, as any bus hands it over;
+//! - [`wire`] — the driver contract: envelope decoding (stage 2), subjects, transition encoding;
+//! - [`pipeline`] — stages 2–10 for one delivery;
+//! - [`dedup`] — stage 3's bounded set;
+//! - [`log`] — rows, quarantine entries, batches (stages 11–12);
+//! - [`projection`] — stage 13 and the checkpoint policy;
+//! - [`machine`] — [`Core`], which owns all of the above and keeps the ordering rules;
+//! - [`registry`] — the versioned registry;
+//! - [`time`] — the one time type.
+
+pub mod config;
+pub mod dedup;
+pub mod delivery;
+pub mod effect;
+pub mod log;
+pub mod machine;
+pub mod metrics;
+pub mod pipeline;
+pub mod projection;
+pub mod registry;
+pub mod state;
+pub mod time;
+pub mod wire;
+
+pub use config::Config;
+pub use delivery::{Delivery, DeliveryTag};
+pub use effect::{Effect, ExitReason, Input};
+pub use log::{
+    Batch, BatchId, CanonicalValue, CommitReport, ObsKey, ObsRow, Quality, QuarantineEntry, QuarantineReason,
+};
+pub use machine::Core;
+pub use metrics::Metrics;
+pub use registry::{Registry, RegistrySnapshot, RetentionClass};
+pub use state::{PointState, RestoredState};
+pub use time::Micros;

@@ -1,0 +1,3 @@
+//! placeholder, being written
+#[derive(Clone, Debug, Default)]
+pub struct Metrics;

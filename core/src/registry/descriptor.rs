@@ -1,0 +1,134 @@
+//! The point descriptor: what the registry says about one point (DESIGN.md §4).
+//!
+//! Owns: the resolved, self-contained form of a descriptor. "Resolved" means the affine
+//! conversion and codebook are inlined, so a stored descriptor blob alone is enough to
+//! reinterpret any historical row (ingest spec, "The registry is versioned data"). The
+//! canonical JSON of this struct is what gets hashed and stored.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The physical split of the observation log (ingest spec, "One hypertable per retention class").
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum RetentionClass {
+    Measurement,
+    State,
+    Diagnostic,
+}
+
+impl RetentionClass {
+    pub const ALL: [RetentionClass; 3] =
+        [RetentionClass::Measurement, RetentionClass::State, RetentionClass::Diagnostic];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RetentionClass::Measurement => "measurement",
+            RetentionClass::State => "state",
+            RetentionClass::Diagnostic => "diagnostic",
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    Number,
+    Bool,
+    Enum,
+    Text,
+}
+
+/// `canonical = native × factor + offset`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Conversion {
+    pub factor: f64,
+    pub offset: f64,
+}
+
+impl Conversion {
+    pub const IDENTITY: Conversion = Conversion { factor: 1.0, offset: 0.0 };
+
+    pub fn apply(self, native: f64) -> f64 {
+        native * self.factor + self.offset
+    }
+}
+
+/// Inclusive bounds in the canonical unit.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Range {
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Which driver host and instance may publish this point (stage 5).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Assignment {
+    pub host: String,
+    pub driver_instance: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Archetype {
+    Hardware,
+    Polled,
+    Derived,
+    Model,
+}
+
+/// When a reading also raises an event (sensor paradigm, "record vs raise").
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EventPolicy {
+    /// Record only; transitions are the only events.
+    Never,
+    /// Raise on a change past the deadband.
+    OnChange,
+    /// Raise on every reading; only admissible at low declared rates.
+    Always,
+}
+
+/// The sensor-paradigm manifest fields, carried so admission checks can grow without a format
+/// change (DESIGN.md §4).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    pub archetype: Archetype,
+    /// Declared peak rate, observations per second.
+    pub peak_rate_hz: f64,
+    pub event_policy: EventPolicy,
+    /// Estimated row size for write-budget sizing.
+    pub row_bytes: u32,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Descriptor {
+    pub id: String,
+    pub kind: Kind,
+    /// The unit the device reports in, if the point has one.
+    pub unit_native: Option<String>,
+    /// The canonical unit stored in `value_num`.
+    pub unit: Option<String>,
+    pub conversion: Conversion,
+    pub range: Option<Range>,
+    /// Enum points: native code (as text, e.g. `"2"` or `"FAULT"`) to canonical member.
+    pub codebook: Option<BTreeMap<String, String>>,
+    /// Numbers: a change smaller than or equal to this is not an edge. Ignored for other kinds.
+    pub deadband: f64,
+    pub retention: RetentionClass,
+    pub agg_safe: bool,
+    pub assignment: Assignment,
+    /// The point is expected to report at least this often.
+    pub freshness_s: u32,
+    pub manifest: Manifest,
+}

@@ -1,0 +1,62 @@
+//! A point's state as checkpointed to `point_state` and restored from it (ingest spec,
+//! "Projection", "Restart" steps 2–3).
+//!
+//! Owns: the row shape shared by the projection, the checkpoint effect and the store.
+
+use std::sync::Arc;
+
+use crate::log::{CanonicalValue, ObsKey, Quality};
+use crate::time::Micros;
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct PointState {
+    pub point_id: Arc<str>,
+    /// Never nulled when quality degrades.
+    pub value: Option<CanonicalValue>,
+    pub quality: Quality,
+    pub reason: Option<String>,
+    pub observed_at: Option<Micros>,
+    pub ingested_at: Option<Micros>,
+    /// Key of the row that set `observed_at`; completes the total order of invariant 5.
+    pub key: Option<ObsKey>,
+    /// Last value change past the deadband.
+    pub changed_at: Option<Micros>,
+    pub quality_since: Micros,
+    /// Last control_event applied.
+    pub watermark_seq: Option<i64>,
+}
+
+impl PointState {
+    pub fn unknown(point_id: Arc<str>, now: Micros) -> PointState {
+        PointState {
+            point_id,
+            value: None,
+            quality: Quality::Unknown,
+            reason: None,
+            observed_at: None,
+            ingested_at: None,
+            key: None,
+            changed_at: None,
+            quality_since: now,
+            watermark_seq: None,
+        }
+    }
+
+    /// The invariant-5 order key of the row this state reflects, if any.
+    pub fn order_key(&self) -> Option<(Micros, Micros, &ObsKey)> {
+        match (self.observed_at, self.ingested_at, &self.key) {
+            (Some(o), Some(i), Some(k)) => Some((o, i, k)),
+            _ => None,
+        }
+    }
+}
+
+/// What the store returns at restart: the checkpoint, and the head of the log per point (the
+/// greatest committed row under the total order, with the value of the greatest row that had
+/// one). The log is authoritative; the checkpoint supplies `changed_at`, `quality_since` and
+/// `watermark_seq`, which the log does not hold.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RestoredState {
+    pub checkpoints: Vec<PointState>,
+    pub log_heads: Vec<PointState>,
+}

@@ -1,0 +1,1 @@
+//! Bus adapters: NATS JetStream and the in-memory reference model.

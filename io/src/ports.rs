@@ -1,0 +1,126 @@
+//! The ports: what the runtime needs from a bus and a store (DESIGN.md §1, "Ports and runtime").
+//!
+//! Owns: the `Bus`, `Consumer`, `Store` and `Lease` traits and their error types. Each has a
+//! production adapter (NATS JetStream, PostgreSQL) and an in-memory reference model with the
+//! same semantics; the conformance suite in `tests/` runs the same bodies against both.
+
+use std::future::Future;
+
+use bytes::Bytes;
+use sentinel_core::{Batch, BatchId, CommitReport, Delivery, DeliveryTag, PointState, RegistrySnapshot, RestoredState};
+
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("bus connection: {0}")]
+    Connection(String),
+    /// The stream is full and rejects new messages (discard-new).
+    #[error("stream full")]
+    StreamFull,
+    #[error("bus: {0}")]
+    Other(String),
+}
+
+/// Consumer lag, read from the durable consumer itself (core runtime spec, "Backpressure").
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lag {
+    /// Messages not yet delivered.
+    pub pending: u64,
+    /// Delivered and not yet acked.
+    pub ack_pending: u64,
+    /// Age of the oldest unacked message in ms, if any is unacked or pending.
+    pub oldest_unacked_age_ms: Option<u64>,
+}
+
+/// A bus handle: cheap to clone, shared by the fetcher and the effect executor.
+pub trait Bus: Clone + Send + Sync + 'static {
+    type Consumer: Consumer;
+
+    /// Binds the durable consumer on `obs.>`. Must only be called while holding the lock.
+    fn bind(&self) -> impl Future<Output = Result<Self::Consumer, BusError>> + Send;
+
+    /// Acks deliveries previously returned by this bus's consumer. Unknown tags are ignored.
+    fn ack(&self, tags: Vec<DeliveryTag>) -> impl Future<Output = Result<(), BusError>> + Send;
+
+    /// Publishes a core-side message (transitions on `state.<point_id>`), not through the stream.
+    fn publish(&self, subject: String, payload: Bytes) -> impl Future<Output = Result<(), BusError>> + Send;
+
+    fn lag(&self) -> impl Future<Output = Result<Lag, BusError>> + Send;
+}
+
+pub trait Consumer: Send + 'static {
+    /// Returns up to `max` deliveries, waiting at most `wait_ms` for the first; may return none.
+    fn fetch(&mut self, max: usize, wait_ms: u64) -> impl Future<Output = Result<Vec<Delivery>, BusError>> + Send;
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another session holds the single-writer lock.
+    #[error("the single-writer lock is held by another core")]
+    LockHeld,
+    /// The write's epoch is no longer current: a newer core has taken over.
+    #[error("epoch {epoch} is stale; the current epoch is {current}")]
+    Fenced { epoch: u32, current: u32 },
+    #[error("database schema version {found} is newer than this binary's {supported}")]
+    SchemaFromFuture { found: i64, supported: i64 },
+    #[error("store: {0}")]
+    Other(String),
+}
+
+/// A failed commit names its batch so the core can tell which one.
+#[derive(Debug, thiserror::Error)]
+#[error("commit of batch {batch:?} failed: {source}")]
+pub struct CommitError {
+    pub batch: BatchId,
+    pub source: StoreError,
+}
+
+/// The registry as stored: one version's descriptors as canonical JSON.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredRegistry {
+    pub version: i32,
+    pub git_sha: String,
+    pub content_hash: String,
+    /// `(point_id, canonical descriptor JSON)`, sorted by point id.
+    pub descriptors: Vec<(String, String)>,
+}
+
+/// The result of storing a registry snapshot.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RegistryLoad {
+    pub version: i32,
+    /// False when identical content was already stored (no new version).
+    pub created: bool,
+}
+
+/// Holding the single-writer lock. Dropping it releases the lock.
+pub trait Lease: Send + 'static {
+    /// The epoch this acquisition incremented to.
+    fn epoch(&self) -> u32;
+    /// Checks the lock is still held by this session.
+    fn alive(&mut self) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// A store handle: cheap to clone; commits from clones may run concurrently.
+pub trait Store: Clone + Send + Sync + 'static {
+    type Lease: Lease;
+
+    /// Takes the single-writer lock (or fails with `LockHeld` at once), then increments and
+    /// reads the core epoch.
+    fn acquire(&self) -> impl Future<Output = Result<Self::Lease, StoreError>> + Send;
+
+    /// Stores a registry snapshot; identical content creates no new version.
+    fn store_registry(&self, snapshot: &RegistrySnapshot) -> impl Future<Output = Result<RegistryLoad, StoreError>> + Send;
+
+    /// Loads a registry version (`None`: the newest). `Ok(None)` when nothing was ever loaded.
+    fn load_registry(&self, version: Option<i32>) -> impl Future<Output = Result<Option<StoredRegistry>, StoreError>> + Send;
+
+    /// The checkpoint and the per-point log heads for these points (restart steps 2–3).
+    fn load_state(&self, point_ids: &[String]) -> impl Future<Output = Result<RestoredState, StoreError>> + Send;
+
+    /// Commits a batch in one transaction fenced on `batch.epoch`, inserting with
+    /// `ON CONFLICT DO NOTHING` and reporting the RETURNING set.
+    fn commit(&self, batch: Batch) -> impl Future<Output = Result<CommitReport, CommitError>> + Send;
+
+    /// Upserts point states, fenced on `epoch`.
+    fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> impl Future<Output = Result<(), StoreError>> + Send;
+}

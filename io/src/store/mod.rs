@@ -1,0 +1,1 @@
+//! Store adapters: PostgreSQL and the in-memory reference model.

@@ -1,0 +1,1 @@
+//! Test support: starting a private nats-server, creating a private database.
