@@ -7,7 +7,9 @@
 use std::future::Future;
 
 use bytes::Bytes;
-use sentinel_core::{Batch, BatchId, CommitReport, Delivery, DeliveryTag, PointState, RegistrySnapshot, RestoredState};
+use sentinel_core::{
+    Batch, BatchId, CommitReport, Delivery, DeliveryTag, PointState, RegistrySnapshot, RestoredState, RetentionClass,
+};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -114,8 +116,9 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// Loads a registry version (`None`: the newest). `Ok(None)` when nothing was ever loaded.
     fn load_registry(&self, version: Option<i32>) -> impl Future<Output = Result<Option<StoredRegistry>, StoreError>> + Send;
 
-    /// The checkpoint and the per-point log heads for these points (restart steps 2–3).
-    fn load_state(&self, point_ids: &[String]) -> impl Future<Output = Result<RestoredState, StoreError>> + Send;
+    /// The checkpoint and the per-point log heads for these points, each read from its own
+    /// class table (restart steps 2–3).
+    fn load_state(&self, points: &[(String, RetentionClass)]) -> impl Future<Output = Result<RestoredState, StoreError>> + Send;
 
     /// Commits a batch in one transaction fenced on `batch.epoch`, inserting with
     /// `ON CONFLICT DO NOTHING` and reporting the RETURNING set.

@@ -1,0 +1,1 @@
+//! Driver-side library: publishing observations with Nats-Msg-Id (placeholder, being written).

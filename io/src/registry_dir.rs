@@ -1,0 +1,1 @@
+//! Reading a registry folder from disk (placeholder, being written).

@@ -1,0 +1,1 @@
+//! Starting a private nats-server per test (placeholder, being written).

@@ -1,0 +1,1 @@
+//! Creating a private PostgreSQL database per test (placeholder, being written).
