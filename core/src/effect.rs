@@ -48,7 +48,16 @@ pub struct ExitReason {
 }
 
 impl ExitReason {
-    pub const CLEAN: ExitReason = ExitReason { code: 0, why: "shutdown requested" };
-    pub const COMMIT_FAILED: ExitReason = ExitReason { code: 3, why: "commit failed; outcome unknown" };
-    pub const FENCED: ExitReason = ExitReason { code: 4, why: "epoch fence refused the write: a newer core holds the lock" };
+    pub const CLEAN: ExitReason = ExitReason {
+        code: 0,
+        why: "shutdown requested",
+    };
+    pub const COMMIT_FAILED: ExitReason = ExitReason {
+        code: 3,
+        why: "commit failed; outcome unknown",
+    };
+    pub const FENCED: ExitReason = ExitReason {
+        code: 4,
+        why: "epoch fence refused the write: a newer core holds the lock",
+    };
 }

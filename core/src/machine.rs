@@ -1,2 +1,416 @@
-//! placeholder, being written
-pub struct Core;
+//! [`Core`]: the sans-IO state machine that owns the pipeline, the dedup set, the open and
+//! in-flight batches and the projection, and keeps the ingest spec's three ordering rules:
+//! ack after commit, publish after commit, project only what inserted (DESIGN.md §1).
+//!
+//! Like quinn-proto's `Connection`: [`Core::handle`] takes time and an [`Input`], effects queue
+//! up for [`Core::poll_effect`], and [`Core::next_deadline`] says when to send `Input::Tick`.
+//! It never blocks, never reads a clock, never does I/O.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+use crate::config::Config;
+use crate::dedup::{DedupSet, Seen};
+use crate::delivery::{Delivery, DeliveryTag};
+use crate::effect::{Effect, ExitReason, Input};
+use crate::log::{Batch, BatchId, CommitReport, Quality};
+use crate::metrics::Metrics;
+use crate::pipeline::{self, Outcome};
+use crate::projection::Projection;
+use crate::registry::Registry;
+use crate::state::{PointState, RestoredState};
+use crate::time::Micros;
+
+/// How often dirty value-only points are considered for a checkpoint.
+const CHECKPOINT_SCAN_INTERVAL_MS: i64 = 1_000;
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Mode {
+    Running,
+    /// Shutdown requested: no new deliveries; finish in-flight batches, checkpoint, exit.
+    Draining,
+    Exited,
+}
+
+/// A batch's bookkeeping that stays in the core while the batch is at the store.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Packed dedup keys of the batch's rows, to mark committed.
+    keys: Vec<u128>,
+    /// Deliveries recognised as duplicates of this batch's rows, acked when it commits.
+    duplicate_acks: Vec<DeliveryTag>,
+}
+
+#[derive(Debug)]
+struct Open {
+    batch: Batch,
+    pending: Pending,
+    opened_at: Micros,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoreError {
+    #[error("invalid core configuration: {0}")]
+    Config(String),
+}
+
+pub struct Core {
+    config: Config,
+    registry: Arc<Registry>,
+    epoch: u32,
+    now: Micros,
+    mode: Mode,
+    dedup: DedupSet,
+    projection: Projection,
+    open: Option<Open>,
+    next_batch_id: u64,
+    in_flight: BTreeMap<BatchId, Pending>,
+    effects: VecDeque<Effect>,
+    metrics: Metrics,
+    last_checkpoint_scan_at: Micros,
+}
+
+impl Core {
+    /// A core for `epoch` over `registry`, its projection restored from `restored` (restart
+    /// steps 2–3). The forced `restored` qualities are checkpointed at once.
+    pub fn new(
+        config: Config,
+        registry: Arc<Registry>,
+        epoch: u32,
+        restored: &RestoredState,
+        now: Micros,
+    ) -> Result<Core, CoreError> {
+        config.validate().map_err(CoreError::Config)?;
+        let projection = Projection::restore(&registry, restored, &config, now);
+        let mut core = Core {
+            dedup: DedupSet::new(config.dedup_keys_max),
+            projection,
+            config,
+            registry,
+            epoch,
+            now,
+            mode: Mode::Running,
+            open: None,
+            next_batch_id: 1,
+            in_flight: BTreeMap::new(),
+            effects: VecDeque::new(),
+            metrics: Metrics::default(),
+            last_checkpoint_scan_at: now,
+        };
+        core.checkpoint_quality_changes();
+        Ok(core)
+    }
+
+    pub fn handle(&mut self, now: Micros, input: Input) {
+        debug_assert!(now >= self.now, "time passed to the core must not go backwards");
+        self.now = self.now.max(now);
+        if self.mode == Mode::Exited {
+            return;
+        }
+        match input {
+            Input::Delivered(deliveries) => self.on_delivered(deliveries),
+            Input::Committed(report) => self.on_committed(report),
+            Input::CommitFailed { batch, fenced } => {
+                self.in_flight.remove(&batch);
+                self.exit(if fenced {
+                    ExitReason::FENCED
+                } else {
+                    ExitReason::COMMIT_FAILED
+                });
+            }
+            Input::CheckpointFailed { fenced } => {
+                self.exit(if fenced {
+                    ExitReason::FENCED
+                } else {
+                    ExitReason::COMMIT_FAILED
+                });
+            }
+            Input::Tick => self.on_tick(),
+            Input::Shutdown => {
+                self.mode = Mode::Draining;
+                self.try_flush();
+                self.finish_if_drained();
+            }
+        }
+    }
+
+    pub fn poll_effect(&mut self) -> Option<Effect> {
+        self.effects.pop_front()
+    }
+
+    /// When the caller should next send `Input::Tick`, if anything is waiting on time.
+    pub fn next_deadline(&self) -> Option<Micros> {
+        if self.mode == Mode::Exited {
+            return None;
+        }
+        let mut deadline: Option<Micros> = None;
+        let mut consider = |at: Micros| deadline = Some(deadline.map_or(at, |d| d.min(at)));
+        if let Some(open) = &self.open {
+            // A full pipeline flushes on the next commit, not on time; no deadline then, or the
+            // caller would spin on a past deadline.
+            if !open.batch.is_empty() && self.in_flight.len() < self.config.inflight_batches_max {
+                consider(open.opened_at.add_ms(self.config.flush_interval_ms));
+            }
+        }
+        if self.projection.has_dirty() {
+            consider(self.last_checkpoint_scan_at.add_ms(CHECKPOINT_SCAN_INTERVAL_MS));
+        }
+        deadline
+    }
+
+    /// How many deliveries the core can take now without exceeding its in-flight bound. The
+    /// runtime fetches no more than this.
+    pub fn accept_budget(&self) -> usize {
+        if self.mode != Mode::Running {
+            return 0;
+        }
+        let open_len = self.open.as_ref().map_or(0, |o| o.batch.len());
+        let room_in_open = self.config.batch_rows_max.saturating_sub(open_len);
+        let free_batches = self
+            .config
+            .inflight_batches_max
+            .saturating_sub(self.in_flight.len());
+        room_in_open + free_batches * self.config.batch_rows_max
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// The latest time the core was handed.
+    pub fn now(&self) -> Micros {
+        self.now
+    }
+
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    pub fn in_flight_batches(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    pub fn has_exited(&self) -> bool {
+        self.mode == Mode::Exited
+    }
+
+    /// The projection's current state of a point.
+    pub fn point_state(&self, point_id: &str) -> Option<&PointState> {
+        self.registry
+            .resolve(point_id)
+            .map(|idx| self.projection.state(idx))
+    }
+
+    pub fn point_states(&self) -> impl Iterator<Item = &PointState> {
+        self.projection.states()
+    }
+
+    /// Points currently at each quality, for status and self-points.
+    pub fn quality_counts(&self) -> [u64; Quality::ALL.len()] {
+        let mut counts = [0u64; Quality::ALL.len()];
+        for state in self.projection.states() {
+            counts[state.quality as usize] += 1;
+        }
+        counts
+    }
+
+    fn on_delivered(&mut self, deliveries: Vec<Delivery>) {
+        if self.mode != Mode::Running {
+            // Unacked, so the bus redelivers them to whoever runs next.
+            return;
+        }
+        debug_assert!(
+            deliveries.len() <= self.accept_budget(),
+            "runtime fetched past the accept budget"
+        );
+        let mut ack_now = Vec::new();
+        for delivery in deliveries {
+            self.metrics.delivered += 1;
+            if self.open.is_none() {
+                let id = BatchId(self.next_batch_id);
+                self.next_batch_id += 1;
+                self.open = Some(Open {
+                    batch: Batch {
+                        id,
+                        epoch: self.epoch,
+                        rows: Vec::new(),
+                        quarantine: Vec::new(),
+                    },
+                    pending: Pending::default(),
+                    opened_at: self.now,
+                });
+            }
+            let ctx = pipeline::Context {
+                registry: &self.registry,
+                config: &self.config,
+                dedup: &self.dedup,
+                projection: &self.projection,
+            };
+            let outcome = pipeline::process(&ctx, delivery);
+            let open = self.open.as_mut().expect("invariant: opened above");
+            match outcome {
+                Outcome::Row(row, key) => {
+                    self.dedup.insert_in_flight(key, open.batch.id);
+                    open.pending.keys.push(key);
+                    open.batch.rows.push(*row);
+                }
+                Outcome::Quarantine(entry) => open.batch.quarantine.push(entry),
+                Outcome::Duplicate { tag, seen } => {
+                    self.metrics.duplicates_fast_path += 1;
+                    match seen {
+                        Seen::Committed => ack_now.push(tag),
+                        Seen::InFlight(batch) if batch == open.batch.id => {
+                            open.pending.duplicate_acks.push(tag)
+                        }
+                        Seen::InFlight(batch) => match self.in_flight.get_mut(&batch) {
+                            Some(pending) => pending.duplicate_acks.push(tag),
+                            // Not reachable: commits mark their keys committed. Acking is still
+                            // right, because a key is only in flight after its row exists.
+                            None => ack_now.push(tag),
+                        },
+                    }
+                }
+            }
+            if open.batch.len() >= self.config.batch_rows_max {
+                self.try_flush();
+            }
+        }
+        if !ack_now.is_empty() {
+            self.metrics.acks += ack_now.len() as u64;
+            self.effects.push_back(Effect::Ack(ack_now));
+        }
+    }
+
+    fn on_committed(&mut self, report: CommitReport) {
+        let CommitReport {
+            batch,
+            inserted,
+            quarantine_inserted: _,
+        } = report;
+        let Some(pending) = self.in_flight.remove(&batch.id) else {
+            debug_assert!(false, "commit report for unknown batch {:?}", batch.id);
+            return;
+        };
+        // The store's side of the boundary: ordinals ascending and in range.
+        debug_assert!(
+            inserted.windows(2).all(|w| w[0] < w[1]),
+            "RETURNING ordinals not ascending"
+        );
+        debug_assert!(
+            inserted.iter().all(|&i| (i as usize) < batch.rows.len()),
+            "RETURNING ordinal out of range"
+        );
+        debug_assert_eq!(pending.keys.len(), batch.rows.len());
+
+        for key in &pending.keys {
+            self.dedup.mark_committed(*key);
+        }
+
+        // Rule 1: ack only now that the rows and quarantine entries are durable.
+        let mut acks: Vec<DeliveryTag> = Vec::with_capacity(batch.len() + pending.duplicate_acks.len());
+        acks.extend(batch.rows.iter().map(|r| r.tag));
+        acks.extend(batch.quarantine.iter().map(|q| q.tag));
+        acks.extend(pending.duplicate_acks);
+        self.metrics.acks += acks.len() as u64;
+        self.metrics.batches_committed += 1;
+        if !acks.is_empty() {
+            self.effects.push_back(Effect::Ack(acks));
+        }
+
+        for entry in &batch.quarantine {
+            self.metrics.quarantined[entry.reason as usize] += 1;
+        }
+        self.metrics.rows_conflicted += (batch.rows.len() - inserted.len().min(batch.rows.len())) as u64;
+
+        // Rules 2 and 3: project and publish only what the RETURNING set says was inserted.
+        for &ordinal in &inserted {
+            let Some(row) = batch.rows.get(ordinal as usize) else {
+                continue;
+            };
+            self.metrics.rows_inserted[row.class.index()] += 1;
+            if row.quality == Quality::Bad {
+                self.metrics.rows_bad += 1;
+            }
+            if let Some(published) = self.projection.apply(row, self.epoch) {
+                self.metrics.transitions_published += 1;
+                self.effects.push_back(Effect::Publish {
+                    subject: published.subject,
+                    payload: published.payload.into(),
+                });
+            }
+        }
+        self.checkpoint_quality_changes();
+        self.try_flush();
+        self.finish_if_drained();
+    }
+
+    fn on_tick(&mut self) {
+        if let Some(open) = &self.open {
+            if self.now >= open.opened_at.add_ms(self.config.flush_interval_ms) {
+                self.try_flush();
+            }
+        }
+        if self.projection.has_dirty()
+            && self.now >= self.last_checkpoint_scan_at.add_ms(CHECKPOINT_SCAN_INTERVAL_MS)
+        {
+            self.last_checkpoint_scan_at = self.now;
+            let states = self.projection.take_due_checkpoint(self.now);
+            self.emit_checkpoint(states);
+        }
+    }
+
+    /// Hands the open batch to the store if the in-flight bound allows.
+    fn try_flush(&mut self) {
+        if self.in_flight.len() >= self.config.inflight_batches_max {
+            return;
+        }
+        let Some(open) = self.open.take() else { return };
+        if open.batch.is_empty() {
+            return;
+        }
+        debug_assert!(open.batch.len() <= self.config.batch_rows_max + 1);
+        self.in_flight.insert(open.batch.id, open.pending);
+        self.effects.push_back(Effect::Commit(open.batch));
+        debug_assert!(self.in_flight.len() <= self.config.inflight_batches_max);
+    }
+
+    fn checkpoint_quality_changes(&mut self) {
+        if self.projection.has_dirty_quality() {
+            let states = self.projection.take_quality_checkpoint(self.now);
+            self.emit_checkpoint(states);
+        }
+    }
+
+    fn emit_checkpoint(&mut self, states: Vec<PointState>) {
+        if !states.is_empty() {
+            self.metrics.checkpoint_points += states.len() as u64;
+            self.effects.push_back(Effect::Checkpoint {
+                epoch: self.epoch,
+                states,
+            });
+        }
+    }
+
+    fn finish_if_drained(&mut self) {
+        if self.mode != Mode::Draining || !self.in_flight.is_empty() {
+            return;
+        }
+        if self.open.as_ref().is_some_and(|o| !o.batch.is_empty()) {
+            self.try_flush();
+            return;
+        }
+        let states = self.projection.take_all_dirty(self.now);
+        self.emit_checkpoint(states);
+        self.exit(ExitReason::CLEAN);
+    }
+
+    fn exit(&mut self, reason: ExitReason) {
+        self.mode = Mode::Exited;
+        self.open = None;
+        self.effects.push_back(Effect::Exit(reason));
+    }
+}

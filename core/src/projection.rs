@@ -1,1 +1,306 @@
-//! placeholder, being written
+//! Stage 13 and the checkpoint: the authoritative in-memory projection of every point's value
+//! and quality (ingest spec, "Projection"; DESIGN.md §5 invariant 5).
+//!
+//! Owns: per-point state, folding committed rows into it, deciding which folds are
+//! transitions, and the checkpoint policy (quality changes at once, value changes at most every
+//! `checkpoint_value_interval_ms` per point, everything dirty every
+//! `checkpoint_full_interval_ms`).
+//!
+//! The fold is a function of the log, not of processing order: the quality, `observed_at` and
+//! key are those of the greatest committed row under `(observed_at, ingested_at, key)`; the
+//! value is that of the greatest committed row that carried one. A late observation is stored
+//! but does not move the current value back. A degraded quality never nulls the value.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+
+use crate::config::Config;
+use crate::log::{CanonicalValue, ObsKey, ObsRow, Quality};
+use crate::registry::{Kind, PointIdx, Registry};
+use crate::state::{PointState, RestoredState};
+use crate::time::Micros;
+use crate::wire::{Transition, state_subject};
+
+type OrderKey = (Micros, Micros, ObsKey);
+
+#[derive(Debug)]
+struct Slot {
+    state: PointState,
+    /// Order key of the row that set `state.value`.
+    value_key: Option<OrderKey>,
+    /// The value at the last change past the deadband; stage 10 compares against it so slow
+    /// drift still produces an edge once it exceeds the deadband.
+    edge_value: Option<CanonicalValue>,
+    deadband: f64,
+    subject: String,
+    last_checkpoint_at: Option<Micros>,
+}
+
+/// A transition ready to publish.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Published {
+    pub subject: String,
+    pub payload: Vec<u8>,
+}
+
+#[derive(Debug)]
+pub struct Projection {
+    slots: Vec<Slot>,
+    dirty_value: BTreeSet<PointIdx>,
+    dirty_quality: BTreeSet<PointIdx>,
+    last_full_checkpoint_at: Micros,
+    value_interval_us: i64,
+    full_interval_us: i64,
+    points_max: usize,
+}
+
+fn order_key_of(state: &PointState) -> Option<OrderKey> {
+    state.order_key().map(|(o, i, k)| (o, i, k.clone()))
+}
+
+/// Is `new` a change past the deadband relative to `old`?
+pub fn is_edge(old: Option<&CanonicalValue>, new: &CanonicalValue, deadband: f64) -> bool {
+    match (old, new) {
+        (Some(CanonicalValue::Num(a)), CanonicalValue::Num(b)) => (a - b).abs() > deadband,
+        (Some(a), b) => a != b,
+        (None, _) => true,
+    }
+}
+
+impl Projection {
+    /// Restart steps 2–3: the log heads are authoritative, the checkpoint supplies what the log
+    /// does not hold; every quality but `unknown` is forced to `restored`. Every restored point
+    /// is marked for a checkpoint so the forced quality is recorded.
+    pub fn restore(
+        registry: &Registry,
+        restored: &RestoredState,
+        config: &Config,
+        now: Micros,
+    ) -> Projection {
+        let heads: FxHashMap<&str, &PointState> =
+            restored.log_heads.iter().map(|s| (&*s.point_id, s)).collect();
+        let checkpoints: FxHashMap<&str, &PointState> =
+            restored.checkpoints.iter().map(|s| (&*s.point_id, s)).collect();
+        let mut slots = Vec::with_capacity(registry.len());
+        let mut dirty_quality = BTreeSet::new();
+        for (idx, point) in registry.points() {
+            let head = heads.get(&*point.id).copied();
+            let checkpoint = checkpoints.get(&*point.id).copied();
+            let mut state = merge(point.id.clone(), head, checkpoint, now);
+            if state.quality != Quality::Unknown {
+                state.quality = Quality::Restored;
+                state.reason = None;
+                state.quality_since = now;
+                dirty_quality.insert(idx);
+            }
+            let deadband = if point.descriptor.kind == Kind::Number {
+                point.descriptor.deadband
+            } else {
+                0.0
+            };
+            slots.push(Slot {
+                value_key: order_key_of(&state),
+                edge_value: state.value.clone(),
+                state,
+                deadband,
+                subject: state_subject(&point.id),
+                last_checkpoint_at: None,
+            });
+        }
+        Projection {
+            slots,
+            dirty_value: BTreeSet::new(),
+            dirty_quality,
+            last_full_checkpoint_at: now,
+            value_interval_us: config.checkpoint_value_interval_ms * 1_000,
+            full_interval_us: config.checkpoint_full_interval_ms * 1_000,
+            points_max: config.checkpoint_points_max,
+        }
+    }
+
+    pub fn state(&self, point: PointIdx) -> &PointState {
+        &self.slots[point.0 as usize].state
+    }
+
+    pub fn states(&self) -> impl Iterator<Item = &PointState> {
+        self.slots.iter().map(|s| &s.state)
+    }
+
+    /// Stage 10's reference value for a point.
+    pub fn edge_value(&self, point: PointIdx) -> Option<&CanonicalValue> {
+        self.slots[point.0 as usize].edge_value.as_ref()
+    }
+
+    /// Stage 13 for one row of a RETURNING set. Returns the transition to publish, if the row
+    /// changed the point's quality or moved its value past the deadband.
+    pub fn apply(&mut self, row: &ObsRow, core_epoch: u32) -> Option<Published> {
+        let idx = row.point;
+        let slot = &mut self.slots[idx.0 as usize];
+        debug_assert_eq!(
+            &*slot.state.point_id, &*row.point_id,
+            "row resolved against another registry"
+        );
+        let row_key = row.order_key();
+
+        let mut value_edge = false;
+        if let Some(value) = &row.value {
+            let newer_value = slot
+                .value_key
+                .as_ref()
+                .is_none_or(|(o, i, k)| row_key > (*o, *i, k));
+            if newer_value {
+                value_edge = is_edge(slot.edge_value.as_ref(), value, slot.deadband);
+                slot.state.value = Some(value.clone());
+                slot.value_key = Some((row.observed_at, row.ingested_at, row.key.clone()));
+                if value_edge {
+                    slot.edge_value = Some(value.clone());
+                    slot.state.changed_at = Some(row.observed_at);
+                }
+                self.dirty_value.insert(idx);
+            }
+        }
+
+        let mut quality_changed = false;
+        let newer = slot.state.order_key().is_none_or(|current| row_key > current);
+        if newer {
+            quality_changed = slot.state.quality != row.quality;
+            slot.state.quality = row.quality;
+            slot.state.reason = row.reason.as_deref().map(str::to_owned);
+            slot.state.observed_at = Some(row.observed_at);
+            slot.state.ingested_at = Some(row.ingested_at);
+            slot.state.key = Some(row.key.clone());
+            if quality_changed {
+                slot.state.quality_since = row.observed_at;
+                self.dirty_quality.insert(idx);
+            } else {
+                self.dirty_value.insert(idx);
+            }
+        }
+
+        if !(quality_changed || value_edge) {
+            return None;
+        }
+        let state = &slot.state;
+        let transition = Transition {
+            point_id: &state.point_id,
+            value: state.value.as_ref(),
+            quality: state.quality,
+            reason: state.reason.as_deref(),
+            observed_at: state.observed_at.unwrap_or(row.observed_at),
+            ingested_at: state.ingested_at.unwrap_or(row.ingested_at),
+            registry_version: row.registry_version,
+            core_epoch,
+            key: &row.key,
+        };
+        Some(Published {
+            subject: slot.subject.clone(),
+            payload: transition.encode(),
+        })
+    }
+
+    /// Points whose quality changed: written at once (synchronously with the commit's effects).
+    pub fn take_quality_checkpoint(&mut self, now: Micros) -> Vec<PointState> {
+        let mut taken = Vec::new();
+        while taken.len() < self.points_max {
+            let Some(idx) = self.dirty_quality.pop_first() else {
+                break;
+            };
+            self.dirty_value.remove(&idx);
+            taken.push(self.mark_written(idx, now));
+        }
+        taken
+    }
+
+    /// Value-only changes whose per-point interval has passed, or every dirty point when the full
+    /// interval has passed.
+    pub fn take_due_checkpoint(&mut self, now: Micros) -> Vec<PointState> {
+        let full = now.0 - self.last_full_checkpoint_at.0 >= self.full_interval_us;
+        let mut taken = self.take_quality_checkpoint(now);
+        let due: Vec<PointIdx> = self
+            .dirty_value
+            .iter()
+            .copied()
+            .filter(|idx| {
+                full || self.slots[idx.0 as usize]
+                    .last_checkpoint_at
+                    .is_none_or(|at| now.0 - at.0 >= self.value_interval_us)
+            })
+            .take(self.points_max.saturating_sub(taken.len()))
+            .collect();
+        for idx in due {
+            self.dirty_value.remove(&idx);
+            taken.push(self.mark_written(idx, now));
+        }
+        if full && self.dirty_value.is_empty() {
+            self.last_full_checkpoint_at = now;
+        }
+        taken
+    }
+
+    /// Everything dirty, for an orderly shutdown.
+    pub fn take_all_dirty(&mut self, now: Micros) -> Vec<PointState> {
+        let mut taken = self.take_quality_checkpoint(now);
+        while let Some(idx) = self.dirty_value.pop_first() {
+            taken.push(self.mark_written(idx, now));
+        }
+        taken
+    }
+
+    pub fn has_dirty(&self) -> bool {
+        !(self.dirty_value.is_empty() && self.dirty_quality.is_empty())
+    }
+
+    pub fn has_dirty_quality(&self) -> bool {
+        !self.dirty_quality.is_empty()
+    }
+
+    fn mark_written(&mut self, idx: PointIdx, now: Micros) -> PointState {
+        let slot = &mut self.slots[idx.0 as usize];
+        slot.last_checkpoint_at = Some(now);
+        slot.state.clone()
+    }
+}
+
+/// Merges a log head and a checkpoint for one point; the one with the greater order key sets
+/// quality and position, the value comes from the log head when it has one.
+fn merge(
+    point_id: Arc<str>,
+    head: Option<&PointState>,
+    checkpoint: Option<&PointState>,
+    now: Micros,
+) -> PointState {
+    match (head, checkpoint) {
+        (None, None) => PointState::unknown(point_id, now),
+        (Some(only), None) | (None, Some(only)) => PointState {
+            point_id,
+            ..only.clone()
+        },
+        (Some(head), Some(checkpoint)) => {
+            let checkpoint_newer = match (checkpoint.order_key(), head.order_key()) {
+                (Some(c), Some(h)) => c > h,
+                (Some(_), None) => true,
+                _ => false,
+            };
+            let position = if checkpoint_newer { checkpoint } else { head };
+            PointState {
+                point_id,
+                value: if checkpoint_newer {
+                    checkpoint.value.clone()
+                } else {
+                    head.value.clone()
+                }
+                .or_else(|| checkpoint.value.clone()),
+                quality: position.quality,
+                reason: position.reason.clone(),
+                observed_at: position.observed_at,
+                ingested_at: position.ingested_at,
+                key: position.key.clone(),
+                changed_at: checkpoint.changed_at,
+                quality_since: checkpoint.quality_since,
+                watermark_seq: checkpoint.watermark_seq,
+            }
+        }
+    }
+}

@@ -40,7 +40,8 @@ impl Micros {
         if text.len() > 64 {
             return None;
         }
-        let parsed = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+        let parsed =
+            time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
         let nanos = parsed.unix_timestamp_nanos();
         Some(Micros::from_unix_nanos(nanos))
     }

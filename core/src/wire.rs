@@ -1,1 +1,516 @@
-//! placeholder, being written
+//! The driver contract v1 (DESIGN.md §2): the observation envelope, subjects, transitions.
+//!
+//! Owns: decoding an envelope from bytes without copying its strings (stage 2's parsing half),
+//! parsing `obs.<host>.<driver_instance>` subjects, encoding `state.<point_id>` transitions, and
+//! the owned envelope a driver serialises ([`EnvelopeOut`]).
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::log::{CanonicalValue, ObsKey, Quality, QuarantineReason};
+use crate::time::Micros;
+
+pub const ENVELOPE_VERSION: u32 = 1;
+/// Limits on envelope strings; longer is `malformed`.
+pub const POINT_ID_BYTES_MAX: usize = 256;
+pub const DRIVER_INSTANCE_BYTES_MAX: usize = 128;
+pub const UNIT_BYTES_MAX: usize = 64;
+pub const REASON_BYTES_MAX: usize = 256;
+pub const DETAIL_BYTES_MAX: usize = 4096;
+
+/// The native value as the device reported it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum NativeValue<'a> {
+    Null,
+    Bool(bool),
+    Num(f64),
+    Text(Cow<'a, str>),
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for NativeValue<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct NativeVisitor;
+        impl<'de> Visitor<'de> for NativeVisitor {
+            type Value = NativeValue<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a number, bool, string or null")
+            }
+            fn visit_bool<E: de::Error>(self, v: bool) -> Result<Self::Value, E> {
+                Ok(NativeValue::Bool(v))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
+                Ok(NativeValue::Num(v as f64))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
+                Ok(NativeValue::Num(v as f64))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Self::Value, E> {
+                Ok(NativeValue::Num(v))
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(NativeValue::Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(NativeValue::Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(NativeValue::Text(Cow::Owned(v)))
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(NativeValue::Null)
+            }
+            fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+                Ok(NativeValue::Null)
+            }
+        }
+        deserializer.deserialize_any(NativeVisitor)
+    }
+}
+
+/// A quality a driver may assert (DESIGN.md §2); anything else is `malformed`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AssertedQuality {
+    Unavailable,
+    Bad,
+}
+
+impl AssertedQuality {
+    pub fn quality(self) -> Quality {
+        match self {
+            AssertedQuality::Unavailable => Quality::Unavailable,
+            AssertedQuality::Bad => Quality::Bad,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct RawEnvelope<'a> {
+    v: u32,
+    #[serde(borrow)]
+    point_id: Cow<'a, str>,
+    #[serde(borrow)]
+    driver_instance: Cow<'a, str>,
+    source_epoch: u32,
+    source_seq: u64,
+    #[serde(borrow)]
+    observed_at: Cow<'a, str>,
+    #[serde(borrow, default)]
+    device_time: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    value: NativeValue<'a>,
+    #[serde(borrow, default)]
+    unit: Option<Cow<'a, str>>,
+    #[serde(default)]
+    quality: Option<AssertedQuality>,
+    #[serde(borrow, default)]
+    reason: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    detail: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct VersionOnly {
+    v: Option<serde_json::Value>,
+}
+
+/// A decoded, validated envelope borrowing from the payload.
+#[derive(Debug)]
+pub struct Envelope<'a> {
+    pub point_id: Cow<'a, str>,
+    pub driver_instance: Cow<'a, str>,
+    pub source_epoch: u32,
+    pub source_seq: u64,
+    pub observed_at: Micros,
+    pub device_time: Option<Micros>,
+    pub value: NativeValue<'a>,
+    pub unit: Option<Cow<'a, str>>,
+    pub quality: Option<AssertedQuality>,
+    pub reason: Option<Cow<'a, str>>,
+    /// The `detail` object's JSON text.
+    pub detail: Option<&'a str>,
+}
+
+/// Why an envelope was refused, with a detail that names fields, never their values' meaning.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub reason: QuarantineReason,
+    pub detail: String,
+}
+
+fn refuse(reason: QuarantineReason, detail: impl Into<String>) -> Refusal {
+    Refusal {
+        reason,
+        detail: detail.into(),
+    }
+}
+
+/// Stage 2's parsing half: decodes and checks everything that needs no registry and no clock.
+pub fn decode_envelope(payload: &[u8]) -> Result<Envelope<'_>, Refusal> {
+    let raw: RawEnvelope<'_> = match serde_json::from_slice(payload) {
+        Ok(raw) => raw,
+        Err(error) => return Err(classify_decode_error(payload, &error)),
+    };
+    if raw.v != ENVELOPE_VERSION {
+        return Err(refuse(
+            QuarantineReason::UnsupportedVersion,
+            format!("envelope version {} (supported: 1)", raw.v),
+        ));
+    }
+    let bounded = [
+        ("point_id", raw.point_id.len(), POINT_ID_BYTES_MAX),
+        (
+            "driver_instance",
+            raw.driver_instance.len(),
+            DRIVER_INSTANCE_BYTES_MAX,
+        ),
+        ("unit", raw.unit.as_ref().map_or(0, |u| u.len()), UNIT_BYTES_MAX),
+        (
+            "reason",
+            raw.reason.as_ref().map_or(0, |r| r.len()),
+            REASON_BYTES_MAX,
+        ),
+        (
+            "detail",
+            raw.detail.map_or(0, |d| d.get().len()),
+            DETAIL_BYTES_MAX,
+        ),
+    ];
+    for (field, len, max) in bounded {
+        if len > max {
+            return Err(refuse(
+                QuarantineReason::Malformed,
+                format!("field `{field}` is {len} bytes, limit {max}"),
+            ));
+        }
+    }
+    if raw.point_id.is_empty() {
+        return Err(refuse(QuarantineReason::Malformed, "field `point_id` is empty"));
+    }
+    if raw.driver_instance.is_empty() {
+        return Err(refuse(
+            QuarantineReason::Malformed,
+            "field `driver_instance` is empty",
+        ));
+    }
+    if let Some(detail) = raw.detail {
+        if !detail.get().starts_with('{') {
+            return Err(refuse(
+                QuarantineReason::Malformed,
+                "field `detail` is not an object",
+            ));
+        }
+    }
+    let observed_at = Micros::parse_rfc3339(&raw.observed_at).ok_or_else(|| {
+        refuse(
+            QuarantineReason::BadTimestamp,
+            "field `observed_at` is not RFC 3339",
+        )
+    })?;
+    let device_time = match &raw.device_time {
+        None => None,
+        Some(text) => Some(Micros::parse_rfc3339(text).ok_or_else(|| {
+            refuse(
+                QuarantineReason::BadTimestamp,
+                "field `device_time` is not RFC 3339",
+            )
+        })?),
+    };
+    Ok(Envelope {
+        point_id: raw.point_id,
+        driver_instance: raw.driver_instance,
+        source_epoch: raw.source_epoch,
+        source_seq: raw.source_seq,
+        observed_at,
+        device_time,
+        value: raw.value,
+        unit: raw.unit,
+        quality: raw.quality,
+        reason: raw.reason,
+        detail: raw.detail.map(RawValue::get),
+    })
+}
+
+/// Tells a missing field and an unsupported version apart from plain malformed JSON.
+fn classify_decode_error(payload: &[u8], error: &serde_json::Error) -> Refusal {
+    if error.is_data() {
+        // A syntactically valid object: was it another envelope version?
+        if let Ok(VersionOnly { v: Some(v) }) = serde_json::from_slice::<VersionOnly>(payload) {
+            if v.as_u64() != Some(u64::from(ENVELOPE_VERSION)) {
+                return refuse(QuarantineReason::UnsupportedVersion, "envelope version is not 1");
+            }
+        }
+        let message = error.to_string();
+        if message.starts_with("missing field") {
+            return refuse(QuarantineReason::MissingField, message);
+        }
+        return refuse(QuarantineReason::Malformed, message);
+    }
+    refuse(
+        QuarantineReason::Malformed,
+        format!("not a JSON object: {}", error.classify_name()),
+    )
+}
+
+trait ClassifyName {
+    fn classify_name(&self) -> &'static str;
+}
+
+impl ClassifyName for serde_json::Error {
+    fn classify_name(&self) -> &'static str {
+        match self.classify() {
+            serde_json::error::Category::Io => "io",
+            serde_json::error::Category::Syntax => "syntax error",
+            serde_json::error::Category::Data => "data error",
+            serde_json::error::Category::Eof => "truncated",
+        }
+    }
+}
+
+/// Parses `obs.<host>.<driver_instance>` into `(host, driver_instance)`.
+pub fn parse_obs_subject(subject: &str) -> Option<(&str, &str)> {
+    let rest = subject.strip_prefix("obs.")?;
+    let (host, instance) = rest.split_once('.')?;
+    if host.is_empty() || instance.is_empty() || instance.contains('.') {
+        return None;
+    }
+    Some((host, instance))
+}
+
+pub fn obs_subject(host: &str, driver_instance: &str) -> String {
+    format!("obs.{host}.{driver_instance}")
+}
+
+pub fn state_subject(point_id: &str) -> String {
+    format!("state.{point_id}")
+}
+
+/// The `Nats-Msg-Id` of an observation: `<driver_instance>:<source_epoch>:<source_seq>`.
+pub fn msg_id(driver_instance: &str, source_epoch: u32, source_seq: u64) -> String {
+    format!("{driver_instance}:{source_epoch}:{source_seq}")
+}
+
+struct ValueWire<'a>(&'a CanonicalValue);
+
+impl Serialize for ValueWire<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0 {
+            CanonicalValue::Num(v) => s.serialize_f64(*v),
+            CanonicalValue::Bool(v) => s.serialize_bool(*v),
+            CanonicalValue::Text(v) => s.serialize_str(v),
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct KeyWire<'a> {
+    driver_instance: &'a str,
+    source_epoch: u32,
+    source_seq: u64,
+}
+
+#[derive(Serialize)]
+struct TransitionWire<'a> {
+    point_id: &'a str,
+    value: Option<ValueWire<'a>>,
+    quality: &'static str,
+    reason: Option<&'a str>,
+    observed_at: String,
+    ingested_at: String,
+    registry_version: i32,
+    core_epoch: u32,
+    key: KeyWire<'a>,
+}
+
+/// One transition on `state.<point_id>` (DESIGN.md §2).
+pub struct Transition<'a> {
+    pub point_id: &'a str,
+    pub value: Option<&'a CanonicalValue>,
+    pub quality: Quality,
+    pub reason: Option<&'a str>,
+    pub observed_at: Micros,
+    pub ingested_at: Micros,
+    pub registry_version: i32,
+    pub core_epoch: u32,
+    pub key: &'a ObsKey,
+}
+
+impl Transition<'_> {
+    pub fn encode(&self) -> Vec<u8> {
+        let wire = TransitionWire {
+            point_id: self.point_id,
+            value: self.value.map(ValueWire),
+            quality: self.quality.as_str(),
+            reason: self.reason,
+            observed_at: self.observed_at.to_rfc3339(),
+            ingested_at: self.ingested_at.to_rfc3339(),
+            registry_version: self.registry_version,
+            core_epoch: self.core_epoch,
+            key: KeyWire {
+                driver_instance: &self.key.driver_instance,
+                source_epoch: self.key.source_epoch,
+                source_seq: self.key.source_seq,
+            },
+        };
+        // Serialising plain structs of strings and numbers into a Vec cannot fail; NaN is
+        // excluded because canonical numbers come from JSON numbers through finite arithmetic.
+        serde_json::to_vec(&wire).unwrap_or_default()
+    }
+}
+
+/// The envelope as a driver writes it. Optional fields are omitted when `None`.
+#[derive(Serialize, Clone, Debug, PartialEq)]
+pub struct EnvelopeOut {
+    pub v: u32,
+    pub point_id: String,
+    pub driver_instance: String,
+    pub source_epoch: u32,
+    pub source_seq: u64,
+    pub observed_at: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_time: Option<String>,
+    pub value: serde_json::Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quality: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl EnvelopeOut {
+    pub fn new(
+        point_id: &str,
+        driver_instance: &str,
+        source_epoch: u32,
+        source_seq: u64,
+        observed_at: Micros,
+        value: serde_json::Value,
+    ) -> EnvelopeOut {
+        EnvelopeOut {
+            v: ENVELOPE_VERSION,
+            point_id: point_id.to_owned(),
+            driver_instance: driver_instance.to_owned(),
+            source_epoch,
+            source_seq,
+            observed_at: observed_at.to_rfc3339(),
+            device_time: None,
+            value,
+            unit: None,
+            quality: None,
+            reason: None,
+        }
+    }
+
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).unwrap_or_default()
+    }
+
+    pub fn msg_id(&self) -> String {
+        msg_id(&self.driver_instance, self.source_epoch, self.source_seq)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decode(text: &str) -> Result<Envelope<'_>, Refusal> {
+        decode_envelope(text.as_bytes())
+    }
+
+    const GOOD: &str = r#"{"v":1,"point_id":"boiler.temp","driver_instance":"modbus-1","source_epoch":3,"source_seq":42,"observed_at":"2026-11-30T03:00:00Z","value":71.6,"unit":"degF","extra":"ignored"}"#;
+
+    #[test]
+    fn decodes_a_good_envelope_borrowing_strings() {
+        let env = decode(GOOD).expect("good envelope");
+        assert_eq!(env.point_id, "boiler.temp");
+        assert!(matches!(env.point_id, Cow::Borrowed(_)));
+        assert_eq!(env.source_seq, 42);
+        assert_eq!(env.value, NativeValue::Num(71.6));
+        assert_eq!(env.unit.as_deref(), Some("degF"));
+    }
+
+    #[test]
+    fn classifies_refusals() {
+        let cases = [
+            ("not json", QuarantineReason::Malformed),
+            ("[1,2]", QuarantineReason::Malformed),
+            (r#"{"v":1}"#, QuarantineReason::MissingField),
+            (r#"{"v":2,"anything":true}"#, QuarantineReason::UnsupportedVersion),
+            (
+                r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":-1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1}"#,
+                QuarantineReason::Malformed,
+            ),
+            (
+                r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"noon","value":1}"#,
+                QuarantineReason::BadTimestamp,
+            ),
+            (
+                r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","device_time":"x","value":1}"#,
+                QuarantineReason::BadTimestamp,
+            ),
+            (
+                r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":{"a":1}}"#,
+                QuarantineReason::Malformed,
+            ),
+            (
+                r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1,"quality":"live"}"#,
+                QuarantineReason::Malformed,
+            ),
+            (
+                r#"{"v":1,"point_id":"","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1}"#,
+                QuarantineReason::Malformed,
+            ),
+            (
+                r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1,"detail":[1]}"#,
+                QuarantineReason::Malformed,
+            ),
+        ];
+        for (text, reason) in cases {
+            let refusal = decode(text).expect_err(text);
+            assert_eq!(refusal.reason, reason, "{text}: {}", refusal.detail);
+        }
+    }
+
+    #[test]
+    fn missing_value_is_a_missing_field_but_null_is_a_value() {
+        let missing = r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z"}"#;
+        assert_eq!(
+            decode(missing).expect_err("no value").reason,
+            QuarantineReason::MissingField
+        );
+        let null = r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":null,"quality":"unavailable"}"#;
+        let env = decode(null).expect("null value");
+        assert_eq!(env.value, NativeValue::Null);
+        assert_eq!(env.quality, Some(AssertedQuality::Unavailable));
+    }
+
+    #[test]
+    fn subjects() {
+        assert_eq!(
+            parse_obs_subject("obs.plant-a.modbus-1"),
+            Some(("plant-a", "modbus-1"))
+        );
+        assert_eq!(parse_obs_subject("obs.plant-a"), None);
+        assert_eq!(parse_obs_subject("obs.a.b.c"), None);
+        assert_eq!(parse_obs_subject("state.a.b"), None);
+        assert_eq!(parse_obs_subject("obs..b"), None);
+    }
+
+    #[test]
+    fn envelope_out_round_trips_through_decode() {
+        let mut out = EnvelopeOut::new("p.q", "d1", 2, 9, Micros(1_000_000), serde_json::json!(true));
+        out.device_time = Some(Micros(2_000_000).to_rfc3339());
+        let bytes = out.to_bytes();
+        let env = decode_envelope(&bytes).expect("round trip");
+        assert_eq!(env.point_id, "p.q");
+        assert_eq!(env.value, NativeValue::Bool(true));
+        assert_eq!(env.device_time, Some(Micros(2_000_000)));
+        assert_eq!(out.msg_id(), "d1:2:9");
+    }
+}
