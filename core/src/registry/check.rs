@@ -1,1 +1,916 @@
-//! placeholder, being written
+//! The registry's admission checks (DESIGN.md §4; sensor paradigm, "The manifest is an
+//! admission test").
+//!
+//! Owns: every rule a registry folder must satisfy before it may be loaded, run on the parsed
+//! folder ([`super::source::SourceFolder`]) so that one run reports everything wrong at once,
+//! each issue naming its file and point. `sentinel registry check` is this function, and is
+//! meant to run in a registry repository's own CI: a point that would hurt the system later
+//! (an event flood, a point that is always stale, a unit that cannot be converted, a host that
+//! could publish another host's points) is refused at registration rather than found in
+//! production.
+//!
+//! Limits on sizes live here too ([`POINTS_MAX`] and friends), so a hostile or broken folder is
+//! refused with a message rather than exhausting memory downstream.
+
+use std::collections::BTreeMap;
+
+use super::descriptor::{EventPolicy, Kind};
+use super::source::{LocatedPoint, RegistryIssue, SourceFile, SourceFolder, Vocabulary};
+
+/// Points in one registry. The spec targets ~4,000 (core runtime spec, "Scale targets"); this
+/// leaves room for sixteen times that.
+pub const POINTS_MAX: usize = 65_536;
+pub const QUANTITIES_MAX: usize = 256;
+pub const UNITS_MAX: usize = 1024;
+pub const CODEBOOKS_MAX: usize = 1024;
+pub const CODEBOOK_ENTRIES_MAX: usize = 256;
+/// Point ids are dotted paths, so they get more room than single names.
+pub const POINT_ID_BYTES_MAX: usize = 128;
+/// Hosts, driver instances, units, quantities, codebook names.
+pub const NAME_BYTES_MAX: usize = 64;
+/// Codebook codes and members.
+pub const CODE_BYTES_MAX: usize = 64;
+/// Above this a point is not telemetry this core is sized for (spec: the fast tier is 1 Hz).
+pub const PEAK_RATE_HZ_MAX: f64 = 100.0;
+/// `event_policy = "always"` raises one event per reading; above this rate that floods
+/// subscribers (sensor paradigm, "Record and raise are two verbs").
+pub const ALWAYS_RATE_HZ_MAX: f64 = 1.0;
+/// `on_change` without a deadband raises on every bit of noise; above this rate that is the
+/// same flood as `always`.
+pub const UNBANDED_ON_CHANGE_RATE_HZ_MAX: f64 = 1.0;
+pub const ROW_BYTES_MAX: u32 = 64 * 1024;
+/// A point silent for longer than 31 days is not being watched.
+pub const FRESHNESS_S_MAX: u32 = 31 * 24 * 3600;
+
+/// Runs every admission check over a parsed folder. Empty means the folder may be loaded.
+pub fn check(folder: &SourceFolder) -> Vec<RegistryIssue> {
+    let (vocabulary, mut issues) = Vocabulary::merge(folder);
+    check_vocabulary(folder, &vocabulary, &mut issues);
+    check_folder_points(folder, &mut issues);
+    for file in &folder.files {
+        check_file(file, &vocabulary, &mut issues);
+    }
+    issues
+}
+
+/// Host and driver-instance names are single NATS subject tokens (`obs.<host>.<instance>`).
+/// Narrower than NATS requires: also no `:`, which separates the parts of `Nats-Msg-Id`.
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= NAME_BYTES_MAX
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Point ids appear as `state.<point_id>`, so they may span several tokens, but no token may be
+/// empty or a wildcard.
+fn is_point_id(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= POINT_ID_BYTES_MAX
+        && s.split('.').all(|t| {
+            !t.is_empty()
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        })
+}
+
+/// Units, quantities and codebook names: printable, no whitespace (units such as `m3/h` need
+/// punctuation).
+fn is_vocabulary_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= NAME_BYTES_MAX && s.bytes().all(|b| b.is_ascii_graphic())
+}
+
+const TOKEN_RULE: &str = "use only ASCII letters, digits, '_' and '-'";
+
+fn check_vocabulary(folder: &SourceFolder, vocabulary: &Vocabulary, issues: &mut Vec<RegistryIssue>) {
+    let total = |n: usize, limit: usize, what: &str, issues: &mut Vec<RegistryIssue>| {
+        if n > limit {
+            issues.push(RegistryIssue::file(
+                "",
+                format!("{n} {what} defined, more than the limit of {limit}"),
+            ));
+        }
+    };
+    total(vocabulary.quantities.len(), QUANTITIES_MAX, "quantities", issues);
+    total(vocabulary.units.len(), UNITS_MAX, "units", issues);
+    total(vocabulary.codebooks.len(), CODEBOOKS_MAX, "codebooks", issues);
+
+    for file in &folder.files {
+        let path = file.path.as_str();
+        for (name, canonical) in &file.quantities {
+            if !is_vocabulary_name(name) {
+                issues.push(RegistryIssue::file(
+                    path,
+                    format!("quantity name {name:?} is empty, too long or has whitespace"),
+                ));
+            }
+            match vocabulary.units.get(canonical) {
+                None => issues.push(RegistryIssue::file(
+                    path,
+                    format!("quantity {name:?}: canonical unit {canonical:?} is not defined"),
+                )),
+                Some(unit) if unit.value.quantity != *name => issues.push(RegistryIssue::file(
+                    path,
+                    format!(
+                        "quantity {name:?}: canonical unit {canonical:?} measures {:?}",
+                        unit.value.quantity
+                    ),
+                )),
+                Some(unit) if unit.value.factor != 1.0 || unit.value.offset != 0.0 => {
+                    issues.push(RegistryIssue::file(
+                        path,
+                        format!(
+                            "quantity {name:?}: canonical unit {canonical:?} must have factor 1 and offset 0, \
+                             since every other unit converts to it"
+                        ),
+                    ))
+                }
+                Some(_) => {}
+            }
+        }
+        for (name, unit) in &file.units {
+            if !is_vocabulary_name(name) {
+                issues.push(RegistryIssue::file(
+                    path,
+                    format!("unit name {name:?} is empty, too long or has whitespace"),
+                ));
+            }
+            if !vocabulary.quantities.contains_key(&unit.quantity) {
+                issues.push(RegistryIssue::file(
+                    path,
+                    format!("unit {name:?}: unknown quantity {:?}", unit.quantity),
+                ));
+            }
+            if !unit.factor.is_finite() || unit.factor == 0.0 || !unit.offset.is_finite() {
+                issues.push(RegistryIssue::file(
+                    path,
+                    format!("unit {name:?}: factor must be finite and non-zero, offset finite"),
+                ));
+            }
+        }
+        for (name, entries) in &file.codebooks {
+            if !is_vocabulary_name(name) {
+                issues.push(RegistryIssue::file(
+                    path,
+                    format!("codebook name {name:?} is empty, too long or has whitespace"),
+                ));
+            }
+            if entries.is_empty() {
+                issues.push(RegistryIssue::file(
+                    path,
+                    format!("codebook {name:?} has no entries"),
+                ));
+            }
+            if entries.len() > CODEBOOK_ENTRIES_MAX {
+                issues.push(RegistryIssue::file(
+                    path,
+                    format!(
+                        "codebook {name:?} has {} entries, more than the limit of {CODEBOOK_ENTRIES_MAX}",
+                        entries.len()
+                    ),
+                ));
+            }
+            let bad = |s: &str| s.is_empty() || s.len() > CODE_BYTES_MAX || s.chars().any(char::is_control);
+            if entries.iter().any(|(code, member)| bad(code) || bad(member)) {
+                issues.push(RegistryIssue::file(
+                    path,
+                    format!(
+                        "codebook {name:?}: codes and members must be 1–{CODE_BYTES_MAX} bytes without \
+                         control characters"
+                    ),
+                ));
+            }
+        }
+    }
+}
+
+/// Checks that span files: the point count, duplicate ids, and driver instances claimed by
+/// two hosts.
+fn check_folder_points(folder: &SourceFolder, issues: &mut Vec<RegistryIssue>) {
+    let count: usize = folder.files.iter().map(|f| f.points.len()).sum();
+    if count > POINTS_MAX {
+        issues.push(RegistryIssue::file(
+            "",
+            format!("{count} points defined, more than the limit of {POINTS_MAX}"),
+        ));
+    }
+    // id → (file, ordinal) of its first definition.
+    let mut ids: BTreeMap<&str, (&str, usize)> = BTreeMap::new();
+    // instance → (host, file) of the first file assigning it. An instance name is the first
+    // part of the dedup key and is interned globally, so one instance serving two hosts would
+    // let either host publish the other's points.
+    let mut instances: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+    for file in &folder.files {
+        for located in &file.points {
+            let p = &located.point;
+            if let Some(id) = p.id.as_deref() {
+                match ids.get(id) {
+                    Some((first_file, first_ordinal)) if *first_file == file.path => {
+                        issues.push(RegistryIssue::point(
+                            &file.path,
+                            id,
+                            format!(
+                                "duplicate id: entries #{first_ordinal} and #{} in this file",
+                                located.ordinal
+                            ),
+                        ))
+                    }
+                    Some((first_file, _)) => issues.push(RegistryIssue::point(
+                        &file.path,
+                        id,
+                        format!("duplicate id: also defined in {first_file}"),
+                    )),
+                    None => {
+                        ids.insert(id, (&file.path, located.ordinal));
+                    }
+                }
+            }
+            if let (Some(host), Some(instance)) = (file.host.as_deref(), p.driver_instance.as_deref()) {
+                match instances.get(instance) {
+                    Some((first_host, first_file)) if *first_host != host => {
+                        issues.push(RegistryIssue::point(
+                            &file.path,
+                            &located.label(),
+                            format!(
+                                "driver_instance {instance:?} is already assigned to host {first_host:?} in \
+                                 {first_file}; instance names must be unique across hosts"
+                            ),
+                        ))
+                    }
+                    Some(_) => {}
+                    None => {
+                        instances.insert(instance, (host, &file.path));
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn check_file(file: &SourceFile, vocabulary: &Vocabulary, issues: &mut Vec<RegistryIssue>) {
+    if let Some(host) = &file.host
+        && !is_token(host)
+    {
+        issues.push(RegistryIssue::file(
+            &file.path,
+            format!(
+                "host {host:?} is not a NATS subject token: {TOKEN_RULE}, at most {NAME_BYTES_MAX} bytes"
+            ),
+        ));
+    }
+    for located in &file.points {
+        let label = located.label();
+        let mut push = |message: String| issues.push(RegistryIssue::point(&file.path, &label, message));
+        check_point(file, located, vocabulary, &mut push);
+    }
+}
+
+fn check_point(
+    file: &SourceFile,
+    located: &LocatedPoint,
+    vocabulary: &Vocabulary,
+    push: &mut impl FnMut(String),
+) {
+    let p = &located.point;
+    let mut require = |present: bool, field: &str| {
+        if !present {
+            push(format!("missing {field}"));
+        }
+    };
+    require(p.id.is_some(), "id");
+    require(p.kind.is_some(), "kind");
+    require(p.retention.is_some(), "retention");
+    require(p.agg_safe.is_some(), "agg_safe");
+    require(p.freshness_s.is_some(), "freshness_s");
+    require(p.archetype.is_some(), "archetype");
+    require(p.peak_rate_hz.is_some(), "peak_rate_hz");
+    require(p.event_policy.is_some(), "event_policy");
+    require(p.row_bytes.is_some(), "row_bytes");
+
+    if let Some(id) = &p.id
+        && !is_point_id(id)
+    {
+        push(format!(
+            "id is not NATS-subject-safe: dot-separated non-empty parts that {TOKEN_RULE}, at most \
+             {POINT_ID_BYTES_MAX} bytes"
+        ));
+    }
+
+    // Assignment (stage 5 compares both halves with the publishing subject).
+    if file.host.is_none() {
+        push("missing assignment: the file has no `host = \"...\"`".to_owned());
+    }
+    match &p.driver_instance {
+        None => push("missing assignment: no driver_instance".to_owned()),
+        Some(instance) if !is_token(instance) => push(format!(
+            "driver_instance {instance:?} is not a NATS subject token: {TOKEN_RULE}, at most {NAME_BYTES_MAX} bytes"
+        )),
+        Some(_) => {}
+    }
+
+    let is_number = p.kind == Some(Kind::Number);
+    // Kind-specific rules only apply once the kind is known; a missing kind is reported above.
+    let not_number = p.kind.is_some() && !is_number;
+    let kind_name = p.kind.map_or("?", kind_str);
+
+    check_units(p, vocabulary, not_number, kind_name, push);
+
+    // Range: bounds in the canonical unit, numbers only.
+    if let Some(range) = p.range {
+        if not_number {
+            push(format!(
+                "range on a {kind_name} point; only number points have a range"
+            ));
+        }
+        if !range.min.is_finite() || !range.max.is_finite() {
+            push(format!(
+                "bad range: min {} and max {} must be finite",
+                range.min, range.max
+            ));
+        } else if range.min > range.max {
+            push(format!(
+                "bad range: min {} is greater than max {}",
+                range.min, range.max
+            ));
+        }
+    }
+
+    // Codebook: enum points need one, nothing else may have one.
+    match (&p.codebook, p.kind) {
+        (None, Some(Kind::Enum)) => push("enum point without a codebook".to_owned()),
+        (Some(name), Some(kind)) if kind != Kind::Enum => push(format!(
+            "codebook {name:?} on a {} point; only enum points have a codebook",
+            kind_str(kind)
+        )),
+        _ => {}
+    }
+    if let Some(name) = &p.codebook
+        && !vocabulary.codebooks.contains_key(name)
+    {
+        push(format!("unknown codebook {name:?}"));
+    }
+
+    // Deadband: a change ≤ deadband is not an edge, so a negative one is meaningless.
+    let deadband = p.deadband.unwrap_or(0.0);
+    if !deadband.is_finite() || deadband < 0.0 {
+        push(format!("negative or non-finite deadband {deadband}"));
+    } else if deadband != 0.0 && not_number {
+        push(format!(
+            "deadband on a {kind_name} point; only number points have a deadband"
+        ));
+    }
+
+    if p.agg_safe == Some(true) && not_number {
+        push(format!(
+            "agg_safe on a {kind_name} point; only numbers can be averaged"
+        ));
+    }
+
+    if let Some(freshness_s) = p.freshness_s {
+        if freshness_s == 0 {
+            push("freshness_s is 0; every point must be expected to report at some interval".to_owned());
+        } else if freshness_s > FRESHNESS_S_MAX {
+            push(format!(
+                "freshness_s {freshness_s} is more than the limit of {FRESHNESS_S_MAX}"
+            ));
+        }
+    }
+
+    if let Some(row_bytes) = p.row_bytes
+        && (row_bytes == 0 || row_bytes > ROW_BYTES_MAX)
+    {
+        push(format!(
+            "row_bytes {row_bytes} must be between 1 and {ROW_BYTES_MAX}"
+        ));
+    }
+
+    if let Some(rate) = p.peak_rate_hz {
+        if !(rate.is_finite() && rate > 0.0) {
+            push(format!("peak_rate_hz {rate} must be a positive, finite rate"));
+        } else if rate > PEAK_RATE_HZ_MAX {
+            push(format!(
+                "peak_rate_hz {rate} is more than the limit of {PEAK_RATE_HZ_MAX}"
+            ));
+        } else {
+            check_rate(p.event_policy, rate, deadband, is_number, p.freshness_s, push);
+        }
+    }
+}
+
+fn check_units(
+    p: &super::source::SourcePoint,
+    vocabulary: &Vocabulary,
+    not_number: bool,
+    kind_name: &str,
+    push: &mut impl FnMut(String),
+) {
+    if not_number && (p.unit.is_some() || p.unit_native.is_some()) {
+        push(format!(
+            "unit on a {kind_name} point; only number points have units"
+        ));
+        return;
+    }
+    let unit = match (&p.unit, &p.unit_native) {
+        (Some(unit), _) => unit,
+        (None, Some(_)) => {
+            push("unit_native without unit: say which canonical unit to store".to_owned());
+            return;
+        }
+        (None, None) => return,
+    };
+    let native = p.effective_unit_native().unwrap_or(unit);
+    let known = |name: &str, field: &str, push: &mut dyn FnMut(String)| match vocabulary.units.get(name) {
+        Some(u) => Some(u.value.quantity.clone()),
+        None => {
+            push(format!("unknown {field} {name:?}"));
+            None
+        }
+    };
+    let q_native = known(native, "unit", push);
+    let q_unit = if native == unit {
+        q_native.clone()
+    } else {
+        known(unit, "unit", push)
+    };
+    if let (Some(qn), Some(qu)) = (q_native, q_unit) {
+        if qn != qu {
+            push(format!(
+                "conversion from {native:?} ({qn}) to {unit:?} ({qu}) crosses quantities; unit_native and \
+                 unit must measure the same quantity"
+            ));
+        } else if vocabulary.conversion(native, unit).is_none() {
+            push(format!("conversion from {native:?} to {unit:?} overflows"));
+        }
+    }
+}
+
+/// The sensor paradigm's event-policy-versus-rate guard, plus the freshness a rate implies.
+fn check_rate(
+    policy: Option<EventPolicy>,
+    rate_hz: f64,
+    deadband: f64,
+    is_number: bool,
+    freshness_s: Option<u32>,
+    push: &mut impl FnMut(String),
+) {
+    match policy {
+        Some(EventPolicy::Always) if rate_hz > ALWAYS_RATE_HZ_MAX => {
+            let instead = if is_number {
+                "pick \"on_change\" with a deadband, or \"never\" (record only)"
+            } else {
+                "pick \"on_change\" (raise on transitions only), or \"never\" (record only)"
+            };
+            push(format!(
+                "event_policy \"always\" raises an event per reading, and a declared peak of {rate_hz} Hz is \
+                 more than the {ALWAYS_RATE_HZ_MAX} Hz subscribers are sized for: {instead}"
+            ));
+        }
+        Some(EventPolicy::OnChange)
+            if is_number && deadband == 0.0 && rate_hz > UNBANDED_ON_CHANGE_RATE_HZ_MAX =>
+        {
+            push(format!(
+                "event_policy \"on_change\" with deadband 0 raises on every bit of noise at a declared peak of \
+                 {rate_hz} Hz (limit {UNBANDED_ON_CHANGE_RATE_HZ_MAX} Hz without a deadband): set a deadband, \
+                 or pick \"never\" (record only)"
+            ));
+        }
+        _ => {}
+    }
+    // Even at its declared peak the point reports only every 1/rate seconds; a freshness
+    // shorter than that makes the point stale between every two readings.
+    if let Some(freshness_s) = freshness_s
+        && freshness_s > 0
+        && f64::from(freshness_s) * rate_hz < 1.0
+    {
+        push(format!(
+            "freshness_s {freshness_s} is shorter than the {} s between readings at the declared peak rate; \
+             the point would always be stale",
+            1.0 / rate_hz
+        ));
+    }
+}
+
+fn kind_str(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Number => "number",
+        Kind::Bool => "bool",
+        Kind::Enum => "enum",
+        Kind::Text => "text",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::source::{self, parse};
+    use super::*;
+
+    const UNITS: &str = r#"
+[quantities]
+temperature = "degC"
+pressure = "kPa"
+[units]
+degC = { quantity = "temperature", factor = 1.0 }
+degF = { quantity = "temperature", factor = 0.5555555555555556, offset = -17.77777777777778 }
+kPa = { quantity = "pressure", factor = 1.0 }
+bar = { quantity = "pressure", factor = 100.0 }
+"#;
+
+    const CODEBOOKS: &str = r#"
+[codebooks.pump_state]
+"0" = "off"
+"1" = "on"
+"2" = "fault"
+"#;
+
+    const BASE: &[(&str, &str)] = &[
+        ("id", "\"boiler.temp\""),
+        ("kind", "\"number\""),
+        ("driver_instance", "\"modbus-1\""),
+        ("unit_native", "\"degF\""),
+        ("unit", "\"degC\""),
+        ("range", "{ min = 0.0, max = 120.0 }"),
+        ("deadband", "0.5"),
+        ("retention", "\"measurement\""),
+        ("agg_safe", "true"),
+        ("freshness_s", "60"),
+        ("archetype", "\"hardware\""),
+        ("peak_rate_hz", "0.1"),
+        ("event_policy", "\"on_change\""),
+        ("row_bytes", "96"),
+    ];
+
+    /// The base point with fields replaced (`Some`) or removed (`None`).
+    fn point(overrides: &[(&str, Option<&str>)]) -> String {
+        let mut fields: BTreeMap<&str, &str> = BASE.iter().copied().collect();
+        for (key, value) in overrides {
+            match value {
+                Some(v) => fields.insert(key, v),
+                None => fields.remove(key),
+            };
+        }
+        let mut text = String::from("[[point]]\n");
+        for (k, v) in fields {
+            text.push_str(&format!("{k} = {v}\n"));
+        }
+        text
+    }
+
+    fn host_file(host: &str, points: &[String]) -> String {
+        format!("host = \"{host}\"\n{}", points.concat())
+    }
+
+    fn run(hosts: &[(&str, String)]) -> Vec<RegistryIssue> {
+        let mut files = vec![
+            ("units.toml".to_owned(), UNITS.to_owned()),
+            ("codebooks.toml".to_owned(), CODEBOOKS.to_owned()),
+        ];
+        files.extend(hosts.iter().map(|(p, t)| (p.to_string(), t.clone())));
+        let (folder, mut issues) = parse(&files);
+        issues.extend(check(&folder));
+        issues
+    }
+
+    fn one_point(overrides: &[(&str, Option<&str>)]) -> Vec<RegistryIssue> {
+        run(&[("hosts/plant-a.toml", host_file("plant-a", &[point(overrides)]))])
+    }
+
+    /// Exactly one issue, on `boiler.temp` in `hosts/plant-a.toml`, containing `needle`.
+    #[track_caller]
+    fn assert_one(issues: &[RegistryIssue], needle: &str) {
+        assert_eq!(
+            issues.len(),
+            1,
+            "expected one issue containing {needle:?}, got {issues:#?}"
+        );
+        assert_eq!(issues[0].file, "hosts/plant-a.toml");
+        assert_eq!(issues[0].point.as_deref(), Some("boiler.temp"));
+        assert!(
+            issues[0].message.contains(needle),
+            "{:?} does not contain {needle:?}",
+            issues[0].message
+        );
+    }
+
+    #[test]
+    fn the_base_fixture_passes() {
+        assert_eq!(one_point(&[]), vec![]);
+    }
+
+    #[test]
+    fn unknown_unit() {
+        let issues = one_point(&[("unit_native", Some("\"degK\""))]);
+        assert_one(&issues, "unknown unit \"degK\"");
+        assert_eq!(
+            issues[0].to_string(),
+            r#"hosts/plant-a.toml: point "boiler.temp": unknown unit "degK""#
+        );
+    }
+
+    #[test]
+    fn conversion_between_quantities() {
+        assert_one(
+            &one_point(&[("unit", Some("\"kPa\"")), ("range", None)]),
+            "crosses quantities",
+        );
+    }
+
+    #[test]
+    fn unit_native_without_unit() {
+        assert_one(&one_point(&[("unit", None)]), "unit_native without unit");
+    }
+
+    #[test]
+    fn missing_driver_instance() {
+        assert_one(
+            &one_point(&[("driver_instance", None)]),
+            "missing assignment: no driver_instance",
+        );
+    }
+
+    #[test]
+    fn missing_host() {
+        let issues = run(&[("hosts/plant-a.toml", point(&[]))]);
+        assert_one(&issues, "missing assignment: the file has no `host");
+    }
+
+    #[test]
+    fn missing_field() {
+        assert_one(&one_point(&[("freshness_s", None)]), "missing freshness_s");
+    }
+
+    #[test]
+    fn range_min_above_max() {
+        assert_one(
+            &one_point(&[("range", Some("{ min = 10.0, max = 1.0 }"))]),
+            "bad range: min 10 is greater",
+        );
+    }
+
+    #[test]
+    fn range_not_finite() {
+        assert_one(
+            &one_point(&[("range", Some("{ min = nan, max = 1.0 }"))]),
+            "must be finite",
+        );
+        assert_one(
+            &one_point(&[("range", Some("{ min = 0.0, max = inf }"))]),
+            "must be finite",
+        );
+    }
+
+    #[test]
+    fn duplicate_id_within_a_file() {
+        let text = host_file("plant-a", &[point(&[]), point(&[])]);
+        let issues = run(&[("hosts/plant-a.toml", text)]);
+        assert_one(&issues, "duplicate id: entries #1 and #2 in this file");
+    }
+
+    #[test]
+    fn duplicate_id_across_files_names_both() {
+        let issues = run(&[
+            ("hosts/plant-a.toml", host_file("plant-a", &[point(&[])])),
+            (
+                "hosts/plant-b.toml",
+                host_file("plant-b", &[point(&[("driver_instance", Some("\"modbus-2\""))])]),
+            ),
+        ]);
+        assert_eq!(issues.len(), 1, "{issues:#?}");
+        assert_eq!(issues[0].file, "hosts/plant-b.toml");
+        assert!(
+            issues[0].message.contains("also defined in hosts/plant-a.toml"),
+            "{}",
+            issues[0]
+        );
+    }
+
+    #[test]
+    fn instance_shared_by_two_hosts() {
+        let issues = run(&[
+            ("hosts/plant-a.toml", host_file("plant-a", &[point(&[])])),
+            (
+                "hosts/plant-b.toml",
+                host_file("plant-b", &[point(&[("id", Some("\"other.temp\""))])]),
+            ),
+        ]);
+        assert_eq!(issues.len(), 1, "{issues:#?}");
+        assert!(
+            issues[0].message.contains("already assigned to host \"plant-a\""),
+            "{}",
+            issues[0]
+        );
+    }
+
+    #[test]
+    fn enum_without_codebook() {
+        let issues = one_point(&[
+            ("kind", Some("\"enum\"")),
+            ("unit", None),
+            ("unit_native", None),
+            ("range", None),
+            ("deadband", None),
+            ("agg_safe", Some("false")),
+        ]);
+        assert_one(&issues, "enum point without a codebook");
+    }
+
+    #[test]
+    fn codebook_on_a_number() {
+        assert_one(
+            &one_point(&[("codebook", Some("\"pump_state\""))]),
+            "only enum points have a codebook",
+        );
+    }
+
+    #[test]
+    fn unknown_codebook() {
+        let issues = one_point(&[
+            ("kind", Some("\"enum\"")),
+            ("codebook", Some("\"valve_state\"")),
+            ("unit", None),
+            ("unit_native", None),
+            ("range", None),
+            ("deadband", None),
+            ("agg_safe", Some("false")),
+        ]);
+        assert_one(&issues, "unknown codebook \"valve_state\"");
+    }
+
+    #[test]
+    fn negative_deadband() {
+        assert_one(
+            &one_point(&[("deadband", Some("-0.1"))]),
+            "negative or non-finite deadband",
+        );
+    }
+
+    #[test]
+    fn freshness_zero() {
+        assert_one(&one_point(&[("freshness_s", Some("0"))]), "freshness_s is 0");
+    }
+
+    #[test]
+    fn freshness_shorter_than_reporting_interval() {
+        assert_one(&one_point(&[("freshness_s", Some("5"))]), "would always be stale");
+    }
+
+    #[test]
+    fn always_at_a_high_rate_says_what_to_pick() {
+        let issues = one_point(&[
+            ("event_policy", Some("\"always\"")),
+            ("peak_rate_hz", Some("10.0")),
+        ]);
+        assert_one(&issues, "pick \"on_change\" with a deadband, or \"never\"");
+    }
+
+    #[test]
+    fn always_at_a_low_rate_is_fine() {
+        assert_eq!(
+            one_point(&[
+                ("event_policy", Some("\"always\"")),
+                ("peak_rate_hz", Some("1.0"))
+            ]),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn unbanded_on_change_at_a_high_rate() {
+        let issues = one_point(&[("deadband", Some("0.0")), ("peak_rate_hz", Some("5.0"))]);
+        assert_one(&issues, "set a deadband");
+    }
+
+    #[test]
+    fn peak_rate_must_be_positive_and_bounded() {
+        assert_one(&one_point(&[("peak_rate_hz", Some("0.0"))]), "positive, finite");
+        assert_one(&one_point(&[("peak_rate_hz", Some("nan"))]), "positive, finite");
+        assert_one(
+            &one_point(&[("peak_rate_hz", Some("1000.0"))]),
+            "more than the limit",
+        );
+    }
+
+    #[test]
+    fn row_bytes_bounds() {
+        assert_one(&one_point(&[("row_bytes", Some("0"))]), "row_bytes 0");
+    }
+
+    #[test]
+    fn host_must_be_a_subject_token() {
+        for host in ["plant.a", "plant a", "plant*", "plant>", ""] {
+            let issues = run(&[("hosts/x.toml", host_file(host, &[point(&[])]))]);
+            assert_eq!(issues.len(), 1, "{host:?}: {issues:#?}");
+            assert!(
+                issues[0].message.contains("not a NATS subject token"),
+                "{}",
+                issues[0]
+            );
+        }
+    }
+
+    #[test]
+    fn instance_must_be_a_subject_token() {
+        for instance in ["\"modbus.1\"", "\"modbus 1\"", "\"*\"", "\">\"", "\"a:b\""] {
+            assert_one(
+                &one_point(&[("driver_instance", Some(instance))]),
+                "not a NATS subject token",
+            );
+        }
+    }
+
+    #[test]
+    fn point_id_may_have_dots_but_no_wildcards() {
+        assert_eq!(one_point(&[("id", Some("\"a.b-c.d_e\""))]), vec![]);
+        for id in ["\"a..b\"", "\".a\"", "\"a.*\"", "\"a.>\"", "\"a b\"", "\"\""] {
+            let issues = one_point(&[("id", Some(id))]);
+            assert_eq!(issues.len(), 1, "{id}: {issues:#?}");
+            assert!(issues[0].message.contains("NATS-subject-safe"), "{}", issues[0]);
+        }
+    }
+
+    #[test]
+    fn long_ids_are_refused() {
+        let id = format!("\"{}\"", "a".repeat(POINT_ID_BYTES_MAX + 1));
+        let issues = one_point(&[("id", Some(&id))]);
+        assert_eq!(issues.len(), 1);
+    }
+
+    #[test]
+    fn unit_on_a_bool() {
+        let issues = one_point(&[
+            ("kind", Some("\"bool\"")),
+            ("range", None),
+            ("deadband", None),
+            ("agg_safe", Some("false")),
+        ]);
+        assert_one(&issues, "only number points have units");
+    }
+
+    #[test]
+    fn agg_safe_on_text() {
+        let issues = one_point(&[
+            ("kind", Some("\"text\"")),
+            ("unit", None),
+            ("unit_native", None),
+            ("range", None),
+            ("deadband", None),
+        ]);
+        assert_one(&issues, "agg_safe on a text point");
+    }
+
+    #[test]
+    fn codebook_entry_limit() {
+        let mut text = String::from("[codebooks.big]\n");
+        for i in 0..=CODEBOOK_ENTRIES_MAX {
+            text.push_str(&format!("\"{i}\" = \"m{i}\"\n"));
+        }
+        let issues = run(&[("big.toml", text)]);
+        assert_eq!(issues.len(), 1, "{issues:#?}");
+        assert!(issues[0].message.contains("more than the limit"));
+    }
+
+    #[test]
+    fn vocabulary_rules() {
+        let issues = run(&[(
+            "more-units.toml",
+            "[quantities]\nflow = \"l/s\"\n[units]\n\"l/s\" = { quantity = \"flow\", factor = 2.0 }\n\
+             psi = { quantity = \"pres\", factor = 0.0 }\n"
+                .to_owned(),
+        )]);
+        let messages: Vec<_> = issues.iter().map(|i| i.message.as_str()).collect();
+        assert_eq!(issues.len(), 3, "{messages:#?}");
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("must have factor 1 and offset 0"))
+        );
+        assert!(messages.iter().any(|m| m.contains("unknown quantity \"pres\"")));
+        assert!(
+            messages
+                .iter()
+                .any(|m| m.contains("factor must be finite and non-zero"))
+        );
+    }
+
+    #[test]
+    fn load_refuses_a_folder_with_issues_and_resolves_a_clean_one() {
+        let mut files = vec![
+            ("units.toml".to_owned(), UNITS.to_owned()),
+            ("codebooks.toml".to_owned(), CODEBOOKS.to_owned()),
+            (
+                "hosts/plant-a.toml".to_owned(),
+                host_file("plant-a", &[point(&[])]),
+            ),
+        ];
+        let descriptors = source::load(&files).expect("clean fixture");
+        assert_eq!(descriptors.len(), 1);
+        let d = &descriptors[0];
+        assert_eq!(d.unit_native.as_deref(), Some("degF"));
+        assert!((d.conversion.apply(71.6) - 22.0).abs() < 1e-9);
+        files.push((
+            "hosts/bad.toml".to_owned(),
+            host_file("bad", &[point(&[("id", Some("\"x\""))])]),
+        ));
+        let report = source::load(&files).expect_err("instance reused across hosts");
+        assert_eq!(report.issues.len(), 1);
+    }
+}
