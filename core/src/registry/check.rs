@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use super::descriptor::{EventPolicy, Kind};
-use super::source::{LocatedPoint, RegistryIssue, SourceFile, SourceFolder, Vocabulary};
+use super::source::{FOLDER, LocatedPoint, RegistryIssue, SourceFile, SourceFolder, Vocabulary};
 
 /// Points in one registry. The spec targets ~4,000 (core runtime spec, "Scale targets"); this
 /// leaves room for sixteen times that.
@@ -86,7 +86,7 @@ fn check_vocabulary(folder: &SourceFolder, vocabulary: &Vocabulary, issues: &mut
     let total = |n: usize, limit: usize, what: &str, issues: &mut Vec<RegistryIssue>| {
         if n > limit {
             issues.push(RegistryIssue::file(
-                "",
+                FOLDER,
                 format!("{n} {what} defined, more than the limit of {limit}"),
             ));
         }
@@ -190,7 +190,7 @@ fn check_folder_points(folder: &SourceFolder, issues: &mut Vec<RegistryIssue>) {
     let count: usize = folder.files.iter().map(|f| f.points.len()).sum();
     if count > POINTS_MAX {
         issues.push(RegistryIssue::file(
-            "",
+            FOLDER,
             format!("{count} points defined, more than the limit of {POINTS_MAX}"),
         ));
     }

@@ -29,6 +29,8 @@ pub const FILE_BYTES_MAX: usize = 4 << 20;
 /// Issues kept in one report; a broken folder can produce one per line and nobody reads past
 /// the first screenful.
 pub const ISSUES_MAX: usize = 1000;
+/// The `file` of an issue about the folder as a whole (a limit across files).
+pub const FOLDER: &str = "(registry folder)";
 
 /// One problem found in a registry folder, located by file and (where there is one) point.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -208,7 +210,7 @@ pub fn parse(files: &[(String, String)]) -> (SourceFolder, Vec<RegistryIssue>) {
     order.sort_by(|a, b| a.0.cmp(&b.0));
     if order.len() > FILES_MAX {
         issues.push(RegistryIssue::file(
-            "",
+            FOLDER,
             format!(
                 "the folder holds {} files, more than the limit of {FILES_MAX}",
                 order.len()
@@ -573,6 +575,16 @@ K = { quantity = "temperature", factor = 1.0, offset = -273.15 }
         assert_eq!(report.omitted, 5);
         assert_eq!(report.issues[0].message, "00000");
         assert!(report.to_string().contains("and 5 more"));
+    }
+
+    proptest::proptest! {
+        /// The fuzz target's property in miniature: TOML-shaped noise never panics.
+        #[test]
+        fn never_panics_on_toml_shaped_noise(
+            text in "(host = \"[a-z.* ]{0,4}\"\n|\\[\\[point\\]\\]\n|[a-z_]{1,12} = (\"[a-zA-Z0-9./ ]{0,6}\"|-?[0-9.e]{1,5}|nan|inf|true|\\{ min = [0-9.-]{1,4}, max = [0-9.]{1,4} \\})\n|\\[(units|quantities|codebooks\\.[a-z]{1,3})\\]\n){0,40}"
+        ) {
+            let _ = load(&[("hosts/x.toml".to_owned(), text.clone()), ("units.toml".to_owned(), text)]);
+        }
     }
 
     #[test]
