@@ -9,4 +9,6 @@ pub mod clock;
 pub mod driver;
 pub mod ports;
 pub mod registry_dir;
+pub mod runtime;
+pub mod startup;
 pub mod store;

@@ -19,8 +19,11 @@ pub enum RetentionClass {
 }
 
 impl RetentionClass {
-    pub const ALL: [RetentionClass; 3] =
-        [RetentionClass::Measurement, RetentionClass::State, RetentionClass::Diagnostic];
+    pub const ALL: [RetentionClass; 3] = [
+        RetentionClass::Measurement,
+        RetentionClass::State,
+        RetentionClass::Diagnostic,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -53,7 +56,10 @@ pub struct Conversion {
 }
 
 impl Conversion {
-    pub const IDENTITY: Conversion = Conversion { factor: 1.0, offset: 0.0 };
+    pub const IDENTITY: Conversion = Conversion {
+        factor: 1.0,
+        offset: 0.0,
+    };
 
     pub fn apply(self, native: f64) -> f64 {
         native * self.factor + self.offset

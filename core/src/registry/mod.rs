@@ -90,7 +90,10 @@ impl Registry {
         mut descriptors: Vec<Descriptor>,
     ) -> Result<Registry, CompileError> {
         if descriptors.len() > Self::POINTS_MAX {
-            return Err(CompileError::TooManyPoints { count: descriptors.len(), limit: Self::POINTS_MAX });
+            return Err(CompileError::TooManyPoints {
+                count: descriptors.len(),
+                limit: Self::POINTS_MAX,
+            });
         }
         descriptors.sort_by(|a, b| a.id.cmp(&b.id));
         let mut by_id = FxHashMap::default();
@@ -100,7 +103,10 @@ impl Registry {
         let mut points = Vec::with_capacity(descriptors.len());
         for descriptor in descriptors {
             let idx = PointIdx(points.len() as u32);
-            if by_id.insert(descriptor.id.clone().into_boxed_str(), idx).is_some() {
+            if by_id
+                .insert(descriptor.id.clone().into_boxed_str(), idx)
+                .is_some()
+            {
                 return Err(CompileError::DuplicatePoint(descriptor.id));
             }
             let instance_name = descriptor.assignment.driver_instance.as_str();
@@ -132,7 +138,15 @@ impl Registry {
                 descriptor,
             });
         }
-        Ok(Registry { version, git_sha, content_hash, points, by_id, instances, instance_names })
+        Ok(Registry {
+            version,
+            git_sha,
+            content_hash,
+            points,
+            by_id,
+            instances,
+            instance_names,
+        })
     }
 
     pub fn resolve(&self, point_id: &str) -> Option<PointIdx> {
@@ -144,7 +158,10 @@ impl Registry {
     }
 
     pub fn points(&self) -> impl ExactSizeIterator<Item = (PointIdx, &CompiledPoint)> {
-        self.points.iter().enumerate().map(|(i, p)| (PointIdx(i as u32), p))
+        self.points
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (PointIdx(i as u32), p))
     }
 
     pub fn len(&self) -> usize {

@@ -1,0 +1,247 @@
+//! The runtime loop: feeds the core its inputs and executes its effects in emitted order
+//! (DESIGN.md §1, "Ports and runtime"). The same code runs in production (NATS + PostgreSQL),
+//! in the demo (the in-memory models) and, later, in the simulator.
+//!
+//! Owns: overlapping fetches with commits (a fetcher task asked for at most the core's accept
+//! budget), running up to `inflight_batches_max` commits concurrently, writing checkpoints one
+//! at a time in order, the periodic lock ownership check, and turning the core's `Exit` into a
+//! return value. It decides nothing about ordering: acks and publishes happen exactly where the
+//! core emitted them.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sentinel_core::{Core, Effect, ExitReason, Input, Metrics};
+use tokio::sync::mpsc;
+use tracing::{debug, error, info, warn};
+
+use crate::clock::Clock;
+use crate::ports::{Bus, BusError, CommitError, Consumer, Lease, Store, StoreError};
+
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Largest single fetch; the core's accept budget may make it smaller.
+    pub fetch_max: usize,
+    /// How long one fetch waits for the first message.
+    pub fetch_wait_ms: u64,
+    /// How often the lock's ownership is checked (core runtime spec, "Losing the lock").
+    pub lock_check_interval_ms: u64,
+    /// How often a progress line is logged.
+    pub progress_interval_ms: u64,
+    /// Consecutive failed fetches tolerated before the runtime gives up.
+    pub fetch_failures_max: u32,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            fetch_max: 500,
+            fetch_wait_ms: 100,
+            lock_check_interval_ms: 1_000,
+            progress_interval_ms: 10_000,
+            fetch_failures_max: 30,
+        }
+    }
+}
+
+/// Why the runtime stopped, and what the core counted.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub exit: ExitReason,
+    pub metrics: Metrics,
+}
+
+impl RunOutcome {
+    pub const LOCK_LOST: ExitReason = ExitReason { code: 5, why: "the single-writer lock was lost" };
+    pub const BUS_FAILED: ExitReason = ExitReason { code: 6, why: "the bus failed repeatedly" };
+}
+
+type CommitResult = Result<sentinel_core::CommitReport, CommitError>;
+
+/// Runs the core until it exits. `shutdown` resolving asks for an orderly stop.
+pub async fn run<B, S, L>(
+    mut core: Core,
+    bus: B,
+    consumer: B::Consumer,
+    store: S,
+    mut lease: L,
+    clock: Arc<dyn Clock>,
+    config: RuntimeConfig,
+    shutdown: impl Future<Output = ()>,
+) -> RunOutcome
+where
+    B: Bus,
+    S: Store,
+    L: Lease,
+{
+    let (fetch_request_tx, fetch_request_rx) = mpsc::channel::<usize>(1);
+    let (fetched_tx, mut fetched_rx) = mpsc::channel::<Result<Vec<sentinel_core::Delivery>, BusError>>(1);
+    let fetcher = tokio::spawn(fetch_loop(consumer, fetch_request_rx, fetched_tx, config.fetch_wait_ms));
+
+    let (commit_tx, mut commit_rx) = mpsc::unbounded_channel::<CommitResult>();
+    let (checkpoint_tx, checkpoint_rx) = mpsc::unbounded_channel();
+    let (checkpoint_done_tx, mut checkpoint_done_rx) = mpsc::unbounded_channel::<Result<(), StoreError>>();
+    let checkpointer = tokio::spawn(checkpoint_loop(store.clone(), checkpoint_rx, checkpoint_done_tx));
+
+    let mut lock_check = tokio::time::interval(Duration::from_millis(config.lock_check_interval_ms));
+    lock_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut progress = tokio::time::interval(Duration::from_millis(config.progress_interval_ms));
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut fetch_outstanding = false;
+    let mut fetch_failures = 0u32;
+    let mut shutdown_sent = false;
+    tokio::pin!(shutdown);
+
+    let exit = 'run: loop {
+        if !fetch_outstanding {
+            let budget = core.accept_budget().min(config.fetch_max);
+            if budget > 0 && fetch_request_tx.try_send(budget).is_ok() {
+                fetch_outstanding = true;
+            }
+        }
+        let deadline = core.next_deadline();
+        let has_deadline = deadline.is_some();
+        let sleep = deadline.map(|deadline| {
+            let wait_us = deadline.saturating_sub(clock.now()).max(0) as u64;
+            tokio::time::sleep(Duration::from_micros(wait_us))
+        });
+
+        let input = tokio::select! {
+            biased;
+            Some(result) = commit_rx.recv() => match result {
+                Ok(report) => Input::Committed(report),
+                Err(CommitError { batch, source }) => {
+                    let fenced = matches!(source, StoreError::Fenced { .. });
+                    error!(batch = batch.0, error = %source, "commit failed");
+                    Input::CommitFailed { batch, fenced }
+                }
+            },
+            Some(result) = checkpoint_done_rx.recv() => match result {
+                Ok(()) => continue,
+                Err(e) => {
+                    error!(error = %e, "checkpoint failed");
+                    Input::CheckpointFailed { fenced: matches!(e, StoreError::Fenced { .. }) }
+                }
+            },
+            _ = lock_check.tick() => {
+                match lease.alive().await {
+                    Ok(true) => continue,
+                    Ok(false) => error!("the single-writer lock is gone; stopping at once"),
+                    Err(e) => error!(error = %e, "lock ownership check failed; stopping at once"),
+                }
+                // Fail fast: no draining, no finishing the batch in flight (core runtime spec).
+                break 'run RunOutcome::LOCK_LOST;
+            },
+            () = &mut shutdown, if !shutdown_sent => {
+                shutdown_sent = true;
+                info!("shutdown requested; draining in-flight batches");
+                Input::Shutdown
+            },
+            () = async { if let Some(s) = sleep { s.await } }, if has_deadline => Input::Tick,
+            Some(fetched) = fetched_rx.recv() => {
+                fetch_outstanding = false;
+                match fetched {
+                    Ok(deliveries) if deliveries.is_empty() => continue,
+                    Ok(deliveries) => {
+                        fetch_failures = 0;
+                        Input::Delivered(deliveries)
+                    }
+                    Err(e) => {
+                        fetch_failures += 1;
+                        warn!(error = %e, failures = fetch_failures, "fetch failed");
+                        if fetch_failures >= config.fetch_failures_max {
+                            break 'run RunOutcome::BUS_FAILED;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+            },
+            _ = progress.tick() => {
+                let m = core.metrics();
+                info!(
+                    delivered = m.delivered,
+                    rows = m.rows_inserted.iter().sum::<u64>(),
+                    quarantined = m.quarantined_total(),
+                    wrong_instance = m.wrong_instance(),
+                    transitions = m.transitions_published,
+                    in_flight = core.in_flight_batches(),
+                    "progress"
+                );
+                continue;
+            },
+        };
+        core.handle(clock.now(), input);
+
+        while let Some(effect) = core.poll_effect() {
+            match effect {
+                Effect::Commit(batch) => {
+                    debug!(batch = batch.id.0, rows = batch.rows.len(), quarantine = batch.quarantine.len(), "commit");
+                    let store = store.clone();
+                    let done = commit_tx.clone();
+                    tokio::spawn(async move {
+                        let _ = done.send(store.commit(batch).await);
+                    });
+                }
+                Effect::Ack(tags) => {
+                    if let Err(e) = bus.ack(tags).await {
+                        // The rows are durable; an ack lost here only means a redelivery that
+                        // the unique index swallows.
+                        warn!(error = %e, "ack failed");
+                    }
+                }
+                Effect::Publish { subject, payload } => {
+                    if let Err(e) = bus.publish(subject, payload).await {
+                        warn!(error = %e, "transition publish failed");
+                    }
+                }
+                Effect::Checkpoint { epoch, states } => {
+                    let _ = checkpoint_tx.send((epoch, states));
+                }
+                Effect::Exit(reason) => break 'run reason,
+            }
+        }
+    };
+
+    fetcher.abort();
+    // An orderly exit waits for its final checkpoint; a failure exit does not.
+    drop(checkpoint_tx);
+    if exit.code == 0 {
+        let _ = checkpointer.await;
+    } else {
+        checkpointer.abort();
+    }
+    RunOutcome { exit, metrics: core.metrics().clone() }
+}
+
+async fn fetch_loop<C: Consumer>(
+    mut consumer: C,
+    mut requests: mpsc::Receiver<usize>,
+    fetched: mpsc::Sender<Result<Vec<sentinel_core::Delivery>, BusError>>,
+    wait_ms: u64,
+) {
+    while let Some(max) = requests.recv().await {
+        let result = consumer.fetch(max, wait_ms).await;
+        if fetched.send(result).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn checkpoint_loop<S: Store>(
+    store: S,
+    mut queue: mpsc::UnboundedReceiver<(u32, Vec<sentinel_core::PointState>)>,
+    done: mpsc::UnboundedSender<Result<(), StoreError>>,
+) {
+    // One at a time, in order, so an older checkpoint never overwrites a newer one.
+    while let Some((epoch, states)) = queue.recv().await {
+        let points = states.len();
+        let result = store.checkpoint(epoch, states).await;
+        debug!(points, ok = result.is_ok(), "checkpoint");
+        if done.send(result).is_err() {
+            return;
+        }
+    }
+}
+
