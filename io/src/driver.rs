@@ -1,1 +1,290 @@
-//! Driver-side library: publishing observations with Nats-Msg-Id (placeholder, being written).
+//! Driver-side publishing library (driver contract v1, DESIGN.md §2).
+//!
+//! Owns: how a driver (or a test, benchmark or the demo fleet) puts observations on the bus —
+//! the message id (`Nats-Msg-Id: <driver_instance>:<source_epoch>:<source_seq>`) that lets
+//! the stream's duplicate window drop publisher retries, confirming each publish by awaiting
+//! its ack (a publish is only accepted when the stream says so; a full discard-new stream
+//! shows up there, as [`BusError::StreamFull`]), retrying a timed-out publish with the same id
+//! inside the duplicate window, and pipelined publishing for loading large backlogs fast.
+//!
+//! [`ObservationSink`] is the one interface the demo fleet and tests publish through; it is
+//! implemented by [`ObservationPublisher`] (real JetStream) and by
+//! [`crate::bus::MemoryBus`] (the in-memory model).
+//!
+//! Not here (owned by the Driver Contract part, not yet specified in `spec/`): the driver's
+//! local disk queue used when the stream is full, and its epoch tracking for commands.
+
+use std::collections::VecDeque;
+use std::future::{Future, IntoFuture};
+use std::time::Duration;
+
+use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
+use bytes::Bytes;
+
+use crate::bus::{MemoryBus, PublishAck};
+use crate::ports::BusError;
+
+/// The message id of an observation: `"<driver_instance>:<source_epoch>:<source_seq>"`.
+pub fn msg_id(driver_instance: &str, source_epoch: u32, source_seq: u64) -> String {
+    format!("{driver_instance}:{source_epoch}:{source_seq}")
+}
+
+/// Anything observations can be published into: real JetStream or the in-memory model.
+pub trait ObservationSink: Send + Sync {
+    /// Publishes one observation with its message id; resolves once the stream accepted it
+    /// (or dropped it as a duplicate).
+    fn publish_observation(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> impl Future<Output = Result<PublishAck, BusError>> + Send;
+}
+
+impl ObservationSink for MemoryBus {
+    async fn publish_observation(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> Result<PublishAck, BusError> {
+        MemoryBus::publish_observation(self, subject, msg_id, payload)
+    }
+}
+
+/// Retry and timeout policy for [`ObservationPublisher`].
+#[derive(Clone, Debug)]
+pub struct PublisherConfig {
+    /// How long to wait for one publish's ack before retrying it.
+    pub ack_timeout_ms: u64,
+    /// Attempts per observation, including the first.
+    pub attempts_max: u32,
+    /// Pause between attempts.
+    pub retry_backoff_ms: u64,
+    /// The stream's duplicate window. Retries must all happen inside it, or a retry of a
+    /// publish that did land would be stored twice; [`ObservationPublisher::new`] refuses a
+    /// policy that could outlast it.
+    pub duplicate_window_ms: u64,
+}
+
+impl Default for PublisherConfig {
+    fn default() -> Self {
+        PublisherConfig {
+            ack_timeout_ms: 5_000,
+            attempts_max: 5,
+            retry_backoff_ms: 250,
+            duplicate_window_ms: 120_000,
+        }
+    }
+}
+
+impl PublisherConfig {
+    /// The longest a publish can take from the first attempt to the last ack wait.
+    pub fn retry_span_ms(&self) -> u64 {
+        let attempts = u64::from(self.attempts_max.max(1));
+        attempts
+            .saturating_mul(self.ack_timeout_ms)
+            .saturating_add((attempts - 1).saturating_mul(self.retry_backoff_ms))
+    }
+}
+
+/// The most publishes [`ObservationPublisher::publish_pipelined`] keeps in flight. Each
+/// un-awaited ack future holds one of the JetStream context's ack permits (5,000 by default,
+/// `ContextBuilder::max_ack_inflight`); a window at or above that would wait for a permit that
+/// only awaiting an earlier future releases, i.e. forever.
+pub const PIPELINE_WINDOW_MAX: usize = 4_096;
+
+/// What a pipelined load did.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PipelineReport {
+    /// Accepted and stored.
+    pub stored: u64,
+    /// Accepted and dropped by the duplicate window.
+    pub duplicates: u64,
+}
+
+/// Publishes observations into the JetStream observation stream.
+#[derive(Clone)]
+pub struct ObservationPublisher {
+    jetstream: jetstream::Context,
+    config: PublisherConfig,
+}
+
+impl ObservationPublisher {
+    pub fn new(
+        jetstream: jetstream::Context,
+        config: PublisherConfig,
+    ) -> Result<ObservationPublisher, BusError> {
+        if config.retry_span_ms() >= config.duplicate_window_ms {
+            return Err(BusError::Other(format!(
+                "publisher retries span {} ms, not inside the {} ms duplicate window",
+                config.retry_span_ms(),
+                config.duplicate_window_ms
+            )));
+        }
+        Ok(ObservationPublisher { jetstream, config })
+    }
+
+    /// Connects its own client to `url`.
+    pub async fn connect(url: &str, config: PublisherConfig) -> Result<ObservationPublisher, BusError> {
+        let client = async_nats::connect(url)
+            .await
+            .map_err(|error| BusError::Connection(error.to_string()))?;
+        ObservationPublisher::new(jetstream::new(client), config)
+    }
+
+    /// Sends one publish and returns its ack future (not yet awaited).
+    async fn send(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> Result<jetstream::context::PublishAckFuture, BusError> {
+        self.jetstream
+            .send_publish(
+                subject.to_owned(),
+                PublishMessage::build().payload(payload).message_id(msg_id),
+            )
+            .await
+            .map_err(map_publish_error)
+    }
+
+    /// Awaits one ack with this publisher's timeout. `Ok(None)` means it timed out.
+    async fn await_ack(
+        &self,
+        ack: jetstream::context::PublishAckFuture,
+    ) -> Result<Option<PublishAck>, BusError> {
+        match tokio::time::timeout(
+            Duration::from_millis(self.config.ack_timeout_ms),
+            ack.into_future(),
+        )
+        .await
+        {
+            Err(_elapsed) => Ok(None),
+            Ok(Err(error)) if error.kind() == PublishErrorKind::TimedOut => Ok(None),
+            Ok(Err(error)) => Err(map_publish_error(error)),
+            Ok(Ok(ack)) => Ok(Some(PublishAck {
+                seq: ack.sequence,
+                duplicate: ack.duplicate,
+            })),
+        }
+    }
+
+    /// Publishes one observation and waits for the stream to accept it. A timed-out attempt
+    /// is retried with the same message id, so if the first did land the retry is dropped
+    /// as a duplicate. A full stream is [`BusError::StreamFull`] at once (not retried here:
+    /// the driver's local queue is the place to wait).
+    pub async fn publish(&self, subject: &str, msg_id: &str, payload: Bytes) -> Result<PublishAck, BusError> {
+        let attempts_max = self.config.attempts_max.max(1);
+        for attempt in 1..=attempts_max {
+            let ack = self.send(subject, msg_id, payload.clone()).await?;
+            if let Some(ack) = self.await_ack(ack).await? {
+                return Ok(ack);
+            }
+            tracing::debug!(
+                subject,
+                attempt,
+                "publish ack timed out; retrying with the same msg id"
+            );
+            if attempt < attempts_max {
+                tokio::time::sleep(Duration::from_millis(self.config.retry_backoff_ms)).await;
+            }
+        }
+        Err(BusError::Other(format!(
+            "publish on {subject} not acknowledged after {attempts_max} attempts"
+        )))
+    }
+
+    /// Publishes many observations keeping up to `window` publishes in flight, then awaits
+    /// every ack. Stops at the first error (a full stream is [`BusError::StreamFull`]);
+    /// everything acked before it stays stored. A timed-out ack is retried through
+    /// [`Self::publish`] with the same id.
+    pub async fn publish_pipelined<I>(&self, items: I, window: usize) -> Result<PipelineReport, BusError>
+    where
+        I: IntoIterator<Item = (String, String, Bytes)>,
+    {
+        let window = window.clamp(1, PIPELINE_WINDOW_MAX);
+        let mut report = PipelineReport::default();
+        let mut in_flight: VecDeque<(jetstream::context::PublishAckFuture, String, String, Bytes)> =
+            VecDeque::with_capacity(window);
+        for (subject, msg_id, payload) in items {
+            if in_flight.len() >= window
+                && let Some(entry) = in_flight.pop_front()
+            {
+                self.settle(entry, &mut report).await?;
+            }
+            let ack = self.send(&subject, &msg_id, payload.clone()).await?;
+            in_flight.push_back((ack, subject, msg_id, payload));
+        }
+        while let Some(entry) = in_flight.pop_front() {
+            self.settle(entry, &mut report).await?;
+        }
+        Ok(report)
+    }
+
+    async fn settle(
+        &self,
+        (ack, subject, msg_id, payload): (jetstream::context::PublishAckFuture, String, String, Bytes),
+        report: &mut PipelineReport,
+    ) -> Result<(), BusError> {
+        let ack = match self.await_ack(ack).await? {
+            Some(ack) => ack,
+            None => self.publish(&subject, &msg_id, payload).await?,
+        };
+        if ack.duplicate {
+            report.duplicates += 1;
+        } else {
+            report.stored += 1;
+        }
+        Ok(())
+    }
+}
+
+impl ObservationSink for ObservationPublisher {
+    async fn publish_observation(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> Result<PublishAck, BusError> {
+        self.publish(subject, msg_id, payload).await
+    }
+}
+
+/// A full discard-new stream answers a publish with JetStream error 10077 ("maximum messages
+/// exceeded" / "maximum bytes exceeded"); older servers name the limit only in the text.
+fn map_publish_error(error: jetstream::context::PublishError) -> BusError {
+    use std::error::Error as _;
+    if let Some(js) = error
+        .source()
+        .and_then(|source| source.downcast_ref::<jetstream::Error>())
+    {
+        let text = js.to_string();
+        if js.error_code() == jetstream::ErrorCode::STREAM_STORE_FAILED
+            || text.contains("maximum messages")
+            || text.contains("maximum bytes")
+        {
+            return BusError::StreamFull;
+        }
+    }
+    match error.kind() {
+        PublishErrorKind::BrokenPipe => BusError::Connection(error.to_string()),
+        _ => BusError::Other(format!("publish: {error}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn msg_id_is_instance_epoch_seq() {
+        assert_eq!(msg_id("plc-7", 3, 42), "plc-7:3:42");
+    }
+
+    #[test]
+    fn default_retries_fit_the_duplicate_window() {
+        let config = PublisherConfig::default();
+        assert!(config.retry_span_ms() < config.duplicate_window_ms);
+    }
+}
