@@ -1,1 +1,176 @@
-//! Starting a private nats-server per test (placeholder, being written).
+//! Starting a private nats-server per test (DESIGN.md §7): its own free ports, its own
+//! temporary JetStream store, killed and removed on drop, so no test sees another's streams.
+//!
+//! The binary is `$SENTINEL_NATS_SERVER`, else `nats-server` on PATH. It must be ≥ 2.10:
+//! 2.9.10 (Debian's) drops the oldest messages on a full discard-new stream with max_bytes
+//! (nats-server issue 4771) and silently ignores 2.10 consumer fields. `scripts/test` installs
+//! a current one and sets the variable.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+/// The oldest server version the bus semantics are checked against.
+pub const NATS_SERVER_VERSION_MIN: (u32, u32) = (2, 10);
+
+/// A running private nats-server with JetStream.
+pub struct NatsServer {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+    monitor_port: u16,
+}
+
+fn binary() -> String {
+    std::env::var("SENTINEL_NATS_SERVER").unwrap_or_else(|_| "nats-server".to_owned())
+}
+
+fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port on 127.0.0.1");
+    listener
+        .local_addr()
+        .expect("local address of a bound listener")
+        .port()
+}
+
+/// Parses `nats-server: v2.10.22` into (2, 10).
+fn parse_version(text: &str) -> Option<(u32, u32)> {
+    let version = text.split_whitespace().find_map(|word| word.strip_prefix('v'))?;
+    let mut parts = version.split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts
+        .next()?
+        .trim_end_matches(|c: char| !c.is_ascii_digit())
+        .parse()
+        .ok()?;
+    Some((major, minor))
+}
+
+fn check_version(binary: &str) {
+    let output = Command::new(binary).arg("--version").output().unwrap_or_else(|error| {
+        panic!(
+            "cannot run nats-server ({binary}): {error}. Run the suite with scripts/test, which installs a \
+             current nats-server and sets SENTINEL_NATS_SERVER"
+        )
+    });
+    let text =
+        String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr);
+    let version = parse_version(&text)
+        .unwrap_or_else(|| panic!("cannot read the version of {binary} from {:?}", text.trim()));
+    assert!(
+        version >= NATS_SERVER_VERSION_MIN,
+        "{binary} is {}, older than {}.{} (2.9 drops accepted messages on a full discard-new stream, \
+         nats-server issue 4771). Run the suite with scripts/test, which installs a current nats-server \
+         and sets SENTINEL_NATS_SERVER",
+        text.trim(),
+        NATS_SERVER_VERSION_MIN.0,
+        NATS_SERVER_VERSION_MIN.1
+    );
+}
+
+impl NatsServer {
+    /// Starts a server and waits until JetStream answers. Panics with a clear message if the
+    /// binary is missing or too old, or the server does not come up.
+    pub async fn start() -> NatsServer {
+        static STARTED: AtomicU64 = AtomicU64::new(0);
+        let binary = binary();
+        check_version(&binary);
+        let port = free_port();
+        let monitor_port = free_port();
+        let dir = std::env::temp_dir().join(format!(
+            "sentinel-nats-{}-{}-{port}",
+            std::process::id(),
+            STARTED.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create the server's temporary store directory");
+        let log = dir.join("server.log");
+        let child = Command::new(&binary)
+            .arg("-js")
+            .arg("-sd")
+            .arg(&dir)
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-m",
+                &monitor_port.to_string(),
+            ])
+            .arg("-l")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|error| panic!("spawn {binary}: {error}"));
+        let server = NatsServer {
+            child,
+            dir,
+            port,
+            monitor_port,
+        };
+        server.wait_ready().await;
+        server
+    }
+
+    async fn wait_ready(&self) {
+        let mut last_error = String::new();
+        for _ in 0..200 {
+            match async_nats::connect(self.url()).await {
+                Ok(client) => {
+                    let jetstream = async_nats::jetstream::new(client);
+                    match jetstream.query_account().await {
+                        Ok(_) => return,
+                        Err(error) => last_error = error.to_string(),
+                    }
+                }
+                Err(error) => last_error = error.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        panic!(
+            "nats-server on port {} did not become ready: {last_error}\nserver log:\n{log}",
+            self.port
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    pub fn monitor_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.monitor_port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn store_dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_version;
+
+    #[test]
+    fn parses_server_versions() {
+        assert_eq!(parse_version("nats-server: v2.9.10\n"), Some((2, 9)));
+        assert_eq!(parse_version("nats-server: v2.15.1"), Some((2, 15)));
+        assert_eq!(parse_version("nats-server: v2.11.0-RC.1"), Some((2, 11)));
+        assert_eq!(parse_version("garbage"), None);
+    }
+}
