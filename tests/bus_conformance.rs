@@ -499,3 +499,48 @@ conformance!(
     rebind_after_crash_redelivers_unacked,
     publish_bypasses_stream,
 );
+
+/// Real JetStream only: a pipelined load of 20k observations (with a republished tail the
+/// duplicate window drops) drains through fetch(500) + ack with nothing left over. Checks
+/// correctness of the bulk paths tests and benchmarks use; no timing is asserted.
+#[tokio::test]
+async fn nats_pipelined_load_drains() {
+    const COUNT: u64 = 20_000;
+    let backend = NatsBackend::new(100_000).await;
+    let item = |i: u64| {
+        (
+            subject(i),
+            msg_id("drv-load", 1, i),
+            Bytes::from(format!("{{\"v\":{i}}}")),
+        )
+    };
+    let report = backend
+        .publisher
+        .publish_pipelined((1..=COUNT).map(item), 1_000)
+        .await
+        .expect("pipelined load");
+    assert_eq!(report.stored, COUNT);
+    let again = backend
+        .publisher
+        .publish_pipelined((COUNT - 99..=COUNT).map(item), 50)
+        .await
+        .expect("republish");
+    assert_eq!(again.duplicates, 100);
+    assert_eq!(again.stored, 0);
+
+    let mut consumer = backend.bus.bind().await.expect("bind");
+    let mut received = 0u64;
+    let mut last_seq = 0;
+    while received < COUNT {
+        let batch = consumer.fetch(500, 1_000).await.expect("fetch");
+        assert!(!batch.is_empty(), "stalled after {received} deliveries");
+        assert!(batch.iter().all(|d| d.delivered_count == 1));
+        assert!(batch[0].stream_seq > last_seq);
+        last_seq = batch[batch.len() - 1].stream_seq;
+        received += batch.len() as u64;
+        backend.bus.ack(tags(&batch)).await.expect("ack");
+    }
+    assert_eq!(received, COUNT);
+    assert_eq!(backend.bus.tags_outstanding(), 0);
+    expect_lag(&backend.bus, 0, 0).await;
+}

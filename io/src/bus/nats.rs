@@ -460,10 +460,7 @@ impl NatsConsumer {
             .messages()
             .await
             .map_err(|error| BusError::Other(format!("fetch: {error}")))?;
-        while let Some(message) = batch.next().await {
-            out.push(message.map_err(|error| BusError::Other(format!("fetch: {error}")))?);
-        }
-        Ok(())
+        drain_pull(&mut batch, out).await
     }
 
     /// One pull for a single message, waiting up to `wait_ms` for it.
@@ -480,10 +477,7 @@ impl NatsConsumer {
             .messages()
             .await
             .map_err(|error| BusError::Other(format!("fetch: {error}")))?;
-        while let Some(message) = batch.next().await {
-            out.push(message.map_err(|error| BusError::Other(format!("fetch: {error}")))?);
-        }
-        Ok(())
+        drain_pull(&mut batch, out).await
     }
 
     fn to_deliveries(&self, messages: Vec<jetstream::Message>) -> Result<Vec<Delivery>, BusError> {
@@ -512,6 +506,31 @@ impl NatsConsumer {
         }
         Ok(out)
     }
+}
+
+/// Collects one pull's messages. A status that ends the pull early (409: max ack pending
+/// reached, request limits, leadership change) must not throw away messages already
+/// delivered to us — they would only come back after ack_wait — so they are kept, and a 409
+/// with nothing in hand is simply "nothing now" (backpressure, not a failure).
+async fn drain_pull(
+    batch: &mut consumer::pull::Batch,
+    out: &mut Vec<jetstream::Message>,
+) -> Result<(), BusError> {
+    let before = out.len();
+    while let Some(message) = batch.next().await {
+        match message {
+            Ok(message) => out.push(message),
+            Err(error) => {
+                let text = error.to_string();
+                if out.len() > before || text.contains("409") {
+                    tracing::debug!(error = %text, kept = out.len() - before, "pull ended early");
+                    return Ok(());
+                }
+                return Err(BusError::Other(format!("fetch: {text}")));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl Consumer for NatsConsumer {
