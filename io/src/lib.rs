@@ -6,6 +6,7 @@
 
 pub mod bus;
 pub mod clock;
+pub mod demo;
 pub mod driver;
 pub mod ports;
 pub mod registry_dir;

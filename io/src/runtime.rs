@@ -53,8 +53,14 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
-    pub const LOCK_LOST: ExitReason = ExitReason { code: 5, why: "the single-writer lock was lost" };
-    pub const BUS_FAILED: ExitReason = ExitReason { code: 6, why: "the bus failed repeatedly" };
+    pub const LOCK_LOST: ExitReason = ExitReason {
+        code: 5,
+        why: "the single-writer lock was lost",
+    };
+    pub const BUS_FAILED: ExitReason = ExitReason {
+        code: 6,
+        why: "the bus failed repeatedly",
+    };
 }
 
 type CommitResult = Result<sentinel_core::CommitReport, CommitError>;
@@ -77,7 +83,12 @@ where
 {
     let (fetch_request_tx, fetch_request_rx) = mpsc::channel::<usize>(1);
     let (fetched_tx, mut fetched_rx) = mpsc::channel::<Result<Vec<sentinel_core::Delivery>, BusError>>(1);
-    let fetcher = tokio::spawn(fetch_loop(consumer, fetch_request_rx, fetched_tx, config.fetch_wait_ms));
+    let fetcher = tokio::spawn(fetch_loop(
+        consumer,
+        fetch_request_rx,
+        fetched_tx,
+        config.fetch_wait_ms,
+    ));
 
     let (commit_tx, mut commit_rx) = mpsc::unbounded_channel::<CommitResult>();
     let (checkpoint_tx, checkpoint_rx) = mpsc::unbounded_channel();
@@ -177,7 +188,12 @@ where
         while let Some(effect) = core.poll_effect() {
             match effect {
                 Effect::Commit(batch) => {
-                    debug!(batch = batch.id.0, rows = batch.rows.len(), quarantine = batch.quarantine.len(), "commit");
+                    debug!(
+                        batch = batch.id.0,
+                        rows = batch.rows.len(),
+                        quarantine = batch.quarantine.len(),
+                        "commit"
+                    );
                     let store = store.clone();
                     let done = commit_tx.clone();
                     tokio::spawn(async move {
@@ -212,7 +228,10 @@ where
     } else {
         checkpointer.abort();
     }
-    RunOutcome { exit, metrics: core.metrics().clone() }
+    RunOutcome {
+        exit,
+        metrics: core.metrics().clone(),
+    }
 }
 
 async fn fetch_loop<C: Consumer>(
@@ -244,4 +263,3 @@ async fn checkpoint_loop<S: Store>(
         }
     }
 }
-

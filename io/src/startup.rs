@@ -81,19 +81,33 @@ pub async fn start<B: Bus, S: Store>(
 
     let step = Instant::now();
     if let Some(dir) = registry_dir {
-        let load = registry_dir::load_dir(store, dir).await.map_err(|e| StartError::Registry(e.to_string()))?;
-        info!(version = load.version, created = load.created, "registry folder loaded");
+        let load = registry_dir::load_dir(store, dir)
+            .await
+            .map_err(|e| StartError::Registry(e.to_string()))?;
+        info!(
+            version = load.version,
+            created = load.created,
+            "registry folder loaded"
+        );
     }
     let stored = store.load_registry(None).await?.ok_or(StartError::NoRegistry)?;
-    let registry = Arc::new(registry_dir::compile_stored(stored).map_err(|e| StartError::Registry(e.to_string()))?);
+    let registry =
+        Arc::new(registry_dir::compile_stored(stored).map_err(|e| StartError::Registry(e.to_string()))?);
     timings.record("registry", step);
-    info!(version = registry.version, points = registry.len(), "registry compiled");
+    info!(
+        version = registry.version,
+        points = registry.len(),
+        "registry compiled"
+    );
 
     let step = Instant::now();
-    let points: Vec<(String, RetentionClass)> =
-        registry.points().map(|(_, p)| (p.id.to_string(), p.descriptor.retention)).collect();
+    let points: Vec<(String, RetentionClass)> = registry
+        .points()
+        .map(|(_, p)| (p.id.to_string(), p.descriptor.retention))
+        .collect();
     let restored = store.load_state(&points).await?;
-    let core = Core::new(config, registry, epoch, &restored, clock.now()).map_err(|e| StartError::Core(e.to_string()))?;
+    let core = Core::new(config, registry, epoch, &restored, clock.now())
+        .map_err(|e| StartError::Core(e.to_string()))?;
     timings.record("restore_projection", step);
 
     // Only now, holding the lock, may the consumer be bound.
@@ -101,5 +115,10 @@ pub async fn start<B: Bus, S: Store>(
     let consumer = bus.bind().await?;
     timings.record("bind_consumer", step);
 
-    Ok(Started { core, consumer, lease, timings })
+    Ok(Started {
+        core,
+        consumer,
+        lease,
+        timings,
+    })
 }
