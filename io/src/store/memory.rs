@@ -1,0 +1,471 @@
+//! The in-memory reference model of the PostgreSQL store (DESIGN.md §6), used by the demo and
+//! the simulator. Same semantics as [`super::postgres::PgStore`], checked by the conformance
+//! suite in `tests/store_conformance.rs`.
+//!
+//! Owns: a model of exactly the database behaviour the core relies on (DESIGN.md §3, §5):
+//! - the single-writer advisory lock, held by a session; a dead session releases it
+//!   ([`MemoryStore::kill_session`], [`MemoryStore::kill_lock_holder`]) the way PostgreSQL
+//!   does when a connection dies;
+//! - the core epoch, incremented only on acquisition, and the fence every write verifies;
+//! - one table per retention class with the 4-column unique key and `ON CONFLICT DO NOTHING
+//!   RETURNING` (only new rows are reported);
+//! - quarantine keyed by `(stream, stream_seq)`;
+//! - the `point_state` checkpoint upsert and the log-head rule of `load_state`;
+//! - registry versions with "identical content creates no version".
+//!
+//! Everything is ordered (`BTreeMap`, `Vec`) so that the model is deterministic under the
+//! simulator. All state sits behind one `Mutex` that is never held across an `.await`.
+//! Fault hooks beyond session death (slow commits, unreachable store) are meant to be added to
+//! [`Model`] and checked at the top of each operation.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use sentinel_core::{
+    Batch, CommitReport, Micros, ObsKey, ObsRow, PointState, QuarantineReason, RegistrySnapshot,
+    RestoredState, RetentionClass,
+};
+
+use super::ClassCounts;
+use crate::clock::{Clock, SystemClock};
+use crate::ports::{CommitError, Lease, RegistryLoad, Store, StoreError, StoredRegistry};
+
+/// A quarantine entry as the model stores it (the `quarantine` table's columns).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredQuarantine {
+    pub stream: String,
+    pub stream_seq: u64,
+    pub ingested_at: Micros,
+    pub subject: String,
+    pub reason: QuarantineReason,
+    pub detail: String,
+    pub payload: Bytes,
+    pub payload_bytes: u32,
+    pub core_epoch: u32,
+    pub recorded_at: Micros,
+}
+
+/// The 4-column unique key of a class table: `(driver_instance, source_epoch, source_seq,
+/// ingested_at)`.
+type UniqueKey = (Arc<str>, u32, u64, Micros);
+
+#[derive(Default)]
+struct ClassTable {
+    /// In insertion order, as a heap table would return them without ORDER BY.
+    rows: Vec<ObsRow>,
+    keys: BTreeSet<UniqueKey>,
+}
+
+struct RegistryVersionRow {
+    version: i32,
+    git_sha: String,
+    content_hash: String,
+    /// `(point_id, hash)`, sorted by point id.
+    descriptors: Vec<(String, String)>,
+    #[allow(dead_code)] // kept for parity with the table and for future inspection
+    loaded_at: Micros,
+}
+
+/// The modelled database.
+struct Model {
+    stream_name: String,
+    epoch: u32,
+    /// Session ids are never reused, so a stale lease can never look alive again.
+    next_session: u64,
+    lock_holder: Option<u64>,
+    tables: [ClassTable; 3],
+    quarantine: BTreeMap<(String, u64), StoredQuarantine>,
+    point_state: BTreeMap<Arc<str>, PointState>,
+    /// Ascending by version.
+    registry_versions: Vec<RegistryVersionRow>,
+    /// hash → canonical descriptor text.
+    blobs: BTreeMap<String, String>,
+}
+
+impl Model {
+    fn fence(&self, epoch: u32) -> Result<(), StoreError> {
+        if epoch == self.epoch {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced {
+                epoch,
+                current: self.epoch,
+            })
+        }
+    }
+}
+
+/// The in-memory store. Cheap to clone; clones share one model.
+#[derive(Clone)]
+pub struct MemoryStore {
+    model: Arc<Mutex<Model>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new("OBS", Arc::new(SystemClock))
+    }
+}
+
+/// Locks the model. A panic while holding the lock cannot leave a half-applied operation
+/// visible (every operation validates before it mutates), so a poisoned lock is recovered.
+fn lock(model: &Mutex<Model>) -> MutexGuard<'_, Model> {
+    model.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl MemoryStore {
+    /// An empty, "migrated" store. `stream_name` keys quarantine entries like the PostgreSQL
+    /// adapter's `PgStoreConfig::stream_name`; `clock` stamps `recorded_at` and `loaded_at`.
+    pub fn new(stream_name: impl Into<String>, clock: Arc<dyn Clock>) -> MemoryStore {
+        MemoryStore {
+            model: Arc::new(Mutex::new(Model {
+                stream_name: stream_name.into(),
+                epoch: 0,
+                next_session: 1,
+                lock_holder: None,
+                tables: Default::default(),
+                quarantine: BTreeMap::new(),
+                point_state: BTreeMap::new(),
+                registry_versions: Vec::new(),
+                blobs: BTreeMap::new(),
+            })),
+            clock,
+        }
+    }
+
+    /// Simulates the death of `lease`'s session: its lock is released at once and its
+    /// `alive()` turns false. A no-op if the session no longer holds the lock.
+    pub fn kill_session(&self, lease: &MemoryLease) {
+        let mut model = lock(&self.model);
+        if model.lock_holder == Some(lease.session) {
+            model.lock_holder = None;
+        }
+    }
+
+    /// Simulates the death of whichever session holds the lock. Returns whether one did.
+    pub fn kill_lock_holder(&self) -> bool {
+        lock(&self.model).lock_holder.take().is_some()
+    }
+
+    /// Whether any session holds the single-writer lock.
+    pub fn lock_held(&self) -> bool {
+        lock(&self.model).lock_holder.is_some()
+    }
+
+    pub fn current_epoch(&self) -> u32 {
+        lock(&self.model).epoch
+    }
+
+    /// The rows of one class table, in insertion order.
+    pub fn rows(&self, class: RetentionClass) -> Vec<ObsRow> {
+        lock(&self.model).tables[class.index()].rows.clone()
+    }
+
+    pub fn row_counts(&self) -> ClassCounts {
+        let model = lock(&self.model);
+        ClassCounts(std::array::from_fn(|i| model.tables[i].rows.len() as u64))
+    }
+
+    /// All quarantine entries, ordered by `(stream, stream_seq)`.
+    pub fn quarantine(&self) -> Vec<StoredQuarantine> {
+        lock(&self.model).quarantine.values().cloned().collect()
+    }
+
+    /// Quarantine entry counts per reason, ordered by reason.
+    pub fn quarantine_counts(&self) -> Vec<(QuarantineReason, u64)> {
+        let model = lock(&self.model);
+        let mut counts: BTreeMap<QuarantineReason, u64> = BTreeMap::new();
+        for entry in model.quarantine.values() {
+            *counts.entry(entry.reason).or_default() += 1;
+        }
+        counts.into_iter().collect()
+    }
+
+    /// The checkpoint table, ordered by point id.
+    pub fn point_states(&self) -> Vec<PointState> {
+        lock(&self.model).point_state.values().cloned().collect()
+    }
+}
+
+/// Holding the modelled advisory lock. Dropping it releases the lock, as closing the
+/// connection does in PostgreSQL.
+pub struct MemoryLease {
+    model: Arc<Mutex<Model>>,
+    session: u64,
+    epoch: u32,
+}
+
+impl std::fmt::Debug for MemoryLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryLease")
+            .field("session", &self.session)
+            .field("epoch", &self.epoch)
+            .finish()
+    }
+}
+
+impl MemoryLease {
+    /// The modelled session id (the analogue of a backend pid).
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+}
+
+impl Drop for MemoryLease {
+    fn drop(&mut self) {
+        let mut model = lock(&self.model);
+        if model.lock_holder == Some(self.session) {
+            model.lock_holder = None;
+        }
+    }
+}
+
+impl Lease for MemoryLease {
+    fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    async fn alive(&mut self) -> Result<bool, StoreError> {
+        Ok(lock(&self.model).lock_holder == Some(self.session))
+    }
+}
+
+/// The PostgreSQL columns are `integer` and `bigint`; a key outside them cannot be stored.
+/// Checked up front so a refused batch writes nothing, as the real transaction would.
+fn check_key_range(key: &ObsKey) -> Result<(), StoreError> {
+    if i32::try_from(key.source_epoch).is_err() || i64::try_from(key.source_seq).is_err() {
+        return Err(StoreError::Other(format!(
+            "key ({}, {}, {}) is outside the integer/bigint range of the observation tables",
+            key.driver_instance, key.source_epoch, key.source_seq
+        )));
+    }
+    Ok(())
+}
+
+/// The greatest row under invariant 5's total order `(observed_at, ingested_at, key)`, and the
+/// greatest row that carries a value, turned into a log head (ingest spec, "Restart").
+fn log_head<'a>(rows: impl Iterator<Item = &'a ObsRow>) -> Option<PointState> {
+    let mut latest: Option<&ObsRow> = None;
+    let mut latest_valued: Option<&ObsRow> = None;
+    for row in rows {
+        if latest.is_none_or(|l| row.order_key() > l.order_key()) {
+            latest = Some(row);
+        }
+        if row.value.is_some() && latest_valued.is_none_or(|l| row.order_key() > l.order_key()) {
+            latest_valued = Some(row);
+        }
+    }
+    let latest = latest?;
+    Some(PointState {
+        point_id: latest.point_id.clone(),
+        value: latest_valued.and_then(|r| r.value.clone()),
+        quality: latest.quality,
+        reason: latest.reason.as_deref().map(str::to_owned),
+        observed_at: Some(latest.observed_at),
+        ingested_at: Some(latest.ingested_at),
+        key: Some(latest.key.clone()),
+        changed_at: None,
+        quality_since: latest.ingested_at,
+        watermark_seq: None,
+    })
+}
+
+impl Store for MemoryStore {
+    type Lease = MemoryLease;
+
+    async fn acquire(&self) -> Result<MemoryLease, StoreError> {
+        let mut model = lock(&self.model);
+        if model.lock_holder.is_some() {
+            return Err(StoreError::LockHeld);
+        }
+        let session = model.next_session;
+        model.next_session += 1;
+        model.lock_holder = Some(session);
+        model.epoch = model
+            .epoch
+            .checked_add(1)
+            .filter(|e| i32::try_from(*e).is_ok())
+            .ok_or_else(|| StoreError::Other("core epoch exhausted the integer range".into()))?;
+        Ok(MemoryLease {
+            model: self.model.clone(),
+            session,
+            epoch: model.epoch,
+        })
+    }
+
+    async fn store_registry(&self, snapshot: &RegistrySnapshot) -> Result<RegistryLoad, StoreError> {
+        let loaded_at = self.clock.now();
+        let mut model = lock(&self.model);
+        if let Some(newest) = model.registry_versions.last()
+            && newest.content_hash == snapshot.content_hash
+        {
+            return Ok(RegistryLoad {
+                version: newest.version,
+                created: false,
+            });
+        }
+        // Same failure as the point_descriptor primary key, before anything is written.
+        let mut seen = BTreeSet::new();
+        for entry in &snapshot.entries {
+            if !seen.insert(entry.point_id.as_str()) {
+                return Err(StoreError::Other(format!(
+                    "registry snapshot names point {:?} twice",
+                    entry.point_id
+                )));
+            }
+        }
+        for entry in &snapshot.entries {
+            model
+                .blobs
+                .entry(entry.hash.clone())
+                .or_insert_with(|| entry.canonical_json.clone());
+        }
+        let version = model.registry_versions.last().map_or(1, |v| v.version + 1);
+        let mut descriptors: Vec<(String, String)> = snapshot
+            .entries
+            .iter()
+            .map(|e| (e.point_id.clone(), e.hash.clone()))
+            .collect();
+        descriptors.sort();
+        model.registry_versions.push(RegistryVersionRow {
+            version,
+            git_sha: snapshot.git_sha.clone(),
+            content_hash: snapshot.content_hash.clone(),
+            descriptors,
+            loaded_at,
+        });
+        Ok(RegistryLoad {
+            version,
+            created: true,
+        })
+    }
+
+    async fn load_registry(&self, version: Option<i32>) -> Result<Option<StoredRegistry>, StoreError> {
+        let model = lock(&self.model);
+        let row = match version {
+            None => model.registry_versions.last(),
+            Some(v) => model.registry_versions.iter().find(|r| r.version == v),
+        };
+        let Some(row) = row else { return Ok(None) };
+        let descriptors = row
+            .descriptors
+            .iter()
+            .map(|(point_id, hash)| {
+                let canonical = model
+                    .blobs
+                    .get(hash)
+                    .expect("invariant: every point_descriptor hash has a descriptor_blob (foreign key)");
+                (point_id.clone(), canonical.clone())
+            })
+            .collect();
+        Ok(Some(StoredRegistry {
+            version: row.version,
+            git_sha: row.git_sha.clone(),
+            content_hash: row.content_hash.clone(),
+            descriptors,
+        }))
+    }
+
+    async fn load_state(&self, points: &[(String, RetentionClass)]) -> Result<RestoredState, StoreError> {
+        let model = lock(&self.model);
+        let wanted: BTreeSet<(&str, RetentionClass)> =
+            points.iter().map(|(id, c)| (id.as_str(), *c)).collect();
+        let ids: BTreeSet<&str> = wanted.iter().map(|(id, _)| *id).collect();
+        let checkpoints = ids
+            .iter()
+            .filter_map(|id| model.point_state.get(*id).cloned())
+            .collect();
+        let mut log_heads: Vec<PointState> = wanted
+            .iter()
+            .filter_map(|(id, class)| {
+                log_head(
+                    model.tables[class.index()]
+                        .rows
+                        .iter()
+                        .filter(|r| &*r.point_id == *id),
+                )
+            })
+            .collect();
+        log_heads.sort_by(|a, b| a.point_id.cmp(&b.point_id));
+        Ok(RestoredState {
+            checkpoints,
+            log_heads,
+        })
+    }
+
+    async fn commit(&self, batch: Batch) -> Result<CommitReport, CommitError> {
+        let recorded_at = self.clock.now();
+        let mut model = lock(&self.model);
+        let fail = |source| CommitError {
+            batch: batch.id,
+            source,
+        };
+        model.fence(batch.epoch).map_err(fail)?;
+        for row in &batch.rows {
+            check_key_range(&row.key).map_err(fail)?;
+        }
+        let mut inserted = Vec::new();
+        for (ordinal, row) in batch.rows.iter().enumerate() {
+            let table = &mut model.tables[row.class.index()];
+            let key = (
+                row.key.driver_instance.clone(),
+                row.key.source_epoch,
+                row.key.source_seq,
+                row.ingested_at,
+            );
+            if table.keys.insert(key) {
+                table.rows.push(row.clone());
+                inserted.push(ordinal as u32);
+            }
+        }
+        let mut quarantine_inserted = 0u32;
+        let stream = model.stream_name.clone();
+        for entry in &batch.quarantine {
+            let slot = model.quarantine.entry((stream.clone(), entry.stream_seq));
+            if let std::collections::btree_map::Entry::Vacant(slot) = slot {
+                slot.insert(StoredQuarantine {
+                    stream: stream.clone(),
+                    stream_seq: entry.stream_seq,
+                    ingested_at: entry.ingested_at,
+                    subject: entry.subject.clone(),
+                    reason: entry.reason,
+                    detail: entry.detail.clone(),
+                    payload: entry.payload.clone(),
+                    payload_bytes: entry.payload_bytes,
+                    core_epoch: batch.epoch,
+                    recorded_at,
+                });
+                quarantine_inserted += 1;
+            }
+        }
+        drop(model);
+        Ok(CommitReport {
+            batch,
+            inserted,
+            quarantine_inserted,
+        })
+    }
+
+    async fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
+        let mut model = lock(&self.model);
+        model.fence(epoch)?;
+        for state in &states {
+            if let Some(key) = &state.key {
+                check_key_range(key)?;
+            }
+        }
+        // Later states for the same point win, as in the adapter's deduplicated upsert.
+        for state in states {
+            model.point_state.insert(state.point_id.clone(), state);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,1191 @@
+//! The PostgreSQL store adapter (DESIGN.md §3, §5, §10; ingest spec, "Schema", "Projection",
+//! "The registry is versioned data", stages 11–12; core runtime spec, single writer and epoch).
+//!
+//! Owns: the only SQL that names the observation tables (architecture invariant), the
+//! single-writer lock on a dedicated connection, the fenced commit, the checkpoint upsert, the
+//! log-head queries of restart, registry storage, migrations with the "schema from the future"
+//! refusal (healthlog spec), and keeping daily partitions ahead of need.
+//!
+//! All SQL is static (sqlx 0.9 `SqlSafeStr`); partition DDL lives in the SQL function
+//! `sentinel_ensure_partitions` so nothing here builds statements at run time.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sentinel_core::{
+    Batch, CanonicalValue, CommitReport, Micros, ObsKey, ObsRow, PointState, Quality, QuarantineReason,
+    RegistrySnapshot, RestoredState, RetentionClass,
+};
+use sqlx::migrate::{Migrate, Migrator};
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
+use sqlx::{Connection, Row};
+use time::OffsetDateTime;
+
+use super::ClassCounts;
+use crate::ports::{CommitError, Lease, RegistryLoad, Store, StoreError, StoredRegistry};
+
+/// The single-writer advisory lock key: ASCII "SENTINEL". The partition function uses a
+/// different transaction-scoped key.
+pub const LOCK_KEY: i64 = 0x5345_4E54_494E_454C;
+
+/// Migrations embedded at build time from the workspace's `migrations/`.
+static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
+
+/// sqlx's bookkeeping table (its default name; we never rename it).
+const MIGRATIONS_TABLE: &str = "_sqlx_migrations";
+
+/// Bound on the ensured-day cache; older days fall out first (they are never written again
+/// once ingested_at has moved on, and re-ensuring one is harmless).
+const ENSURED_DAYS_MAX: usize = 64;
+
+#[derive(Clone, Debug)]
+pub struct PgStoreConfig {
+    /// The JetStream stream name; keys quarantine entries with the stream sequence.
+    pub stream_name: String,
+    /// Pool size for commits, checkpoints and reads; the runtime runs ~2–4 commits at once.
+    pub pool_connections_max: u32,
+    /// How long a caller waits for a pooled connection.
+    pub pool_acquire_timeout_ms: u64,
+    /// Connecting the dedicated lock session.
+    pub connect_timeout_ms: u64,
+    /// Server-side `statement_timeout` on every session.
+    pub statement_timeout_ms: u64,
+    /// Bound on one `Lease::alive` round trip; exceeding it reports the lease as not alive.
+    pub alive_timeout_ms: u64,
+    /// Server-side TCP keepalives so PostgreSQL notices a dead core and frees its lock
+    /// (DESIGN.md §10). sqlx does not expose client-side keepalives.
+    pub tcp_keepalives_idle_s: u32,
+    pub tcp_keepalives_interval_s: u32,
+    pub tcp_keepalives_count: u32,
+    /// Upper bound on rows plus quarantine entries in one committed batch.
+    pub commit_rows_max: usize,
+    /// Upper bound on states in one checkpoint.
+    pub checkpoint_rows_max: usize,
+    /// Daily partitions created ahead of today at migrate and acquire.
+    pub partition_days_ahead: u32,
+}
+
+impl Default for PgStoreConfig {
+    fn default() -> Self {
+        PgStoreConfig {
+            stream_name: "OBS".to_owned(),
+            pool_connections_max: 4,
+            pool_acquire_timeout_ms: 10_000,
+            connect_timeout_ms: 10_000,
+            statement_timeout_ms: 30_000,
+            alive_timeout_ms: 5_000,
+            tcp_keepalives_idle_s: 10,
+            tcp_keepalives_interval_s: 5,
+            tcp_keepalives_count: 3,
+            commit_rows_max: 65_536,
+            checkpoint_rows_max: 1 << 20,
+            partition_days_ahead: 3,
+        }
+    }
+}
+
+/// What `migrate` did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MigrateReport {
+    /// Versions applied by this call, ascending.
+    pub applied: Vec<i64>,
+    /// The newest applied version afterwards.
+    pub version: i64,
+    /// The newest version this binary carries.
+    pub supported: i64,
+}
+
+/// The PostgreSQL store. Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    connect_options: PgConnectOptions,
+    config: Arc<PgStoreConfig>,
+    /// Days (since the Unix epoch, UTC) whose partitions are known to exist.
+    ensured_days: Arc<Mutex<BTreeSet<i64>>>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("stream_name", &self.config.stream_name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn db_error(context: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |e| StoreError::Other(format!("{context}: {e}"))
+}
+
+fn migrate_error(context: &'static str) -> impl FnOnce(sqlx::migrate::MigrateError) -> StoreError {
+    move |e| StoreError::Other(format!("{context}: {e}"))
+}
+
+fn to_odt(t: Micros) -> Result<OffsetDateTime, StoreError> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(t.0) * 1_000)
+        .map_err(|_| StoreError::Other(format!("timestamp {} µs is out of range", t.0)))
+}
+
+/// Exact: PostgreSQL timestamps are whole microseconds.
+fn from_odt(t: OffsetDateTime) -> Micros {
+    Micros::from_unix_nanos(t.unix_timestamp_nanos())
+}
+
+fn epoch_to_db(epoch: u32) -> Result<i32, StoreError> {
+    i32::try_from(epoch).map_err(|_| StoreError::Other(format!("epoch {epoch} exceeds the integer column")))
+}
+
+/// The columns are `integer` and `bigint`. A key outside them cannot be stored; refusing it
+/// beats wrapping it into a different key.
+fn key_to_db(key: &ObsKey) -> Result<(i32, i64), StoreError> {
+    match (i32::try_from(key.source_epoch), i64::try_from(key.source_seq)) {
+        (Ok(e), Ok(s)) => Ok((e, s)),
+        _ => Err(StoreError::Other(format!(
+            "key ({}, {}, {}) is outside the integer/bigint range of the observation tables",
+            key.driver_instance, key.source_epoch, key.source_seq
+        ))),
+    }
+}
+
+fn value_columns(value: &Option<CanonicalValue>) -> (Option<f64>, Option<bool>, Option<&str>) {
+    match value {
+        None => (None, None, None),
+        Some(CanonicalValue::Num(v)) => (Some(*v), None, None),
+        Some(CanonicalValue::Bool(v)) => (None, Some(*v), None),
+        Some(CanonicalValue::Text(v)) => (None, None, Some(v)),
+    }
+}
+
+fn value_from_columns(
+    num: Option<f64>,
+    boolean: Option<bool>,
+    text: Option<String>,
+) -> Option<CanonicalValue> {
+    match (num, boolean, text) {
+        (Some(v), _, _) => Some(CanonicalValue::Num(v)),
+        (None, Some(v), _) => Some(CanonicalValue::Bool(v)),
+        (None, None, Some(v)) => Some(CanonicalValue::Text(Arc::from(v))),
+        (None, None, None) => None,
+    }
+}
+
+fn quality_from_db(text: &str) -> Result<Quality, StoreError> {
+    Quality::parse(text).ok_or_else(|| StoreError::Other(format!("unknown quality {text:?} in the database")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Static SQL. One statement per class table, generated from one template so the three stay
+// identical.
+
+macro_rules! insert_observations {
+    ($table:literal) => {
+        concat!(
+            "INSERT INTO ",
+            $table,
+            " (ingested_at, point_id, observed_at, device_time, value_num, value_bool, value_text, \
+             native_num, native_text, unit_native, quality, reason, detail, changed, registry_version, \
+             driver_instance, source_epoch, source_seq, skew_flagged) \
+             SELECT * FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], $4::timestamptz[], \
+             $5::float8[], $6::bool[], $7::text[], $8::float8[], $9::text[], $10::text[], \
+             $11::text[]::quality[], $12::text[], $13::text[]::jsonb[], $14::bool[], $15::integer[], \
+             $16::text[], $17::integer[], $18::bigint[], $19::bool[]) \
+             ON CONFLICT DO NOTHING \
+             RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+        )
+    };
+}
+
+const INSERT_MEASUREMENT: &str = insert_observations!("observation_measurement");
+const INSERT_STATE: &str = insert_observations!("observation_state");
+const INSERT_DIAGNOSTIC: &str = insert_observations!("observation_diagnostic");
+
+/// The invariant-5 order, newest first. `COLLATE "C"` makes text compare bytewise, as Rust's
+/// `str` does, whatever the database's collation.
+macro_rules! log_heads {
+    ($table:literal) => {
+        concat!(
+            "SELECT p.point_id, h.quality::text, h.reason, h.observed_at, h.ingested_at, \
+             h.driver_instance, h.source_epoch, h.source_seq, v.value_num, v.value_bool, v.value_text \
+             FROM unnest($1::text[]) AS p(point_id) \
+             CROSS JOIN LATERAL (SELECT o.quality, o.reason, o.observed_at, o.ingested_at, \
+               o.driver_instance, o.source_epoch, o.source_seq FROM ",
+            $table,
+            " o WHERE o.point_id = p.point_id \
+               ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
+               o.source_epoch DESC, o.source_seq DESC LIMIT 1) h \
+             LEFT JOIN LATERAL (SELECT o.value_num, o.value_bool, o.value_text FROM ",
+            $table,
+            " o WHERE o.point_id = p.point_id \
+               AND (o.value_num IS NOT NULL OR o.value_bool IS NOT NULL OR o.value_text IS NOT NULL) \
+               ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
+               o.source_epoch DESC, o.source_seq DESC LIMIT 1) v ON true"
+        )
+    };
+}
+
+const HEADS_MEASUREMENT: &str = log_heads!("observation_measurement");
+const HEADS_STATE: &str = log_heads!("observation_state");
+const HEADS_DIAGNOSTIC: &str = log_heads!("observation_diagnostic");
+
+fn insert_sql(class: RetentionClass) -> &'static str {
+    match class {
+        RetentionClass::Measurement => INSERT_MEASUREMENT,
+        RetentionClass::State => INSERT_STATE,
+        RetentionClass::Diagnostic => INSERT_DIAGNOSTIC,
+    }
+}
+
+fn heads_sql(class: RetentionClass) -> &'static str {
+    match class {
+        RetentionClass::Measurement => HEADS_MEASUREMENT,
+        RetentionClass::State => HEADS_STATE,
+        RetentionClass::Diagnostic => HEADS_DIAGNOSTIC,
+    }
+}
+
+const FENCE: &str = "SELECT epoch FROM core_epoch WHERE singleton FOR SHARE";
+
+const INSERT_QUARANTINE: &str = "INSERT INTO quarantine \
+     (stream, stream_seq, ingested_at, subject, reason, detail, payload, payload_bytes, core_epoch) \
+     SELECT $1::text, u.*, $8::integer FROM UNNEST($2::bigint[], $3::timestamptz[], $4::text[], \
+     $5::text[], $6::text[], $7::bytea[], $9::integer[]) AS u \
+     ON CONFLICT (stream, stream_seq) DO NOTHING RETURNING stream_seq";
+
+const UPSERT_POINT_STATE: &str = "INSERT INTO point_state \
+     (point_id, value_num, value_bool, value_text, quality, reason, observed_at, ingested_at, \
+      changed_at, quality_since, watermark_seq, driver_instance, source_epoch, source_seq) \
+     SELECT * FROM UNNEST($1::text[], $2::float8[], $3::bool[], $4::text[], $5::text[]::quality[], \
+      $6::text[], $7::timestamptz[], $8::timestamptz[], $9::timestamptz[], $10::timestamptz[], \
+      $11::bigint[], $12::text[], $13::integer[], $14::bigint[]) \
+     ON CONFLICT (point_id) DO UPDATE SET value_num = EXCLUDED.value_num, \
+      value_bool = EXCLUDED.value_bool, value_text = EXCLUDED.value_text, quality = EXCLUDED.quality, \
+      reason = EXCLUDED.reason, observed_at = EXCLUDED.observed_at, ingested_at = EXCLUDED.ingested_at, \
+      changed_at = EXCLUDED.changed_at, quality_since = EXCLUDED.quality_since, \
+      watermark_seq = EXCLUDED.watermark_seq, driver_instance = EXCLUDED.driver_instance, \
+      source_epoch = EXCLUDED.source_epoch, source_seq = EXCLUDED.source_seq";
+
+const SELECT_POINT_STATE: &str = "SELECT point_id, value_num, value_bool, value_text, quality::text, \
+     reason, observed_at, ingested_at, changed_at, quality_since, watermark_seq, driver_instance, \
+     source_epoch, source_seq FROM point_state WHERE point_id = ANY($1::text[])";
+
+/// A session-level advisory lock on a bigint key shows in pg_locks as classid = high 32 bits,
+/// objid = low 32 bits, objsubid = 1.
+const LOCK_ALIVE: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' \
+     AND pid = pg_backend_pid() AND granted AND objsubid = 1 \
+     AND classid::bigint = ($1::bigint >> 32) AND objid::bigint = ($1::bigint & 4294967295))";
+
+/// Yesterday through today + `$1`, as UTC days since the Unix epoch, created if missing.
+const ENSURE_AROUND_TODAY: &str = "SELECT (d - DATE '1970-01-01')::bigint, \
+     sentinel_ensure_partitions(d, $1::integer + 2) \
+     FROM (SELECT (now() AT TIME ZONE 'UTC')::date - 1 AS d) AS today";
+
+const ENSURE_DAY: &str = "SELECT sentinel_ensure_partitions(DATE '1970-01-01' + $1::integer, 1)";
+
+impl PgStore {
+    /// Connects the commit pool. Does not migrate; call [`PgStore::migrate`] for that.
+    pub async fn connect(database_url: &str, config: PgStoreConfig) -> Result<PgStore, StoreError> {
+        let connect_options = PgConnectOptions::from_str(database_url)
+            .map_err(db_error("parsing the database URL"))?
+            .application_name("sentinel")
+            .options([
+                ("statement_timeout", config.statement_timeout_ms.to_string()),
+                ("tcp_keepalives_idle", config.tcp_keepalives_idle_s.to_string()),
+                (
+                    "tcp_keepalives_interval",
+                    config.tcp_keepalives_interval_s.to_string(),
+                ),
+                ("tcp_keepalives_count", config.tcp_keepalives_count.to_string()),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(config.pool_connections_max.max(1))
+            .acquire_timeout(Duration::from_millis(config.pool_acquire_timeout_ms))
+            .connect_with(connect_options.clone())
+            .await
+            .map_err(db_error("connecting to PostgreSQL"))?;
+        Ok(PgStore {
+            pool,
+            connect_options,
+            config: Arc::new(config),
+            ensured_days: Default::default(),
+        })
+    }
+
+    /// Closes the pool. Leases hold their own connections and are unaffected.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// The newest migration version this binary carries.
+    pub fn supported_schema_version() -> i64 {
+        MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
+    }
+
+    /// Applies pending migrations. Refuses, before applying anything, a database whose newest
+    /// applied version is newer than this binary's (healthlog spec, "schema from the future").
+    pub async fn migrate(&self) -> Result<MigrateReport, StoreError> {
+        let supported = Self::supported_schema_version();
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(db_error("acquiring a connection to migrate"))?;
+        // Hold sqlx's own migration lock across the check and the run (advisory locks are
+        // re-entrant within a session), so no other migrator can slip in between.
+        conn.lock()
+            .await
+            .map_err(migrate_error("taking the migration lock"))?;
+        let outcome = async {
+            let before = applied_versions(&mut conn).await?;
+            if let Some(&found) = before.iter().max()
+                && found > supported
+            {
+                return Err(StoreError::SchemaFromFuture { found, supported });
+            }
+            MIGRATOR
+                .run(&mut *conn)
+                .await
+                .map_err(migrate_error("applying migrations"))?;
+            let after = applied_versions(&mut conn).await?;
+            Ok((before, after))
+        }
+        .await;
+        let unlocked = conn
+            .unlock()
+            .await
+            .map_err(migrate_error("releasing the migration lock"));
+        let (before, after) = outcome?;
+        unlocked?;
+        let before: BTreeSet<i64> = before.into_iter().collect();
+        let applied: Vec<i64> = after.iter().copied().filter(|v| !before.contains(v)).collect();
+        let version = after.iter().copied().max().unwrap_or(0);
+        tracing::info!(?applied, version, supported, "database schema migrated");
+        self.ensure_partitions_around_today().await?;
+        Ok(MigrateReport {
+            applied,
+            version,
+            supported,
+        })
+    }
+
+    /// The newest applied migration version, `None` on a database never migrated.
+    pub async fn schema_version(&self) -> Result<Option<i64>, StoreError> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(db_error("acquiring a connection"))?;
+        Ok(applied_versions(&mut conn).await?.into_iter().max())
+    }
+
+    /// The current core epoch.
+    pub async fn current_epoch(&self) -> Result<u32, StoreError> {
+        let epoch: i32 = sqlx::query_scalar("SELECT epoch FROM core_epoch WHERE singleton")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error("reading the core epoch"))?;
+        u32::try_from(epoch).map_err(|_| StoreError::Other(format!("negative core epoch {epoch}")))
+    }
+
+    /// Row counts of the three class tables (exact `count(*)`: for status and tests, not hot).
+    pub async fn row_counts(&self) -> Result<ClassCounts, StoreError> {
+        let row = sqlx::query(
+            "SELECT (SELECT count(*) FROM observation_measurement), \
+             (SELECT count(*) FROM observation_state), (SELECT count(*) FROM observation_diagnostic)",
+        )
+        .fetch_one(&self.pool)
+        .await
+        .map_err(db_error("counting observation rows"))?;
+        let mut counts = [0u64; 3];
+        for (i, count) in counts.iter_mut().enumerate() {
+            let n: i64 = row.try_get(i).map_err(db_error("decoding a row count"))?;
+            *count = n.max(0) as u64;
+        }
+        Ok(ClassCounts(counts))
+    }
+
+    /// Quarantine entry counts per reason, ordered by reason.
+    pub async fn quarantine_counts(&self) -> Result<Vec<(QuarantineReason, u64)>, StoreError> {
+        let rows: Vec<(String, i64)> =
+            sqlx::query_as("SELECT reason, count(*) FROM quarantine GROUP BY reason")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error("counting quarantine entries"))?;
+        let mut counts = BTreeMap::new();
+        for (reason, n) in rows {
+            let reason = QuarantineReason::parse(&reason).ok_or_else(|| {
+                StoreError::Other(format!("unknown quarantine reason {reason:?} in the database"))
+            })?;
+            counts.insert(reason, n.max(0) as u64);
+        }
+        Ok(counts.into_iter().collect())
+    }
+
+    async fn ensure_partitions_around_today(&self) -> Result<(), StoreError> {
+        let ahead = i32::try_from(self.config.partition_days_ahead.min(366)).unwrap_or(366);
+        let (first_day, created): (i64, i32) = sqlx::query_as(ENSURE_AROUND_TODAY)
+            .bind(ahead)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error("ensuring daily partitions"))?;
+        if created > 0 {
+            tracing::info!(created, first_day, "created daily observation partitions");
+        }
+        self.remember_days(first_day..first_day + i64::from(ahead) + 2);
+        Ok(())
+    }
+
+    fn remember_days(&self, days: impl IntoIterator<Item = i64>) {
+        let mut ensured = self.ensured_days.lock().unwrap_or_else(|p| p.into_inner());
+        ensured.extend(days);
+        while ensured.len() > ENSURED_DAYS_MAX {
+            ensured.pop_first();
+        }
+    }
+
+    /// Creates the partitions of any day this batch writes to that we have not ensured yet.
+    /// Runs outside the commit transaction so the DDL's locks are short.
+    async fn ensure_days_for(&self, rows: &[ObsRow]) -> Result<(), StoreError> {
+        let missing: BTreeSet<i64> = {
+            let ensured = self.ensured_days.lock().unwrap_or_else(|p| p.into_inner());
+            rows.iter()
+                .map(|r| r.ingested_at.day())
+                .filter(|d| !ensured.contains(d))
+                .collect()
+        };
+        for day in &missing {
+            let day_db = i32::try_from(*day)
+                .map_err(|_| StoreError::Other(format!("day {day} is out of the date range")))?;
+            let created: i32 = sqlx::query_scalar(ENSURE_DAY)
+                .bind(day_db)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db_error("ensuring a daily partition"))?;
+            if created > 0 {
+                tracing::info!(created, day, "created daily observation partitions on demand");
+            }
+        }
+        self.remember_days(missing);
+        Ok(())
+    }
+
+    async fn commit_inner(&self, batch: &Batch) -> Result<(Vec<u32>, u32), StoreError> {
+        if batch.len() > self.config.commit_rows_max {
+            return Err(StoreError::Other(format!(
+                "batch of {} entries exceeds commit_rows_max {}",
+                batch.len(),
+                self.config.commit_rows_max
+            )));
+        }
+        let epoch = epoch_to_db(batch.epoch)?;
+        self.ensure_days_for(&batch.rows).await?;
+
+        let mut by_class: [Vec<u32>; 3] = Default::default();
+        for (ordinal, row) in batch.rows.iter().enumerate() {
+            by_class[row.class.index()].push(ordinal as u32);
+        }
+
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(db_error("beginning the commit transaction"))?;
+        fence(&mut tx, batch.epoch).await?;
+
+        let mut inserted = Vec::new();
+        for class in RetentionClass::ALL {
+            let ordinals = &by_class[class.index()];
+            if !ordinals.is_empty() {
+                insert_class(&mut tx, class, &batch.rows, ordinals, &mut inserted).await?;
+            }
+        }
+        inserted.sort_unstable();
+
+        let quarantine_inserted = if batch.quarantine.is_empty() {
+            0
+        } else {
+            self.insert_quarantine(&mut tx, batch, epoch).await?
+        };
+
+        tx.commit().await.map_err(db_error("committing the batch"))?;
+        tracing::debug!(
+            batch = batch.id.0,
+            rows = batch.rows.len(),
+            inserted = inserted.len(),
+            quarantine = batch.quarantine.len(),
+            quarantine_inserted,
+            "batch committed"
+        );
+        Ok((inserted, quarantine_inserted))
+    }
+
+    async fn insert_quarantine(
+        &self,
+        tx: &mut PgConnection,
+        batch: &Batch,
+        epoch: i32,
+    ) -> Result<u32, StoreError> {
+        let n = batch.quarantine.len();
+        let mut seqs = Vec::with_capacity(n);
+        let mut ingested = Vec::with_capacity(n);
+        let mut subjects = Vec::with_capacity(n);
+        let mut reasons = Vec::with_capacity(n);
+        let mut details = Vec::with_capacity(n);
+        let mut payloads: Vec<&[u8]> = Vec::with_capacity(n);
+        let mut payload_bytes = Vec::with_capacity(n);
+        for entry in &batch.quarantine {
+            seqs.push(i64::try_from(entry.stream_seq).map_err(|_| {
+                StoreError::Other(format!("stream sequence {} exceeds bigint", entry.stream_seq))
+            })?);
+            ingested.push(to_odt(entry.ingested_at)?);
+            subjects.push(entry.subject.as_str());
+            reasons.push(entry.reason.as_str());
+            details.push(entry.detail.as_str());
+            payloads.push(&entry.payload);
+            payload_bytes.push(i32::try_from(entry.payload_bytes).unwrap_or(i32::MAX));
+        }
+        let returned = sqlx::query(INSERT_QUARANTINE)
+            .bind(self.config.stream_name.as_str())
+            .bind(seqs)
+            .bind(ingested)
+            .bind(subjects)
+            .bind(reasons)
+            .bind(details)
+            .bind(payloads)
+            .bind(epoch)
+            .bind(payload_bytes)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error("inserting quarantine entries"))?;
+        Ok(returned.len() as u32)
+    }
+
+    async fn checkpoint_inner(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
+        if states.len() > self.config.checkpoint_rows_max {
+            return Err(StoreError::Other(format!(
+                "checkpoint of {} states exceeds checkpoint_rows_max {}",
+                states.len(),
+                self.config.checkpoint_rows_max
+            )));
+        }
+        // ON CONFLICT DO UPDATE may not touch a row twice in one statement: keep the last state
+        // given per point.
+        let mut latest: BTreeMap<&str, &PointState> = BTreeMap::new();
+        for state in &states {
+            latest.insert(&state.point_id, state);
+        }
+        let n = latest.len();
+        let mut ids = Vec::with_capacity(n);
+        let mut nums = Vec::with_capacity(n);
+        let mut bools = Vec::with_capacity(n);
+        let mut texts = Vec::with_capacity(n);
+        let mut qualities = Vec::with_capacity(n);
+        let mut reasons = Vec::with_capacity(n);
+        let mut observed = Vec::with_capacity(n);
+        let mut ingested = Vec::with_capacity(n);
+        let mut changed = Vec::with_capacity(n);
+        let mut quality_since = Vec::with_capacity(n);
+        let mut watermarks = Vec::with_capacity(n);
+        let mut instances: Vec<Option<&str>> = Vec::with_capacity(n);
+        let mut epochs = Vec::with_capacity(n);
+        let mut seqs = Vec::with_capacity(n);
+        for (id, state) in latest {
+            ids.push(id);
+            let (num, boolean, text) = value_columns(&state.value);
+            nums.push(num);
+            bools.push(boolean);
+            texts.push(text);
+            qualities.push(state.quality.as_str());
+            reasons.push(state.reason.as_deref());
+            observed.push(state.observed_at.map(to_odt).transpose()?);
+            ingested.push(state.ingested_at.map(to_odt).transpose()?);
+            changed.push(state.changed_at.map(to_odt).transpose()?);
+            quality_since.push(to_odt(state.quality_since)?);
+            watermarks.push(state.watermark_seq);
+            match &state.key {
+                Some(key) => {
+                    let (e, s) = key_to_db(key)?;
+                    instances.push(Some(&key.driver_instance));
+                    epochs.push(Some(e));
+                    seqs.push(Some(s));
+                }
+                None => {
+                    instances.push(None);
+                    epochs.push(None);
+                    seqs.push(None);
+                }
+            }
+        }
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(db_error("beginning the checkpoint transaction"))?;
+        fence(&mut tx, epoch).await?;
+        sqlx::query(UPSERT_POINT_STATE)
+            .bind(ids)
+            .bind(nums)
+            .bind(bools)
+            .bind(texts)
+            .bind(qualities)
+            .bind(reasons)
+            .bind(observed)
+            .bind(ingested)
+            .bind(changed)
+            .bind(quality_since)
+            .bind(watermarks)
+            .bind(instances)
+            .bind(epochs)
+            .bind(seqs)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("upserting point_state"))?;
+        tx.commit().await.map_err(db_error("committing the checkpoint"))?;
+        tracing::debug!(states = n, epoch, "checkpoint committed");
+        Ok(())
+    }
+
+    async fn store_registry_inner(&self, snapshot: &RegistrySnapshot) -> Result<RegistryLoad, StoreError> {
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(db_error("beginning the registry transaction"))?;
+        // Serialises loads so two cannot both decide to create version max+1.
+        sqlx::query("LOCK TABLE registry_version IN EXCLUSIVE MODE")
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("locking registry_version"))?;
+        let newest: Option<(i32, String)> = sqlx::query_as(
+            "SELECT version, content_hash FROM registry_version ORDER BY version DESC LIMIT 1",
+        )
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error("reading the newest registry version"))?;
+        if let Some((version, content_hash)) = &newest
+            && *content_hash == snapshot.content_hash
+        {
+            tx.rollback()
+                .await
+                .map_err(db_error("ending the registry transaction"))?;
+            return Ok(RegistryLoad {
+                version: *version,
+                created: false,
+            });
+        }
+        let version = newest.map_or(1, |(v, _)| v + 1);
+        let mut hashes = Vec::with_capacity(snapshot.entries.len());
+        let mut canon = Vec::with_capacity(snapshot.entries.len());
+        let mut ids = Vec::with_capacity(snapshot.entries.len());
+        for entry in &snapshot.entries {
+            hashes.push(entry.hash.as_str());
+            canon.push(entry.canonical_json.as_str());
+            ids.push(entry.point_id.as_str());
+        }
+        sqlx::query(
+            "INSERT INTO descriptor_blob (hash, descriptor, canonical) \
+             SELECT h, c::jsonb, c FROM UNNEST($1::text[], $2::text[]) AS u(h, c) \
+             ON CONFLICT (hash) DO NOTHING",
+        )
+        .bind(&hashes)
+        .bind(&canon)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error("storing descriptor blobs"))?;
+        sqlx::query(
+            "INSERT INTO registry_version (version, loaded_at, git_sha, content_hash) VALUES ($1, now(), $2, $3)",
+        )
+        .bind(version)
+        .bind(snapshot.git_sha.as_str())
+        .bind(snapshot.content_hash.as_str())
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error("storing the registry version"))?;
+        sqlx::query(
+            "INSERT INTO point_descriptor (version, point_id, hash) \
+             SELECT $1, p, h FROM UNNEST($2::text[], $3::text[]) AS u(p, h)",
+        )
+        .bind(version)
+        .bind(&ids)
+        .bind(&hashes)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error("storing point descriptors"))?;
+        tx.commit()
+            .await
+            .map_err(db_error("committing the registry version"))?;
+        tracing::info!(version, points = ids.len(), "stored registry version");
+        Ok(RegistryLoad {
+            version,
+            created: true,
+        })
+    }
+
+    async fn load_registry_inner(&self, version: Option<i32>) -> Result<Option<StoredRegistry>, StoreError> {
+        let head: Option<(i32, String, String)> = match version {
+            Some(v) => {
+                sqlx::query_as(
+                    "SELECT version, git_sha, content_hash FROM registry_version WHERE version = $1",
+                )
+                .bind(v)
+                .fetch_optional(&self.pool)
+                .await
+            }
+            None => sqlx::query_as(
+                "SELECT version, git_sha, content_hash FROM registry_version ORDER BY version DESC LIMIT 1",
+            )
+            .fetch_optional(&self.pool)
+            .await,
+        }
+        .map_err(db_error("reading the registry version"))?;
+        let Some((version, git_sha, content_hash)) = head else {
+            return Ok(None);
+        };
+        let mut descriptors: Vec<(String, String)> = sqlx::query_as(
+            "SELECT pd.point_id, b.canonical FROM point_descriptor pd \
+             JOIN descriptor_blob b ON b.hash = pd.hash WHERE pd.version = $1",
+        )
+        .bind(version)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error("reading point descriptors"))?;
+        descriptors.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        Ok(Some(StoredRegistry {
+            version,
+            git_sha,
+            content_hash,
+            descriptors,
+        }))
+    }
+
+    async fn load_state_inner(
+        &self,
+        points: &[(String, RetentionClass)],
+    ) -> Result<RestoredState, StoreError> {
+        let mut by_class: [BTreeSet<&str>; 3] = Default::default();
+        for (id, class) in points {
+            by_class[class.index()].insert(id.as_str());
+        }
+        let all_ids: Vec<&str> = by_class
+            .iter()
+            .flatten()
+            .copied()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+
+        let rows = sqlx::query(SELECT_POINT_STATE)
+            .bind(&all_ids)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("reading point_state"))?;
+        let mut checkpoints = rows
+            .iter()
+            .map(checkpoint_from_row)
+            .collect::<Result<Vec<_>, _>>()?;
+        checkpoints.sort_by(|a, b| a.point_id.cmp(&b.point_id));
+
+        let mut log_heads = Vec::new();
+        for class in RetentionClass::ALL {
+            let ids: Vec<&str> = by_class[class.index()].iter().copied().collect();
+            if ids.is_empty() {
+                continue;
+            }
+            let rows = sqlx::query(heads_sql(class))
+                .bind(&ids)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error("reading log heads"))?;
+            for row in &rows {
+                log_heads.push(head_from_row(row)?);
+            }
+        }
+        log_heads.sort_by(|a, b| a.point_id.cmp(&b.point_id));
+        tracing::debug!(
+            checkpoints = checkpoints.len(),
+            log_heads = log_heads.len(),
+            "state loaded"
+        );
+        Ok(RestoredState {
+            checkpoints,
+            log_heads,
+        })
+    }
+}
+
+/// Reads the applied migration versions with sqlx's migrator API, without creating its table.
+async fn applied_versions(conn: &mut PgConnection) -> Result<Vec<i64>, StoreError> {
+    let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db_error("looking for the migrations table"))?;
+    if !exists {
+        return Ok(Vec::new());
+    }
+    let applied = conn
+        .list_applied_migrations(MIGRATIONS_TABLE)
+        .await
+        .map_err(migrate_error("listing applied migrations"))?;
+    Ok(applied.into_iter().map(|m| m.version).collect())
+}
+
+/// Verifies inside the transaction that `epoch` is still current. `FOR SHARE` lets commits
+/// run concurrently while making an acquisition's epoch increment wait for them, so no commit
+/// of a deposed core can land after the new epoch is visible.
+async fn fence(tx: &mut PgConnection, epoch: u32) -> Result<(), StoreError> {
+    let current: i32 = sqlx::query_scalar(FENCE)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error("reading the core epoch"))?;
+    if i64::from(current) == i64::from(epoch) {
+        Ok(())
+    } else {
+        // Dropping the transaction rolls it back.
+        Err(StoreError::Fenced {
+            epoch,
+            current: current.max(0) as u32,
+        })
+    }
+}
+
+/// Inserts the rows of one class in one statement and appends the ordinals RETURNING reports.
+async fn insert_class(
+    tx: &mut PgConnection,
+    class: RetentionClass,
+    rows: &[ObsRow],
+    ordinals: &[u32],
+    inserted: &mut Vec<u32>,
+) -> Result<(), StoreError> {
+    let n = ordinals.len();
+    let mut ingested_at = Vec::with_capacity(n);
+    let mut point_id = Vec::with_capacity(n);
+    let mut observed_at = Vec::with_capacity(n);
+    let mut device_time = Vec::with_capacity(n);
+    let mut value_num = Vec::with_capacity(n);
+    let mut value_bool = Vec::with_capacity(n);
+    let mut value_text = Vec::with_capacity(n);
+    let mut native_num = Vec::with_capacity(n);
+    let mut native_text = Vec::with_capacity(n);
+    let mut unit_native = Vec::with_capacity(n);
+    let mut quality = Vec::with_capacity(n);
+    let mut reason = Vec::with_capacity(n);
+    let mut detail = Vec::with_capacity(n);
+    let mut changed = Vec::with_capacity(n);
+    let mut registry_version = Vec::with_capacity(n);
+    let mut driver_instance = Vec::with_capacity(n);
+    let mut source_epoch = Vec::with_capacity(n);
+    let mut source_seq = Vec::with_capacity(n);
+    let mut skew_flagged = Vec::with_capacity(n);
+    // The full unique key → the first ordinal carrying it (a key repeated within a batch
+    // inserts once; the first occurrence is the one reported).
+    let mut by_key: HashMap<(&str, i32, i64, i64), u32> = HashMap::with_capacity(n);
+    for &ordinal in ordinals {
+        let row = &rows[ordinal as usize];
+        let (epoch, seq) = key_to_db(&row.key)?;
+        by_key
+            .entry((&row.key.driver_instance, epoch, seq, row.ingested_at.0))
+            .or_insert(ordinal);
+        ingested_at.push(to_odt(row.ingested_at)?);
+        point_id.push(&*row.point_id);
+        observed_at.push(to_odt(row.observed_at)?);
+        device_time.push(row.device_time.map(to_odt).transpose()?);
+        let (num, boolean, text) = value_columns(&row.value);
+        value_num.push(num);
+        value_bool.push(boolean);
+        value_text.push(text);
+        native_num.push(row.native_num);
+        native_text.push(row.native_text.as_deref());
+        unit_native.push(row.unit_native.as_deref());
+        quality.push(row.quality.as_str());
+        reason.push(row.reason.as_deref());
+        detail.push(row.detail.as_deref());
+        changed.push(row.changed);
+        registry_version.push(row.registry_version);
+        driver_instance.push(&*row.key.driver_instance);
+        source_epoch.push(epoch);
+        source_seq.push(seq);
+        skew_flagged.push(row.skew_flagged);
+    }
+    let returned = sqlx::query(insert_sql(class))
+        .bind(ingested_at)
+        .bind(point_id)
+        .bind(observed_at)
+        .bind(device_time)
+        .bind(value_num)
+        .bind(value_bool)
+        .bind(value_text)
+        .bind(native_num)
+        .bind(native_text)
+        .bind(unit_native)
+        .bind(quality)
+        .bind(reason)
+        .bind(detail)
+        .bind(changed)
+        .bind(registry_version)
+        .bind(driver_instance)
+        .bind(source_epoch)
+        .bind(source_seq)
+        .bind(skew_flagged)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error("inserting observation rows"))?;
+    for row in &returned {
+        let instance: &str = row.try_get(0).map_err(db_error("decoding RETURNING"))?;
+        let epoch: i32 = row.try_get(1).map_err(db_error("decoding RETURNING"))?;
+        let seq: i64 = row.try_get(2).map_err(db_error("decoding RETURNING"))?;
+        let at: OffsetDateTime = row.try_get(3).map_err(db_error("decoding RETURNING"))?;
+        let ordinal = by_key
+            .get(&(instance, epoch, seq, from_odt(at).0))
+            .ok_or_else(|| {
+                StoreError::Other(format!(
+                    "RETURNING named key ({instance}, {epoch}, {seq}) not in the batch"
+                ))
+            })?;
+        inserted.push(*ordinal);
+    }
+    Ok(())
+}
+
+fn key_from_columns(
+    instance: Option<String>,
+    epoch: Option<i32>,
+    seq: Option<i64>,
+) -> Result<Option<ObsKey>, StoreError> {
+    match (instance, epoch, seq) {
+        (Some(instance), Some(epoch), Some(seq)) => Ok(Some(ObsKey {
+            driver_instance: Arc::from(instance),
+            source_epoch: u32::try_from(epoch)
+                .map_err(|_| StoreError::Other(format!("negative source_epoch {epoch} in the database")))?,
+            source_seq: u64::try_from(seq)
+                .map_err(|_| StoreError::Other(format!("negative source_seq {seq} in the database")))?,
+        })),
+        _ => Ok(None),
+    }
+}
+
+fn checkpoint_from_row(row: &PgRow) -> Result<PointState, StoreError> {
+    let get = db_error("decoding point_state");
+    let decode = || -> Result<_, sqlx::Error> {
+        Ok((
+            row.try_get::<String, _>(0)?,
+            row.try_get::<Option<f64>, _>(1)?,
+            row.try_get::<Option<bool>, _>(2)?,
+            row.try_get::<Option<String>, _>(3)?,
+            row.try_get::<String, _>(4)?,
+            row.try_get::<Option<String>, _>(5)?,
+            row.try_get::<Option<OffsetDateTime>, _>(6)?,
+            row.try_get::<Option<OffsetDateTime>, _>(7)?,
+            row.try_get::<Option<OffsetDateTime>, _>(8)?,
+            row.try_get::<OffsetDateTime, _>(9)?,
+            row.try_get::<Option<i64>, _>(10)?,
+            (
+                row.try_get::<Option<String>, _>(11)?,
+                row.try_get::<Option<i32>, _>(12)?,
+                row.try_get::<Option<i64>, _>(13)?,
+            ),
+        ))
+    };
+    let (id, num, boolean, text, quality, reason, observed, ingested, changed, since, watermark, key) =
+        decode().map_err(get)?;
+    Ok(PointState {
+        point_id: Arc::from(id),
+        value: value_from_columns(num, boolean, text),
+        quality: quality_from_db(&quality)?,
+        reason,
+        observed_at: observed.map(from_odt),
+        ingested_at: ingested.map(from_odt),
+        key: key_from_columns(key.0, key.1, key.2)?,
+        changed_at: changed.map(from_odt),
+        quality_since: from_odt(since),
+        watermark_seq: watermark,
+    })
+}
+
+fn head_from_row(row: &PgRow) -> Result<PointState, StoreError> {
+    let get = db_error("decoding a log head");
+    let decode = || -> Result<_, sqlx::Error> {
+        Ok((
+            row.try_get::<String, _>(0)?,
+            row.try_get::<String, _>(1)?,
+            row.try_get::<Option<String>, _>(2)?,
+            row.try_get::<OffsetDateTime, _>(3)?,
+            row.try_get::<OffsetDateTime, _>(4)?,
+            (
+                row.try_get::<String, _>(5)?,
+                row.try_get::<i32, _>(6)?,
+                row.try_get::<i64, _>(7)?,
+            ),
+            (
+                row.try_get::<Option<f64>, _>(8)?,
+                row.try_get::<Option<bool>, _>(9)?,
+                row.try_get::<Option<String>, _>(10)?,
+            ),
+        ))
+    };
+    let (id, quality, reason, observed, ingested, key, value) = decode().map_err(get)?;
+    let ingested_at = from_odt(ingested);
+    Ok(PointState {
+        point_id: Arc::from(id),
+        value: value_from_columns(value.0, value.1, value.2),
+        quality: quality_from_db(&quality)?,
+        reason,
+        observed_at: Some(from_odt(observed)),
+        ingested_at: Some(ingested_at),
+        key: key_from_columns(Some(key.0), Some(key.1), Some(key.2))?,
+        changed_at: None,
+        quality_since: ingested_at,
+        watermark_seq: None,
+    })
+}
+
+/// Holding the single-writer advisory lock on a dedicated session. Dropping it closes the
+/// session, which releases the lock; [`PgLease::release`] does so explicitly and at once.
+pub struct PgLease {
+    /// `None` once the session is known to be dead.
+    conn: Option<PgConnection>,
+    epoch: u32,
+    backend_pid: i32,
+    alive_timeout_ms: u64,
+}
+
+impl std::fmt::Debug for PgLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgLease")
+            .field("epoch", &self.epoch)
+            .field("backend_pid", &self.backend_pid)
+            .field("connected", &self.conn.is_some())
+            .finish()
+    }
+}
+
+impl PgLease {
+    /// The PostgreSQL backend pid of the lock session (for `pg_terminate_backend` in tests and
+    /// for operators).
+    pub fn backend_pid(&self) -> i32 {
+        self.backend_pid
+    }
+
+    /// Unlocks and closes the session, so the next acquisition need not wait for the server to
+    /// notice a dropped connection.
+    pub async fn release(mut self) -> Result<(), StoreError> {
+        let Some(mut conn) = self.conn.take() else {
+            return Ok(());
+        };
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(LOCK_KEY)
+            .execute(&mut conn)
+            .await
+            .map_err(db_error("releasing the single-writer lock"))?;
+        conn.close().await.map_err(db_error("closing the lock session"))?;
+        tracing::info!(epoch = self.epoch, "released single-writer lock");
+        Ok(())
+    }
+}
+
+impl Lease for PgLease {
+    fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// False when the session died, was terminated, no longer shows the lock in pg_locks, or
+    /// did not answer within `alive_timeout_ms`: any doubt means not alive, so the core fails
+    /// fast rather than writing under a lock it may have lost.
+    async fn alive(&mut self) -> Result<bool, StoreError> {
+        let Some(conn) = self.conn.as_mut() else {
+            return Ok(false);
+        };
+        let check = sqlx::query_scalar::<_, bool>(LOCK_ALIVE)
+            .bind(LOCK_KEY)
+            .fetch_one(conn);
+        let held = match tokio::time::timeout(Duration::from_millis(self.alive_timeout_ms), check).await {
+            Ok(Ok(held)) => held,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, backend_pid = self.backend_pid, "lock session failed");
+                false
+            }
+            Err(_) => {
+                tracing::warn!(
+                    alive_timeout_ms = self.alive_timeout_ms,
+                    backend_pid = self.backend_pid,
+                    "lock liveness check timed out"
+                );
+                false
+            }
+        };
+        if !held {
+            // Closing what is left of the session guarantees the lock is not held by it either.
+            self.conn = None;
+        }
+        Ok(held)
+    }
+}
+
+impl Store for PgStore {
+    type Lease = PgLease;
+
+    async fn acquire(&self) -> Result<PgLease, StoreError> {
+        let connect = PgConnection::connect_with(&self.connect_options);
+        let mut conn = tokio::time::timeout(Duration::from_millis(self.config.connect_timeout_ms), connect)
+            .await
+            .map_err(|_| StoreError::Other("connecting the lock session timed out".into()))?
+            .map_err(db_error("connecting the lock session"))?;
+        let (locked, backend_pid): (bool, i32) =
+            sqlx::query_as("SELECT pg_try_advisory_lock($1), pg_backend_pid()")
+                .bind(LOCK_KEY)
+                .fetch_one(&mut conn)
+                .await
+                .map_err(db_error("trying the single-writer lock"))?;
+        if !locked {
+            // Best effort: the session holds nothing, so dropping it is as good as closing it.
+            let _ = conn.close().await;
+            return Err(StoreError::LockHeld);
+        }
+        // On the lock session itself, so the increment happens only while holding the lock.
+        let epoch: i32 =
+            sqlx::query_scalar("UPDATE core_epoch SET epoch = epoch + 1 WHERE singleton RETURNING epoch")
+                .fetch_one(&mut conn)
+                .await
+                .map_err(db_error("incrementing the core epoch"))?;
+        let epoch =
+            u32::try_from(epoch).map_err(|_| StoreError::Other(format!("negative core epoch {epoch}")))?;
+        tracing::info!(epoch, backend_pid, "acquired single-writer lock");
+        self.ensure_partitions_around_today().await?;
+        Ok(PgLease {
+            conn: Some(conn),
+            epoch,
+            backend_pid,
+            alive_timeout_ms: self.config.alive_timeout_ms,
+        })
+    }
+
+    async fn store_registry(&self, snapshot: &RegistrySnapshot) -> Result<RegistryLoad, StoreError> {
+        self.store_registry_inner(snapshot).await
+    }
+
+    async fn load_registry(&self, version: Option<i32>) -> Result<Option<StoredRegistry>, StoreError> {
+        self.load_registry_inner(version).await
+    }
+
+    async fn load_state(&self, points: &[(String, RetentionClass)]) -> Result<RestoredState, StoreError> {
+        self.load_state_inner(points).await
+    }
+
+    async fn commit(&self, batch: Batch) -> Result<CommitReport, CommitError> {
+        match self.commit_inner(&batch).await {
+            Ok((inserted, quarantine_inserted)) => Ok(CommitReport {
+                batch,
+                inserted,
+                quarantine_inserted,
+            }),
+            Err(source) => Err(CommitError {
+                batch: batch.id,
+                source,
+            }),
+        }
+    }
+
+    async fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
+        self.checkpoint_inner(epoch, states).await
+    }
+}
