@@ -1,1 +1,942 @@
-//! placeholder, being written
+//! The Store port's conformance suite (DESIGN.md §6): every test body is written once, generic
+//! over a [`Backend`], and runs against the in-memory model ([`MemoryStore`]) and the real
+//! PostgreSQL adapter ([`PgStore`], each test on a fresh database). The simulator trusts the
+//! memory model only because these pass for both.
+//!
+//! Covers the semantics the core relies on (DESIGN.md §3, §5): unique index + RETURNING,
+//! routing to class tables, quarantine exactly once, the single-writer lock and its release on
+//! session death, the epoch and the fenced commit, the checkpoint, the log-head rule of
+//! restart, registry versioning, and the refusal of a schema from the future.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use sentinel_core::{
+    Batch, BatchId, CanonicalValue, DeliveryTag, Micros, ObsKey, ObsRow, PointState, Quality,
+    QuarantineEntry, QuarantineReason, RegistrySnapshot, RetentionClass,
+    registry::{PointIdx, SnapshotEntry},
+};
+use sentinel_io::ports::{Lease, RegistryLoad, Store, StoreError};
+use sentinel_io::store::{ClassCounts, MemoryLease, MemoryStore, PgLease, PgStore, PgStoreConfig};
+use sentinel_tests::pg::TestDb;
+use sqlx::PgPool;
+
+// ---------------------------------------------------------------------------------------------
+// The two backends.
+
+/// What a test needs beyond the `Store` port: the few backend-specific actions and reads.
+trait Backend: Sized {
+    type S: Store;
+    async fn fresh() -> Self;
+    fn store(&self) -> &Self::S;
+    /// Kills the session holding `lease`, as if its connection died.
+    async fn kill_session(&self, lease: &<Self::S as Store>::Lease);
+    /// Releases `lease` and waits until the lock is free.
+    async fn release(&self, lease: <Self::S as Store>::Lease);
+    async fn counts(&self) -> ClassCounts;
+    async fn quarantine_len(&self) -> u64;
+    async fn epoch(&self) -> u32;
+    /// `count(*)` of the `observation` view, where there is one.
+    async fn view_count(&self) -> Option<u64>;
+}
+
+struct Mem(MemoryStore);
+
+impl Backend for Mem {
+    type S = MemoryStore;
+    async fn fresh() -> Self {
+        Mem(MemoryStore::default())
+    }
+    fn store(&self) -> &MemoryStore {
+        &self.0
+    }
+    async fn kill_session(&self, lease: &MemoryLease) {
+        self.0.kill_session(lease);
+    }
+    async fn release(&self, lease: MemoryLease) {
+        drop(lease);
+    }
+    async fn counts(&self) -> ClassCounts {
+        self.0.row_counts()
+    }
+    async fn quarantine_len(&self) -> u64 {
+        self.0.quarantine().len() as u64
+    }
+    async fn epoch(&self) -> u32 {
+        self.0.current_epoch()
+    }
+    async fn view_count(&self) -> Option<u64> {
+        None
+    }
+}
+
+struct Pg {
+    store: PgStore,
+    /// Raw access to the test database, for assertions the port does not offer.
+    raw: PgPool,
+    /// Last, so the database is dropped after the pools above.
+    _db: TestDb,
+}
+
+impl Pg {
+    async fn unmigrated() -> (TestDb, PgStore, PgPool) {
+        let db = TestDb::create().await.expect("create a test database");
+        let store = PgStore::connect(&db.url, PgStoreConfig::default())
+            .await
+            .expect("connect the store");
+        let raw = PgPool::connect(&db.url).await.expect("connect the raw pool");
+        (db, store, raw)
+    }
+}
+
+impl Backend for Pg {
+    type S = PgStore;
+    async fn fresh() -> Self {
+        let (db, store, raw) = Pg::unmigrated().await;
+        store.migrate().await.expect("migrate a fresh database");
+        Pg { store, raw, _db: db }
+    }
+    fn store(&self) -> &PgStore {
+        &self.store
+    }
+    async fn kill_session(&self, lease: &PgLease) {
+        let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+            .bind(lease.backend_pid())
+            .fetch_one(&self.raw)
+            .await
+            .expect("terminate the lock session");
+        assert!(ended, "the lock session should have exited within 5 s");
+    }
+    async fn release(&self, lease: PgLease) {
+        lease.release().await.expect("release the lease");
+    }
+    async fn counts(&self) -> ClassCounts {
+        self.store.row_counts().await.expect("row counts")
+    }
+    async fn quarantine_len(&self) -> u64 {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM quarantine")
+            .fetch_one(&self.raw)
+            .await
+            .expect("count");
+        n as u64
+    }
+    async fn epoch(&self) -> u32 {
+        self.store.current_epoch().await.expect("current epoch")
+    }
+    async fn view_count(&self) -> Option<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM observation")
+            .fetch_one(&self.raw)
+            .await
+            .expect("count view");
+        Some(n as u64)
+    }
+}
+
+/// Generates, per test body, a module with one `#[tokio::test]` per backend.
+macro_rules! conformance {
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn memory() {
+                super::$name(&<super::Mem as super::Backend>::fresh().await).await
+            }
+            #[tokio::test]
+            async fn postgres() {
+                super::$name(&<super::Pg as super::Backend>::fresh().await).await
+            }
+        }
+    )*};
+}
+
+conformance!(
+    commit_reports_only_new_rows,
+    rows_land_in_their_class_table,
+    quarantine_is_exactly_once,
+    second_acquire_fails_while_held,
+    epoch_increments_only_on_acquisition,
+    stale_epoch_is_fenced_and_writes_nothing,
+    lock_is_released_when_the_session_dies,
+    checkpoint_round_trips_through_load_state,
+    log_heads_follow_the_total_order,
+    registry_versions_are_content_addressed,
+);
+
+// ---------------------------------------------------------------------------------------------
+// Builders.
+
+fn at(text: &str) -> Micros {
+    Micros::parse_rfc3339(text).expect("test timestamp")
+}
+
+const DAY1: &str = "2026-01-15T10:00:00Z";
+
+struct RowSpec<'a> {
+    point: &'a str,
+    class: RetentionClass,
+    instance: &'a str,
+    seq: u64,
+    ingested_at: Micros,
+    observed_at: Micros,
+    value: Option<CanonicalValue>,
+    quality: Quality,
+}
+
+impl Default for RowSpec<'_> {
+    fn default() -> Self {
+        RowSpec {
+            point: "p.temp",
+            class: RetentionClass::Measurement,
+            instance: "drv-1",
+            seq: 1,
+            ingested_at: at(DAY1),
+            observed_at: at(DAY1),
+            value: Some(CanonicalValue::Num(21.5)),
+            quality: Quality::Live,
+        }
+    }
+}
+
+fn row(spec: RowSpec<'_>) -> ObsRow {
+    ObsRow {
+        point: PointIdx(0),
+        point_id: Arc::from(spec.point),
+        class: spec.class,
+        ingested_at: spec.ingested_at,
+        observed_at: spec.observed_at,
+        device_time: Some(spec.observed_at),
+        native_num: spec.value.as_ref().and_then(|v| v.num()),
+        native_text: None,
+        unit_native: Some(Arc::from("degC")),
+        value: spec.value,
+        quality: spec.quality,
+        reason: (spec.quality != Quality::Live).then_some(Cow::Borrowed("device_offline")),
+        detail: Some(r#"{"poll_ms": 12}"#.into()),
+        changed: true,
+        registry_version: 1,
+        key: ObsKey {
+            driver_instance: Arc::from(spec.instance),
+            source_epoch: 3,
+            source_seq: spec.seq,
+        },
+        skew_flagged: false,
+        tag: DeliveryTag(spec.seq),
+    }
+}
+
+/// Row `seq` of `class`, one µs apart in ingest time.
+fn seq_row(class: RetentionClass, seq: u64) -> ObsRow {
+    let ingested_at = Micros(at(DAY1).0 + seq as i64);
+    row(RowSpec {
+        class,
+        seq,
+        ingested_at,
+        observed_at: ingested_at,
+        ..RowSpec::default()
+    })
+}
+
+fn quarantine(stream_seq: u64) -> QuarantineEntry {
+    QuarantineEntry {
+        stream_seq,
+        ingested_at: at(DAY1),
+        subject: "obs.host-1.drv-1".into(),
+        reason: QuarantineReason::UnknownPoint,
+        detail: "point_id not in registry".into(),
+        payload: Bytes::from_static(b"{\"point_id\":\"nope\"}"),
+        payload_bytes: 19,
+        tag: DeliveryTag(1_000 + stream_seq),
+    }
+}
+
+fn batch(id: u64, epoch: u32, rows: Vec<ObsRow>, quarantine: Vec<QuarantineEntry>) -> Batch {
+    Batch {
+        id: BatchId(id),
+        epoch,
+        rows,
+        quarantine,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Bodies.
+
+async fn commit_reports_only_new_rows<B: Backend>(b: &B) {
+    let lease = b.store().acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    let m = RetentionClass::Measurement;
+    let rows = vec![seq_row(m, 1), seq_row(m, 2), seq_row(m, 3), seq_row(m, 4)];
+
+    let report = b
+        .store()
+        .commit(batch(1, epoch, rows.clone(), vec![]))
+        .await
+        .expect("first commit");
+    assert_eq!(
+        report.inserted,
+        vec![0, 1, 2, 3],
+        "first commit inserts everything"
+    );
+    assert_eq!(report.batch.rows, rows, "the batch comes back unchanged");
+
+    let report = b
+        .store()
+        .commit(batch(2, epoch, rows.clone(), vec![]))
+        .await
+        .expect("redelivered commit");
+    assert!(
+        report.inserted.is_empty(),
+        "a redelivered batch inserts nothing: {:?}",
+        report.inserted
+    );
+
+    // Partial overlap, interleaved: only the new ones, as ordinals into this batch, ascending.
+    let mixed = vec![seq_row(m, 5), seq_row(m, 2), seq_row(m, 6), seq_row(m, 4)];
+    let report = b
+        .store()
+        .commit(batch(3, epoch, mixed, vec![]))
+        .await
+        .expect("overlapping commit");
+    assert_eq!(report.inserted, vec![0, 2]);
+
+    // The same key twice in one batch inserts once and reports the first occurrence.
+    let dup = vec![seq_row(m, 7), seq_row(m, 8), seq_row(m, 7)];
+    let report = b
+        .store()
+        .commit(batch(4, epoch, dup, vec![]))
+        .await
+        .expect("in-batch duplicate");
+    assert_eq!(report.inserted, vec![0, 1]);
+
+    // A different ingested_at is a different row under the 4-column index (it is the bus's
+    // duplicate window, not the store, that stops a re-publish).
+    let mut republished = seq_row(m, 1);
+    republished.ingested_at = Micros(republished.ingested_at.0 + 86_400 * 1_000_000);
+    let report = b
+        .store()
+        .commit(batch(5, epoch, vec![republished], vec![]))
+        .await
+        .expect("next day");
+    assert_eq!(report.inserted, vec![0]);
+
+    assert_eq!(b.counts().await.get(m), 9);
+    b.release(lease).await;
+}
+
+async fn rows_land_in_their_class_table<B: Backend>(b: &B) {
+    let lease = b.store().acquire().await.expect("acquire");
+    use RetentionClass::{Diagnostic, Measurement, State};
+    let rows = vec![
+        seq_row(Measurement, 1),
+        seq_row(State, 2),
+        seq_row(Diagnostic, 3),
+        seq_row(Measurement, 4),
+        seq_row(Diagnostic, 5),
+        seq_row(Diagnostic, 6),
+    ];
+    let report = b
+        .store()
+        .commit(batch(1, lease.epoch(), rows, vec![]))
+        .await
+        .expect("commit");
+    assert_eq!(report.inserted, vec![0, 1, 2, 3, 4, 5]);
+
+    // The unique index is per table: the same key in another class is another row.
+    let report = b
+        .store()
+        .commit(batch(2, lease.epoch(), vec![seq_row(State, 1)], vec![]))
+        .await
+        .expect("commit");
+    assert_eq!(report.inserted, vec![0]);
+
+    let counts = b.counts().await;
+    assert_eq!(
+        (counts.get(Measurement), counts.get(State), counts.get(Diagnostic)),
+        (2, 2, 3)
+    );
+    if let Some(view) = b.view_count().await {
+        assert_eq!(
+            view,
+            counts.total(),
+            "the observation view is the union of the class tables"
+        );
+    }
+    b.release(lease).await;
+}
+
+async fn quarantine_is_exactly_once<B: Backend>(b: &B) {
+    let lease = b.store().acquire().await.expect("acquire");
+    let m = RetentionClass::Measurement;
+    let report = b
+        .store()
+        .commit(batch(
+            1,
+            lease.epoch(),
+            vec![seq_row(m, 1)],
+            vec![quarantine(10), quarantine(11)],
+        ))
+        .await
+        .expect("commit");
+    assert_eq!(
+        (report.inserted.clone(), report.quarantine_inserted),
+        (vec![0], 2)
+    );
+
+    // Redelivery of both plus one new, and one repeated inside the batch.
+    let report = b
+        .store()
+        .commit(batch(
+            2,
+            lease.epoch(),
+            vec![],
+            vec![quarantine(11), quarantine(12), quarantine(10), quarantine(12)],
+        ))
+        .await
+        .expect("redelivered commit");
+    assert_eq!(report.quarantine_inserted, 1);
+    assert_eq!(b.quarantine_len().await, 3);
+    b.release(lease).await;
+}
+
+async fn second_acquire_fails_while_held<B: Backend>(b: &B) {
+    let lease = b.store().acquire().await.expect("first acquire");
+    let epoch = lease.epoch();
+    match b.store().acquire().await {
+        Err(StoreError::LockHeld) => {}
+        other => panic!("expected LockHeld, got {:?}", other.map(|l| l.epoch())),
+    }
+    assert_eq!(
+        b.epoch().await,
+        epoch,
+        "a failed acquisition does not move the epoch"
+    );
+    b.release(lease).await;
+    let again = b.store().acquire().await.expect("acquire after release");
+    assert_eq!(again.epoch(), epoch + 1);
+    b.release(again).await;
+}
+
+async fn epoch_increments_only_on_acquisition<B: Backend>(b: &B) {
+    assert_eq!(b.epoch().await, 0, "a fresh store starts at epoch 0");
+    let mut lease = b.store().acquire().await.expect("acquire");
+    assert_eq!(lease.epoch(), 1);
+    assert!(lease.alive().await.expect("alive"));
+
+    let m = RetentionClass::Measurement;
+    b.store()
+        .commit(batch(1, 1, vec![seq_row(m, 1)], vec![quarantine(1)]))
+        .await
+        .expect("commit");
+    b.store()
+        .checkpoint(1, vec![PointState::unknown(Arc::from("p.temp"), at(DAY1))])
+        .await
+        .expect("checkpoint");
+    assert!(b.store().acquire().await.is_err());
+    assert_eq!(
+        b.epoch().await,
+        1,
+        "commits, checkpoints and failed acquisitions leave the epoch alone"
+    );
+
+    b.release(lease).await;
+    assert_eq!(b.epoch().await, 1, "releasing does not move the epoch");
+    let lease = b.store().acquire().await.expect("acquire");
+    assert_eq!((lease.epoch(), b.epoch().await), (2, 2));
+    b.release(lease).await;
+}
+
+async fn stale_epoch_is_fenced_and_writes_nothing<B: Backend>(b: &B) {
+    let old = b.store().acquire().await.expect("acquire");
+    let old_epoch = old.epoch();
+    b.release(old).await;
+    let new = b.store().acquire().await.expect("acquire");
+    assert!(new.epoch() > old_epoch);
+
+    let m = RetentionClass::Measurement;
+    let stale = batch(
+        7,
+        old_epoch,
+        vec![seq_row(m, 1), seq_row(RetentionClass::State, 2)],
+        vec![quarantine(5)],
+    );
+    match b.store().commit(stale).await {
+        Err(e) => {
+            assert_eq!(e.batch, BatchId(7));
+            match e.source {
+                StoreError::Fenced { epoch, current } => {
+                    assert_eq!((epoch, current), (old_epoch, new.epoch()))
+                }
+                other => panic!("expected Fenced, got {other}"),
+            }
+        }
+        Ok(report) => panic!("a stale commit succeeded: {:?}", report.inserted),
+    }
+    assert_eq!(b.counts().await.total(), 0, "a fenced commit writes no rows");
+    assert_eq!(
+        b.quarantine_len().await,
+        0,
+        "a fenced commit writes no quarantine entries"
+    );
+
+    let states = vec![PointState::unknown(Arc::from("p.temp"), at(DAY1))];
+    match b.store().checkpoint(old_epoch, states.clone()).await {
+        Err(StoreError::Fenced { .. }) => {}
+        other => panic!("expected a fenced checkpoint, got {other:?}"),
+    }
+    let restored = b.store().load_state(&[("p.temp".into(), m)]).await.expect("load");
+    assert!(
+        restored.checkpoints.is_empty(),
+        "a fenced checkpoint writes nothing"
+    );
+
+    // The current epoch still writes.
+    let report = b
+        .store()
+        .commit(batch(8, new.epoch(), vec![seq_row(m, 1)], vec![]))
+        .await
+        .expect("commit");
+    assert_eq!(report.inserted, vec![0]);
+    b.store()
+        .checkpoint(new.epoch(), states)
+        .await
+        .expect("checkpoint");
+    b.release(new).await;
+}
+
+async fn lock_is_released_when_the_session_dies<B: Backend>(b: &B) {
+    let mut first = b.store().acquire().await.expect("acquire");
+    assert!(first.alive().await.expect("alive"));
+    assert!(matches!(b.store().acquire().await, Err(StoreError::LockHeld)));
+
+    b.kill_session(&first).await;
+    let second = b
+        .store()
+        .acquire()
+        .await
+        .expect("acquire after the holder's session died");
+    assert_eq!(second.epoch(), first.epoch() + 1);
+    assert!(
+        !first.alive().await.expect("alive check"),
+        "the dead session's lease is not alive"
+    );
+    assert!(!first.alive().await.expect("alive check"), "and stays not alive");
+
+    // The deposed holder cannot write.
+    let m = RetentionClass::Measurement;
+    let err = b
+        .store()
+        .commit(batch(1, first.epoch(), vec![seq_row(m, 1)], vec![]))
+        .await;
+    assert!(matches!(err, Err(ref e) if matches!(e.source, StoreError::Fenced { .. })));
+    drop(first);
+    b.release(second).await;
+}
+
+async fn checkpoint_round_trips_through_load_state<B: Backend>(b: &B) {
+    let lease = b.store().acquire().await.expect("acquire");
+    let key = ObsKey {
+        driver_instance: Arc::from("drv-1"),
+        source_epoch: 3,
+        source_seq: 42,
+    };
+    let num = PointState {
+        point_id: Arc::from("p.num"),
+        value: Some(CanonicalValue::Num(-12.25)),
+        quality: Quality::Live,
+        reason: None,
+        observed_at: Some(at("2026-01-15T10:00:00.123456Z")),
+        ingested_at: Some(at("2026-01-15T10:00:00.234567Z")),
+        key: Some(key.clone()),
+        changed_at: Some(at("2026-01-15T09:59:00Z")),
+        quality_since: at("2026-01-15T09:00:00Z"),
+        watermark_seq: Some(17),
+    };
+    let boolean = PointState {
+        point_id: Arc::from("p.bool"),
+        value: Some(CanonicalValue::Bool(true)),
+        quality: Quality::Stale,
+        reason: Some("freshness".into()),
+        ..num.clone()
+    };
+    let text = PointState {
+        point_id: Arc::from("p.text"),
+        value: Some(CanonicalValue::Text(Arc::from("open"))),
+        quality: Quality::Bad,
+        reason: Some("out_of_range".into()),
+        watermark_seq: None,
+        ..num.clone()
+    };
+    let unknown = PointState::unknown(Arc::from("p.unknown"), at("2026-01-15T08:00:00Z"));
+    let states = vec![num.clone(), boolean.clone(), text.clone(), unknown.clone()];
+    b.store()
+        .checkpoint(lease.epoch(), states)
+        .await
+        .expect("checkpoint");
+
+    let m = RetentionClass::Measurement;
+    let wanted: Vec<(String, RetentionClass)> = ["p.text", "p.num", "p.bool", "p.unknown", "p.never"]
+        .iter()
+        .map(|id| (id.to_string(), m))
+        .collect();
+    let restored = b.store().load_state(&wanted).await.expect("load");
+    assert_eq!(
+        restored.checkpoints,
+        vec![boolean, num.clone(), text, unknown],
+        "sorted by point id"
+    );
+    assert!(restored.log_heads.is_empty(), "no rows, no log heads");
+
+    // Upsert: a later checkpoint replaces the row; within one call the last state wins.
+    let mut newer = num.clone();
+    newer.value = Some(CanonicalValue::Num(99.0));
+    newer.quality = Quality::Restored;
+    let mut newest = newer.clone();
+    newest.value = None;
+    b.store()
+        .checkpoint(lease.epoch(), vec![newer, newest.clone()])
+        .await
+        .expect("checkpoint");
+    let restored = b.store().load_state(&[("p.num".into(), m)]).await.expect("load");
+    assert_eq!(restored.checkpoints, vec![newest]);
+    b.release(lease).await;
+}
+
+async fn log_heads_follow_the_total_order<B: Backend>(b: &B) {
+    let lease = b.store().acquire().await.expect("acquire");
+    use RetentionClass::{Diagnostic, Measurement, State};
+    let t = |s: &str| at(&format!("2026-01-15T{s}Z"));
+    let num = |v: f64| Some(CanonicalValue::Num(v));
+    let a = |seq, ingested: &str, observed: &str, value, quality| {
+        row(RowSpec {
+            point: "a",
+            seq,
+            ingested_at: t(ingested),
+            observed_at: t(observed),
+            value,
+            quality,
+            ..RowSpec::default()
+        })
+    };
+    let rows = vec![
+        a(1, "10:00:01", "10:00:00", num(1.0), Quality::Live),
+        a(2, "10:05:01", "10:05:00", num(2.0), Quality::Live),
+        // Same observed_at, ingested later, no value: the head, but the value stays 2.0.
+        a(3, "10:05:02", "10:05:00", None, Quality::Unavailable),
+        // Late: ingested last, observed earliest; stored, but does not move the head back.
+        a(4, "10:09:00", "09:00:00", num(9.0), Quality::Live),
+        // Same observed_at and ingested_at as the head candidates below: the key decides.
+        // Bytewise "drv-a" > "drv-B" (a collation-aware compare would say otherwise).
+        row(RowSpec {
+            point: "b",
+            instance: "drv-B",
+            seq: 50,
+            ingested_at: t("11:00:00"),
+            observed_at: t("11:00:00"),
+            value: num(5.0),
+            ..RowSpec::default()
+        }),
+        row(RowSpec {
+            point: "b",
+            instance: "drv-a",
+            seq: 5,
+            ingested_at: t("11:00:00"),
+            observed_at: t("11:00:00"),
+            value: num(6.0),
+            ..RowSpec::default()
+        }),
+        row(RowSpec {
+            point: "b",
+            instance: "drv-a",
+            seq: 4,
+            ingested_at: t("11:00:00"),
+            observed_at: t("11:00:00"),
+            value: num(7.0),
+            ..RowSpec::default()
+        }),
+        // A state-class point.
+        row(RowSpec {
+            point: "c",
+            class: State,
+            seq: 60,
+            value: Some(CanonicalValue::Text(Arc::from("open"))),
+            ..RowSpec::default()
+        }),
+        // Never had a value.
+        row(RowSpec {
+            point: "d",
+            seq: 70,
+            value: None,
+            quality: Quality::Bad,
+            ..RowSpec::default()
+        }),
+    ];
+    b.store()
+        .commit(batch(1, lease.epoch(), rows.clone(), vec![]))
+        .await
+        .expect("commit");
+
+    let wanted: Vec<(String, RetentionClass)> = vec![
+        ("a".into(), Measurement),
+        ("b".into(), Measurement),
+        ("c".into(), State),
+        ("d".into(), Measurement),
+        ("e".into(), Measurement),
+        // Read from its own class table only: asked as diagnostic, "a" has no rows there.
+        ("a".into(), Diagnostic),
+    ];
+    let restored = b.store().load_state(&wanted).await.expect("load");
+    let heads = restored.log_heads;
+    assert_eq!(
+        heads.iter().map(|h| &*h.point_id).collect::<Vec<_>>(),
+        vec!["a", "b", "c", "d"]
+    );
+
+    let head_a = &heads[0];
+    assert_eq!(head_a.value, num(2.0), "value from the latest row that had one");
+    assert_eq!(head_a.quality, Quality::Unavailable);
+    assert_eq!(head_a.reason.as_deref(), Some("device_offline"));
+    assert_eq!(
+        (head_a.observed_at, head_a.ingested_at),
+        (Some(t("10:05:00")), Some(t("10:05:02")))
+    );
+    assert_eq!(head_a.key.as_ref().map(|k| k.source_seq), Some(3));
+    assert_eq!(
+        (head_a.quality_since, head_a.changed_at, head_a.watermark_seq),
+        (t("10:05:02"), None, None)
+    );
+
+    let head_b = &heads[1];
+    let key_b = head_b.key.as_ref().expect("key");
+    assert_eq!((&*key_b.driver_instance, key_b.source_seq), ("drv-a", 5));
+    assert_eq!(head_b.value, num(6.0));
+
+    assert_eq!(heads[2].value, Some(CanonicalValue::Text(Arc::from("open"))));
+    assert_eq!((heads[3].value.clone(), heads[3].quality), (None, Quality::Bad));
+
+    // The rule agrees with a fold of the rows under ObsRow::order_key (invariant 5).
+    let latest_a = rows
+        .iter()
+        .filter(|r| &*r.point_id == "a")
+        .max_by(|x, y| x.order_key().cmp(&y.order_key()));
+    assert_eq!(latest_a.map(|r| r.key.source_seq), Some(3));
+    b.release(lease).await;
+}
+
+fn snapshot(git_sha: &str, content_hash: &str, entries: &[(&str, &str, &str)]) -> RegistrySnapshot {
+    RegistrySnapshot {
+        git_sha: git_sha.into(),
+        content_hash: content_hash.into(),
+        entries: entries
+            .iter()
+            .map(|(point_id, hash, json)| SnapshotEntry {
+                point_id: (*point_id).into(),
+                hash: (*hash).into(),
+                canonical_json: (*json).into(),
+            })
+            .collect(),
+    }
+}
+
+async fn registry_versions_are_content_addressed<B: Backend>(b: &B) {
+    assert_eq!(
+        b.store().load_registry(None).await.expect("load"),
+        None,
+        "nothing loaded yet"
+    );
+    // Canonical text that jsonb would rewrite (key order, number form): must come back as is.
+    let temp_v1 = r#"{"id":"p.temp","range":{"max":1.0e2,"min":-40},"kind":"number"}"#;
+    let door = r#"{"id":"p.door","kind":"enum","codebook":{"1":"open","0":"closed"}}"#;
+    let temp_v2 = r#"{"id":"p.temp","range":{"max":1.5e2,"min":-40},"kind":"number"}"#;
+    let v1 = snapshot(
+        "sha-1",
+        "content-1",
+        &[("p.door", "h-door", door), ("p.temp", "h-temp-1", temp_v1)],
+    );
+
+    let load = b.store().store_registry(&v1).await.expect("store v1");
+    assert_eq!(
+        load,
+        RegistryLoad {
+            version: 1,
+            created: true
+        }
+    );
+    let mut same_content = v1.clone();
+    same_content.git_sha = "sha-2".into();
+    let load = b
+        .store()
+        .store_registry(&same_content)
+        .await
+        .expect("store unchanged");
+    assert_eq!(
+        load,
+        RegistryLoad {
+            version: 1,
+            created: false
+        },
+        "unchanged content, no version"
+    );
+
+    let v2 = snapshot(
+        "sha-3",
+        "content-2",
+        &[("p.door", "h-door", door), ("p.temp", "h-temp-2", temp_v2)],
+    );
+    assert_eq!(
+        b.store().store_registry(&v2).await.expect("store v2"),
+        RegistryLoad {
+            version: 2,
+            created: true
+        }
+    );
+    // Going back to old content is a change relative to the newest version.
+    let v3 = b.store().store_registry(&v1).await.expect("store v1 again");
+    assert_eq!(
+        v3,
+        RegistryLoad {
+            version: 3,
+            created: true
+        }
+    );
+
+    let stored = b
+        .store()
+        .load_registry(Some(1))
+        .await
+        .expect("load v1")
+        .expect("v1 exists");
+    assert_eq!(
+        (
+            stored.version,
+            stored.git_sha.as_str(),
+            stored.content_hash.as_str()
+        ),
+        (1, "sha-1", "content-1")
+    );
+    assert_eq!(
+        stored.descriptors,
+        vec![
+            ("p.door".to_owned(), door.to_owned()),
+            ("p.temp".to_owned(), temp_v1.to_owned())
+        ],
+        "byte-identical, sorted by point id"
+    );
+    let newest = b
+        .store()
+        .load_registry(None)
+        .await
+        .expect("load newest")
+        .expect("exists");
+    assert_eq!(newest.version, 3);
+    let second = b
+        .store()
+        .load_registry(Some(2))
+        .await
+        .expect("load v2")
+        .expect("v2 exists");
+    assert_eq!(second.descriptors[1].1, temp_v2);
+    assert_eq!(b.store().load_registry(Some(99)).await.expect("load"), None);
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL only.
+
+#[tokio::test]
+async fn postgres_migrate_refuses_a_schema_from_the_future() {
+    let (_db, store, raw) = Pg::unmigrated().await;
+    // sqlx's own bookkeeping table, as a newer binary would have left it.
+    sqlx::query(
+        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+         installed_on TIMESTAMPTZ NOT NULL DEFAULT now(), success BOOLEAN NOT NULL, \
+         checksum BYTEA NOT NULL, execution_time BIGINT NOT NULL)",
+    )
+    .execute(&raw)
+    .await
+    .expect("create the migrations table");
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99990101000000, 'from the future', true, '\\x00', 1)",
+    )
+    .execute(&raw)
+    .await
+    .expect("insert a future migration");
+
+    let supported = PgStore::supported_schema_version();
+    match store.migrate().await {
+        Err(e @ StoreError::SchemaFromFuture { found, supported: s }) => {
+            assert_eq!((found, s), (99990101000000, supported));
+            let message = e.to_string();
+            assert!(
+                message.contains("99990101000000") && message.contains(&supported.to_string()),
+                "{message}"
+            );
+        }
+        other => panic!("expected SchemaFromFuture, got {other:?}"),
+    }
+    let created: bool = sqlx::query_scalar("SELECT to_regclass('core_epoch') IS NOT NULL")
+        .fetch_one(&raw)
+        .await
+        .expect("look for core_epoch");
+    assert!(!created, "nothing was applied");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&raw)
+        .await
+        .expect("count");
+    assert_eq!(rows, 1);
+    assert_eq!(
+        store.schema_version().await.expect("schema version"),
+        Some(99990101000000)
+    );
+}
+
+#[tokio::test]
+async fn postgres_migrate_is_idempotent_and_creates_partitions_ahead() {
+    let (_db, store, raw) = Pg::unmigrated().await;
+    assert_eq!(store.schema_version().await.expect("version"), None);
+    let first = store.migrate().await.expect("migrate");
+    assert_eq!(first.version, PgStore::supported_schema_version());
+    assert!(!first.applied.is_empty());
+    let second = store.migrate().await.expect("migrate again");
+    assert!(second.applied.is_empty());
+    assert_eq!(second.version, first.version);
+
+    // Yesterday through today + 3, for each of the three tables.
+    let partitions: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE c.relname LIKE 'observation\\_%\\_p%' \
+         AND c.relname LIKE '%' || to_char((now() AT TIME ZONE 'UTC')::date + 3, 'YYYYMMDD')",
+    )
+    .fetch_one(&raw)
+    .await
+    .expect("count partitions");
+    assert_eq!(partitions, 3);
+}
+
+#[tokio::test]
+async fn postgres_commit_creates_the_partitions_it_needs() {
+    let b = Pg::fresh().await;
+    let lease = b.store.acquire().await.expect("acquire");
+    let m = RetentionClass::Measurement;
+    // Two days far from today in one batch, plus one the first commit already ensured.
+    let mut rows = vec![seq_row(m, 1), seq_row(RetentionClass::State, 2)];
+    rows[1].ingested_at = at("2025-06-01T23:59:59.999999Z");
+    let report = b
+        .store
+        .commit(batch(1, lease.epoch(), rows, vec![]))
+        .await
+        .expect("commit");
+    assert_eq!(report.inserted, vec![0, 1]);
+    let report = b
+        .store
+        .commit(batch(2, lease.epoch(), vec![seq_row(m, 3)], vec![]))
+        .await
+        .expect("commit");
+    assert_eq!(report.inserted, vec![0]);
+    let in_partition: String =
+        sqlx::query_scalar("SELECT tableoid::regclass::text FROM observation_state WHERE source_seq = 2")
+            .fetch_one(&b.raw)
+            .await
+            .expect("locate the row");
+    assert_eq!(in_partition, "observation_state_p20250601");
+    b.release(lease).await;
+}

@@ -1,1 +1,122 @@
-//! Creating a private PostgreSQL database per test (placeholder, being written).
+//! Creating a private PostgreSQL database per test (DESIGN.md §7: no test depends on another's
+//! leftovers).
+//!
+//! Owns: [`TestDb`], a uniquely named database on the local server (127.0.0.1:5432, trust auth,
+//! user `postgres`) or on the server named by `SENTINEL_TEST_PG_URL` (an admin URL, e.g.
+//! `postgres://postgres@host:5432/postgres`). The database is dropped (WITH FORCE) when the
+//! `TestDb` is dropped, also when the test panics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use anyhow::Context;
+use sentinel_io::clock::{Clock, SystemClock};
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+
+/// Environment variable naming an admin URL for the test server.
+pub const ADMIN_URL_ENV: &str = "SENTINEL_TEST_PG_URL";
+const DEFAULT_ADMIN_URL: &str = "postgres://postgres@127.0.0.1:5432/postgres";
+
+static NEXT_DB: AtomicU64 = AtomicU64::new(0);
+
+/// A fresh, empty database (not migrated).
+#[derive(Debug)]
+pub struct TestDb {
+    /// Connect here to use the database.
+    pub url: String,
+    pub name: String,
+    admin_url: String,
+}
+
+/// The admin URL with its database path replaced by `database` (query parameters kept).
+fn with_database(admin_url: &str, database: &str) -> anyhow::Result<String> {
+    let scheme_end = admin_url.find("://").context("the admin URL has no scheme")? + 3;
+    let (head, query) = match admin_url.find('?') {
+        Some(q) => admin_url.split_at(q),
+        None => (admin_url, ""),
+    };
+    let authority_end = head[scheme_end..]
+        .find('/')
+        .map_or(head.len(), |i| scheme_end + i);
+    Ok(format!("{}/{}{}", &head[..authority_end], database, query))
+}
+
+impl TestDb {
+    pub fn admin_url() -> String {
+        std::env::var(ADMIN_URL_ENV).unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned())
+    }
+
+    /// Creates `sentinel_test_<pid>_<clock µs>_<n>`.
+    pub async fn create() -> anyhow::Result<TestDb> {
+        let admin_url = Self::admin_url();
+        let name = format!(
+            "sentinel_test_{}_{}_{}",
+            std::process::id(),
+            SystemClock.now().0,
+            NEXT_DB.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut admin = PgConnection::connect(&admin_url)
+            .await
+            .with_context(|| format!("connecting to the admin database (set {ADMIN_URL_ENV} to override)"))?;
+        // The name is ours and only [a-z0-9_], so formatting it into DDL is safe.
+        sqlx::query(AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .with_context(|| format!("creating database {name}"))?;
+        let _ = admin.close().await;
+        let url = with_database(&admin_url, &name)?;
+        Ok(TestDb { url, name, admin_url })
+    }
+
+    async fn drop_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
+        let mut admin = PgConnection::connect(admin_url).await?;
+        sqlx::query(AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+        )))
+        .execute(&mut admin)
+        .await?;
+        let _ = admin.close().await;
+        Ok(())
+    }
+}
+
+impl Drop for TestDb {
+    /// Drops the database on a thread of its own: `Drop` cannot await, and the test's runtime
+    /// may be the one being dropped. `WITH (FORCE)` ends sessions the test left open.
+    fn drop(&mut self) {
+        let admin_url = self.admin_url.clone();
+        let name = self.name.clone();
+        let dropper = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+            match runtime {
+                Ok(runtime) => {
+                    if let Err(e) = runtime.block_on(TestDb::drop_database(&admin_url, &name)) {
+                        eprintln!("could not drop test database {name}: {e:#}");
+                    }
+                }
+                Err(e) => eprintln!("could not drop test database {name}: {e}"),
+            }
+        });
+        let _ = dropper.join();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn replaces_the_database_path() {
+        assert_eq!(
+            with_database("postgres://postgres@127.0.0.1:5432/postgres", "x").expect("valid"),
+            "postgres://postgres@127.0.0.1:5432/x"
+        );
+        assert_eq!(
+            with_database("postgres://u:p@h/db?sslmode=disable", "x").expect("valid"),
+            "postgres://u:p@h/x?sslmode=disable"
+        );
+        assert_eq!(
+            with_database("postgres://h:5432", "x").expect("valid"),
+            "postgres://h:5432/x"
+        );
+    }
+}
