@@ -188,6 +188,11 @@ pub fn decode_envelope(payload: &[u8]) -> Result<Envelope<'_>, Refusal> {
             ));
         }
     }
+    // The log's key columns are `integer` and `bigint`: a key beyond them could never commit,
+    // and a batch that cannot commit would be redelivered forever.
+    if raw.source_epoch > i32::MAX as u32 || raw.source_seq > i64::MAX as u64 {
+        return Err(refuse(QuarantineReason::Malformed, "source_epoch or source_seq exceeds the log's integer range"));
+    }
     if raw.point_id.is_empty() {
         return Err(refuse(QuarantineReason::Malformed, "field `point_id` is empty"));
     }
@@ -460,6 +465,14 @@ mod tests {
             ),
             (
                 r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1,"quality":"live"}"#,
+                QuarantineReason::Malformed,
+            ),
+            (
+                r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":4294967295,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1}"#,
+                QuarantineReason::Malformed,
+            ),
+            (
+                r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":18446744073709551615,"observed_at":"2026-11-30T03:00:00Z","value":1}"#,
                 QuarantineReason::Malformed,
             ),
             (
