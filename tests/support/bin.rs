@@ -1,0 +1,38 @@
+//! The `sentinel` binary for process-level tests (SIGKILL, a second core). Cargo only exposes
+//! `CARGO_BIN_EXE_*` to tests of the binary's own package, so this builds it once with the
+//! same profile the tests run under and returns its path.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+
+pub fn workspace_root() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+}
+
+pub fn sentinel_bin() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+            let release = !cfg!(debug_assertions);
+            let mut build = Command::new(cargo);
+            build
+                .current_dir(workspace_root())
+                .args(["build", "-p", "sentinel-io", "--bin", "sentinel"]);
+            if release {
+                build.arg("--release");
+            }
+            let status = build
+                .status()
+                .expect("running cargo build for the sentinel binary");
+            assert!(status.success(), "building the sentinel binary failed");
+            let target = std::env::var("CARGO_TARGET_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|_| workspace_root().join("target"));
+            target
+                .join(if release { "release" } else { "debug" })
+                .join("sentinel")
+        })
+        .clone()
+}
