@@ -1,0 +1,219 @@
+//! End-to-end benchmark against a private nats-server and PostgreSQL database (issue: "an
+//! end-to-end benchmark command ... that also measures raw COPY into the same table and raw
+//! JetStream fetch+ack in the same run and prints the ratios").
+//!
+//! Run: `cargo bench -p sentinel-tests --bench e2e` (after `scripts/test` has installed a
+//! current nats-server, or with SENTINEL_NATS_SERVER set); `-- --messages N` changes the size.
+//!
+//! Three measurements, one run, same machine:
+//! 1. raw JetStream: fetch(500) + plain ack of N messages on a stream of our shape;
+//! 2. raw COPY of N rows of the observation shape into `observation_measurement`;
+//! 3. Sentinel: a backlog of N synthetic observations (the demo's fleet over the sample
+//!    registry) drained by the production startup and runtime loop over the real adapters.
+#![allow(clippy::disallowed_methods)] // a benchmark reads the clock
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use sentinel_core::Config;
+use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
+use sentinel_io::clock::{Clock, SystemClock};
+use sentinel_io::demo::Fleet;
+use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
+use sentinel_io::ports::Bus;
+use sentinel_io::runtime::{self, RuntimeConfig};
+use sentinel_io::startup;
+use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_tests::nats::NatsServer;
+use sentinel_tests::pg::TestDb;
+use sentinel_tests::traffic;
+
+fn arg(name: &str, default: usize) -> usize {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+async fn raw_fetch_ack(url: &str, messages: usize) -> f64 {
+    let client = async_nats::connect(url).await.expect("connect");
+    let js = async_nats::jetstream::new(client);
+    let stream = js
+        .create_stream(async_nats::jetstream::stream::Config {
+            name: "RAW".into(),
+            subjects: vec!["raw.>".into()],
+            storage: async_nats::jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .expect("raw stream");
+    let payload = Bytes::from(vec![b'x'; 200]);
+    let mut acks = Vec::with_capacity(4096);
+    for i in 0..messages {
+        acks.push(
+            js.publish("raw.host.drv", payload.clone())
+                .await
+                .expect("publish"),
+        );
+        if acks.len() == 4096 || i + 1 == messages {
+            for ack in acks.drain(..) {
+                ack.await.expect("publish ack");
+            }
+        }
+    }
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("raw".into()),
+            ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
+            max_ack_pending: 20_000,
+            ..Default::default()
+        })
+        .await
+        .expect("raw consumer");
+    let started = Instant::now();
+    let mut done = 0usize;
+    while done < messages {
+        let mut batch = consumer
+            .fetch()
+            .max_messages(500)
+            .messages()
+            .await
+            .expect("fetch");
+        while let Some(message) = batch.next().await {
+            let message = message.expect("message");
+            message.ack().await.expect("ack");
+            done += 1;
+        }
+    }
+    messages as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn raw_copy(url: &str, rows: usize) -> f64 {
+    use sqlx::Connection;
+    let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+    let now = SystemClock.now().to_rfc3339();
+    let mut text = String::with_capacity(rows * 160);
+    for i in 0..rows {
+        // ingested_at, point_id, observed_at, device_time, value_num, value_bool, value_text,
+        // native_num, native_text, unit_native, quality, reason, detail, changed,
+        // registry_version, driver_instance, source_epoch, source_seq, skew_flagged
+        text.push_str(&format!(
+            "{now}\tboiler1.flow_temp\t{now}\t\\N\t{}\t\\N\t\\N\t{}\t\\N\tdegF\tlive\t\\N\t\\N\tt\t1\tcopy-bench\t1\t{i}\tf\n",
+            20.0 + (i % 100) as f64 / 10.0,
+            68.0 + (i % 100) as f64 / 10.0,
+        ));
+    }
+    let started = Instant::now();
+    let mut copy = conn
+        .copy_in_raw(
+            "COPY observation_measurement (ingested_at, point_id, observed_at, device_time, value_num, \
+             value_bool, value_text, native_num, native_text, unit_native, quality, reason, detail, changed, \
+             registry_version, driver_instance, source_epoch, source_seq, skew_flagged) FROM STDIN",
+        )
+        .await
+        .expect("copy in");
+    copy.send(text.into_bytes()).await.expect("copy send");
+    copy.finish().await.expect("copy finish");
+    rows as f64 / started.elapsed().as_secs_f64()
+}
+
+async fn sentinel_drain(nats: &NatsServer, store: &PgStore, messages: usize) -> (f64, u64) {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let bus = NatsBus::connect(NatsBusConfig {
+        url: nats.url(),
+        ..NatsBusConfig::default()
+    })
+    .await
+    .expect("bus");
+    bus.ensure_stream().await.expect("stream");
+    let registry = traffic::sample_registry();
+    let mut fleet = Fleet::new(&registry, 7, 1);
+    let publisher = ObservationPublisher::connect(&nats.url(), PublisherConfig::default())
+        .await
+        .expect("publisher");
+    let items: Vec<(String, String, Bytes)> = (0..messages)
+        .map(|_| {
+            let m = fleet.next_message(clock.now());
+            (m.subject, m.msg_id, m.payload)
+        })
+        .collect();
+    let report = publisher
+        .publish_pipelined(items, 1024)
+        .await
+        .expect("load backlog");
+    let accepted = report.stored;
+
+    let started_at = Instant::now();
+    let started = startup::start(
+        &bus,
+        store,
+        Some(&traffic::sample_registry_dir()),
+        Config::default(),
+        clock.as_ref(),
+    )
+    .await
+    .expect("core starts");
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(runtime::run(
+        started.core,
+        bus.clone(),
+        started.consumer,
+        store.clone(),
+        started.lease,
+        clock,
+        RuntimeConfig::default(),
+        async move {
+            let _ = stop_rx.await;
+        },
+    ));
+    loop {
+        let lag = bus.lag().await.expect("lag");
+        if lag.pending == 0 && lag.ack_pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let secs = started_at.elapsed().as_secs_f64();
+    let _ = stop_tx.send(());
+    let outcome = run.await.expect("join");
+    assert_eq!(outcome.exit.code, 0);
+    let committed = outcome.metrics.rows_inserted.iter().sum::<u64>() + outcome.metrics.quarantined_total();
+    assert_eq!(
+        committed, accepted,
+        "every accepted message became a row or a quarantine entry"
+    );
+    (accepted as f64 / secs, accepted)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let messages = arg("--messages", 200_000);
+    let nats = NatsServer::start().await;
+    let db = TestDb::create().await.expect("database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("store");
+    store.migrate().await.expect("migrate");
+    println!(
+        "e2e bench: {messages} messages; nats-server {} and PostgreSQL on this machine",
+        nats.url()
+    );
+
+    let fetch_ack = raw_fetch_ack(&nats.url(), messages).await;
+    println!("  raw JetStream fetch(500)+ack   {fetch_ack:>10.0} msg/s");
+    let copy = raw_copy(&db.url, messages).await;
+    println!("  raw COPY into observation_*    {copy:>10.0} rows/s");
+    let (sentinel, accepted) = sentinel_drain(&nats, &store, messages).await;
+    println!("  sentinel end to end            {sentinel:>10.0} obs/s ({accepted} accepted)");
+    let ceiling = fetch_ack.min(copy);
+    println!(
+        "RESULT e2e={sentinel:.0} obs/s; fetch_ack={fetch_ack:.0}; copy={copy:.0}; ratio to the slower ceiling {:.0}% (target 60%); ratio to COPY {:.0}%, to fetch+ack {:.0}%",
+        100.0 * sentinel / ceiling,
+        100.0 * sentinel / copy,
+        100.0 * sentinel / fetch_ack
+    );
+}
