@@ -22,7 +22,7 @@ use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
 use sentinel_io::clock::{Clock, SystemClock};
 use sentinel_io::demo::Fleet;
 use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
-use sentinel_io::ports::Bus;
+use sentinel_io::ports::{Bus, Store};
 use sentinel_io::runtime::{self, RuntimeConfig};
 use sentinel_io::startup;
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
@@ -121,6 +121,67 @@ async fn raw_copy(url: &str, rows: usize) -> f64 {
     rows as f64 / started.elapsed().as_secs_f64()
 }
 
+/// The store's commit path alone: the core's own 500-row batches (from the same fleet),
+/// committed with `concurrency` transactions in flight. Separates PostgreSQL's share from the
+/// rest of the pipeline.
+async fn commit_path(store: &PgStore, messages: usize, concurrency: usize, source_epoch: u32) -> f64 {
+    use sentinel_core::{Core, Effect, Input, RestoredState};
+    let registry = Arc::new(traffic::sample_registry());
+    let now = SystemClock.now();
+    let lease = store.acquire().await.expect("lock");
+    let epoch = sentinel_io::ports::Lease::epoch(&lease);
+    let mut core = Core::new(
+        Config::default(),
+        registry.clone(),
+        epoch,
+        &RestoredState::default(),
+        now,
+    )
+    .expect("core");
+    let mut fleet = Fleet::new(&registry, 11, source_epoch);
+    let mut batches = Vec::new();
+    for chunk in 0..messages.div_ceil(500) {
+        let deliveries = (0..500)
+            .map(|i| {
+                let m = fleet.next_message(now);
+                sentinel_core::Delivery {
+                    tag: sentinel_core::DeliveryTag((chunk * 500 + i) as u64),
+                    stream_seq: (source_epoch as u64) << 40 | (chunk * 500 + i) as u64,
+                    subject: m.subject,
+                    payload: m.payload,
+                    ingested_at: now,
+                    delivered_count: 1,
+                }
+            })
+            .collect();
+        core.handle(now, Input::Delivered(deliveries));
+        core.handle(now.add_ms(100), Input::Tick);
+        while let Some(effect) = core.poll_effect() {
+            if let Effect::Commit(batch) = effect {
+                let inserted = (0..batch.rows.len() as u32).collect();
+                batches.push(batch.clone());
+                core.handle(
+                    now,
+                    Input::Committed(sentinel_core::CommitReport {
+                        batch,
+                        inserted,
+                        quarantine_inserted: 0,
+                    }),
+                );
+            }
+        }
+    }
+    let rows: usize = batches.iter().map(|b| b.len()).sum();
+    let started = Instant::now();
+    let mut in_flight =
+        futures::stream::iter(batches.into_iter().map(|b| store.commit(b))).buffer_unordered(concurrency);
+    while let Some(result) = in_flight.next().await {
+        result.expect("commit");
+    }
+    drop(lease);
+    rows as f64 / started.elapsed().as_secs_f64()
+}
+
 async fn sentinel_drain(nats: &NatsServer, store: &PgStore, messages: usize) -> (f64, u64) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let bus = NatsBus::connect(NatsBusConfig {
@@ -207,6 +268,14 @@ async fn main() {
     println!("  raw JetStream fetch(500)+ack   {fetch_ack:>10.0} msg/s");
     let copy = raw_copy(&db.url, messages).await;
     println!("  raw COPY into observation_*    {copy:>10.0} rows/s");
+    let commit_1 = commit_path(&store, messages / 2, 1, 101).await;
+    println!("  store commit path, 1 in flight {commit_1:>10.0} rows/s");
+    let commit_4 = commit_path(&store, messages / 2, 4, 102).await;
+    println!("  store commit path, 4 in flight {commit_4:>10.0} rows/s");
+    let commit_8 = commit_path(&store, messages / 2, 8, 103).await;
+    println!("  store commit path, 8 in flight {commit_8:>10.0} rows/s");
+    let commit_16 = commit_path(&store, messages / 2, 16, 104).await;
+    println!("  store commit path, 16 in flight{commit_16:>10.0} rows/s");
     let (sentinel, accepted) = sentinel_drain(&nats, &store, messages).await;
     println!("  sentinel end to end            {sentinel:>10.0} obs/s ({accepted} accepted)");
     let ceiling = fetch_ack.min(copy);

@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sentinel_core::{
-    Batch, CanonicalValue, CommitReport, Micros, ObsKey, ObsRow, PointState, Quality, QuarantineReason,
-    RegistrySnapshot, RestoredState, RetentionClass,
+    Batch, CanonicalValue, CommitReport, Micros, ObsKey, ObsRow, PointState, Quality, QuarantineEntry,
+    QuarantineReason, RegistrySnapshot, RestoredState, RetentionClass,
 };
 use sqlx::migrate::{Migrate, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
@@ -71,7 +71,8 @@ impl Default for PgStoreConfig {
     fn default() -> Self {
         PgStoreConfig {
             stream_name: "OBS".to_owned(),
-            pool_connections_max: 4,
+            // The runtime keeps up to 4 commits in flight, plus the checkpoint writer and reads.
+            pool_connections_max: 6,
             pool_acquire_timeout_ms: 10_000,
             connect_timeout_ms: 10_000,
             statement_timeout_ms: 30_000,
@@ -176,30 +177,72 @@ fn quality_from_db(text: &str) -> Result<Quality, StoreError> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Static SQL. One statement per class table, generated from one template so the three stay
-// identical.
+// Static SQL. The class tables are written from one template so the three stay identical.
 
-macro_rules! insert_observations {
-    ($table:literal) => {
+/// One fenced batch in ONE statement, run in autocommit: one round trip and one implicit
+/// transaction per batch instead of BEGIN, fence, an INSERT per class, the quarantine INSERT
+/// and COMMIT. Data-modifying CTEs run with one snapshot and commit or roll back together.
+/// The fence locks the epoch row FOR SHARE, so a new core's epoch increment waits for this
+/// batch and every later batch of ours sees the new epoch and inserts nothing; the statement
+/// always returns one `kind = 2` row carrying the current epoch so the caller can tell a
+/// refused batch from an all-conflict one. Rows are routed by `class` (0 measurement,
+/// 1 state, 2 diagnostic); RETURNING keys (`kind = 0`) and quarantine sequences (`kind = 1`)
+/// come back in one result.
+macro_rules! observation_columns {
+    () => {
+        "ingested_at, point_id, observed_at, device_time, value_num, value_bool, value_text, \
+         native_num, native_text, unit_native, quality, reason, detail, changed, registry_version, \
+         driver_instance, source_epoch, source_seq, skew_flagged"
+    };
+}
+
+macro_rules! insert_class {
+    ($table:literal, $class:literal) => {
         concat!(
             "INSERT INTO ",
             $table,
-            " (ingested_at, point_id, observed_at, device_time, value_num, value_bool, value_text, \
-             native_num, native_text, unit_native, quality, reason, detail, changed, registry_version, \
-             driver_instance, source_epoch, source_seq, skew_flagged) \
-             SELECT * FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], $4::timestamptz[], \
-             $5::float8[], $6::bool[], $7::text[], $8::float8[], $9::text[], $10::text[], \
-             $11::text[]::quality[], $12::text[], $13::text[]::jsonb[], $14::bool[], $15::integer[], \
-             $16::text[], $17::integer[], $18::bigint[], $19::bool[]) \
-             ON CONFLICT DO NOTHING \
-             RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+            " (",
+            observation_columns!(),
+            ") SELECT ",
+            observation_columns!(),
+            " FROM src WHERE class = ",
+            $class,
+            " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
         )
     };
 }
 
-const INSERT_MEASUREMENT: &str = insert_observations!("observation_measurement");
-const INSERT_STATE: &str = insert_observations!("observation_state");
-const INSERT_DIAGNOSTIC: &str = insert_observations!("observation_diagnostic");
+const COMMIT_BATCH: &str = concat!(
+    "WITH fence AS (SELECT epoch FROM core_epoch WHERE singleton FOR SHARE), \
+     allowed AS (SELECT 1 FROM fence WHERE epoch = $20), \
+     src AS (SELECT u.* FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], $4::timestamptz[], \
+       $5::float8[], $6::bool[], $7::text[], $8::float8[], $9::text[], $10::text[], \
+       $11::text[]::quality[], $12::text[], $13::text[]::jsonb[], $14::bool[], $15::integer[], \
+       $16::text[], $17::integer[], $18::bigint[], $19::bool[], $21::smallint[]) \
+       AS u(",
+    observation_columns!(),
+    ", class) WHERE EXISTS (SELECT 1 FROM allowed)), \
+     m AS (",
+    insert_class!("observation_measurement", "0"),
+    "), \
+     s AS (",
+    insert_class!("observation_state", "1"),
+    "), \
+     d AS (",
+    insert_class!("observation_diagnostic", "2"),
+    "), \
+     q AS (INSERT INTO quarantine \
+       (stream, stream_seq, ingested_at, subject, reason, detail, payload, payload_bytes, core_epoch) \
+       SELECT $22::text, u.*, $20::integer FROM UNNEST($23::bigint[], $24::timestamptz[], $25::text[], \
+       $26::text[], $27::text[], $28::bytea[], $29::integer[]) AS u \
+       WHERE EXISTS (SELECT 1 FROM allowed) \
+       ON CONFLICT (stream, stream_seq) DO NOTHING RETURNING stream_seq) \
+     SELECT 0::smallint AS kind, driver_instance, source_epoch, source_seq, ingested_at FROM m \
+     UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM s \
+     UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM d \
+     UNION ALL SELECT 1::smallint, NULL::text, NULL::integer, stream_seq, NULL::timestamptz FROM q \
+     UNION ALL SELECT 2::smallint, NULL::text, epoch, NULL::bigint, NULL::timestamptz FROM fence"
+);
 
 /// The invariant-5 order, newest first. `COLLATE "C"` makes text compare bytewise, as Rust's
 /// `str` does, whatever the database's collation.
@@ -229,14 +272,6 @@ const HEADS_MEASUREMENT: &str = log_heads!("observation_measurement");
 const HEADS_STATE: &str = log_heads!("observation_state");
 const HEADS_DIAGNOSTIC: &str = log_heads!("observation_diagnostic");
 
-fn insert_sql(class: RetentionClass) -> &'static str {
-    match class {
-        RetentionClass::Measurement => INSERT_MEASUREMENT,
-        RetentionClass::State => INSERT_STATE,
-        RetentionClass::Diagnostic => INSERT_DIAGNOSTIC,
-    }
-}
-
 fn heads_sql(class: RetentionClass) -> &'static str {
     match class {
         RetentionClass::Measurement => HEADS_MEASUREMENT,
@@ -246,12 +281,6 @@ fn heads_sql(class: RetentionClass) -> &'static str {
 }
 
 const FENCE: &str = "SELECT epoch FROM core_epoch WHERE singleton FOR SHARE";
-
-const INSERT_QUARANTINE: &str = "INSERT INTO quarantine \
-     (stream, stream_seq, ingested_at, subject, reason, detail, payload, payload_bytes, core_epoch) \
-     SELECT $1::text, u.*, $8::integer FROM UNNEST($2::bigint[], $3::timestamptz[], $4::text[], \
-     $5::text[], $6::text[], $7::bytea[], $9::integer[]) AS u \
-     ON CONFLICT (stream, stream_seq) DO NOTHING RETURNING stream_seq";
 
 const UPSERT_POINT_STATE: &str = "INSERT INTO point_state \
      (point_id, value_num, value_bool, value_text, quality, reason, observed_at, ingested_at, \
@@ -481,34 +510,78 @@ impl PgStore {
         let epoch = epoch_to_db(batch.epoch)?;
         self.ensure_days_for(&batch.rows).await?;
 
-        let mut by_class: [Vec<u32>; 3] = Default::default();
-        for (ordinal, row) in batch.rows.iter().enumerate() {
-            by_class[row.class.index()].push(ordinal as u32);
-        }
-
-        let mut tx = self
-            .pool
-            .begin()
+        let rows = ObservationColumns::new(&batch.rows)?;
+        let quarantine = QuarantineColumns::new(&batch.quarantine)?;
+        let returned = sqlx::query(COMMIT_BATCH)
+            .bind(rows.ingested_at)
+            .bind(rows.point_id)
+            .bind(rows.observed_at)
+            .bind(rows.device_time)
+            .bind(rows.value_num)
+            .bind(rows.value_bool)
+            .bind(rows.value_text)
+            .bind(rows.native_num)
+            .bind(rows.native_text)
+            .bind(rows.unit_native)
+            .bind(rows.quality)
+            .bind(rows.reason)
+            .bind(rows.detail)
+            .bind(rows.changed)
+            .bind(rows.registry_version)
+            .bind(rows.driver_instance)
+            .bind(rows.source_epoch)
+            .bind(rows.source_seq)
+            .bind(rows.skew_flagged)
+            .bind(epoch)
+            .bind(rows.class)
+            .bind(self.config.stream_name.as_str())
+            .bind(quarantine.stream_seq)
+            .bind(quarantine.ingested_at)
+            .bind(quarantine.subject)
+            .bind(quarantine.reason)
+            .bind(quarantine.detail)
+            .bind(quarantine.payload)
+            .bind(quarantine.payload_bytes)
+            .fetch_all(&self.pool)
             .await
-            .map_err(db_error("beginning the commit transaction"))?;
-        fence(&mut tx, batch.epoch).await?;
+            .map_err(db_error("committing the batch"))?;
 
-        let mut inserted = Vec::new();
-        for class in RetentionClass::ALL {
-            let ordinals = &by_class[class.index()];
-            if !ordinals.is_empty() {
-                insert_class(&mut tx, class, &batch.rows, ordinals, &mut inserted).await?;
+        let mut inserted = Vec::with_capacity(returned.len());
+        let mut quarantine_inserted = 0u32;
+        let mut current_epoch = None;
+        for row in &returned {
+            let kind: i16 = row.try_get(0).map_err(db_error("decoding RETURNING"))?;
+            match kind {
+                0 => {
+                    let instance: &str = row.try_get(1).map_err(db_error("decoding RETURNING"))?;
+                    let source_epoch: i32 = row.try_get(2).map_err(db_error("decoding RETURNING"))?;
+                    let seq: i64 = row.try_get(3).map_err(db_error("decoding RETURNING"))?;
+                    let at: OffsetDateTime = row.try_get(4).map_err(db_error("decoding RETURNING"))?;
+                    let ordinal = rows
+                        .by_key
+                        .get(&(instance, source_epoch, seq, from_odt(at).0))
+                        .ok_or_else(|| {
+                            StoreError::Other(format!(
+                                "RETURNING named key ({instance}, {source_epoch}, {seq}) not in the batch"
+                            ))
+                        })?;
+                    inserted.push(*ordinal);
+                }
+                1 => quarantine_inserted += 1,
+                _ => current_epoch = Some(row.try_get::<i32, _>(2).map_err(db_error("decoding the fence"))?),
             }
         }
+        let current =
+            current_epoch.ok_or_else(|| StoreError::Other("the core_epoch row is missing".into()))?;
+        if current != epoch {
+            // The fence refused: nothing was inserted (every INSERT reads `allowed`).
+            debug_assert!(inserted.is_empty() && quarantine_inserted == 0);
+            return Err(StoreError::Fenced {
+                epoch: batch.epoch,
+                current: current.max(0) as u32,
+            });
+        }
         inserted.sort_unstable();
-
-        let quarantine_inserted = if batch.quarantine.is_empty() {
-            0
-        } else {
-            self.insert_quarantine(&mut tx, batch, epoch).await?
-        };
-
-        tx.commit().await.map_err(db_error("committing the batch"))?;
         tracing::debug!(
             batch = batch.id.0,
             rows = batch.rows.len(),
@@ -518,47 +591,6 @@ impl PgStore {
             "batch committed"
         );
         Ok((inserted, quarantine_inserted))
-    }
-
-    async fn insert_quarantine(
-        &self,
-        tx: &mut PgConnection,
-        batch: &Batch,
-        epoch: i32,
-    ) -> Result<u32, StoreError> {
-        let n = batch.quarantine.len();
-        let mut seqs = Vec::with_capacity(n);
-        let mut ingested = Vec::with_capacity(n);
-        let mut subjects = Vec::with_capacity(n);
-        let mut reasons = Vec::with_capacity(n);
-        let mut details = Vec::with_capacity(n);
-        let mut payloads: Vec<&[u8]> = Vec::with_capacity(n);
-        let mut payload_bytes = Vec::with_capacity(n);
-        for entry in &batch.quarantine {
-            seqs.push(i64::try_from(entry.stream_seq).map_err(|_| {
-                StoreError::Other(format!("stream sequence {} exceeds bigint", entry.stream_seq))
-            })?);
-            ingested.push(to_odt(entry.ingested_at)?);
-            subjects.push(entry.subject.as_str());
-            reasons.push(entry.reason.as_str());
-            details.push(entry.detail.as_str());
-            payloads.push(&entry.payload);
-            payload_bytes.push(i32::try_from(entry.payload_bytes).unwrap_or(i32::MAX));
-        }
-        let returned = sqlx::query(INSERT_QUARANTINE)
-            .bind(self.config.stream_name.as_str())
-            .bind(seqs)
-            .bind(ingested)
-            .bind(subjects)
-            .bind(reasons)
-            .bind(details)
-            .bind(payloads)
-            .bind(epoch)
-            .bind(payload_bytes)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db_error("inserting quarantine entries"))?;
-        Ok(returned.len() as u32)
     }
 
     async fn checkpoint_inner(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
@@ -849,102 +881,127 @@ async fn fence(tx: &mut PgConnection, epoch: u32) -> Result<(), StoreError> {
     }
 }
 
-/// Inserts the rows of one class in one statement and appends the ordinals RETURNING reports.
-async fn insert_class(
-    tx: &mut PgConnection,
-    class: RetentionClass,
-    rows: &[ObsRow],
-    ordinals: &[u32],
-    inserted: &mut Vec<u32>,
-) -> Result<(), StoreError> {
-    let n = ordinals.len();
-    let mut ingested_at = Vec::with_capacity(n);
-    let mut point_id = Vec::with_capacity(n);
-    let mut observed_at = Vec::with_capacity(n);
-    let mut device_time = Vec::with_capacity(n);
-    let mut value_num = Vec::with_capacity(n);
-    let mut value_bool = Vec::with_capacity(n);
-    let mut value_text = Vec::with_capacity(n);
-    let mut native_num = Vec::with_capacity(n);
-    let mut native_text = Vec::with_capacity(n);
-    let mut unit_native = Vec::with_capacity(n);
-    let mut quality = Vec::with_capacity(n);
-    let mut reason = Vec::with_capacity(n);
-    let mut detail = Vec::with_capacity(n);
-    let mut changed = Vec::with_capacity(n);
-    let mut registry_version = Vec::with_capacity(n);
-    let mut driver_instance = Vec::with_capacity(n);
-    let mut source_epoch = Vec::with_capacity(n);
-    let mut source_seq = Vec::with_capacity(n);
-    let mut skew_flagged = Vec::with_capacity(n);
-    // The full unique key → the first ordinal carrying it (a key repeated within a batch
-    // inserts once; the first occurrence is the one reported).
-    let mut by_key: HashMap<(&str, i32, i64, i64), u32> = HashMap::with_capacity(n);
-    for &ordinal in ordinals {
-        let row = &rows[ordinal as usize];
-        let (epoch, seq) = key_to_db(&row.key)?;
-        by_key
-            .entry((&row.key.driver_instance, epoch, seq, row.ingested_at.0))
-            .or_insert(ordinal);
-        ingested_at.push(to_odt(row.ingested_at)?);
-        point_id.push(&*row.point_id);
-        observed_at.push(to_odt(row.observed_at)?);
-        device_time.push(row.device_time.map(to_odt).transpose()?);
-        let (num, boolean, text) = value_columns(&row.value);
-        value_num.push(num);
-        value_bool.push(boolean);
-        value_text.push(text);
-        native_num.push(row.native_num);
-        native_text.push(row.native_text.as_deref());
-        unit_native.push(row.unit_native.as_deref());
-        quality.push(row.quality.as_str());
-        reason.push(row.reason.as_deref());
-        detail.push(row.detail.as_deref());
-        changed.push(row.changed);
-        registry_version.push(row.registry_version);
-        driver_instance.push(&*row.key.driver_instance);
-        source_epoch.push(epoch);
-        source_seq.push(seq);
-        skew_flagged.push(row.skew_flagged);
+/// A batch's rows as the column arrays `COMMIT_BATCH` binds, built in one pass.
+struct ObservationColumns<'a> {
+    ingested_at: Vec<OffsetDateTime>,
+    point_id: Vec<&'a str>,
+    observed_at: Vec<OffsetDateTime>,
+    device_time: Vec<Option<OffsetDateTime>>,
+    value_num: Vec<Option<f64>>,
+    value_bool: Vec<Option<bool>>,
+    value_text: Vec<Option<&'a str>>,
+    native_num: Vec<Option<f64>>,
+    native_text: Vec<Option<&'a str>>,
+    unit_native: Vec<Option<&'a str>>,
+    quality: Vec<&'static str>,
+    reason: Vec<Option<&'a str>>,
+    detail: Vec<Option<&'a str>>,
+    changed: Vec<bool>,
+    registry_version: Vec<i32>,
+    driver_instance: Vec<&'a str>,
+    source_epoch: Vec<i32>,
+    source_seq: Vec<i64>,
+    skew_flagged: Vec<bool>,
+    class: Vec<i16>,
+    /// The full unique key → the first ordinal carrying it (a key repeated within a batch
+    /// inserts once; the first occurrence is the one reported).
+    by_key: HashMap<(&'a str, i32, i64, i64), u32>,
+}
+
+impl<'a> ObservationColumns<'a> {
+    fn new(rows: &'a [ObsRow]) -> Result<ObservationColumns<'a>, StoreError> {
+        let n = rows.len();
+        let mut c = ObservationColumns {
+            ingested_at: Vec::with_capacity(n),
+            point_id: Vec::with_capacity(n),
+            observed_at: Vec::with_capacity(n),
+            device_time: Vec::with_capacity(n),
+            value_num: Vec::with_capacity(n),
+            value_bool: Vec::with_capacity(n),
+            value_text: Vec::with_capacity(n),
+            native_num: Vec::with_capacity(n),
+            native_text: Vec::with_capacity(n),
+            unit_native: Vec::with_capacity(n),
+            quality: Vec::with_capacity(n),
+            reason: Vec::with_capacity(n),
+            detail: Vec::with_capacity(n),
+            changed: Vec::with_capacity(n),
+            registry_version: Vec::with_capacity(n),
+            driver_instance: Vec::with_capacity(n),
+            source_epoch: Vec::with_capacity(n),
+            source_seq: Vec::with_capacity(n),
+            skew_flagged: Vec::with_capacity(n),
+            class: Vec::with_capacity(n),
+            by_key: HashMap::with_capacity(n),
+        };
+        for (ordinal, row) in rows.iter().enumerate() {
+            let (epoch, seq) = key_to_db(&row.key)?;
+            c.by_key
+                .entry((&row.key.driver_instance, epoch, seq, row.ingested_at.0))
+                .or_insert(ordinal as u32);
+            c.ingested_at.push(to_odt(row.ingested_at)?);
+            c.point_id.push(&row.point_id);
+            c.observed_at.push(to_odt(row.observed_at)?);
+            c.device_time.push(row.device_time.map(to_odt).transpose()?);
+            let (num, boolean, text) = value_columns(&row.value);
+            c.value_num.push(num);
+            c.value_bool.push(boolean);
+            c.value_text.push(text);
+            c.native_num.push(row.native_num);
+            c.native_text.push(row.native_text.as_deref());
+            c.unit_native.push(row.unit_native.as_deref());
+            c.quality.push(row.quality.as_str());
+            c.reason.push(row.reason.as_deref());
+            c.detail.push(row.detail.as_deref());
+            c.changed.push(row.changed);
+            c.registry_version.push(row.registry_version);
+            c.driver_instance.push(&row.key.driver_instance);
+            c.source_epoch.push(epoch);
+            c.source_seq.push(seq);
+            c.skew_flagged.push(row.skew_flagged);
+            c.class.push(row.class.index() as i16);
+        }
+        Ok(c)
     }
-    let returned = sqlx::query(insert_sql(class))
-        .bind(ingested_at)
-        .bind(point_id)
-        .bind(observed_at)
-        .bind(device_time)
-        .bind(value_num)
-        .bind(value_bool)
-        .bind(value_text)
-        .bind(native_num)
-        .bind(native_text)
-        .bind(unit_native)
-        .bind(quality)
-        .bind(reason)
-        .bind(detail)
-        .bind(changed)
-        .bind(registry_version)
-        .bind(driver_instance)
-        .bind(source_epoch)
-        .bind(source_seq)
-        .bind(skew_flagged)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error("inserting observation rows"))?;
-    for row in &returned {
-        let instance: &str = row.try_get(0).map_err(db_error("decoding RETURNING"))?;
-        let epoch: i32 = row.try_get(1).map_err(db_error("decoding RETURNING"))?;
-        let seq: i64 = row.try_get(2).map_err(db_error("decoding RETURNING"))?;
-        let at: OffsetDateTime = row.try_get(3).map_err(db_error("decoding RETURNING"))?;
-        let ordinal = by_key
-            .get(&(instance, epoch, seq, from_odt(at).0))
-            .ok_or_else(|| {
-                StoreError::Other(format!(
-                    "RETURNING named key ({instance}, {epoch}, {seq}) not in the batch"
-                ))
-            })?;
-        inserted.push(*ordinal);
+}
+
+/// A batch's quarantine entries as column arrays.
+struct QuarantineColumns<'a> {
+    stream_seq: Vec<i64>,
+    ingested_at: Vec<OffsetDateTime>,
+    subject: Vec<&'a str>,
+    reason: Vec<&'static str>,
+    detail: Vec<&'a str>,
+    payload: Vec<&'a [u8]>,
+    payload_bytes: Vec<i32>,
+}
+
+impl<'a> QuarantineColumns<'a> {
+    fn new(entries: &'a [QuarantineEntry]) -> Result<QuarantineColumns<'a>, StoreError> {
+        let n = entries.len();
+        let mut c = QuarantineColumns {
+            stream_seq: Vec::with_capacity(n),
+            ingested_at: Vec::with_capacity(n),
+            subject: Vec::with_capacity(n),
+            reason: Vec::with_capacity(n),
+            detail: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+            payload_bytes: Vec::with_capacity(n),
+        };
+        for entry in entries {
+            c.stream_seq.push(i64::try_from(entry.stream_seq).map_err(|_| {
+                StoreError::Other(format!("stream sequence {} exceeds bigint", entry.stream_seq))
+            })?);
+            c.ingested_at.push(to_odt(entry.ingested_at)?);
+            c.subject.push(&entry.subject);
+            c.reason.push(entry.reason.as_str());
+            c.detail.push(&entry.detail);
+            c.payload.push(&entry.payload);
+            c.payload_bytes
+                .push(i32::try_from(entry.payload_bytes).unwrap_or(i32::MAX));
+        }
+        Ok(c)
     }
-    Ok(())
 }
 
 fn key_from_columns(
