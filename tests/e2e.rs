@@ -475,7 +475,8 @@ async fn a_second_core_exits_non_zero_at_once() {
     let mut first = spawn_core(&env, 30_000);
     // Wait until the first core holds the lock and has bound the consumer.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while bus.lag().await.is_err() {
+    let stream = bus.jetstream().get_stream("OBS").await.expect("stream");
+    while stream.consumer_info("sentinel-core").await.is_err() {
         assert!(
             tokio::time::Instant::now() < deadline,
             "first core never bound its consumer"

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use sentinel_core::{Core, Effect, ExitReason, Input, Metrics};
 use tokio::sync::mpsc;
+use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
@@ -90,7 +91,9 @@ where
         config.fetch_wait_ms,
     ));
 
-    let (commit_tx, mut commit_rx) = mpsc::unbounded_channel::<CommitResult>();
+    // Commits in flight. A failure exit aborts them: no finishing the batch in flight (the
+    // epoch fence refuses them anyway once another core has taken over).
+    let mut commits: JoinSet<CommitResult> = JoinSet::new();
     let (checkpoint_tx, checkpoint_rx) = mpsc::unbounded_channel();
     let (checkpoint_done_tx, mut checkpoint_done_rx) = mpsc::unbounded_channel::<Result<(), StoreError>>();
     let checkpointer = tokio::spawn(checkpoint_loop(store.clone(), checkpoint_rx, checkpoint_done_tx));
@@ -120,9 +123,14 @@ where
 
         let input = tokio::select! {
             biased;
-            Some(result) = commit_rx.recv() => match result {
-                Ok(report) => Input::Committed(report),
-                Err(CommitError { batch, source }) => {
+            Some(joined) = commits.join_next() => match joined {
+                Ok(Ok(report)) => Input::Committed(report),
+                Err(join_error) => {
+                    // A panicking commit task is a bug; its batch's outcome is unknown.
+                    error!(error = %join_error, "commit task failed");
+                    break 'run ExitReason::COMMIT_FAILED;
+                }
+                Ok(Err(CommitError { batch, source })) => {
                     let fenced = matches!(source, StoreError::Fenced { .. });
                     error!(batch = batch.0, error = %source, "commit failed");
                     Input::CommitFailed { batch, fenced }
@@ -195,10 +203,7 @@ where
                         "commit"
                     );
                     let store = store.clone();
-                    let done = commit_tx.clone();
-                    tokio::spawn(async move {
-                        let _ = done.send(store.commit(batch).await);
-                    });
+                    commits.spawn(async move { store.commit(batch).await });
                 }
                 Effect::Ack(tags) => {
                     if let Err(e) = bus.ack(tags).await {
@@ -221,6 +226,7 @@ where
     };
 
     fetcher.abort();
+    commits.abort_all();
     // An orderly exit waits for its final checkpoint; a failure exit does not.
     drop(checkpoint_tx);
     if exit.code == 0 {
