@@ -89,6 +89,9 @@ struct FleetPoint {
     /// Native-unit bounds that map onto the canonical range (or a plausible span).
     native_lo: f64,
     native_hi: f64,
+    /// The device's current reading; it drifts rather than jumping, as real sensors do, so
+    /// most readings stay inside the deadband and transitions are the minority.
+    native_now: f64,
     codes: Vec<String>,
 }
 
@@ -110,6 +113,7 @@ impl Fleet {
                     unit_native: d.unit_native.clone(),
                     native_lo: a.min(b),
                     native_hi: a.max(b),
+                    native_now: (a + b) / 2.0,
                     codes: d
                         .codebook
                         .as_ref()
@@ -135,14 +139,16 @@ impl Fleet {
         self.next_seq += 1;
         let roll = self.rng.below(1_000);
         let rogue_idx = (idx + 1) % self.points.len();
-        let p = &self.points[idx];
+        let step = self.rng.unit() - 0.5;
+        let p = &mut self.points[idx];
         let span = p.native_hi - p.native_lo;
+        // A random walk inside the middle of the range: steps of up to 0.2% of the span.
+        p.native_now =
+            (p.native_now + span * 0.002 * step).clamp(p.native_lo + span * 0.2, p.native_hi - span * 0.2);
+        let p = &self.points[idx];
         let value = match p.kind {
             Kind::Number if roll < 20 => serde_json::json!(p.native_hi + span.abs().max(1.0) * 10.0),
-            Kind::Number => {
-                let x = p.native_lo + span * (0.2 + 0.6 * self.rng.unit());
-                serde_json::json!((x * 100.0).round() / 100.0)
-            }
+            Kind::Number => serde_json::json!((p.native_now * 100.0).round() / 100.0),
             Kind::Bool => serde_json::json!(self.rng.below(2) == 1),
             Kind::Enum if roll < 20 => serde_json::json!("no-such-code"),
             Kind::Enum => {
