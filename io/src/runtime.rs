@@ -24,6 +24,10 @@ use crate::ports::{Bus, BusError, CommitError, Consumer, Lease, Store, StoreErro
 pub struct RuntimeConfig {
     /// Largest single fetch; the core's accept budget may make it smaller.
     pub fetch_max: usize,
+    /// Smallest fetch worth a pull request. The budget only drops below a batch when every
+    /// in-flight slot is taken, and a commit completing raises it again, so waiting for that
+    /// costs nothing and saves the server a stream of tiny pulls.
+    pub fetch_min: usize,
     /// How long one fetch waits for the first message.
     pub fetch_wait_ms: u64,
     /// How often the lock's ownership is checked (core runtime spec, "Losing the lock").
@@ -38,6 +42,7 @@ impl Default for RuntimeConfig {
     fn default() -> Self {
         RuntimeConfig {
             fetch_max: 500,
+            fetch_min: 100,
             fetch_wait_ms: 100,
             lock_check_interval_ms: 1_000,
             progress_interval_ms: 10_000,
@@ -110,7 +115,9 @@ where
     let exit = 'run: loop {
         if !fetch_outstanding {
             let budget = core.accept_budget().min(config.fetch_max);
-            if budget > 0 && fetch_request_tx.try_send(budget).is_ok() {
+            if budget >= config.fetch_min.min(config.fetch_max).max(1)
+                && fetch_request_tx.try_send(budget).is_ok()
+            {
                 fetch_outstanding = true;
             }
         }
