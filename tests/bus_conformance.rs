@@ -194,8 +194,19 @@ impl Backend for NatsBackend {
         let client = async_nats::connect(self.server.url())
             .await
             .expect("connect a subscriber");
-        let subscriber = client.subscribe("state.>").await.expect("subscribe to state.>");
-        client.flush().await.expect("flush the subscription");
+        let mut subscriber = client.subscribe("state.>").await.expect("subscribe to state.>");
+        // `flush()` only flushes our socket; it does not wait for the server. A probe on the
+        // same connection does: the server handles one connection's SUB and PUB in order, so
+        // once the probe comes back the subscription is registered for every publisher.
+        client
+            .publish("state._sync", Bytes::new())
+            .await
+            .expect("publish the probe");
+        let probe = tokio::time::timeout(Duration::from_secs(10), subscriber.next())
+            .await
+            .expect("the probe returns")
+            .expect("subscription open");
+        assert_eq!(probe.subject.as_str(), "state._sync");
         (client, subscriber)
     }
 

@@ -85,7 +85,17 @@ impl Transitions {
     async fn subscribe(url: &str) -> Transitions {
         let client = async_nats::connect(url).await.expect("subscriber connects");
         let mut sub = client.subscribe("state.>").await.expect("subscribe");
-        client.flush().await.expect("flush subscription");
+        // `flush()` does not wait for the server; a probe on this connection does (the server
+        // handles one connection's SUB and PUB in order).
+        client
+            .publish("state._sync", bytes::Bytes::new())
+            .await
+            .expect("probe");
+        let probe = tokio::time::timeout(Duration::from_secs(10), sub.next())
+            .await
+            .expect("probe returns")
+            .expect("subscription open");
+        assert_eq!(probe.subject.as_str(), "state._sync");
         let counts = Transitions::default();
         let sink = counts.clone();
         tokio::spawn(async move {
