@@ -112,7 +112,18 @@ where
     let mut shutdown_sent = false;
     tokio::pin!(shutdown);
 
+    // The core may have queued effects while it was built (the checkpoint recording restored
+    // qualities); an initial tick gets them executed without waiting for the first message.
+    let mut input = Some(Input::Tick);
     let exit = 'run: loop {
+        if let Some(input) = input.take() {
+            core.handle(clock.now(), input);
+            while let Some(effect) = core.poll_effect() {
+                if let Some(reason) = execute(effect, &bus, &store, &mut commits, &checkpoint_tx).await {
+                    break 'run reason;
+                }
+            }
+        }
         if !fetch_outstanding {
             let budget = core.accept_budget().min(config.fetch_max);
             if budget >= config.fetch_min.min(config.fetch_max).max(1)
@@ -128,7 +139,7 @@ where
             tokio::time::sleep(Duration::from_micros(wait_us))
         });
 
-        let input = tokio::select! {
+        let next = tokio::select! {
             biased;
             Some(joined) = commits.join_next() => match joined {
                 Ok(Ok(report)) => Input::Committed(report),
@@ -198,38 +209,7 @@ where
                 continue;
             },
         };
-        core.handle(clock.now(), input);
-
-        while let Some(effect) = core.poll_effect() {
-            match effect {
-                Effect::Commit(batch) => {
-                    debug!(
-                        batch = batch.id.0,
-                        rows = batch.rows.len(),
-                        quarantine = batch.quarantine.len(),
-                        "commit"
-                    );
-                    let store = store.clone();
-                    commits.spawn(async move { store.commit(batch).await });
-                }
-                Effect::Ack(tags) => {
-                    if let Err(e) = bus.ack(tags).await {
-                        // The rows are durable; an ack lost here only means a redelivery that
-                        // the unique index swallows.
-                        warn!(error = %e, "ack failed");
-                    }
-                }
-                Effect::Publish { subject, payload } => {
-                    if let Err(e) = bus.publish(subject, payload).await {
-                        warn!(error = %e, "transition publish failed");
-                    }
-                }
-                Effect::Checkpoint { epoch, states } => {
-                    let _ = checkpoint_tx.send((epoch, states));
-                }
-                Effect::Exit(reason) => break 'run reason,
-            }
-        }
+        input = Some(next);
     };
 
     fetcher.abort();
@@ -245,6 +225,45 @@ where
         exit,
         metrics: core.metrics().clone(),
     }
+}
+
+/// Executes one effect, in emitted order. Returns the exit reason for `Effect::Exit`.
+async fn execute<B: Bus, S: Store>(
+    effect: Effect,
+    bus: &B,
+    store: &S,
+    commits: &mut JoinSet<CommitResult>,
+    checkpoints: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::PointState>)>,
+) -> Option<ExitReason> {
+    match effect {
+        Effect::Commit(batch) => {
+            debug!(
+                batch = batch.id.0,
+                rows = batch.rows.len(),
+                quarantine = batch.quarantine.len(),
+                "commit"
+            );
+            let store = store.clone();
+            commits.spawn(async move { store.commit(batch).await });
+        }
+        Effect::Ack(tags) => {
+            if let Err(e) = bus.ack(tags).await {
+                // The rows are durable; an ack lost here only means a redelivery that the
+                // unique index swallows.
+                warn!(error = %e, "ack failed");
+            }
+        }
+        Effect::Publish { subject, payload } => {
+            if let Err(e) = bus.publish(subject, payload).await {
+                warn!(error = %e, "transition publish failed");
+            }
+        }
+        Effect::Checkpoint { epoch, states } => {
+            let _ = checkpoints.send((epoch, states));
+        }
+        Effect::Exit(reason) => return Some(reason),
+    }
+    None
 }
 
 async fn fetch_loop<C: Consumer>(
