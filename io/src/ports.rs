@@ -8,7 +8,8 @@ use std::future::Future;
 
 use bytes::Bytes;
 use sentinel_core::{
-    Batch, BatchId, CommitReport, Delivery, DeliveryTag, PointState, RegistrySnapshot, RestoredState, RetentionClass,
+    Batch, BatchId, CommitReport, Delivery, DeliveryTag, Micros, PointState, RegistrySnapshot, RestoredState,
+    RetentionClass,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -51,7 +52,11 @@ pub trait Bus: Clone + Send + Sync + 'static {
 
 pub trait Consumer: Send + 'static {
     /// Returns up to `max` deliveries, waiting at most `wait_ms` for the first; may return none.
-    fn fetch(&mut self, max: usize, wait_ms: u64) -> impl Future<Output = Result<Vec<Delivery>, BusError>> + Send;
+    fn fetch(
+        &mut self,
+        max: usize,
+        wait_ms: u64,
+    ) -> impl Future<Output = Result<Vec<Delivery>, BusError>> + Send;
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -94,6 +99,41 @@ pub struct RegistryLoad {
     pub created: bool,
 }
 
+/// How long one startup step took (core runtime spec, exit criteria: "Cold-start duration, per
+/// startup step").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StartupStep {
+    pub step: String,
+    pub duration_us: u64,
+}
+
+/// One acquisition of the single-writer lock and the cold start that followed it, as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColdStart {
+    pub epoch: u32,
+    /// When the lock was acquired.
+    pub started_at: Micros,
+    /// The lock session: its backend pid (the memory model's session id) and application name.
+    pub backend_pid: i64,
+    pub application_name: String,
+    /// When the timings were recorded; `None` for a start that failed after taking the lock.
+    pub ready_at: Option<Micros>,
+    /// In the order the steps ran; empty until recorded.
+    pub steps: Vec<StartupStep>,
+}
+
+/// The application name of the lock session once `epoch` is acquired, so an operator looking at
+/// `pg_stat_activity` or `sentinel status` can tell which core holds the lock.
+pub fn lock_session_name(epoch: u32) -> String {
+    format!("{LOCK_SESSION_NAME_PREFIX}{epoch}")
+}
+
+/// What [`lock_session_name`] puts before the epoch (the PostgreSQL adapter appends it in SQL).
+pub const LOCK_SESSION_NAME_PREFIX: &str = "sentinel-core epoch ";
+
+/// The lock session's application name before it has taken the lock and learned its epoch.
+pub const LOCK_SESSION_NAME_UNLOCKED: &str = "sentinel-core";
+
 /// Holding the single-writer lock. Dropping it releases the lock.
 pub trait Lease: Send + 'static {
     /// The epoch this acquisition incremented to.
@@ -107,23 +147,44 @@ pub trait Store: Clone + Send + Sync + 'static {
     type Lease: Lease;
 
     /// Takes the single-writer lock (or fails with `LockHeld` at once), then increments and
-    /// reads the core epoch.
+    /// reads the core epoch and records the acquisition (a [`ColdStart`] without steps).
     fn acquire(&self) -> impl Future<Output = Result<Self::Lease, StoreError>> + Send;
 
     /// Stores a registry snapshot; identical content creates no new version.
-    fn store_registry(&self, snapshot: &RegistrySnapshot) -> impl Future<Output = Result<RegistryLoad, StoreError>> + Send;
+    fn store_registry(
+        &self,
+        snapshot: &RegistrySnapshot,
+    ) -> impl Future<Output = Result<RegistryLoad, StoreError>> + Send;
 
     /// Loads a registry version (`None`: the newest). `Ok(None)` when nothing was ever loaded.
-    fn load_registry(&self, version: Option<i32>) -> impl Future<Output = Result<Option<StoredRegistry>, StoreError>> + Send;
+    fn load_registry(
+        &self,
+        version: Option<i32>,
+    ) -> impl Future<Output = Result<Option<StoredRegistry>, StoreError>> + Send;
 
     /// The checkpoint and the per-point log heads for these points, each read from its own
     /// class table (restart steps 2–3).
-    fn load_state(&self, points: &[(String, RetentionClass)]) -> impl Future<Output = Result<RestoredState, StoreError>> + Send;
+    fn load_state(
+        &self,
+        points: &[(String, RetentionClass)],
+    ) -> impl Future<Output = Result<RestoredState, StoreError>> + Send;
 
     /// Commits a batch in one transaction fenced on `batch.epoch`, inserting with
     /// `ON CONFLICT DO NOTHING` and reporting the RETURNING set.
     fn commit(&self, batch: Batch) -> impl Future<Output = Result<CommitReport, CommitError>> + Send;
 
     /// Upserts point states, fenced on `epoch`.
-    fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> impl Future<Output = Result<(), StoreError>> + Send;
+    fn checkpoint(
+        &self,
+        epoch: u32,
+        states: Vec<PointState>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Records how long each startup step of the acquisition that took `epoch` ran, fenced on
+    /// `epoch` like every other write.
+    fn record_cold_start(
+        &self,
+        epoch: u32,
+        steps: Vec<StartupStep>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 }

@@ -4,6 +4,9 @@
 //!
 //! Owns: the order of those steps and their timings. Nothing may bind the consumer before the
 //! lock is held; a core that cannot take the lock returns `LockHeld` without touching the bus.
+//! Once the consumer is bound the timings are recorded in the store against this acquisition's
+//! epoch (core runtime spec, exit criteria: cold-start duration per startup step, measured and
+//! recorded), so `sentinel status` can show the last cold start after the fact.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use sentinel_core::{Config, Core, RetentionClass};
 use tracing::info;
 
 use crate::clock::Clock;
-use crate::ports::{Bus, BusError, Lease, Store, StoreError};
+use crate::ports::{Bus, BusError, Lease, StartupStep, Store, StoreError};
 use crate::registry_dir;
 
 /// How long each startup step took, in the order they ran.
@@ -27,6 +30,17 @@ impl StartupTimings {
         let micros = started.elapsed().as_micros() as u64;
         info!(step, duration_us = micros, "startup step");
         self.steps.push((step, micros));
+    }
+
+    /// The steps as the store records them.
+    pub fn to_steps(&self) -> Vec<StartupStep> {
+        self.steps
+            .iter()
+            .map(|&(step, duration_us)| StartupStep {
+                step: step.to_owned(),
+                duration_us,
+            })
+            .collect()
     }
 }
 
@@ -114,6 +128,10 @@ pub async fn start<B: Bus, S: Store>(
     let step = Instant::now();
     let consumer = bus.bind().await?;
     timings.record("bind_consumer", step);
+
+    // Recorded after binding so the record covers the whole cold start. Fenced: a core that
+    // has already been replaced fails here rather than starting to ingest.
+    store.record_cold_start(epoch, timings.to_steps()).await?;
 
     Ok(Started {
         core,

@@ -7,6 +7,7 @@
 //!   ([`MemoryStore::kill_session`], [`MemoryStore::kill_lock_holder`]) the way PostgreSQL
 //!   does when a connection dies;
 //! - the core epoch, incremented only on acquisition, and the fence every write verifies;
+//! - one `core_start` record per acquisition, its startup timings written under the fence;
 //! - one table per retention class with the 4-column unique key and `ON CONFLICT DO NOTHING
 //!   RETURNING` (only new rows are reported);
 //! - quarantine keyed by `(stream, stream_seq)`;
@@ -29,7 +30,10 @@ use sentinel_core::{
 
 use super::ClassCounts;
 use crate::clock::{Clock, SystemClock};
-use crate::ports::{CommitError, Lease, RegistryLoad, Store, StoreError, StoredRegistry};
+use crate::ports::{
+    ColdStart, CommitError, Lease, RegistryLoad, StartupStep, Store, StoreError, StoredRegistry,
+    lock_session_name,
+};
 
 /// A quarantine entry as the model stores it (the `quarantine` table's columns).
 #[derive(Clone, Debug, PartialEq)]
@@ -81,6 +85,8 @@ struct Model {
     registry_versions: Vec<RegistryVersionRow>,
     /// hash → canonical descriptor text.
     blobs: BTreeMap<String, String>,
+    /// The `core_start` table, by epoch.
+    cold_starts: BTreeMap<u32, ColdStart>,
 }
 
 impl Model {
@@ -136,6 +142,7 @@ impl MemoryStore {
                 point_state: BTreeMap::new(),
                 registry_versions: Vec::new(),
                 blobs: BTreeMap::new(),
+                cold_starts: BTreeMap::new(),
             })),
             clock,
         }
@@ -187,6 +194,11 @@ impl MemoryStore {
             *counts.entry(entry.reason).or_default() += 1;
         }
         counts.into_iter().collect()
+    }
+
+    /// Every acquisition and its cold start, ascending by epoch.
+    pub fn cold_starts(&self) -> Vec<ColdStart> {
+        lock(&self.model).cold_starts.values().cloned().collect()
     }
 
     /// The checkpoint table, ordered by point id.
@@ -282,6 +294,7 @@ impl Store for MemoryStore {
     type Lease = MemoryLease;
 
     async fn acquire(&self) -> Result<MemoryLease, StoreError> {
+        let started_at = self.clock.now();
         let mut model = lock(&self.model);
         if model.lock_holder.is_some() {
             return Err(StoreError::LockHeld);
@@ -294,6 +307,18 @@ impl Store for MemoryStore {
             .checked_add(1)
             .filter(|e| i32::try_from(*e).is_ok())
             .ok_or_else(|| StoreError::Other("core epoch exhausted the integer range".into()))?;
+        let epoch = model.epoch;
+        model.cold_starts.insert(
+            epoch,
+            ColdStart {
+                epoch,
+                started_at,
+                backend_pid: i64::try_from(session).unwrap_or(i64::MAX),
+                application_name: lock_session_name(epoch),
+                ready_at: None,
+                steps: Vec::new(),
+            },
+        );
         Ok(MemoryLease {
             model: self.model.clone(),
             session,
@@ -466,6 +491,19 @@ impl Store for MemoryStore {
         for state in states {
             model.point_state.insert(state.point_id.clone(), state);
         }
+        Ok(())
+    }
+
+    async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
+        let ready_at = self.clock.now();
+        let mut model = lock(&self.model);
+        model.fence(epoch)?;
+        let row = model
+            .cold_starts
+            .get_mut(&epoch)
+            .ok_or_else(|| StoreError::Other(format!("no acquisition recorded for epoch {epoch}")))?;
+        row.ready_at = Some(ready_at);
+        row.steps = steps;
         Ok(())
     }
 }

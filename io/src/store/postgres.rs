@@ -4,7 +4,8 @@
 //! Owns: the only SQL that names the observation tables (architecture invariant), the
 //! single-writer lock on a dedicated connection, the fenced commit, the checkpoint upsert, the
 //! log-head queries of restart, registry storage, migrations with the "schema from the future"
-//! refusal (healthlog spec), and keeping daily partitions ahead of need.
+//! refusal (healthlog spec), keeping daily partitions ahead of need, and the `core_start`
+//! record of each acquisition and its cold-start timings (core runtime spec, "Restart time").
 //!
 //! All SQL is static (sqlx 0.9 `SqlSafeStr`); partition DDL lives in the SQL function
 //! `sentinel_ensure_partitions` so nothing here builds statements at run time.
@@ -24,7 +25,10 @@ use sqlx::{Connection, Row};
 use time::OffsetDateTime;
 
 use super::ClassCounts;
-use crate::ports::{CommitError, Lease, RegistryLoad, Store, StoreError, StoredRegistry};
+use crate::ports::{
+    ColdStart, CommitError, LOCK_SESSION_NAME_PREFIX, LOCK_SESSION_NAME_UNLOCKED, Lease, RegistryLoad,
+    StartupStep, Store, StoreError, StoredRegistry,
+};
 
 /// The single-writer advisory lock key: ASCII "SENTINEL". The partition function uses a
 /// different transaction-scoped key.
@@ -35,6 +39,15 @@ static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
 
 /// sqlx's bookkeeping table (its default name; we never rename it).
 const MIGRATIONS_TABLE: &str = "_sqlx_migrations";
+
+/// The session holding the single-writer lock, as PostgreSQL reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockHolder {
+    pub backend_pid: i32,
+    /// `None` when pg_stat_activity does not show the session to this role.
+    pub application_name: Option<String>,
+    pub backend_start: Option<Micros>,
+}
 
 /// Bound on the ensured-day cache; older days fall out first (they are never written again
 /// once ingested_at has moved on, and re-ensuring one is harmless).
@@ -305,6 +318,36 @@ const LOCK_ALIVE: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype =
      AND pid = pg_backend_pid() AND granted AND objsubid = 1 \
      AND classid::bigint = ($1::bigint >> 32) AND objid::bigint = ($1::bigint & 4294967295))";
 
+/// The acquisition, in one statement on the lock session so that it happens only while holding
+/// the lock and all three parts commit together: increment the epoch, rename the session after
+/// it (so `pg_stat_activity` shows which core holds the lock), and insert its `core_start` row.
+/// `set_config(.., false)` outlives the statement's implicit transaction.
+const ACQUIRE_EPOCH: &str = "WITH bumped AS (UPDATE core_epoch SET epoch = epoch + 1 WHERE singleton RETURNING epoch), \
+     named AS (SELECT epoch, set_config('application_name', $1::text || epoch, false) AS app FROM bumped), \
+     recorded AS (INSERT INTO core_start (epoch, started_at, backend_pid, application_name) \
+       SELECT epoch, now(), pg_backend_pid(), app FROM named RETURNING epoch) \
+     SELECT epoch FROM recorded";
+
+/// Steps arrive as two parallel arrays and are kept in their given order.
+const RECORD_COLD_START: &str = "UPDATE core_start SET ready_at = now(), steps = \
+     (SELECT coalesce(jsonb_agg(jsonb_build_object('step', s, 'duration_us', d) ORDER BY n), '[]'::jsonb) \
+      FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS u(s, d, n)) \
+     WHERE epoch = $1";
+
+const SELECT_COLD_STARTS: &str = "SELECT c.epoch, c.started_at, c.backend_pid, c.application_name, c.ready_at, \
+     array(SELECT e->>'step' FROM jsonb_array_elements(c.steps) WITH ORDINALITY AS x(e, n) ORDER BY n), \
+     array(SELECT (e->>'duration_us')::bigint FROM jsonb_array_elements(c.steps) WITH ORDINALITY AS x(e, n) \
+       ORDER BY n) \
+     FROM core_start c ORDER BY c.epoch";
+
+/// The session holding the single-writer lock in this database (advisory locks are per
+/// database, and pg_locks shows every database's), with what pg_stat_activity says about it.
+const LOCK_HOLDER: &str = "SELECT l.pid, a.application_name, a.backend_start FROM pg_locks l \
+     LEFT JOIN pg_stat_activity a ON a.pid = l.pid \
+     WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 \
+     AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+     AND l.classid::bigint = ($1::bigint >> 32) AND l.objid::bigint = ($1::bigint & 4294967295)";
+
 /// Yesterday through today + `$1`, as UTC days since the Unix epoch, created if missing.
 const ENSURE_AROUND_TODAY: &str = "SELECT (d - DATE '1970-01-01')::bigint, \
      sentinel_ensure_partitions(d, $1::integer + 2) \
@@ -449,6 +492,62 @@ impl PgStore {
             counts.insert(reason, n.max(0) as u64);
         }
         Ok(counts.into_iter().collect())
+    }
+
+    /// Every acquisition and its cold start, ascending by epoch.
+    pub async fn cold_starts(&self) -> Result<Vec<ColdStart>, StoreError> {
+        let rows = sqlx::query(SELECT_COLD_STARTS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("reading core_start"))?;
+        rows.iter().map(cold_start_from_row).collect()
+    }
+
+    /// The session holding the single-writer lock, `None` when it is free.
+    pub async fn lock_holder(&self) -> Result<Option<LockHolder>, StoreError> {
+        let row: Option<(i32, Option<String>, Option<OffsetDateTime>)> = sqlx::query_as(LOCK_HOLDER)
+            .bind(LOCK_KEY)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error("reading the lock holder"))?;
+        Ok(
+            row.map(|(backend_pid, application_name, backend_start)| LockHolder {
+                backend_pid,
+                application_name,
+                backend_start: backend_start.map(from_odt),
+            }),
+        )
+    }
+
+    async fn record_cold_start_inner(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
+        let epoch_db = epoch_to_db(epoch)?;
+        let names: Vec<&str> = steps.iter().map(|s| s.step.as_str()).collect();
+        let durations_us: Vec<i64> = steps
+            .iter()
+            .map(|s| i64::try_from(s.duration_us).unwrap_or(i64::MAX))
+            .collect();
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(db_error("beginning the cold-start transaction"))?;
+        fence(&mut tx, epoch).await?;
+        let updated = sqlx::query(RECORD_COLD_START)
+            .bind(epoch_db)
+            .bind(names)
+            .bind(durations_us)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("recording the cold start"))?
+            .rows_affected();
+        if updated != 1 {
+            return Err(StoreError::Other(format!(
+                "no acquisition recorded for epoch {epoch}"
+            )));
+        }
+        tx.commit().await.map_err(db_error("committing the cold start"))?;
+        tracing::debug!(epoch, steps = steps.len(), "cold start recorded");
+        Ok(())
     }
 
     async fn ensure_partitions_around_today(&self) -> Result<(), StoreError> {
@@ -1096,6 +1195,39 @@ fn head_from_row(row: &PgRow) -> Result<PointState, StoreError> {
     })
 }
 
+fn cold_start_from_row(row: &PgRow) -> Result<ColdStart, StoreError> {
+    let decode = || -> Result<_, sqlx::Error> {
+        Ok((
+            row.try_get::<i32, _>(0)?,
+            row.try_get::<OffsetDateTime, _>(1)?,
+            row.try_get::<i32, _>(2)?,
+            row.try_get::<String, _>(3)?,
+            row.try_get::<Option<OffsetDateTime>, _>(4)?,
+            row.try_get::<Vec<String>, _>(5)?,
+            row.try_get::<Vec<i64>, _>(6)?,
+        ))
+    };
+    let (epoch, started_at, backend_pid, application_name, ready_at, names, durations_us) =
+        decode().map_err(db_error("decoding core_start"))?;
+    let epoch = u32::try_from(epoch)
+        .map_err(|_| StoreError::Other(format!("negative epoch {epoch} in core_start")))?;
+    Ok(ColdStart {
+        epoch,
+        started_at: from_odt(started_at),
+        backend_pid: i64::from(backend_pid),
+        application_name,
+        ready_at: ready_at.map(from_odt),
+        steps: names
+            .into_iter()
+            .zip(durations_us)
+            .map(|(step, duration_us)| StartupStep {
+                step,
+                duration_us: duration_us.max(0) as u64,
+            })
+            .collect(),
+    })
+}
+
 /// Holding the single-writer advisory lock on a dedicated session. Dropping it closes the
 /// session, which releases the lock; [`PgLease::release`] does so explicitly and at once.
 pub struct PgLease {
@@ -1182,7 +1314,13 @@ impl Store for PgStore {
     type Lease = PgLease;
 
     async fn acquire(&self) -> Result<PgLease, StoreError> {
-        let connect = PgConnection::connect_with(&self.connect_options);
+        // Named apart from the pool's sessions so the lock holder is recognisable even before
+        // it has learned its epoch.
+        let lock_session_options = self
+            .connect_options
+            .clone()
+            .application_name(LOCK_SESSION_NAME_UNLOCKED);
+        let connect = PgConnection::connect_with(&lock_session_options);
         let mut conn = tokio::time::timeout(Duration::from_millis(self.config.connect_timeout_ms), connect)
             .await
             .map_err(|_| StoreError::Other("connecting the lock session timed out".into()))?
@@ -1199,11 +1337,11 @@ impl Store for PgStore {
             return Err(StoreError::LockHeld);
         }
         // On the lock session itself, so the increment happens only while holding the lock.
-        let epoch: i32 =
-            sqlx::query_scalar("UPDATE core_epoch SET epoch = epoch + 1 WHERE singleton RETURNING epoch")
-                .fetch_one(&mut conn)
-                .await
-                .map_err(db_error("incrementing the core epoch"))?;
+        let epoch: i32 = sqlx::query_scalar(ACQUIRE_EPOCH)
+            .bind(LOCK_SESSION_NAME_PREFIX)
+            .fetch_one(&mut conn)
+            .await
+            .map_err(db_error("incrementing the core epoch"))?;
         let epoch =
             u32::try_from(epoch).map_err(|_| StoreError::Other(format!("negative core epoch {epoch}")))?;
         tracing::info!(epoch, backend_pid, "acquired single-writer lock");
@@ -1244,5 +1382,9 @@ impl Store for PgStore {
 
     async fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
         self.checkpoint_inner(epoch, states).await
+    }
+
+    async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
+        self.record_cold_start_inner(epoch, steps).await
     }
 }
