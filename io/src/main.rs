@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use sentinel_core::{Config, RetentionClass};
+use sentinel_core::{Config, QuarantineReason, RetentionClass};
 use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
 use sentinel_io::clock::{Clock, SystemClock};
 use sentinel_io::ports::Bus;
@@ -76,6 +76,10 @@ enum Command {
         /// Batches at the store at once.
         #[arg(long, default_value_t = 4)]
         inflight_batches_max: usize,
+        /// How often the core checks it still holds the single-writer lock; a lost lock is
+        /// noticed within about this long (core runtime spec, "Losing the lock while running").
+        #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
+        lock_check_interval_ms: u64,
     },
     /// Run the whole core on in-memory models with a synthetic fleet; needs no services.
     Demo {
@@ -87,7 +91,7 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// Print the epoch, lock holder, consumer lag and quarantine counts.
+    /// Print the epoch, lock holder, consumer lag, quarantine and row counts, last cold start.
     Status {
         #[command(flatten)]
         db: DbArgs,
@@ -182,7 +186,22 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             registry,
             ack_wait_ms,
             inflight_batches_max,
-        } => run(db, nats, registry, ack_wait_ms, inflight_batches_max).await,
+            lock_check_interval_ms,
+        } => {
+            let runtime_config = RuntimeConfig {
+                lock_check_interval_ms,
+                ..RuntimeConfig::default()
+            };
+            run(
+                db,
+                nats,
+                registry,
+                ack_wait_ms,
+                inflight_batches_max,
+                runtime_config,
+            )
+            .await
+        }
         Command::Demo {
             registry,
             messages,
@@ -213,6 +232,7 @@ async fn run(
     registry: Option<PathBuf>,
     ack_wait_ms: u64,
     inflight_batches_max: usize,
+    runtime_config: RuntimeConfig,
 ) -> anyhow::Result<ExitCode> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let store = PgStore::connect(&db.database_url, PgStoreConfig::default())
@@ -267,7 +287,7 @@ async fn run(
         store,
         started.lease,
         clock,
-        RuntimeConfig::default(),
+        runtime_config,
         shutdown,
     )
     .await;
@@ -284,17 +304,24 @@ async fn run(
     Ok(ExitCode::from(u8::try_from(outcome.exit.code).unwrap_or(1)))
 }
 
+/// Prints what an operator needs to see about the single writer and the backlog (core runtime
+/// spec, "Backpressure": lag is the consumer's pending count and its oldest unacked age; exit
+/// criteria: cold-start duration per step). Reads only; never binds the consumer.
 async fn status(db: DbArgs, nats: NatsArgs) -> anyhow::Result<ExitCode> {
-    let store = PgStore::connect(&db.database_url, PgStoreConfig::default()).await?;
+    let store = PgStore::connect(&db.database_url, PgStoreConfig::default())
+        .await
+        .context("connecting to PostgreSQL")?;
     println!("core epoch: {}", store.current_epoch().await?);
-    let rows = store.row_counts().await?;
-    for class in RetentionClass::ALL {
-        println!("rows in observation_{}: {}", class.as_str(), rows.get(class));
-    }
-    let quarantine = store.quarantine_counts().await?;
-    println!("quarantine: {}", quarantine.iter().map(|(_, n)| n).sum::<u64>());
-    for (reason, count) in quarantine {
-        println!("  {}: {count}", reason.as_str());
+    match store.lock_holder().await? {
+        Some(holder) => println!(
+            "lock holder: pid {}, application_name {}, backend_start {}",
+            holder.backend_pid,
+            holder.application_name.as_deref().unwrap_or("(not visible)"),
+            holder
+                .backend_start
+                .map_or("(not visible)".to_owned(), |t| t.to_rfc3339())
+        ),
+        None => println!("lock holder: none"),
     }
     match NatsBus::connect(NatsBusConfig {
         url: nats.nats_url,
@@ -313,6 +340,48 @@ async fn status(db: DbArgs, nats: NatsArgs) -> anyhow::Result<ExitCode> {
             Err(e) => println!("consumer lag: unavailable ({e})"),
         },
         Err(e) => println!("consumer lag: NATS unreachable ({e})"),
+    }
+    let quarantine = store.quarantine_counts().await?;
+    println!("quarantine: {}", quarantine.iter().map(|(_, n)| n).sum::<u64>());
+    // wrong_instance is a misconfigured driver host, not bad data: always shown, so its absence
+    // reads as zero rather than as "not checked".
+    if !quarantine
+        .iter()
+        .any(|(reason, _)| *reason == QuarantineReason::WrongInstance)
+    {
+        println!("  {}: 0", QuarantineReason::WrongInstance.as_str());
+    }
+    for (reason, count) in quarantine {
+        println!("  {}: {count}", reason.as_str());
+    }
+    let rows = store.row_counts().await?;
+    for class in RetentionClass::ALL {
+        println!("rows in observation_{}: {}", class.as_str(), rows.get(class));
+    }
+    match store.cold_starts().await?.pop() {
+        None => println!("last cold start: none recorded"),
+        Some(start) => {
+            println!(
+                "last cold start: epoch {}, started_at {}, lock session pid {} ({}), {}",
+                start.epoch,
+                start.started_at.to_rfc3339(),
+                start.backend_pid,
+                start.application_name,
+                start
+                    .ready_at
+                    .map_or("never became ready".to_owned(), |t| format!(
+                        "ready_at {}",
+                        t.to_rfc3339()
+                    ))
+            );
+            for step in &start.steps {
+                println!("  {}: {} us", step.step, step.duration_us);
+            }
+            if !start.steps.is_empty() {
+                let total_us: u64 = start.steps.iter().map(|s| s.duration_us).sum();
+                println!("  total: {total_us} us");
+            }
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -172,7 +172,7 @@ impl NatsBus {
         clock: Arc<dyn Clock>,
     ) -> Result<NatsBus, NatsSetupError> {
         let client = async_nats::ConnectOptions::new()
-            .name("sentinel-core")
+            .name(format!("sentinel-core pid {}", std::process::id()))
             .request_timeout(Some(Duration::from_millis(config.request_timeout_ms)))
             .connect(config.url.as_str())
             .await
