@@ -1,0 +1,672 @@
+//! Single writer, with real processes (core runtime spec, "Single writer is a requirement",
+//! "Acquisition order at startup", "Losing the lock while running", "Fencing the bus", exit
+//! criteria; DESIGN.md §5 invariants 6 and 7): the `sentinel` binary against a private
+//! nats-server and a private PostgreSQL database per test.
+//!
+//! Owns the exit criteria that need a process and a server to observe:
+//! - a second core exits non-zero at once and never touched the durable consumer, observed at
+//!   the server (JetStream API audit advisories, named by connection, and the monitoring
+//!   endpoint), not inferred from the exit code;
+//! - losing the lock session mid-stream stops the core within a few lock-check intervals, and
+//!   the next core finishes the stream with exact counts and no transition published twice;
+//! - the epoch increments only on acquisition, and each acquisition's cold start is recorded;
+//! - `sentinel status` shows the epoch, the lock holder and the cold-start step durations.
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use sentinel_core::{Micros, RetentionClass};
+use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
+use sentinel_io::clock::{Clock, SystemClock};
+use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
+use sentinel_io::ports::{Bus, ColdStart, lock_session_name};
+use sentinel_io::store::postgres::{LOCK_KEY, PgStore, PgStoreConfig};
+use sentinel_tests::bin::{sentinel_bin, workspace_root};
+use sentinel_tests::nats::NatsServer;
+use sentinel_tests::pg::TestDb;
+use sentinel_tests::traffic::{self, Expected, Traffic};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// How often the cores under test check their lock; lock loss must be noticed within a few.
+const LOCK_CHECK_INTERVAL_MS: u64 = 200;
+/// A core that loses its lock exits within this many check intervals (plus process teardown).
+const LOCK_LOSS_EXIT_INTERVALS_MAX: u64 = 10;
+/// Exit codes of `sentinel run` (io/src/main.rs, runtime::RunOutcome::LOCK_LOST).
+const EXIT_LOCK_HELD: i32 = 10;
+const EXIT_LOCK_LOST: i32 = 5;
+/// "At once": the second core connects, migrates, finds the lock taken and exits.
+const SECOND_CORE_EXIT_S: u64 = 10;
+const READY_TIMEOUT_S: u64 = 60;
+const DRAIN_TIMEOUT_S: u64 = 120;
+/// The startup steps `startup::start` records, in order.
+/// Pacing of the lock-loss test's traffic: 8,000 messages over about four seconds.
+const PUBLISH_CHUNK: usize = 100;
+const PUBLISH_PAUSE_MS: u64 = 50;
+const STARTUP_STEPS: [&str; 4] = [
+    "lock_and_epoch",
+    "registry",
+    "restore_projection",
+    "bind_consumer",
+];
+
+struct Env {
+    nats: NatsServer,
+    db: TestDb,
+    store: PgStore,
+    bus: NatsBus,
+}
+
+async fn env(ack_wait_ms: u64) -> Env {
+    let nats = NatsServer::start().await;
+    let db = TestDb::create().await.expect("test database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect store");
+    store.migrate().await.expect("migrate");
+    let bus = NatsBus::connect(NatsBusConfig {
+        url: nats.url(),
+        ack_wait_ms,
+        ..NatsBusConfig::default()
+    })
+    .await
+    .expect("connect bus");
+    bus.ensure_stream().await.expect("stream");
+    Env { nats, db, store, bus }
+}
+
+fn spawn_core(env: &Env, ack_wait_ms: u64) -> Child {
+    Command::new(sentinel_bin())
+        .current_dir(workspace_root())
+        .args([
+            "run",
+            "--registry",
+            "registry",
+            "--ack-wait-ms",
+            &ack_wait_ms.to_string(),
+            "--lock-check-interval-ms",
+            &LOCK_CHECK_INTERVAL_MS.to_string(),
+        ])
+        .env("SENTINEL_DATABASE_URL", &env.db.url)
+        .env("SENTINEL_NATS_URL", env.nats.url())
+        .env("SENTINEL_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn sentinel run")
+}
+
+/// Polls without blocking the runtime, so subscriber tasks keep running meanwhile.
+async fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn terminate(mut child: Child) {
+    let pid = child.id().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let status = wait_exit(&mut child, Duration::from_secs(30))
+        .await
+        .expect("core exits after SIGTERM");
+    assert!(status.success(), "orderly stop exits 0, got {status}");
+}
+
+/// Waits until the core that took `epoch` has bound its consumer and recorded its cold start.
+async fn wait_ready(store: &PgStore, epoch: u32) -> ColdStart {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(READY_TIMEOUT_S);
+    loop {
+        let starts = store.cold_starts().await.expect("cold starts");
+        if let Some(start) = starts
+            .into_iter()
+            .find(|s| s.epoch == epoch && s.ready_at.is_some())
+        {
+            return start;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the core of epoch {epoch} never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn pg(url: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    sqlx::PgConnection::connect(url).await.expect("connect")
+}
+
+/// The lock session's pid straight from pg_locks (this database only: advisory locks are per
+/// database and other tests run the same key), independent of the adapter's own query.
+async fn lock_session_pid(url: &str) -> Option<i32> {
+    let mut conn = pg(url).await;
+    sqlx::query_scalar(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 \
+         AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) \
+         AND classid::bigint = ($1::bigint >> 32) AND objid::bigint = ($1::bigint & 4294967295)",
+    )
+    .bind(LOCK_KEY)
+    .fetch_optional(&mut conn)
+    .await
+    .expect("pg_locks")
+}
+
+fn nats_name(child: &Child) -> String {
+    format!("sentinel-core pid {}", child.id())
+}
+
+/// A minimal HTTP/1.0 GET of the nats-server monitoring endpoint (the server closes the
+/// connection after the response, so reading to the end is the whole body).
+async fn monitor(env: &Env, path: &str) -> serde_json::Value {
+    let base = env.nats.monitor_url();
+    let authority = base.strip_prefix("http://").expect("monitor URL is http");
+    let mut stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("connect to the monitoring port");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send request");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.expect("read response");
+    let text = String::from_utf8(response).expect("UTF-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP head and body");
+    assert!(
+        head.lines().next().is_some_and(|status| status.contains(" 200 ")),
+        "GET {path}: {head}"
+    );
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {body}"))
+}
+
+/// Every JetStream API request the server audits, with the requesting connection's name. The
+/// server publishes `io.nats.jetstream.advisory.v1.api_audit` on `$JS.EVENT.ADVISORY.API` for
+/// each request, including `$JS.API.CONSUMER.INFO|CREATE|DURABLE.CREATE...`, which is what
+/// binding the durable consumer starts with (NatsBus::bind asks for the consumer's info).
+#[derive(Clone, Default)]
+struct ApiAudit(Arc<Mutex<Vec<(String, String)>>>);
+
+const API_AUDIT_SUBJECT: &str = "$JS.EVENT.ADVISORY.API";
+
+impl ApiAudit {
+    async fn subscribe(url: &str) -> ApiAudit {
+        let client = async_nats::connect(url).await.expect("audit subscriber connects");
+        let mut sub = client.subscribe(API_AUDIT_SUBJECT).await.expect("subscribe");
+        // `flush()` does not wait for the server; a probe on this connection does (the server
+        // handles one connection's SUB and PUB in order).
+        client
+            .publish(API_AUDIT_SUBJECT, bytes::Bytes::from_static(b"{\"probe\":true}"))
+            .await
+            .expect("probe");
+        let probe = tokio::time::timeout(Duration::from_secs(10), sub.next())
+            .await
+            .expect("probe returns")
+            .expect("subscription open");
+        assert_eq!(&probe.payload[..], b"{\"probe\":true}");
+        let audit = ApiAudit::default();
+        let sink = audit.clone();
+        tokio::spawn(async move {
+            let _client = client;
+            while let Some(message) = sub.next().await {
+                let advisory: serde_json::Value =
+                    serde_json::from_slice(&message.payload).expect("advisory is JSON");
+                let name = advisory["client"]["name"].as_str().unwrap_or_default().to_owned();
+                let subject = advisory["subject"].as_str().unwrap_or_default().to_owned();
+                sink.0.lock().expect("lock").push((name, subject));
+            }
+        });
+        audit
+    }
+
+    fn requests_of(&self, connection_name: &str) -> Vec<String> {
+        self.0
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|(name, _)| name == connection_name)
+            .map(|(_, subject)| subject.clone())
+            .collect()
+    }
+
+    /// Waits until `connection_name` has made a request starting with `prefix`.
+    async fn wait_for(&self, connection_name: &str, prefix: &str) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while !self
+            .requests_of(connection_name)
+            .iter()
+            .any(|s| s.starts_with(prefix))
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {prefix}… request audited from {connection_name:?}; seen: {:?}",
+                self.requests_of(connection_name)
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Transitions on `state.>`: how often each message key was published, and by which epoch.
+#[derive(Clone, Default)]
+struct Transitions {
+    by_key: Arc<Mutex<BTreeMap<(String, u64, u64), u32>>>,
+    by_epoch: Arc<Mutex<BTreeMap<u64, u64>>>,
+}
+
+impl Transitions {
+    async fn subscribe(url: &str) -> Transitions {
+        let client = async_nats::connect(url).await.expect("subscriber connects");
+        let mut sub = client.subscribe("state.>").await.expect("subscribe");
+        // As in tests/e2e.rs: a probe proves the server has registered the subscription.
+        client
+            .publish("state._sync", bytes::Bytes::new())
+            .await
+            .expect("probe");
+        let probe = tokio::time::timeout(Duration::from_secs(10), sub.next())
+            .await
+            .expect("probe returns")
+            .expect("subscription open");
+        assert_eq!(probe.subject.as_str(), "state._sync");
+        let transitions = Transitions::default();
+        let sink = transitions.clone();
+        tokio::spawn(async move {
+            let _client = client;
+            while let Some(message) = sub.next().await {
+                let t: serde_json::Value =
+                    serde_json::from_slice(&message.payload).expect("transition is JSON");
+                let key = (
+                    t["key"]["driver_instance"]
+                        .as_str()
+                        .expect("key.driver_instance")
+                        .to_owned(),
+                    t["key"]["source_epoch"].as_u64().expect("key.source_epoch"),
+                    t["key"]["source_seq"].as_u64().expect("key.source_seq"),
+                );
+                let epoch = t["core_epoch"].as_u64().expect("core_epoch");
+                *sink.by_key.lock().expect("lock").entry(key).or_default() += 1;
+                *sink.by_epoch.lock().expect("lock").entry(epoch).or_default() += 1;
+            }
+        });
+        transitions
+    }
+
+    fn of_epoch(&self, epoch: u32) -> u64 {
+        self.by_epoch
+            .lock()
+            .expect("lock")
+            .get(&u64::from(epoch))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    fn assert_at_most_once(&self) {
+        let counts = self.by_key.lock().expect("lock");
+        let twice: Vec<_> = counts.iter().filter(|&(_, &n)| n > 1).take(5).collect();
+        assert!(
+            twice.is_empty(),
+            "transitions published more than once: {twice:?}"
+        );
+    }
+}
+
+/// Publishes the traffic in chunks with a pause between them, so the stream keeps arriving
+/// while the lock is lost (a core drains a pre-published backlog too fast to interrupt it).
+async fn publish_paced(url: String, traffic: Arc<Traffic>) -> u64 {
+    let publisher = ObservationPublisher::connect(&url, PublisherConfig::default())
+        .await
+        .expect("publisher");
+    let mut stored = 0;
+    for chunk in traffic.messages.chunks(PUBLISH_CHUNK) {
+        // Collected: a borrowing iterator held across the await makes the future not `Send`.
+        let items: Vec<(String, String, bytes::Bytes)> = chunk
+            .iter()
+            .map(|m| (m.subject.clone(), m.msg_id.clone(), m.payload.clone()))
+            .collect();
+        let report = publisher
+            .publish_pipelined(items, 256)
+            .await
+            .expect("publish traffic");
+        stored += report.stored;
+        tokio::time::sleep(Duration::from_millis(PUBLISH_PAUSE_MS)).await;
+    }
+    stored
+}
+
+async fn committed(store: &PgStore) -> u64 {
+    let rows = store.row_counts().await.expect("row counts").total();
+    let quarantined: u64 = store
+        .quarantine_counts()
+        .await
+        .expect("quarantine")
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    rows + quarantined
+}
+
+async fn wait_drained(env: &Env, expected: &Expected) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(DRAIN_TIMEOUT_S);
+    loop {
+        let done = committed(&env.store).await;
+        let lag = env.bus.lag().await.unwrap_or_default();
+        if done == expected.accepted() && lag.pending == 0 && lag.ack_pending == 0 {
+            return;
+        }
+        assert!(
+            done <= expected.accepted(),
+            "more committed ({done}) than accepted ({})",
+            expected.accepted()
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not drained: {done}/{} committed, {lag:?}",
+            expected.accepted()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn assert_exact_counts(env: &Env, expected: &Expected) {
+    let rows = env.store.row_counts().await.expect("row counts");
+    for class in RetentionClass::ALL {
+        assert_eq!(
+            rows.get(class),
+            expected.rows[class.index()],
+            "rows in observation_{}",
+            class.as_str()
+        );
+    }
+    let mut conn = pg(&env.db.url).await;
+    let distinct: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT DISTINCT driver_instance, source_epoch, source_seq FROM observation) k",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("distinct keys");
+    assert_eq!(distinct as u64, rows.total(), "no two rows share a message key");
+    let quarantine: BTreeMap<&'static str, u64> = env
+        .store
+        .quarantine_counts()
+        .await
+        .expect("quarantine")
+        .into_iter()
+        .map(|(reason, n)| (reason.as_str(), n))
+        .collect();
+    assert_eq!(quarantine, expected.quarantine, "quarantine by reason");
+}
+
+fn now() -> Micros {
+    SystemClock.now()
+}
+
+/// Exit criterion: "Start one core, start another, and assert not only that the second exits
+/// non-zero but that it never bound the JetStream consumer."
+///
+/// Observed at the server, per connection: binding starts with a `$JS.API.CONSUMER.INFO` (then
+/// possibly `CONSUMER.CREATE`) request, and the server audits every JetStream API request with
+/// the requesting connection's name, which carries the process id. The first core's bind is
+/// seen through exactly that channel (the positive control), and so is the second core's stream
+/// check (it reached this server); an implementation that bound before locking would show a
+/// `$JS.API.CONSUMER.` request from the second core and fail here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_core_exits_at_once_and_never_touches_the_consumer() {
+    let bin = sentinel_bin();
+    assert!(bin.exists(), "{} was built", bin.display());
+    let env = env(30_000).await;
+    let audit = ApiAudit::subscribe(&env.nats.url()).await;
+
+    let mut first = spawn_core(&env, 30_000);
+    wait_ready(&env.store, 1).await;
+    let first_name = nats_name(&first);
+    audit.wait_for(&first_name, "$JS.API.CONSUMER.INFO.OBS.").await;
+
+    let consumers_before = monitor(&env, "/jsz?consumers=true").await;
+    let started = tokio::time::Instant::now();
+    let mut second = spawn_core(&env, 30_000);
+    let second_name = nats_name(&second);
+    let status = wait_exit(&mut second, Duration::from_secs(SECOND_CORE_EXIT_S))
+        .await
+        .expect("the second core exits at once");
+    assert_eq!(status.code(), Some(EXIT_LOCK_HELD), "lock held: exit code 10");
+    let took = started.elapsed();
+
+    // Its stream check precedes the lock (main.rs), so its API requests did reach the server;
+    // wait for that one, then allow the rest of its advisories to arrive.
+    audit.wait_for(&second_name, "$JS.API.STREAM.INFO.OBS").await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let second_requests = audit.requests_of(&second_name);
+    let consumer_requests: Vec<&String> = second_requests
+        .iter()
+        .filter(|s| s.starts_with("$JS.API.CONSUMER."))
+        .collect();
+    assert!(
+        consumer_requests.is_empty(),
+        "the second core touched the consumer before finding the lock taken: {consumer_requests:?}"
+    );
+
+    // The monitoring endpoint agrees: the second connection was there (now closed), and the
+    // stream still has exactly the one durable consumer.
+    let closed = monitor(&env, "/connz?state=closed&limit=1024").await;
+    let names: Vec<&str> = closed["connections"]
+        .as_array()
+        .expect("connections")
+        .iter()
+        .filter_map(|c| c["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&second_name.as_str()),
+        "the second core's connection is among the closed ones: {names:?}"
+    );
+    let consumers_after = monitor(&env, "/jsz?consumers=true").await;
+    assert_eq!(consumers_after["consumers"], consumers_before["consumers"]);
+    assert_eq!(consumers_after["consumers"], serde_json::json!(1));
+
+    // The failed start neither took an epoch nor recorded a cold start.
+    assert_eq!(env.store.current_epoch().await.expect("epoch"), 1);
+    let epochs: Vec<u32> = env
+        .store
+        .cold_starts()
+        .await
+        .expect("cold starts")
+        .iter()
+        .map(|s| s.epoch)
+        .collect();
+    assert_eq!(epochs, vec![1]);
+    assert!(
+        wait_exit(&mut first, Duration::from_millis(200)).await.is_none(),
+        "the first core keeps running"
+    );
+    eprintln!("second core exited with code 10 after {took:?}");
+    terminate(first).await;
+}
+
+/// Exit criterion: "Drop the advisory-lock connection and assert the core stops publishing
+/// commands, stops consuming, and exits non-zero, with any uncommitted batch redelivered on the
+/// next start rather than half-applied."
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_lock_mid_stream_exits_and_the_next_core_finishes_exactly() {
+    let bin = sentinel_bin();
+    assert!(bin.exists(), "{} was built", bin.display());
+    let ack_wait_ms = 2_000;
+    let env = env(ack_wait_ms).await;
+    let transitions = Transitions::subscribe(&env.nats.url()).await;
+    let traffic = Arc::new(traffic::generate(&traffic::sample_registry(), 8_000, 1, now()));
+
+    let mut first = spawn_core(&env, ack_wait_ms);
+    wait_ready(&env.store, 1).await;
+    let publisher = tokio::spawn(publish_paced(env.nats.url(), traffic.clone()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(DRAIN_TIMEOUT_S);
+    while committed(&env.store).await < traffic.expected.accepted() / 4 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the first core made no progress"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let pid = lock_session_pid(&env.db.url)
+        .await
+        .expect("the first core holds the lock");
+    let holder = env.store.lock_holder().await.expect("lock holder").expect("held");
+    assert_eq!(holder.backend_pid, pid);
+    let mut admin = pg(&env.db.url).await;
+    let terminated: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 5000)")
+        .bind(pid)
+        .fetch_one(&mut admin)
+        .await
+        .expect("pg_terminate_backend");
+    assert!(terminated, "the lock session was terminated");
+    let killed_at = tokio::time::Instant::now();
+
+    let bound = Duration::from_millis(LOCK_CHECK_INTERVAL_MS * LOCK_LOSS_EXIT_INTERVALS_MAX);
+    let status = wait_exit(&mut first, bound)
+        .await
+        .unwrap_or_else(|| panic!("the core did not exit within {bound:?} of losing its lock"));
+    let exited_after = killed_at.elapsed();
+    assert_eq!(status.code(), Some(EXIT_LOCK_LOST), "lock lost: exit code 5");
+    let at_exit = committed(&env.store).await;
+    assert!(
+        at_exit < traffic.expected.accepted(),
+        "the lock was lost mid-stream (committed {at_exit} of {})",
+        traffic.expected.accepted()
+    );
+
+    // Stopped publishing: nothing more arrives from epoch 1 once the process is gone.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let published_by_first = transitions.of_epoch(1);
+    assert!(published_by_first > 0, "the first core published transitions");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(transitions.of_epoch(1), published_by_first);
+    // Losing the lock is not an acquisition.
+    assert_eq!(env.store.current_epoch().await.expect("epoch"), 1);
+
+    let stored = publisher.await.expect("publisher task");
+    assert_eq!(
+        stored,
+        traffic.expected.accepted(),
+        "the stream accepted every message"
+    );
+    let second = spawn_core(&env, ack_wait_ms);
+    let start = wait_ready(&env.store, 2).await;
+    assert_eq!(start.epoch, 2);
+    wait_drained(&env, &traffic.expected).await;
+    assert_exact_counts(&env, &traffic.expected).await;
+    terminate(second).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    transitions.assert_at_most_once();
+    assert_eq!(transitions.of_epoch(1), published_by_first);
+    assert!(transitions.of_epoch(2) > 0, "the second core published the rest");
+    eprintln!("lock-losing core exited after {exited_after:?}");
+}
+
+async fn status_output(env: &Env) -> String {
+    let output = tokio::process::Command::new(sentinel_bin())
+        .current_dir(workspace_root())
+        .arg("status")
+        .env("SENTINEL_DATABASE_URL", &env.db.url)
+        .env("SENTINEL_NATS_URL", env.nats.url())
+        .env("SENTINEL_LOG", "warn")
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .expect("run sentinel status");
+    assert!(output.status.success(), "sentinel status exits 0");
+    String::from_utf8(output.stdout).expect("UTF-8 status")
+}
+
+fn assert_recorded(start: &ColdStart, epoch: u32, pid: i32) {
+    assert_eq!(start.epoch, epoch);
+    assert_eq!(start.backend_pid, i64::from(pid), "recorded by the lock session");
+    assert_eq!(start.application_name, lock_session_name(epoch));
+    let ready_at = start.ready_at.expect("ready");
+    assert!(ready_at >= start.started_at);
+    let steps: Vec<&str> = start.steps.iter().map(|s| s.step.as_str()).collect();
+    assert_eq!(steps, STARTUP_STEPS, "every startup step, in order");
+}
+
+/// Exit criterion: "The epoch never goes backwards, increments only on lock acquisition", and
+/// the cold-start duration per step is recorded; `sentinel status` shows it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_epoch_moves_only_on_acquisition_and_status_shows_the_holder_and_cold_start() {
+    let bin = sentinel_bin();
+    assert!(bin.exists(), "{} was built", bin.display());
+    let env = env(30_000).await;
+    assert_eq!(env.store.current_epoch().await.expect("epoch"), 0);
+    assert!(env.store.cold_starts().await.expect("cold starts").is_empty());
+
+    let first = spawn_core(&env, 30_000);
+    let start = wait_ready(&env.store, 1).await;
+    let pid = lock_session_pid(&env.db.url).await.expect("held");
+    assert_recorded(&start, 1, pid);
+
+    let status = status_output(&env).await;
+    let expect_line = |needle: String| {
+        assert!(status.contains(&needle), "status shows {needle:?}:\n{status}");
+    };
+    expect_line("core epoch: 1\n".to_owned());
+    expect_line(format!(
+        "lock holder: pid {pid}, application_name {}, backend_start ",
+        lock_session_name(1)
+    ));
+    expect_line("consumer lag: pending ".to_owned());
+    expect_line("  wrong_instance: 0\n".to_owned());
+    expect_line("rows in observation_measurement: 0\n".to_owned());
+    expect_line(format!(
+        "last cold start: epoch 1, started_at {}",
+        start.started_at.to_rfc3339()
+    ));
+    for step in &start.steps {
+        expect_line(format!("  {}: {} us\n", step.step, step.duration_us));
+    }
+
+    // A start that finds the lock taken moves nothing.
+    let mut refused = spawn_core(&env, 30_000);
+    let exit = wait_exit(&mut refused, Duration::from_secs(SECOND_CORE_EXIT_S))
+        .await
+        .expect("refused at once");
+    assert_eq!(exit.code(), Some(EXIT_LOCK_HELD));
+    assert_eq!(env.store.current_epoch().await.expect("epoch"), 1);
+    assert_eq!(env.store.cold_starts().await.expect("cold starts").len(), 1);
+
+    terminate(first).await;
+    // The server frees the lock when it sees the session's socket close, just after the exit.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while lock_session_pid(&env.db.url).await.is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "an orderly stop frees the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(status_output(&env).await.contains("lock holder: none\n"));
+    // Stopping is not an acquisition either.
+    assert_eq!(env.store.current_epoch().await.expect("epoch"), 1);
+
+    let next = spawn_core(&env, 30_000);
+    let start = wait_ready(&env.store, 2).await;
+    let pid = lock_session_pid(&env.db.url).await.expect("held");
+    assert_recorded(&start, 2, pid);
+    assert_eq!(env.store.current_epoch().await.expect("epoch"), 2);
+    let epochs: Vec<u32> = env
+        .store
+        .cold_starts()
+        .await
+        .expect("cold starts")
+        .iter()
+        .map(|s| s.epoch)
+        .collect();
+    assert_eq!(epochs, vec![1, 2], "one recorded cold start per acquisition");
+    let status = status_output(&env).await;
+    assert!(status.contains("core epoch: 2\n"), "{status}");
+    assert!(
+        status.contains(&format!("application_name {}", lock_session_name(2))),
+        "{status}"
+    );
+    terminate(next).await;
+}
