@@ -252,10 +252,13 @@ impl ApiAudit {
     }
 }
 
+/// A message key: `(driver_instance, source_epoch, source_seq)`.
+type MessageKey = (String, u64, u64);
+
 /// Transitions on `state.>`: how often each message key was published, and by which epoch.
 #[derive(Clone, Default)]
 struct Transitions {
-    by_key: Arc<Mutex<BTreeMap<(String, u64, u64), u32>>>,
+    by_key: Arc<Mutex<BTreeMap<MessageKey, u32>>>,
     by_epoch: Arc<Mutex<BTreeMap<u64, u64>>>,
 }
 
