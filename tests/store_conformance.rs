@@ -685,7 +685,18 @@ async fn log_heads_follow_the_total_order<B: Backend>(b: &B) {
         ("a".into(), Diagnostic),
     ];
     let restored = b.store().load_state(&wanted).await.expect("load");
-    let heads = restored.log_heads;
+    // The value's own position: the greatest row of "a" that carried a value.
+    let valued_a = rows
+        .iter()
+        .filter(|r| &*r.point_id == "a" && r.value.is_some())
+        .max_by(|x, y| x.order_key().cmp(&y.order_key()))
+        .map(|r| (r.observed_at, r.ingested_at, r.key.clone()));
+    assert_eq!(
+        restored.log_heads[0].value_order, valued_a,
+        "position of the row that set the value"
+    );
+    assert_eq!(restored.log_heads[3].value_order, None, "\"d\" never had a value");
+    let heads: Vec<PointState> = restored.log_heads.into_iter().map(|h| h.state).collect();
     assert_eq!(
         heads.iter().map(|h| &*h.point_id).collect::<Vec<_>>(),
         vec!["a", "b", "c", "d"]

@@ -38,5 +38,5 @@ pub use log::{
 pub use machine::Core;
 pub use metrics::Metrics;
 pub use registry::{Registry, RegistrySnapshot, RetentionClass};
-pub use state::{PointState, RestoredState};
+pub use state::{LogHead, OrderKey, PointState, RestoredState};
 pub use time::Micros;

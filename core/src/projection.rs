@@ -17,13 +17,11 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::config::Config;
-use crate::log::{CanonicalValue, ObsKey, ObsRow, Quality};
+use crate::log::{CanonicalValue, ObsRow, Quality};
 use crate::registry::{Kind, PointIdx, Registry};
-use crate::state::{PointState, RestoredState};
+use crate::state::{LogHead, OrderKey, PointState, RestoredState};
 use crate::time::Micros;
 use crate::wire::{Transition, state_subject};
-
-type OrderKey = (Micros, Micros, ObsKey);
 
 #[derive(Debug)]
 struct Slot {
@@ -79,8 +77,11 @@ impl Projection {
         config: &Config,
         now: Micros,
     ) -> Projection {
-        let heads: FxHashMap<&str, &PointState> =
-            restored.log_heads.iter().map(|s| (&*s.point_id, s)).collect();
+        let heads: FxHashMap<&str, &LogHead> = restored
+            .log_heads
+            .iter()
+            .map(|h| (&*h.state.point_id, h))
+            .collect();
         let checkpoints: FxHashMap<&str, &PointState> =
             restored.checkpoints.iter().map(|s| (&*s.point_id, s)).collect();
         let mut slots = Vec::with_capacity(registry.len());
@@ -88,7 +89,16 @@ impl Projection {
         for (idx, point) in registry.points() {
             let head = heads.get(&*point.id).copied();
             let checkpoint = checkpoints.get(&*point.id).copied();
-            let mut state = merge(point.id.clone(), head, checkpoint, now);
+            let (mut state, value_from_head) =
+                merge(point.id.clone(), head.map(|h| &h.state), checkpoint, now);
+            // The value's own position: exact when it came from the log head; a checkpoint's
+            // value is bounded from above by the checkpoint's position; no value, no position,
+            // so any valued row that arrives later is taken, as the fold would.
+            let value_key = match head {
+                Some(head) if value_from_head => head.value_order.clone(),
+                _ if state.value.is_some() => order_key_of(&state),
+                _ => None,
+            };
             if state.quality != Quality::Unknown {
                 state.quality = Quality::Restored;
                 state.reason = None;
@@ -101,7 +111,7 @@ impl Projection {
                 0.0
             };
             slots.push(Slot {
-                value_key: order_key_of(&state),
+                value_key,
                 edge_value: state.value.clone(),
                 state,
                 deadband,
@@ -264,19 +274,30 @@ impl Projection {
 }
 
 /// Merges a log head and a checkpoint for one point; the one with the greater order key sets
-/// quality and position, the value comes from the log head when it has one.
+/// quality and position, the value comes from the log head when it has one. Also says whether
+/// the value came from the log head.
 fn merge(
     point_id: Arc<str>,
     head: Option<&PointState>,
     checkpoint: Option<&PointState>,
     now: Micros,
-) -> PointState {
+) -> (PointState, bool) {
     match (head, checkpoint) {
-        (None, None) => PointState::unknown(point_id, now),
-        (Some(only), None) | (None, Some(only)) => PointState {
-            point_id,
-            ..only.clone()
-        },
+        (None, None) => (PointState::unknown(point_id, now), false),
+        (Some(head), None) => (
+            PointState {
+                point_id,
+                ..head.clone()
+            },
+            head.value.is_some(),
+        ),
+        (None, Some(checkpoint)) => (
+            PointState {
+                point_id,
+                ..checkpoint.clone()
+            },
+            false,
+        ),
         (Some(head), Some(checkpoint)) => {
             let checkpoint_newer = match (checkpoint.order_key(), head.order_key()) {
                 (Some(c), Some(h)) => c > h,
@@ -284,14 +305,15 @@ fn merge(
                 _ => false,
             };
             let position = if checkpoint_newer { checkpoint } else { head };
-            PointState {
+            let value_from_head = !checkpoint_newer && head.value.is_some();
+            let value = if value_from_head {
+                head.value.clone()
+            } else {
+                checkpoint.value.clone()
+            };
+            let state = PointState {
                 point_id,
-                value: if checkpoint_newer {
-                    checkpoint.value.clone()
-                } else {
-                    head.value.clone()
-                }
-                .or_else(|| checkpoint.value.clone()),
+                value: value.or_else(|| head.value.clone()),
                 quality: position.quality,
                 reason: position.reason.clone(),
                 observed_at: position.observed_at,
@@ -300,7 +322,8 @@ fn merge(
                 changed_at: checkpoint.changed_at,
                 quality_since: checkpoint.quality_since,
                 watermark_seq: checkpoint.watermark_seq,
-            }
+            };
+            (state, value_from_head)
         }
     }
 }

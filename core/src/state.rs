@@ -51,12 +51,24 @@ impl PointState {
     }
 }
 
-/// What the store returns at restart: the checkpoint, and the head of the log per point (the
-/// greatest committed row under the total order, with the value of the greatest row that had
-/// one). The log is authoritative; the checkpoint supplies `changed_at`, `quality_since` and
+/// A row's position in the total order of invariant 5: `(observed_at, ingested_at, key)`.
+pub type OrderKey = (Micros, Micros, ObsKey);
+
+/// The head of one point's log: `state` carries the quality, reason, `observed_at`,
+/// `ingested_at` and key of the greatest committed row under the total order, and the value of
+/// the greatest row that had one; `value_order` is that valued row's own position, so a late
+/// valued row arriving after a restart is folded exactly as it would have been before.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LogHead {
+    pub state: PointState,
+    pub value_order: Option<OrderKey>,
+}
+
+/// What the store returns at restart: the checkpoint, and the head of the log per point. The
+/// log is authoritative; the checkpoint supplies `changed_at`, `quality_since` and
 /// `watermark_seq`, which the log does not hold.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RestoredState {
     pub checkpoints: Vec<PointState>,
-    pub log_heads: Vec<PointState>,
+    pub log_heads: Vec<LogHead>,
 }

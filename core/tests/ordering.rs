@@ -5,7 +5,7 @@ mod common;
 
 use common::*;
 use sentinel_core::{
-    CanonicalValue, Config, DeliveryTag, Effect, ExitReason, Input, ObsKey, PointState, Quality,
+    CanonicalValue, Config, DeliveryTag, Effect, ExitReason, Input, LogHead, ObsKey, PointState, Quality,
     RestoredState,
 };
 
@@ -268,7 +268,10 @@ fn restore_prefers_the_log_and_forces_restored() {
     };
     let restored = RestoredState {
         checkpoints: vec![checkpoint],
-        log_heads: vec![head],
+        log_heads: vec![LogHead {
+            state: head,
+            value_order: None,
+        }],
     };
     let mut core = sentinel_core::Core::new(Config::default(), registry(), 6, &restored, T0).expect("core");
     let state = core.point_state("plant.temp").expect("state").clone();

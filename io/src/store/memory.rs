@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use sentinel_core::{
-    Batch, CommitReport, Micros, ObsKey, ObsRow, PointState, QuarantineReason, RegistrySnapshot,
+    Batch, CommitReport, LogHead, Micros, ObsKey, ObsRow, PointState, QuarantineReason, RegistrySnapshot,
     RestoredState, RetentionClass,
 };
 
@@ -264,7 +264,7 @@ fn check_key_range(key: &ObsKey) -> Result<(), StoreError> {
 
 /// The greatest row under invariant 5's total order `(observed_at, ingested_at, key)`, and the
 /// greatest row that carries a value, turned into a log head (ingest spec, "Restart").
-fn log_head<'a>(rows: impl Iterator<Item = &'a ObsRow>) -> Option<PointState> {
+fn log_head<'a>(rows: impl Iterator<Item = &'a ObsRow>) -> Option<LogHead> {
     let mut latest: Option<&ObsRow> = None;
     let mut latest_valued: Option<&ObsRow> = None;
     for row in rows {
@@ -276,17 +276,20 @@ fn log_head<'a>(rows: impl Iterator<Item = &'a ObsRow>) -> Option<PointState> {
         }
     }
     let latest = latest?;
-    Some(PointState {
-        point_id: latest.point_id.clone(),
-        value: latest_valued.and_then(|r| r.value.clone()),
-        quality: latest.quality,
-        reason: latest.reason.as_deref().map(str::to_owned),
-        observed_at: Some(latest.observed_at),
-        ingested_at: Some(latest.ingested_at),
-        key: Some(latest.key.clone()),
-        changed_at: None,
-        quality_since: latest.ingested_at,
-        watermark_seq: None,
+    Some(LogHead {
+        state: PointState {
+            point_id: latest.point_id.clone(),
+            value: latest_valued.and_then(|r| r.value.clone()),
+            quality: latest.quality,
+            reason: latest.reason.as_deref().map(str::to_owned),
+            observed_at: Some(latest.observed_at),
+            ingested_at: Some(latest.ingested_at),
+            key: Some(latest.key.clone()),
+            changed_at: None,
+            quality_since: latest.ingested_at,
+            watermark_seq: None,
+        },
+        value_order: latest_valued.map(|r| (r.observed_at, r.ingested_at, r.key.clone())),
     })
 }
 
@@ -408,7 +411,7 @@ impl Store for MemoryStore {
             .iter()
             .filter_map(|id| model.point_state.get(*id).cloned())
             .collect();
-        let mut log_heads: Vec<PointState> = wanted
+        let mut log_heads: Vec<LogHead> = wanted
             .iter()
             .filter_map(|(id, class)| {
                 log_head(
@@ -419,7 +422,7 @@ impl Store for MemoryStore {
                 )
             })
             .collect();
-        log_heads.sort_by(|a, b| a.point_id.cmp(&b.point_id));
+        log_heads.sort_by(|a, b| a.state.point_id.cmp(&b.state.point_id));
         Ok(RestoredState {
             checkpoints,
             log_heads,

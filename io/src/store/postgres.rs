@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sentinel_core::{
-    Batch, CanonicalValue, CommitReport, Micros, ObsKey, ObsRow, PointState, Quality, QuarantineEntry,
-    QuarantineReason, RegistrySnapshot, RestoredState, RetentionClass,
+    Batch, CanonicalValue, CommitReport, LogHead, Micros, ObsKey, ObsRow, PointState, Quality,
+    QuarantineEntry, QuarantineReason, RegistrySnapshot, RestoredState, RetentionClass,
 };
 use sqlx::migrate::{Migrate, Migrator};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions, PgRow};
@@ -263,7 +263,8 @@ macro_rules! log_heads {
     ($table:literal) => {
         concat!(
             "SELECT p.point_id, h.quality::text, h.reason, h.observed_at, h.ingested_at, \
-             h.driver_instance, h.source_epoch, h.source_seq, v.value_num, v.value_bool, v.value_text \
+             h.driver_instance, h.source_epoch, h.source_seq, v.value_num, v.value_bool, v.value_text, \
+             v.observed_at, v.ingested_at, v.driver_instance, v.source_epoch, v.source_seq \
              FROM unnest($1::text[]) AS p(point_id) \
              CROSS JOIN LATERAL (SELECT o.quality, o.reason, o.observed_at, o.ingested_at, \
                o.driver_instance, o.source_epoch, o.source_seq FROM ",
@@ -271,7 +272,8 @@ macro_rules! log_heads {
             " o WHERE o.point_id = p.point_id \
                ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
                o.source_epoch DESC, o.source_seq DESC LIMIT 1) h \
-             LEFT JOIN LATERAL (SELECT o.value_num, o.value_bool, o.value_text FROM ",
+             LEFT JOIN LATERAL (SELECT o.value_num, o.value_bool, o.value_text, o.observed_at, o.ingested_at, \
+               o.driver_instance, o.source_epoch, o.source_seq FROM ",
             $table,
             " o WHERE o.point_id = p.point_id \
                AND (o.value_num IS NOT NULL OR o.value_bool IS NOT NULL OR o.value_text IS NOT NULL) \
@@ -932,7 +934,7 @@ impl PgStore {
                 log_heads.push(head_from_row(row)?);
             }
         }
-        log_heads.sort_by(|a, b| a.point_id.cmp(&b.point_id));
+        log_heads.sort_by(|a, b| a.state.point_id.cmp(&b.state.point_id));
         tracing::debug!(
             checkpoints = checkpoints.len(),
             log_heads = log_heads.len(),
@@ -1158,7 +1160,7 @@ fn checkpoint_from_row(row: &PgRow) -> Result<PointState, StoreError> {
     })
 }
 
-fn head_from_row(row: &PgRow) -> Result<PointState, StoreError> {
+fn head_from_row(row: &PgRow) -> Result<LogHead, StoreError> {
     let get = db_error("decoding a log head");
     let decode = || -> Result<_, sqlx::Error> {
         Ok((
@@ -1177,21 +1179,39 @@ fn head_from_row(row: &PgRow) -> Result<PointState, StoreError> {
                 row.try_get::<Option<bool>, _>(9)?,
                 row.try_get::<Option<String>, _>(10)?,
             ),
+            (
+                row.try_get::<Option<OffsetDateTime>, _>(11)?,
+                row.try_get::<Option<OffsetDateTime>, _>(12)?,
+                row.try_get::<Option<String>, _>(13)?,
+                row.try_get::<Option<i32>, _>(14)?,
+                row.try_get::<Option<i64>, _>(15)?,
+            ),
         ))
     };
-    let (id, quality, reason, observed, ingested, key, value) = decode().map_err(get)?;
+    let (id, quality, reason, observed, ingested, key, value, valued) = decode().map_err(get)?;
     let ingested_at = from_odt(ingested);
-    Ok(PointState {
-        point_id: Arc::from(id),
-        value: value_from_columns(value.0, value.1, value.2),
-        quality: quality_from_db(&quality)?,
-        reason,
-        observed_at: Some(from_odt(observed)),
-        ingested_at: Some(ingested_at),
-        key: key_from_columns(Some(key.0), Some(key.1), Some(key.2))?,
-        changed_at: None,
-        quality_since: ingested_at,
-        watermark_seq: None,
+    let value_order = match (
+        valued.0,
+        valued.1,
+        key_from_columns(valued.2, valued.3, valued.4)?,
+    ) {
+        (Some(o), Some(i), Some(k)) => Some((from_odt(o), from_odt(i), k)),
+        _ => None,
+    };
+    Ok(LogHead {
+        state: PointState {
+            point_id: Arc::from(id),
+            value: value_from_columns(value.0, value.1, value.2),
+            quality: quality_from_db(&quality)?,
+            reason,
+            observed_at: Some(from_odt(observed)),
+            ingested_at: Some(ingested_at),
+            key: key_from_columns(Some(key.0), Some(key.1), Some(key.2))?,
+            changed_at: None,
+            quality_since: ingested_at,
+            watermark_seq: None,
+        },
+        value_order,
     })
 }
 
