@@ -73,56 +73,79 @@ fn check_version(binary: &str) {
 impl NatsServer {
     /// Starts a server and waits until JetStream answers. Panics with a clear message if the
     /// binary is missing or too old, or the server does not come up.
+    ///
+    /// A free port is found by binding port 0 and releasing it, so another test's server can
+    /// take it first. Each server therefore gets a unique name, and readiness means our own
+    /// process is alive and the server answering is the one with our name; on a lost race the
+    /// start is retried with fresh ports.
     pub async fn start() -> NatsServer {
         static STARTED: AtomicU64 = AtomicU64::new(0);
+        const ATTEMPTS_MAX: u32 = 5;
         let binary = binary();
         check_version(&binary);
-        let port = free_port();
-        let monitor_port = free_port();
-        let dir = std::env::temp_dir().join(format!(
-            "sentinel-nats-{}-{}-{port}",
-            std::process::id(),
-            STARTED.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&dir).expect("create the server's temporary store directory");
-        let log = dir.join("server.log");
-        let child = Command::new(&binary)
-            .arg("-js")
-            .arg("-sd")
-            .arg(&dir)
-            .args([
-                "-a",
-                "127.0.0.1",
-                "-p",
-                &port.to_string(),
-                "-m",
-                &monitor_port.to_string(),
-            ])
-            .arg("-l")
-            .arg(&log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|error| panic!("spawn {binary}: {error}"));
-        let server = NatsServer {
-            child,
-            dir,
-            port,
-            monitor_port,
-        };
-        server.wait_ready().await;
-        server
+        let mut last_error = String::new();
+        for _ in 0..ATTEMPTS_MAX {
+            let port = free_port();
+            let monitor_port = free_port();
+            let n = STARTED.fetch_add(1, Ordering::Relaxed);
+            let name = format!("sentinel-test-{}-{n}", std::process::id());
+            let dir = std::env::temp_dir().join(format!("sentinel-nats-{}-{n}-{port}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("create the server's temporary store directory");
+            let log = dir.join("server.log");
+            let child = Command::new(&binary)
+                .arg("-js")
+                .arg("-sd")
+                .arg(&dir)
+                .args([
+                    "-n",
+                    &name,
+                    "-a",
+                    "127.0.0.1",
+                    "-p",
+                    &port.to_string(),
+                    "-m",
+                    &monitor_port.to_string(),
+                ])
+                .arg("-l")
+                .arg(&log)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|error| panic!("spawn {binary}: {error}"));
+            let mut server = NatsServer {
+                child,
+                dir,
+                port,
+                monitor_port,
+            };
+            match server.wait_ready(&name).await {
+                Ok(()) => return server,
+                // Dropping the server kills the process and removes its directory.
+                Err(error) => last_error = error,
+            }
+        }
+        panic!("nats-server did not start after {ATTEMPTS_MAX} attempts: {last_error}");
     }
 
-    async fn wait_ready(&self) {
+    async fn wait_ready(&mut self, name: &str) -> Result<(), String> {
         let mut last_error = String::new();
         for _ in 0..200 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+                return Err(format!(
+                    "nats-server on port {} exited ({status}): {log}",
+                    self.port
+                ));
+            }
             match async_nats::connect(self.url()).await {
                 Ok(client) => {
+                    if client.server_info().server_name != name {
+                        return Err(format!("port {} is served by another test's server", self.port));
+                    }
                     let jetstream = async_nats::jetstream::new(client);
                     match jetstream.query_account().await {
-                        Ok(_) => return,
+                        Ok(_) => return Ok(()),
                         Err(error) => last_error = error.to_string(),
                     }
                 }
@@ -131,10 +154,10 @@ impl NatsServer {
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
-        panic!(
+        Err(format!(
             "nats-server on port {} did not become ready: {last_error}\nserver log:\n{log}",
             self.port
-        );
+        ))
     }
 
     pub fn url(&self) -> String {
