@@ -302,15 +302,16 @@ impl Store for MemoryStore {
         if model.lock_holder.is_some() {
             return Err(StoreError::LockHeld);
         }
-        let session = model.next_session;
-        model.next_session += 1;
-        model.lock_holder = Some(session);
-        model.epoch = model
+        // Check the epoch can move before taking the lock, so a refusal leaves the lock free.
+        let epoch = model
             .epoch
             .checked_add(1)
             .filter(|e| i32::try_from(*e).is_ok())
             .ok_or_else(|| StoreError::Other("core epoch exhausted the integer range".into()))?;
-        let epoch = model.epoch;
+        let session = model.next_session;
+        model.next_session += 1;
+        model.lock_holder = Some(session);
+        model.epoch = epoch;
         model.cold_starts.insert(
             epoch,
             ColdStart {
