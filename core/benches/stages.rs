@@ -16,10 +16,13 @@ use std::time::Instant;
 use bytes::Bytes;
 use sentinel_core::pipeline::{self, Outcome};
 use sentinel_core::registry::{
-    Archetype, Assignment, Conversion, Descriptor, EventPolicy, Kind, Manifest, Range, Registry, RetentionClass,
+    Archetype, Assignment, Conversion, Descriptor, EventPolicy, Kind, Manifest, Range, Registry,
+    RetentionClass,
 };
 use sentinel_core::wire::EnvelopeOut;
-use sentinel_core::{CommitReport, Config, Core, Delivery, DeliveryTag, Effect, Input, Micros, RestoredState};
+use sentinel_core::{
+    CommitReport, Config, Core, Delivery, DeliveryTag, Effect, Input, Micros, RestoredState,
+};
 
 const POINTS: usize = 4_000;
 const HOSTS: usize = 16;
@@ -60,18 +63,31 @@ fn registry() -> Arc<Registry> {
             unit_native: (kind == Kind::Number).then(|| if fahrenheit { "degF" } else { "degC" }.to_owned()),
             unit: (kind == Kind::Number).then(|| "degC".to_owned()),
             conversion: if fahrenheit {
-                Conversion { factor: 5.0 / 9.0, offset: -160.0 / 9.0 }
+                Conversion {
+                    factor: 5.0 / 9.0,
+                    offset: -160.0 / 9.0,
+                }
             } else {
                 Conversion::IDENTITY
             },
-            range: (kind == Kind::Number).then_some(Range { min: -40.0, max: 150.0 }),
+            range: (kind == Kind::Number).then_some(Range {
+                min: -40.0,
+                max: 150.0,
+            }),
             codebook: (kind == Kind::Enum).then(|| {
-                BTreeMap::from([("0".into(), "off".into()), ("1".into(), "on".into()), ("2".into(), "fault".into())])
+                BTreeMap::from([
+                    ("0".into(), "off".into()),
+                    ("1".into(), "on".into()),
+                    ("2".into(), "fault".into()),
+                ])
             }),
             deadband: 0.2,
             retention: class,
             agg_safe: kind == Kind::Number,
-            assignment: Assignment { host, driver_instance: instance },
+            assignment: Assignment {
+                host,
+                driver_instance: instance,
+            },
             freshness_s: 60,
             manifest: Manifest {
                 archetype: Archetype::Polled,
@@ -117,7 +133,11 @@ fn deliveries(registry: &Registry, count: usize) -> Vec<Delivery> {
             let mut subject = format!("obs.{}.{}", d.assignment.host, d.assignment.driver_instance);
             match roll {
                 995 => payload = b"{\"v\":1,\"point_id\":".to_vec(), // malformed
-                996 => payload = String::from_utf8_lossy(&payload).replace(&d.id, "no.such.point").into_bytes(),
+                996 => {
+                    payload = String::from_utf8_lossy(&payload)
+                        .replace(&d.id, "no.such.point")
+                        .into_bytes()
+                }
                 997 => subject = "obs.rogue-host.drv-99-0".into(), // wrong instance
                 _ => {}
             }
@@ -152,8 +172,14 @@ fn main() {
     // stages 2–10 alone, against the projection and dedup set of a warmed core.
     let config = Config::default();
     let dedup = sentinel_core::dedup::DedupSet::new(config.dedup_keys_max);
-    let projection = sentinel_core::projection::Projection::restore(&registry, &RestoredState::default(), &config, T0);
-    let ctx = pipeline::Context { registry: &registry, config: &config, dedup: &dedup, projection: &projection };
+    let projection =
+        sentinel_core::projection::Projection::restore(&registry, &RestoredState::default(), &config, T0);
+    let ctx = pipeline::Context {
+        registry: &registry,
+        config: &config,
+        dedup: &dedup,
+        projection: &projection,
+    };
     let mut best_stage_rate = 0.0f64;
     for round in 0..3 {
         let batch = input.clone();
@@ -174,7 +200,8 @@ fn main() {
 
     let mut best_core_rate = 0.0f64;
     for round in 0..3 {
-        let mut core = Core::new(config.clone(), registry.clone(), 1, &RestoredState::default(), T0).expect("core");
+        let mut core =
+            Core::new(config.clone(), registry.clone(), 1, &RestoredState::default(), T0).expect("core");
         let mut remaining = input.clone().into_iter();
         let started = Instant::now();
         let mut published = 0u64;
@@ -190,7 +217,11 @@ fn main() {
                 match effect {
                     Effect::Commit(b) => {
                         let inserted = (0..b.rows.len() as u32).collect();
-                        reports.push(CommitReport { quarantine_inserted: b.quarantine.len() as u32, batch: b, inserted });
+                        reports.push(CommitReport {
+                            quarantine_inserted: b.quarantine.len() as u32,
+                            batch: b,
+                            inserted,
+                        });
                     }
                     Effect::Publish { .. } => published += 1,
                     _ => {}

@@ -191,7 +191,10 @@ pub fn decode_envelope(payload: &[u8]) -> Result<Envelope<'_>, Refusal> {
     // The log's key columns are `integer` and `bigint`: a key beyond them could never commit,
     // and a batch that cannot commit would be redelivered forever.
     if raw.source_epoch > i32::MAX as u32 || raw.source_seq > i64::MAX as u64 {
-        return Err(refuse(QuarantineReason::Malformed, "source_epoch or source_seq exceeds the log's integer range"));
+        return Err(refuse(
+            QuarantineReason::Malformed,
+            "source_epoch or source_seq exceeds the log's integer range",
+        ));
     }
     if raw.point_id.is_empty() {
         return Err(refuse(QuarantineReason::Malformed, "field `point_id` is empty"));
