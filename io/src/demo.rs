@@ -247,6 +247,7 @@ pub async fn run(config: DemoConfig) -> anyhow::Result<DemoSummary> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(config.timeout_s);
     let mut last_progress = tokio::time::Instant::now();
     let mut published = 0usize;
+    let mut announced_published = false;
     loop {
         let now_instant = tokio::time::Instant::now();
         if now_instant > deadline {
@@ -264,8 +265,9 @@ pub async fn run(config: DemoConfig) -> anyhow::Result<DemoSummary> {
             published += chunk;
         }
         let lag = bus.lag().await?;
-        if now_instant.duration_since(last_progress) >= Duration::from_secs(1) || published == config.messages
-        {
+        let finished_publishing = published == config.messages && !announced_published;
+        if now_instant.duration_since(last_progress) >= Duration::from_secs(1) || finished_publishing {
+            announced_published |= finished_publishing;
             last_progress = now_instant;
             let rows = store.row_counts();
             println!(
