@@ -12,22 +12,20 @@
 //! - the epoch increments only on acquisition, and each acquisition's cold start is recorded;
 //! - `sentinel status` shows the epoch, the lock holder and the cold-start step durations.
 
-use std::collections::BTreeMap;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use sentinel_core::{Micros, RetentionClass};
-use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
-use sentinel_io::clock::{Clock, SystemClock};
 use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
-use sentinel_io::ports::{Bus, ColdStart, lock_session_name};
-use sentinel_io::store::postgres::{LOCK_KEY, PgStore, PgStoreConfig};
+use sentinel_io::ports::{ColdStart, lock_session_name};
+use sentinel_io::store::postgres::{LOCK_KEY, PgStore};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
-use sentinel_tests::nats::NatsServer;
-use sentinel_tests::pg::TestDb;
-use sentinel_tests::traffic::{self, Expected, Traffic};
+use sentinel_tests::harness::{
+    self, DRAIN_TIMEOUT_S, Env, Transitions, assert_exact_counts, committed, now, pg, terminate,
+    wait_drained, wait_exit,
+};
+use sentinel_tests::traffic::{self, Traffic};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How often the cores under test check their lock; lock loss must be noticed within a few.
@@ -40,7 +38,6 @@ const EXIT_LOCK_LOST: i32 = 5;
 /// "At once": the second core connects, migrates, finds the lock taken and exits.
 const SECOND_CORE_EXIT_S: u64 = 10;
 const READY_TIMEOUT_S: u64 = 60;
-const DRAIN_TIMEOUT_S: u64 = 120;
 /// The startup steps `startup::start` records, in order.
 /// Pacing of the lock-loss test's traffic: 8,000 messages over about four seconds.
 const PUBLISH_CHUNK: usize = 100;
@@ -52,73 +49,13 @@ const STARTUP_STEPS: [&str; 4] = [
     "bind_consumer",
 ];
 
-struct Env {
-    nats: NatsServer,
-    db: TestDb,
-    store: PgStore,
-    bus: NatsBus,
-}
-
-async fn env(ack_wait_ms: u64) -> Env {
-    let nats = NatsServer::start().await;
-    let db = TestDb::create().await.expect("test database");
-    let store = PgStore::connect(&db.url, PgStoreConfig::default())
-        .await
-        .expect("connect store");
-    store.migrate().await.expect("migrate");
-    let bus = NatsBus::connect(NatsBusConfig {
-        url: nats.url(),
-        ack_wait_ms,
-        ..NatsBusConfig::default()
-    })
-    .await
-    .expect("connect bus");
-    bus.ensure_stream().await.expect("stream");
-    Env { nats, db, store, bus }
-}
-
+/// `sentinel run` checking its lock every [`LOCK_CHECK_INTERVAL_MS`].
 fn spawn_core(env: &Env, ack_wait_ms: u64) -> Child {
-    Command::new(sentinel_bin())
-        .current_dir(workspace_root())
-        .args([
-            "run",
-            "--registry",
-            "registry",
-            "--ack-wait-ms",
-            &ack_wait_ms.to_string(),
-            "--lock-check-interval-ms",
-            &LOCK_CHECK_INTERVAL_MS.to_string(),
-        ])
-        .env("SENTINEL_DATABASE_URL", &env.db.url)
-        .env("SENTINEL_NATS_URL", env.nats.url())
-        .env("SENTINEL_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("spawn sentinel run")
-}
-
-/// Polls without blocking the runtime, so subscriber tasks keep running meanwhile.
-async fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    loop {
-        if let Some(status) = child.try_wait().expect("try_wait") {
-            return Some(status);
-        }
-        if tokio::time::Instant::now() > deadline {
-            return None;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-async fn terminate(mut child: Child) {
-    let pid = child.id().to_string();
-    let _ = Command::new("kill").args(["-TERM", &pid]).status();
-    let status = wait_exit(&mut child, Duration::from_secs(30))
-        .await
-        .expect("core exits after SIGTERM");
-    assert!(status.success(), "orderly stop exits 0, got {status}");
+    harness::spawn_core(
+        env,
+        ack_wait_ms,
+        &["--lock-check-interval-ms", &LOCK_CHECK_INTERVAL_MS.to_string()],
+    )
 }
 
 /// Waits until the core that took `epoch` has bound its consumer and recorded its cold start.
@@ -138,11 +75,6 @@ async fn wait_ready(store: &PgStore, epoch: u32) -> ColdStart {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-async fn pg(url: &str) -> sqlx::PgConnection {
-    use sqlx::Connection;
-    sqlx::PgConnection::connect(url).await.expect("connect")
 }
 
 /// The lock session's pid straight from pg_locks (this database only: advisory locks are per
@@ -252,72 +184,6 @@ impl ApiAudit {
     }
 }
 
-/// A message key: `(driver_instance, source_epoch, source_seq)`.
-type MessageKey = (String, u64, u64);
-
-/// Transitions on `state.>`: how often each message key was published, and by which epoch.
-#[derive(Clone, Default)]
-struct Transitions {
-    by_key: Arc<Mutex<BTreeMap<MessageKey, u32>>>,
-    by_epoch: Arc<Mutex<BTreeMap<u64, u64>>>,
-}
-
-impl Transitions {
-    async fn subscribe(url: &str) -> Transitions {
-        let client = async_nats::connect(url).await.expect("subscriber connects");
-        let mut sub = client.subscribe("state.>").await.expect("subscribe");
-        // As in tests/e2e.rs: a probe proves the server has registered the subscription.
-        client
-            .publish("state._sync", bytes::Bytes::new())
-            .await
-            .expect("probe");
-        let probe = tokio::time::timeout(Duration::from_secs(10), sub.next())
-            .await
-            .expect("probe returns")
-            .expect("subscription open");
-        assert_eq!(probe.subject.as_str(), "state._sync");
-        let transitions = Transitions::default();
-        let sink = transitions.clone();
-        tokio::spawn(async move {
-            let _client = client;
-            while let Some(message) = sub.next().await {
-                let t: serde_json::Value =
-                    serde_json::from_slice(&message.payload).expect("transition is JSON");
-                let key = (
-                    t["key"]["driver_instance"]
-                        .as_str()
-                        .expect("key.driver_instance")
-                        .to_owned(),
-                    t["key"]["source_epoch"].as_u64().expect("key.source_epoch"),
-                    t["key"]["source_seq"].as_u64().expect("key.source_seq"),
-                );
-                let epoch = t["core_epoch"].as_u64().expect("core_epoch");
-                *sink.by_key.lock().expect("lock").entry(key).or_default() += 1;
-                *sink.by_epoch.lock().expect("lock").entry(epoch).or_default() += 1;
-            }
-        });
-        transitions
-    }
-
-    fn of_epoch(&self, epoch: u32) -> u64 {
-        self.by_epoch
-            .lock()
-            .expect("lock")
-            .get(&u64::from(epoch))
-            .copied()
-            .unwrap_or(0)
-    }
-
-    fn assert_at_most_once(&self) {
-        let counts = self.by_key.lock().expect("lock");
-        let twice: Vec<_> = counts.iter().filter(|&(_, &n)| n > 1).take(5).collect();
-        assert!(
-            twice.is_empty(),
-            "transitions published more than once: {twice:?}"
-        );
-    }
-}
-
 /// Publishes the traffic in chunks with a pause between them, so the stream keeps arriving
 /// while the lock is lost (a core drains a pre-published backlog too fast to interrupt it).
 async fn publish_paced(url: String, traffic: Arc<Traffic>) -> u64 {
@@ -341,73 +207,6 @@ async fn publish_paced(url: String, traffic: Arc<Traffic>) -> u64 {
     stored
 }
 
-async fn committed(store: &PgStore) -> u64 {
-    let rows = store.row_counts().await.expect("row counts").total();
-    let quarantined: u64 = store
-        .quarantine_counts()
-        .await
-        .expect("quarantine")
-        .iter()
-        .map(|(_, n)| n)
-        .sum();
-    rows + quarantined
-}
-
-async fn wait_drained(env: &Env, expected: &Expected) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(DRAIN_TIMEOUT_S);
-    loop {
-        let done = committed(&env.store).await;
-        let lag = env.bus.lag().await.unwrap_or_default();
-        if done == expected.accepted() && lag.pending == 0 && lag.ack_pending == 0 {
-            return;
-        }
-        assert!(
-            done <= expected.accepted(),
-            "more committed ({done}) than accepted ({})",
-            expected.accepted()
-        );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not drained: {done}/{} committed, {lag:?}",
-            expected.accepted()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn assert_exact_counts(env: &Env, expected: &Expected) {
-    let rows = env.store.row_counts().await.expect("row counts");
-    for class in RetentionClass::ALL {
-        assert_eq!(
-            rows.get(class),
-            expected.rows[class.index()],
-            "rows in observation_{}",
-            class.as_str()
-        );
-    }
-    let mut conn = pg(&env.db.url).await;
-    let distinct: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT DISTINCT driver_instance, source_epoch, source_seq FROM observation) k",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .expect("distinct keys");
-    assert_eq!(distinct as u64, rows.total(), "no two rows share a message key");
-    let quarantine: BTreeMap<&'static str, u64> = env
-        .store
-        .quarantine_counts()
-        .await
-        .expect("quarantine")
-        .into_iter()
-        .map(|(reason, n)| (reason.as_str(), n))
-        .collect();
-    assert_eq!(quarantine, expected.quarantine, "quarantine by reason");
-}
-
-fn now() -> Micros {
-    SystemClock.now()
-}
-
 /// Exit criterion: "Start one core, start another, and assert not only that the second exits
 /// non-zero but that it never bound the JetStream consumer."
 ///
@@ -421,7 +220,7 @@ fn now() -> Micros {
 async fn a_second_core_exits_at_once_and_never_touches_the_consumer() {
     let bin = sentinel_bin();
     assert!(bin.exists(), "{} was built", bin.display());
-    let env = env(30_000).await;
+    let env = Env::start(30_000).await;
     let audit = ApiAudit::subscribe(&env.nats.url()).await;
 
     let mut first = spawn_core(&env, 30_000);
@@ -497,7 +296,7 @@ async fn losing_the_lock_mid_stream_exits_and_the_next_core_finishes_exactly() {
     let bin = sentinel_bin();
     assert!(bin.exists(), "{} was built", bin.display());
     let ack_wait_ms = 2_000;
-    let env = env(ack_wait_ms).await;
+    let env = Env::start(ack_wait_ms).await;
     let transitions = Transitions::subscribe(&env.nats.url()).await;
     let traffic = Arc::new(traffic::generate(&traffic::sample_registry(), 8_000, 1, now()));
 
@@ -599,7 +398,7 @@ fn assert_recorded(start: &ColdStart, epoch: u32, pid: i32) {
 async fn the_epoch_moves_only_on_acquisition_and_status_shows_the_holder_and_cold_start() {
     let bin = sentinel_bin();
     assert!(bin.exists(), "{} was built", bin.display());
-    let env = env(30_000).await;
+    let env = Env::start(30_000).await;
     assert_eq!(env.store.current_epoch().await.expect("epoch"), 0);
     assert!(env.store.cold_starts().await.expect("cold starts").is_empty());
 

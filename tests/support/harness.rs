@@ -1,0 +1,315 @@
+//! The shared harness of the end-to-end and process tests (`tests/e2e.rs`,
+//! `tests/single_writer.rs`), so both observe the real system the same way.
+//!
+//! Owns:
+//! - [`Env`]: a private nats-server, a fresh migrated PostgreSQL database, the store over it
+//!   and a bus over the server with the test's ack wait;
+//! - [`Transitions`]: the transitions on `state.>`, counted by message key and by core epoch,
+//!   from a subscription the server has provably registered;
+//! - progress and outcome checks: [`committed`], [`wait_drained`], [`assert_exact_counts`]
+//!   (DESIGN.md §5 invariants the real system lets us observe);
+//! - the `sentinel` process: [`spawn_core`], [`wait_exit`], [`terminate`];
+//! - small helpers: [`pg`] (a plain connection for direct SQL) and [`now`].
+
+use std::collections::BTreeMap;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use sentinel_core::{Micros, RetentionClass};
+use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
+use sentinel_io::clock::{Clock, SystemClock};
+use sentinel_io::ports::Bus;
+use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+
+use crate::bin::{sentinel_bin, workspace_root};
+use crate::nats::NatsServer;
+use crate::pg::TestDb;
+use crate::traffic::Expected;
+
+/// How long a drain (everything accepted committed, nothing pending) may take.
+pub const DRAIN_TIMEOUT_S: u64 = 120;
+
+/// A private nats-server and a fresh migrated database, with a store and a bus over them.
+pub struct Env {
+    pub nats: NatsServer,
+    pub db: TestDb,
+    pub store: PgStore,
+    pub bus: NatsBus,
+}
+
+impl Env {
+    /// Starts the server, creates and migrates the database, connects a bus whose consumer
+    /// redelivers after `ack_wait_ms` and ensures the stream.
+    pub async fn start(ack_wait_ms: u64) -> Env {
+        let nats = NatsServer::start().await;
+        let db = TestDb::create().await.expect("test database");
+        let store = PgStore::connect(&db.url, PgStoreConfig::default())
+            .await
+            .expect("connect store");
+        store.migrate().await.expect("migrate");
+        let bus = NatsBus::connect(NatsBusConfig {
+            url: nats.url(),
+            ack_wait_ms,
+            ..NatsBusConfig::default()
+        })
+        .await
+        .expect("connect bus");
+        bus.ensure_stream().await.expect("stream");
+        Env { nats, db, store, bus }
+    }
+}
+
+/// A message key: `(driver_instance, source_epoch, source_seq)`.
+pub type MessageKey = (String, u64, u64);
+
+/// Transitions on `state.>`: how often each message key was published, and by which epoch.
+#[derive(Clone, Default)]
+pub struct Transitions {
+    by_key: Arc<Mutex<BTreeMap<MessageKey, u32>>>,
+    by_epoch: Arc<Mutex<BTreeMap<u64, u64>>>,
+}
+
+impl Transitions {
+    /// Subscribes to `state.>`; returns once the server has registered the subscription, so
+    /// nothing published afterwards is missed.
+    pub async fn subscribe(url: &str) -> Transitions {
+        let client = async_nats::connect(url).await.expect("subscriber connects");
+        let mut sub = client.subscribe("state.>").await.expect("subscribe");
+        // `flush()` does not wait for the server; a probe on this connection does (the server
+        // handles one connection's SUB and PUB in order).
+        client
+            .publish("state._sync", bytes::Bytes::new())
+            .await
+            .expect("probe");
+        let probe = tokio::time::timeout(Duration::from_secs(10), sub.next())
+            .await
+            .expect("probe returns")
+            .expect("subscription open");
+        assert_eq!(probe.subject.as_str(), "state._sync");
+        let transitions = Transitions::default();
+        let sink = transitions.clone();
+        tokio::spawn(async move {
+            let _client = client;
+            while let Some(message) = sub.next().await {
+                let t: serde_json::Value =
+                    serde_json::from_slice(&message.payload).expect("transition is JSON");
+                let key = (
+                    t["key"]["driver_instance"]
+                        .as_str()
+                        .expect("key.driver_instance")
+                        .to_owned(),
+                    t["key"]["source_epoch"].as_u64().expect("key.source_epoch"),
+                    t["key"]["source_seq"].as_u64().expect("key.source_seq"),
+                );
+                let epoch = t["core_epoch"].as_u64().expect("core_epoch");
+                *sink.by_key.lock().expect("lock").entry(key).or_default() += 1;
+                *sink.by_epoch.lock().expect("lock").entry(epoch).or_default() += 1;
+            }
+        });
+        transitions
+    }
+
+    /// Every transition seen, duplicates included.
+    pub fn total(&self) -> u64 {
+        self.by_key
+            .lock()
+            .expect("lock")
+            .values()
+            .map(|&n| u64::from(n))
+            .sum()
+    }
+
+    /// The transitions published by the core of `epoch`.
+    pub fn of_epoch(&self, epoch: u32) -> u64 {
+        self.by_epoch
+            .lock()
+            .expect("lock")
+            .get(&u64::from(epoch))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// No message key's transition was published twice.
+    pub fn assert_at_most_once(&self) {
+        let counts = self.by_key.lock().expect("lock");
+        let twice: Vec<_> = counts.iter().filter(|&(_, &n)| n > 1).take(5).collect();
+        assert!(
+            twice.is_empty(),
+            "transitions published more than once: {twice:?}"
+        );
+    }
+}
+
+/// Messages committed so far: rows plus quarantined.
+pub async fn committed(store: &PgStore) -> u64 {
+    let rows = store.row_counts().await.expect("row counts").total();
+    let quarantined: u64 = store
+        .quarantine_counts()
+        .await
+        .expect("quarantine")
+        .iter()
+        .map(|(_, n)| n)
+        .sum();
+    rows + quarantined
+}
+
+/// Waits until everything accepted is committed and the consumer has nothing pending.
+pub async fn wait_drained(env: &Env, expected: &Expected) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(DRAIN_TIMEOUT_S);
+    loop {
+        let done = committed(&env.store).await;
+        let lag = env.bus.lag().await.unwrap_or_default();
+        if done == expected.accepted() && lag.pending == 0 && lag.ack_pending == 0 {
+            return;
+        }
+        assert!(
+            done <= expected.accepted(),
+            "more committed ({done}) than accepted ({})",
+            expected.accepted()
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not drained: {done}/{} committed, {lag:?}",
+            expected.accepted()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Exact counts per class, the view equals their sum, no two rows share a message key, bad
+/// and unavailable rows, °F stored in °C, quarantine by reason with full payloads, and a
+/// checkpointed point_state for every point that has rows.
+pub async fn assert_exact_counts(env: &Env, expected: &Expected) {
+    let rows = env.store.row_counts().await.expect("row counts");
+    for class in RetentionClass::ALL {
+        assert_eq!(
+            rows.get(class),
+            expected.rows[class.index()],
+            "rows in observation_{}",
+            class.as_str()
+        );
+    }
+    let mut conn = pg(&env.db.url).await;
+    let view: i64 = sqlx::query_scalar("SELECT count(*) FROM observation")
+        .fetch_one(&mut conn)
+        .await
+        .expect("view");
+    assert_eq!(
+        view as u64,
+        rows.total(),
+        "the observation view equals the sum of the three"
+    );
+    let distinct: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM (SELECT DISTINCT driver_instance, source_epoch, source_seq FROM observation) k",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("distinct keys");
+    assert_eq!(distinct as u64, rows.total(), "no two rows share a message key");
+    let bad: i64 = sqlx::query_scalar("SELECT count(*) FROM observation WHERE quality = 'bad'")
+        .fetch_one(&mut conn)
+        .await
+        .expect("bad rows");
+    assert_eq!(bad as u64, expected.rows_bad);
+    let unavailable: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM observation WHERE quality = 'unavailable'")
+            .fetch_one(&mut conn)
+            .await
+            .expect("unavailable rows");
+    assert_eq!(unavailable as u64, expected.rows_unavailable);
+    let converted: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM observation WHERE unit_native = 'degF' AND quality = 'live' \
+         AND abs(value_num - (native_num - 32) * 5.0 / 9.0) > 1e-9",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("conversion check");
+    assert_eq!(
+        converted, 0,
+        "every °F reading is stored in °C beside its native value"
+    );
+    let quarantine: BTreeMap<&'static str, u64> = env
+        .store
+        .quarantine_counts()
+        .await
+        .expect("quarantine")
+        .into_iter()
+        .map(|(reason, n)| (reason.as_str(), n))
+        .collect();
+    assert_eq!(quarantine, expected.quarantine, "quarantine by reason");
+    let full_payloads: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM quarantine WHERE reason <> 'oversized' AND length(payload) <> payload_bytes",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("payloads");
+    assert_eq!(full_payloads, 0, "quarantine keeps the full native payload");
+    let states: i64 = sqlx::query_scalar("SELECT count(*) FROM point_state WHERE quality <> 'unknown'")
+        .fetch_one(&mut conn)
+        .await
+        .expect("point_state");
+    assert_eq!(
+        states as u64, expected.points_with_rows,
+        "a checkpointed state for every point that has rows"
+    );
+}
+
+/// A plain connection to the test database, for SQL the store does not offer.
+pub async fn pg(url: &str) -> sqlx::PgConnection {
+    use sqlx::Connection;
+    sqlx::PgConnection::connect(url).await.expect("connect")
+}
+
+/// Spawns `sentinel run` over `env` with the sample registry, `--ack-wait-ms ack_wait_ms` and
+/// `extra_args` appended.
+pub fn spawn_core(env: &Env, ack_wait_ms: u64, extra_args: &[&str]) -> Child {
+    Command::new(sentinel_bin())
+        .current_dir(workspace_root())
+        .args([
+            "run",
+            "--registry",
+            "registry",
+            "--ack-wait-ms",
+            &ack_wait_ms.to_string(),
+        ])
+        .args(extra_args)
+        .env("SENTINEL_DATABASE_URL", &env.db.url)
+        .env("SENTINEL_NATS_URL", env.nats.url())
+        .env("SENTINEL_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("spawn sentinel run")
+}
+
+/// Waits up to `timeout` for `child` to exit. Polls without blocking the runtime, so subscriber
+/// tasks keep running meanwhile.
+pub async fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Sends SIGTERM and asserts the orderly stop exits 0 within 30 seconds.
+pub async fn terminate(mut child: Child) {
+    let pid = child.id().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let status = wait_exit(&mut child, Duration::from_secs(30))
+        .await
+        .expect("core exits after SIGTERM");
+    assert!(status.success(), "orderly stop exits 0, got {status}");
+}
+
+/// The wall clock, as the cores read it.
+pub fn now() -> Micros {
+    SystemClock.now()
+}
