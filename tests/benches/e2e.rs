@@ -352,8 +352,13 @@ async fn main() {
 
     let fetch_ack_limits = raw_fetch_ack(&nats.url(), messages, false).await;
     println!("  raw JetStream fetch(500)+ack, limits retention     {fetch_ack_limits:>10.0} msg/s");
+    let before = cpu_seconds();
     let fetch_ack = raw_fetch_ack(&nats.url(), messages, true).await;
-    println!("  raw JetStream fetch(500)+ack, work-queue (as OBS)  {fetch_ack:>10.0} msg/s");
+    let nats_us = (cpu_seconds()[1] - before[1]) * 1e6 / messages as f64;
+    println!(
+        "  raw JetStream fetch(500)+ack, work-queue (as OBS)  {fetch_ack:>10.0} msg/s \
+         (nats-server {nats_us:.1} us/msg, publishing the messages included)"
+    );
     let copy_one_tx = raw_copy(&db.url, messages, messages, 1, "copy-one-tx").await;
     println!("  raw COPY, one transaction                          {copy_one_tx:>10.0} rows/s");
     let copy = raw_copy(&db.url, messages, 500, 4, "copy-500").await;
