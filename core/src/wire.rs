@@ -423,6 +423,45 @@ impl EnvelopeOut {
     }
 }
 
+/// The reason a driver gives when it refuses a command from a deposed core.
+pub const STALE_EPOCH: &str = "stale_epoch";
+
+pub fn cmd_subject(host: &str, driver_instance: &str) -> String {
+    format!("cmd.{host}.{driver_instance}")
+}
+
+/// A command on `cmd.<host>.<driver_instance>` (DESIGN.md §2). Stamped with the issuing core's
+/// epoch so a driver can refuse a deposed core (core runtime spec, "Fencing the bus"). The
+/// command plane that issues commands is not built yet; the envelope and the driver's check are.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CommandEnvelope {
+    pub v: u32,
+    pub command_id: String,
+    pub core_epoch: u32,
+    pub point_id: String,
+    pub value: serde_json::Value,
+    /// Who asked (Security Model); never empty.
+    pub principal: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CommandOutcome {
+    Accepted,
+    Rejected,
+}
+
+/// A driver's answer to a command.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CommandReply {
+    pub command_id: String,
+    pub outcome: CommandOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The highest core epoch the driver had seen when it answered.
+    pub highest_epoch_seen: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,8 +11,12 @@
 //! implemented by [`ObservationPublisher`] (real JetStream) and by
 //! [`crate::bus::MemoryBus`] (the in-memory model).
 //!
-//! Not here (owned by the Driver Contract part, not yet specified in `spec/`): the driver's
-//! local disk queue used when the stream is full, and its epoch tracking for commands.
+//! [`EpochGuard`] is the driver's half of bus fencing (core runtime spec, "Fencing the bus"):
+//! it remembers the highest core epoch seen and refuses commands from a lower one with outcome
+//! `rejected`, reason `stale_epoch`.
+//!
+//! Not here yet (owned by the Driver Contract part, not in `spec/`): the driver's local disk
+//! queue used when the stream is full.
 
 use std::collections::VecDeque;
 use std::future::{Future, IntoFuture};
@@ -20,6 +24,8 @@ use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
 use bytes::Bytes;
+
+use sentinel_core::wire::{CommandEnvelope, CommandOutcome, CommandReply, STALE_EPOCH};
 
 use crate::bus::{MemoryBus, PublishAck};
 use crate::ports::BusError;
@@ -273,6 +279,44 @@ fn map_publish_error(error: jetstream::context::PublishError) -> BusError {
     }
 }
 
+/// The highest core epoch a driver has seen; commands from a lower epoch are refused. A
+/// driver keeps one per driver instance and should persist `highest_seen` across its own
+/// restarts (start from the persisted value with [`EpochGuard::new`]), or a deposed core could
+/// slip a command in right after a driver restart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EpochGuard {
+    highest_seen: u32,
+}
+
+impl EpochGuard {
+    pub fn new(highest_seen: u32) -> EpochGuard {
+        EpochGuard { highest_seen }
+    }
+
+    pub fn highest_seen(&self) -> u32 {
+        self.highest_seen
+    }
+
+    /// Admits a command from the current or a newer core (a newer one raises the floor) and
+    /// refuses one from an older core. Epochs never go backwards, so equal is current.
+    pub fn check(&mut self, command: &CommandEnvelope) -> CommandReply {
+        let admitted = command.core_epoch >= self.highest_seen;
+        if admitted {
+            self.highest_seen = command.core_epoch;
+        }
+        CommandReply {
+            command_id: command.command_id.clone(),
+            outcome: if admitted {
+                CommandOutcome::Accepted
+            } else {
+                CommandOutcome::Rejected
+            },
+            reason: (!admitted).then(|| STALE_EPOCH.to_owned()),
+            highest_epoch_seen: self.highest_seen,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -286,5 +330,70 @@ mod tests {
     fn default_retries_fit_the_duplicate_window() {
         let config = PublisherConfig::default();
         assert!(config.retry_span_ms() < config.duplicate_window_ms);
+    }
+
+    fn command(epoch: u32, id: &str) -> CommandEnvelope {
+        CommandEnvelope {
+            v: 1,
+            command_id: id.to_owned(),
+            core_epoch: epoch,
+            point_id: "pump1.state".to_owned(),
+            value: serde_json::json!(1),
+            principal: "rule:frost-protection".to_owned(),
+        }
+    }
+
+    #[test]
+    fn a_command_from_an_older_epoch_is_rejected_as_stale() {
+        let mut guard = EpochGuard::default();
+        assert_eq!(guard.check(&command(3, "a")).outcome, CommandOutcome::Accepted);
+        assert_eq!(guard.highest_seen(), 3);
+        assert_eq!(
+            guard.check(&command(3, "b")).outcome,
+            CommandOutcome::Accepted,
+            "equal is current"
+        );
+        let stale = guard.check(&command(2, "c"));
+        assert_eq!(stale.outcome, CommandOutcome::Rejected);
+        assert_eq!(stale.reason.as_deref(), Some("stale_epoch"));
+        assert_eq!((stale.command_id.as_str(), stale.highest_epoch_seen), ("c", 3));
+        assert_eq!(
+            guard.check(&command(4, "d")).outcome,
+            CommandOutcome::Accepted,
+            "a newer core"
+        );
+        assert_eq!(
+            guard.check(&command(3, "e")).outcome,
+            CommandOutcome::Rejected,
+            "the floor moved"
+        );
+    }
+
+    #[test]
+    fn a_restarted_driver_keeps_its_floor() {
+        let mut guard = EpochGuard::new(7);
+        assert_eq!(
+            guard.check(&command(6, "a")).reason.as_deref(),
+            Some("stale_epoch")
+        );
+    }
+
+    #[test]
+    fn replies_are_json_in_the_contract_shape() {
+        let mut guard = EpochGuard::new(5);
+        let reply = guard.check(&command(4, "cmd-9"));
+        let json = serde_json::to_value(&reply).expect("reply serialises");
+        assert_eq!(
+            json,
+            serde_json::json!({"command_id": "cmd-9", "outcome": "rejected", "reason": "stale_epoch", "highest_epoch_seen": 5})
+        );
+        let accepted = serde_json::to_value(guard.check(&command(5, "cmd-10"))).expect("serialises");
+        assert!(
+            accepted.get("reason").is_none(),
+            "no reason on an accepted command"
+        );
+        let envelope: CommandEnvelope =
+            serde_json::from_value(serde_json::to_value(command(5, "x")).expect("ser")).expect("round trip");
+        assert_eq!(envelope.core_epoch, 5);
     }
 }
