@@ -256,7 +256,7 @@ impl Core {
                 Outcome::Row(row, key) => {
                     self.dedup.insert_in_flight(key, open.batch.id);
                     open.pending.keys.push(key);
-                    open.batch.rows.push(*row);
+                    open.batch.rows.push(row);
                 }
                 Outcome::Quarantine(entry) => open.batch.quarantine.push(entry),
                 Outcome::Duplicate { tag, seen } => {

@@ -29,9 +29,11 @@ pub mod reason {
 }
 
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // rows are the common case; see `Row`
 pub enum Outcome {
-    /// A row, and its packed dedup key.
-    Row(Box<ObsRow>, u128),
+    /// A row, and its packed dedup key. Not boxed: the row moves once, into its batch, and a
+    /// box would cost an allocation per observation.
+    Row(ObsRow, u128),
     Quarantine(QuarantineEntry),
     /// Stage 3 recognised the key.
     Duplicate {
@@ -59,8 +61,9 @@ pub fn process(ctx: &Context<'_>, delivery: Delivery) -> Outcome {
     }
 }
 
+#[allow(clippy::large_enum_variant)] // as `Outcome`: no box per row
 enum Evaluated {
-    Row(Box<ObsRow>, u128),
+    Row(ObsRow, u128),
     Duplicate(Seen),
 }
 
@@ -123,7 +126,7 @@ fn evaluate(ctx: &Context<'_>, delivery: &Delivery) -> Result<Evaluated, Refusal
     let key = key.expect("invariant: the assigned instance is interned, and stage 5 matched it");
 
     let row = build_row(ctx, delivery, idx, point, env);
-    Ok(Evaluated::Row(Box::new(row), key))
+    Ok(Evaluated::Row(row, key))
 }
 
 /// Stages 6–10.
@@ -160,7 +163,9 @@ fn build_row(
 
     match &env.value {
         NativeValue::Num(x) => native_num = Some(*x),
-        NativeValue::Text(s) => native_text = Some(Box::from(&**s)),
+        // A good text point's canonical text is its native text: one copy, made below.
+        NativeValue::Text(s) if desc.kind != Kind::Text || !unit_ok => native_text = Some(Box::from(&**s)),
+        NativeValue::Text(_) => {}
         NativeValue::Bool(b) => native_num = Some(if *b { 1.0 } else { 0.0 }),
         NativeValue::Null => {}
     }
@@ -200,10 +205,9 @@ fn build_row(
             (Kind::Text, NativeValue::Text(s)) => {
                 if s.len() > ctx.config.text_value_bytes_max {
                     bad(reason::TEXT_TOO_LONG, &mut quality, &mut reason);
+                    native_text = Some(Box::from(&**s));
                 } else {
                     value = Some(CanonicalValue::Text(std::sync::Arc::from(&**s)));
-                    // The canonical text is the native text; keep one copy.
-                    native_text = None;
                 }
             }
             (_, _) => {
