@@ -15,10 +15,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use sentinel_core::pipeline::{self, Outcome};
-use sentinel_core::registry::{
-    Archetype, Assignment, Conversion, Descriptor, EventPolicy, Kind, Manifest, Range, Registry,
-    RetentionClass,
-};
+use sentinel_core::registry::{Conversion, Descriptor, Kind, Range, Registry, RetentionClass};
 use sentinel_core::wire::EnvelopeOut;
 use sentinel_core::{
     CommitReport, Config, Core, Delivery, DeliveryTag, Effect, Input, Micros, RestoredState,
@@ -59,7 +56,6 @@ fn registry() -> Arc<Registry> {
         let fahrenheit = kind == Kind::Number && i % 5 == 0;
         descriptors.push(Descriptor {
             id: format!("site.area{}.dev{}.p{}", i % 7, i / 10, i),
-            kind,
             unit_native: (kind == Kind::Number).then(|| if fahrenheit { "degF" } else { "degC" }.to_owned()),
             unit: (kind == Kind::Number).then(|| "degC".to_owned()),
             conversion: if fahrenheit {
@@ -82,19 +78,8 @@ fn registry() -> Arc<Registry> {
                 ])
             }),
             deadband: 0.2,
-            retention: class,
             agg_safe: kind == Kind::Number,
-            assignment: Assignment {
-                host,
-                driver_instance: instance,
-            },
-            freshness_s: 60,
-            manifest: Manifest {
-                archetype: Archetype::Polled,
-                peak_rate_hz: 0.1,
-                event_policy: EventPolicy::OnChange,
-                row_bytes: 120,
-            },
+            ..Descriptor::new("", kind, class, &host, &instance)
         });
     }
     Arc::new(Registry::compile(1, "bench".into(), "bench".into(), descriptors).expect("bench registry"))

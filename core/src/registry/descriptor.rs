@@ -138,3 +138,41 @@ pub struct Descriptor {
     pub freshness_s: u32,
     pub manifest: Manifest,
 }
+
+impl Descriptor {
+    /// A descriptor with neutral defaults, for registries built in code (tests, benchmarks,
+    /// tools): no units, identity conversion, no range or codebook, zero deadband, not
+    /// aggregation-safe, 60 s freshness, a polled on-change manifest at 0.1 Hz, 120-byte rows.
+    /// A registry folder sets every field itself.
+    pub fn new(
+        id: &str,
+        kind: Kind,
+        retention: RetentionClass,
+        host: &str,
+        driver_instance: &str,
+    ) -> Descriptor {
+        Descriptor {
+            id: id.to_owned(),
+            kind,
+            unit_native: None,
+            unit: None,
+            conversion: Conversion::IDENTITY,
+            range: None,
+            codebook: None,
+            deadband: 0.0,
+            retention,
+            agg_safe: false,
+            assignment: Assignment {
+                host: host.to_owned(),
+                driver_instance: driver_instance.to_owned(),
+            },
+            freshness_s: 60,
+            manifest: Manifest {
+                archetype: Archetype::Polled,
+                peak_rate_hz: 0.1,
+                event_policy: EventPolicy::OnChange,
+                row_bytes: 120,
+            },
+        }
+    }
+}

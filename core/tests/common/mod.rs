@@ -6,38 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sentinel_core::registry::{
-    Archetype, Assignment, Conversion, Descriptor, EventPolicy, Kind, Manifest, Range, Registry,
-    RetentionClass,
-};
+use sentinel_core::registry::{Conversion, Descriptor, Kind, Range, Registry, RetentionClass};
 use sentinel_core::{Config, Core, Delivery, DeliveryTag, Effect, Micros, RestoredState};
 
 pub const T0: Micros = Micros(1_796_000_000_000_000);
 
 pub fn descriptor(id: &str, kind: Kind, class: RetentionClass, host: &str, instance: &str) -> Descriptor {
-    Descriptor {
-        id: id.into(),
-        kind,
-        unit_native: None,
-        unit: None,
-        conversion: Conversion::IDENTITY,
-        range: None,
-        codebook: None,
-        deadband: 0.0,
-        retention: class,
-        agg_safe: false,
-        assignment: Assignment {
-            host: host.into(),
-            driver_instance: instance.into(),
-        },
-        freshness_s: 60,
-        manifest: Manifest {
-            archetype: Archetype::Polled,
-            peak_rate_hz: 0.1,
-            event_policy: EventPolicy::OnChange,
-            row_bytes: 120,
-        },
-    }
+    Descriptor::new(id, kind, class, host, instance)
 }
 
 /// plant.temp: °F device stored in °C, range −40..150 °C, deadband 0.5.

@@ -35,10 +35,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Arc, OnceLock};
 
-use sentinel_core::registry::{
-    Archetype, Assignment, Conversion, Descriptor, EventPolicy, Kind, Manifest, Range, Registry,
-    RetentionClass,
-};
+use sentinel_core::registry::{Conversion, Descriptor, Kind, Range, Registry, RetentionClass};
 use sentinel_core::{
     Batch, BatchId, CommitReport, Config, Core, Delivery, DeliveryTag, Effect, ExitReason, Input, Micros,
     RestoredState, wire,
@@ -88,29 +85,7 @@ pub fn config() -> Config {
 }
 
 fn descriptor(id: &str, kind: Kind, retention: RetentionClass, host: &str, instance: &str) -> Descriptor {
-    Descriptor {
-        id: id.into(),
-        kind,
-        unit_native: None,
-        unit: None,
-        conversion: Conversion::IDENTITY,
-        range: None,
-        codebook: None,
-        deadband: 0.0,
-        retention,
-        agg_safe: false,
-        assignment: Assignment {
-            host: host.into(),
-            driver_instance: instance.into(),
-        },
-        freshness_s: 60,
-        manifest: Manifest {
-            archetype: Archetype::Polled,
-            peak_rate_hz: 0.1,
-            event_policy: EventPolicy::OnChange,
-            row_bytes: 120,
-        },
-    }
+    Descriptor::new(id, kind, retention, host, instance)
 }
 
 /// The registry of `core/tests/common`: `plant.temp` (°F device stored in °C, −40..150 °C,
