@@ -18,7 +18,7 @@ use sentinel_io::bus::{MemoryBus, MemoryBusConfig, NatsBus, NatsBusConfig, Publi
 use sentinel_io::clock::Clock;
 use sentinel_io::driver::{ObservationPublisher, ObservationSink, PublisherConfig, msg_id};
 use sentinel_io::ports::{Bus, BusError, Consumer, Lag};
-use sentinel_tests::nats::NatsServer;
+use sentinel_tests::nats::{NatsServer, subscribe_synced};
 
 const ACK_WAIT_MS: u64 = 500;
 /// Longer than ack_wait, so everything in flight is due again.
@@ -194,19 +194,7 @@ impl Backend for NatsBackend {
         let client = async_nats::connect(self.server.url())
             .await
             .expect("connect a subscriber");
-        let mut subscriber = client.subscribe("state.>").await.expect("subscribe to state.>");
-        // `flush()` only flushes our socket; it does not wait for the server. A probe on the
-        // same connection does: the server handles one connection's SUB and PUB in order, so
-        // once the probe comes back the subscription is registered for every publisher.
-        client
-            .publish("state._sync", Bytes::new())
-            .await
-            .expect("publish the probe");
-        let probe = tokio::time::timeout(Duration::from_secs(10), subscriber.next())
-            .await
-            .expect("the probe returns")
-            .expect("subscription open");
-        assert_eq!(probe.subject.as_str(), "state._sync");
+        let subscriber = subscribe_synced(&client, "state.>", "state._sync", b"").await;
         (client, subscriber)
     }
 

@@ -25,6 +25,7 @@ use sentinel_tests::harness::{
     self, DRAIN_TIMEOUT_S, Env, Transitions, assert_exact_counts, committed, now, pg, terminate,
     wait_drained, wait_exit,
 };
+use sentinel_tests::nats::subscribe_synced;
 use sentinel_tests::traffic::{self, Traffic};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -75,6 +76,17 @@ async fn wait_ready(store: &PgStore, epoch: u32) -> ColdStart {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// The epochs of the recorded cold starts, oldest first.
+async fn recorded_epochs(store: &PgStore) -> Vec<u32> {
+    store
+        .cold_starts()
+        .await
+        .expect("cold starts")
+        .iter()
+        .map(|s| s.epoch)
+        .collect()
 }
 
 /// The lock session's pid straight from pg_locks (this database only: advisory locks are per
@@ -129,18 +141,8 @@ const API_AUDIT_SUBJECT: &str = "$JS.EVENT.ADVISORY.API";
 impl ApiAudit {
     async fn subscribe(url: &str) -> ApiAudit {
         let client = async_nats::connect(url).await.expect("audit subscriber connects");
-        let mut sub = client.subscribe(API_AUDIT_SUBJECT).await.expect("subscribe");
-        // `flush()` does not wait for the server; a probe on this connection does (the server
-        // handles one connection's SUB and PUB in order).
-        client
-            .publish(API_AUDIT_SUBJECT, bytes::Bytes::from_static(b"{\"probe\":true}"))
-            .await
-            .expect("probe");
-        let probe = tokio::time::timeout(Duration::from_secs(10), sub.next())
-            .await
-            .expect("probe returns")
-            .expect("subscription open");
-        assert_eq!(&probe.payload[..], b"{\"probe\":true}");
+        let mut sub =
+            subscribe_synced(&client, API_AUDIT_SUBJECT, API_AUDIT_SUBJECT, b"{\"probe\":true}").await;
         let audit = ApiAudit::default();
         let sink = audit.clone();
         tokio::spawn(async move {
@@ -271,14 +273,7 @@ async fn a_second_core_exits_at_once_and_never_touches_the_consumer() {
 
     // The failed start neither took an epoch nor recorded a cold start.
     assert_eq!(env.store.current_epoch().await.expect("epoch"), 1);
-    let epochs: Vec<u32> = env
-        .store
-        .cold_starts()
-        .await
-        .expect("cold starts")
-        .iter()
-        .map(|s| s.epoch)
-        .collect();
+    let epochs = recorded_epochs(&env.store).await;
     assert_eq!(epochs, vec![1]);
     assert!(
         wait_exit(&mut first, Duration::from_millis(200)).await.is_none(),
@@ -455,14 +450,7 @@ async fn the_epoch_moves_only_on_acquisition_and_status_shows_the_holder_and_col
     let pid = lock_session_pid(&env.db.url).await.expect("held");
     assert_recorded(&start, 2, pid);
     assert_eq!(env.store.current_epoch().await.expect("epoch"), 2);
-    let epochs: Vec<u32> = env
-        .store
-        .cold_starts()
-        .await
-        .expect("cold starts")
-        .iter()
-        .map(|s| s.epoch)
-        .collect();
+    let epochs = recorded_epochs(&env.store).await;
     assert_eq!(epochs, vec![1, 2], "one recorded cold start per acquisition");
     let status = status_output(&env).await;
     assert!(status.contains("core epoch: 2\n"), "{status}");

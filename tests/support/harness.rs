@@ -76,18 +76,7 @@ impl Transitions {
     /// nothing published afterwards is missed.
     pub async fn subscribe(url: &str) -> Transitions {
         let client = async_nats::connect(url).await.expect("subscriber connects");
-        let mut sub = client.subscribe("state.>").await.expect("subscribe");
-        // `flush()` does not wait for the server; a probe on this connection does (the server
-        // handles one connection's SUB and PUB in order).
-        client
-            .publish("state._sync", bytes::Bytes::new())
-            .await
-            .expect("probe");
-        let probe = tokio::time::timeout(Duration::from_secs(10), sub.next())
-            .await
-            .expect("probe returns")
-            .expect("subscription open");
-        assert_eq!(probe.subject.as_str(), "state._sync");
+        let mut sub = crate::nats::subscribe_synced(&client, "state.>", "state._sync", b"").await;
         let transitions = Transitions::default();
         let sink = transitions.clone();
         tokio::spawn(async move {

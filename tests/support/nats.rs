@@ -197,3 +197,31 @@ mod tests {
         assert_eq!(parse_version("garbage"), None);
     }
 }
+
+/// Subscribes `client` to `subject` and returns once the server has registered the
+/// subscription, so nothing published afterwards by any connection is missed.
+///
+/// async-nats' `Client::flush` only flushes the local socket; it does not wait for the server.
+/// A probe on the same connection does: the server handles one connection's SUB and PUB in
+/// order, so once the probe (on `probe_subject`, which `subject` must match) comes back, the
+/// subscription is in place. The probe is consumed here.
+pub async fn subscribe_synced(
+    client: &async_nats::Client,
+    subject: &str,
+    probe_subject: &str,
+    probe_payload: &'static [u8],
+) -> async_nats::Subscriber {
+    use futures::StreamExt;
+    let mut subscriber = client.subscribe(subject.to_owned()).await.expect("subscribe");
+    client
+        .publish(probe_subject.to_owned(), bytes::Bytes::from_static(probe_payload))
+        .await
+        .expect("publish the probe");
+    let probe = tokio::time::timeout(Duration::from_secs(10), subscriber.next())
+        .await
+        .expect("the probe returns")
+        .expect("subscription open");
+    assert_eq!(probe.subject.as_str(), probe_subject);
+    assert_eq!(&probe.payload[..], probe_payload);
+    subscriber
+}
