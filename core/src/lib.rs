@@ -13,7 +13,8 @@
 //! - [`projection`] — stage 13 and the checkpoint policy;
 //! - [`machine`] — [`Core`], which owns all of the above and keeps the ordering rules;
 //! - [`registry`] — the versioned registry;
-//! - [`time`] — the one time type.
+//! - [`time`] — the one time type;
+//! - [`planted`] — bugs the simulator's planted-bug test turns on (feature `planted-bugs`).
 
 pub mod config;
 pub mod dedup;
@@ -23,6 +24,7 @@ pub mod log;
 pub mod machine;
 pub mod metrics;
 pub mod pipeline;
+pub mod planted;
 pub mod projection;
 pub mod registry;
 pub mod state;
@@ -37,6 +39,7 @@ pub use log::{
 };
 pub use machine::Core;
 pub use metrics::Metrics;
+pub use planted::PlantedBug;
 pub use registry::{Registry, RegistrySnapshot, RetentionClass};
 pub use state::{LogHead, OrderKey, PointState, RestoredState};
 pub use time::Micros;

@@ -16,6 +16,7 @@ use crate::effect::{Effect, ExitReason, Input};
 use crate::log::{Batch, BatchId, CommitReport, Quality};
 use crate::metrics::Metrics;
 use crate::pipeline::{self, Outcome};
+use crate::planted::PlantedBug;
 use crate::projection::Projection;
 use crate::registry::Registry;
 use crate::state::{PointState, RestoredState};
@@ -68,6 +69,8 @@ pub struct Core {
     effects: VecDeque<Effect>,
     metrics: Metrics,
     last_checkpoint_scan_at: Micros,
+    /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
+    planted: Option<PlantedBug>,
 }
 
 impl Core {
@@ -96,9 +99,16 @@ impl Core {
             effects: VecDeque::new(),
             metrics: Metrics::default(),
             last_checkpoint_scan_at: now,
+            planted: None,
         };
         core.checkpoint_quality_changes();
         Ok(core)
+    }
+
+    /// Plants a known bug (simulator tests only; see [`PlantedBug`]).
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bug: PlantedBug) {
+        self.planted = Some(bug);
     }
 
     pub fn handle(&mut self, now: Micros, input: Input) {
@@ -228,8 +238,11 @@ impl Core {
             "runtime fetched past the accept budget"
         );
         let mut ack_now = Vec::new();
-        for delivery in deliveries {
+        for mut delivery in deliveries {
             self.metrics.delivered += 1;
+            if self.planted == Some(PlantedBug::IngestedAtFromCoreClock) {
+                delivery.ingested_at = self.now;
+            }
             if self.open.is_none() {
                 let id = BatchId(self.next_batch_id);
                 self.next_batch_id += 1;
@@ -327,7 +340,12 @@ impl Core {
         self.metrics.rows_conflicted += (batch.rows.len() - inserted.len().min(batch.rows.len())) as u64;
 
         // Rules 2 and 3: project and publish only what the RETURNING set says was inserted.
-        for &ordinal in &inserted {
+        let inserted: &[u32] = if self.planted == Some(PlantedBug::ProjectSubmittedBatch) {
+            &[] // projected when submitted instead (see try_flush)
+        } else {
+            &inserted
+        };
+        for &ordinal in inserted {
             let Some(row) = batch.rows.get(ordinal as usize) else {
                 continue;
             };
@@ -373,8 +391,25 @@ impl Core {
             return;
         }
         debug_assert!(open.batch.len() <= self.config.batch_rows_max + 1);
+        if self.planted == Some(PlantedBug::AckBeforeCommit) {
+            let tags = open.batch.rows.iter().map(|r| r.tag);
+            let tags = tags.chain(open.batch.quarantine.iter().map(|q| q.tag)).collect();
+            self.effects.push_back(Effect::Ack(tags));
+        }
         self.in_flight.insert(open.batch.id, open.pending);
+        let mut early_publishes = Vec::new();
+        if self.planted == Some(PlantedBug::ProjectSubmittedBatch) {
+            for row in &open.batch.rows {
+                if let Some(published) = self.projection.apply(row, self.epoch) {
+                    early_publishes.push(Effect::Publish {
+                        subject: published.subject,
+                        payload: published.payload.into(),
+                    });
+                }
+            }
+        }
         self.effects.push_back(Effect::Commit(open.batch));
+        self.effects.extend(early_publishes);
         debug_assert!(self.in_flight.len() <= self.config.inflight_batches_max);
     }
 
