@@ -1,6 +1,6 @@
 //! The runtime loop: feeds the core its inputs and executes its effects in emitted order
 //! (DESIGN.md §1, "Ports and runtime"). The same code runs in production (NATS + PostgreSQL),
-//! in the demo (the in-memory models) and, later, in the simulator.
+//! in the demo (the in-memory models) and in the simulator (`sentinel-sim`).
 //!
 //! Owns: overlapping fetches with commits (a fetcher task asked for at most the core's accept
 //! budget), running up to `inflight_batches_max` commits concurrently, writing checkpoints one
@@ -72,7 +72,29 @@ impl RunOutcome {
 type CommitResult = Result<sentinel_core::CommitReport, CommitError>;
 
 /// Runs the core until it exits. `shutdown` resolving asks for an orderly stop.
+#[allow(clippy::too_many_arguments)] // the ports, the clock and the config: each is one thing
 pub async fn run<B, S, L>(
+    core: Core,
+    bus: B,
+    consumer: B::Consumer,
+    store: S,
+    lease: L,
+    clock: Arc<dyn Clock>,
+    config: RuntimeConfig,
+    shutdown: impl Future<Output = ()>,
+) -> RunOutcome
+where
+    B: Bus,
+    S: Store,
+    L: Lease,
+{
+    run_observed(core, bus, consumer, store, lease, clock, config, shutdown, |_| {}).await
+}
+
+/// [`run`], calling `observe` with the core after every input's effects have been executed.
+/// The simulator's invariant checker looks at the projection through it; it must not block.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_observed<B, S, L>(
     mut core: Core,
     bus: B,
     consumer: B::Consumer,
@@ -81,6 +103,7 @@ pub async fn run<B, S, L>(
     clock: Arc<dyn Clock>,
     config: RuntimeConfig,
     shutdown: impl Future<Output = ()>,
+    mut observe: impl FnMut(&Core) + Send,
 ) -> RunOutcome
 where
     B: Bus,
@@ -123,6 +146,7 @@ where
                     break 'run reason;
                 }
             }
+            observe(&core);
         }
         if !fetch_outstanding {
             let budget = core.accept_budget().min(config.fetch_max);

@@ -87,6 +87,8 @@ struct Model {
     blobs: BTreeMap<String, String>,
     /// The `core_start` table, by epoch.
     cold_starts: BTreeMap<u32, ColdStart>,
+    /// Planted bug (simulator tests only): `commit` skips the epoch fence.
+    commit_unfenced: bool,
 }
 
 impl Model {
@@ -143,6 +145,7 @@ impl MemoryStore {
                 registry_versions: Vec::new(),
                 blobs: BTreeMap::new(),
                 cold_starts: BTreeMap::new(),
+                commit_unfenced: false,
             })),
             clock,
         }
@@ -160,6 +163,32 @@ impl MemoryStore {
     /// Simulates the death of whichever session holds the lock. Returns whether one did.
     pub fn kill_lock_holder(&self) -> bool {
         lock(&self.model).lock_holder.take().is_some()
+    }
+
+    /// Plants a known bug in the model (simulator tests only). Only
+    /// [`sentinel_core::PlantedBug::CommitWithoutFence`] lives in the store; the others are
+    /// the core's and are ignored here.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&self, bug: sentinel_core::PlantedBug) {
+        if bug == sentinel_core::PlantedBug::CommitWithoutFence {
+            lock(&self.model).commit_unfenced = true;
+        }
+    }
+
+    /// The session holding the single-writer lock, if any (see [`MemoryLease::session`]).
+    pub fn lock_holder(&self) -> Option<u64> {
+        lock(&self.model).lock_holder
+    }
+
+    /// Simulates the death of session `session`, as [`MemoryStore::kill_session`] does for a
+    /// lease the caller does not hold. Returns whether it held the lock.
+    pub fn kill_session_id(&self, session: u64) -> bool {
+        let mut model = lock(&self.model);
+        let held = model.lock_holder == Some(session);
+        if held {
+            model.lock_holder = None;
+        }
+        held
     }
 
     /// Whether any session holds the single-writer lock.
@@ -412,16 +441,19 @@ impl Store for MemoryStore {
             .iter()
             .filter_map(|id| model.point_state.get(*id).cloned())
             .collect();
-        let mut log_heads: Vec<LogHead> = wanted
-            .iter()
-            .filter_map(|(id, class)| {
-                log_head(
-                    model.tables[class.index()]
-                        .rows
-                        .iter()
-                        .filter(|r| &*r.point_id == *id),
-                )
-            })
+        // One pass per class table, grouping rows by point: restarts must not cost
+        // points × rows (the simulator restarts cores often).
+        let mut per_point: BTreeMap<(&str, RetentionClass), Vec<&ObsRow>> = BTreeMap::new();
+        for class in RetentionClass::ALL {
+            for row in &model.tables[class.index()].rows {
+                if wanted.contains(&(&*row.point_id, class)) {
+                    per_point.entry((&*row.point_id, class)).or_default().push(row);
+                }
+            }
+        }
+        let mut log_heads: Vec<LogHead> = per_point
+            .into_values()
+            .filter_map(|rows| log_head(rows.into_iter()))
             .collect();
         log_heads.sort_by(|a, b| a.state.point_id.cmp(&b.state.point_id));
         Ok(RestoredState {
@@ -437,7 +469,9 @@ impl Store for MemoryStore {
             batch: batch.id,
             source,
         };
-        model.fence(batch.epoch).map_err(fail)?;
+        if !model.commit_unfenced {
+            model.fence(batch.epoch).map_err(fail)?;
+        }
         for row in &batch.rows {
             check_key_range(&row.key).map_err(fail)?;
         }
