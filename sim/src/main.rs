@@ -1,9 +1,233 @@
-//! `sentinel-sim`: the deterministic simulator (DESIGN.md §6).
+//! `sentinel-sim`: run, replay and triage simulated seeds (README, "Engineers").
 //!
-//! Skeleton: the seeded turmoil harness, fault plans and invariant checker are the simulator
-//! issue's work. Until then this binary says so and exits non-zero rather than pretending.
+//! - `--seed N` replays one seed bit for bit: its settings, its outcome, its trace hash;
+//!   `--trace` prints every event as it happens.
+//! - `--seeds A..B` runs a range, `--minutes M` runs consecutive seeds from `--start` for a
+//!   while; both show a progress bar and the seeds-per-minute figure, and print every failing
+//!   seed's settings, violation, last trace lines and replay command.
+//! - `--plant BUG` plants a known bug (needs `--features planted-bugs`).
+//!
+//! Exits 1 when any seed violated an invariant.
 
-fn main() {
-    eprintln!("sentinel-sim: the simulator is not built yet (see the simulator issue)");
-    std::process::exit(2);
+use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use anyhow::{Context as _, bail};
+use clap::Parser;
+use sentinel_core::PlantedBug;
+use sentinel_sim::{Options, SeedOutcome, SimRegistry, run_seed};
+
+#[derive(Parser, Debug)]
+#[command(name = "sentinel-sim", about = "Sentinel's deterministic simulator")]
+struct Cli {
+    /// Replay one seed.
+    #[arg(long, conflicts_with_all = ["seeds", "minutes"])]
+    seed: Option<u64>,
+    /// Run seeds A..B (B exclusive).
+    #[arg(long, value_name = "A..B")]
+    seeds: Option<String>,
+    /// Run consecutive seeds from --start for this many minutes.
+    #[arg(long)]
+    minutes: Option<f64>,
+    /// First seed for --minutes.
+    #[arg(long, default_value_t = 0)]
+    start: u64,
+    /// Print every trace line (with --seed).
+    #[arg(long)]
+    trace: bool,
+    /// Print each seed's settings and result line in a multi-seed run.
+    #[arg(long)]
+    verbose: bool,
+    /// Worker threads for multi-seed runs (default: the machine's cores).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Plant a known bug: ack-before-commit, ingested-at-from-core-clock,
+    /// project-submitted-batch, commit-without-fence.
+    #[arg(long)]
+    plant: Option<String>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let plant = match &cli.plant {
+        None => None,
+        Some(name) => {
+            let bug = PlantedBug::parse(name).with_context(|| format!("unknown planted bug {name:?}"))?;
+            if !cfg!(feature = "planted-bugs") {
+                bail!("--plant needs a build with `--features planted-bugs`");
+            }
+            Some(bug)
+        }
+    };
+    let registry = Arc::new(SimRegistry::sample()?);
+    let options = Options {
+        echo_trace: cli.trace,
+        plant,
+    };
+
+    if let Some(seed) = cli.seed {
+        let outcome = run_seed(seed, &registry, &options);
+        println!("settings {}", outcome.settings);
+        print_outcome(&outcome);
+        if outcome.violation.is_some() {
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
+
+    let (range, deadline) = match (&cli.seeds, cli.minutes) {
+        (Some(range), _) => {
+            let (a, b) = range.split_once("..").context("--seeds wants A..B")?;
+            let (a, b): (u64, u64) = (a.parse()?, b.parse()?);
+            if b <= a {
+                bail!("--seeds {range}: empty range");
+            }
+            (a..b, None)
+        }
+        (None, Some(minutes)) => (
+            cli.start..u64::MAX,
+            Some(Instant::now() + std::time::Duration::from_secs_f64(minutes * 60.0)),
+        ),
+        (None, None) => bail!("give --seed N, --seeds A..B or --minutes M"),
+    };
+    let threads = cli
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let total = if deadline.is_some() {
+        None
+    } else {
+        Some(range.end - range.start)
+    };
+    let next = Arc::new(AtomicU64::new(range.start));
+    let done = Arc::new(AtomicU64::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let failures: Arc<Mutex<Vec<SeedOutcome>>> = Arc::new(Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let verbose = cli.verbose;
+
+    let workers: Vec<_> = (0..threads)
+        .map(|_| {
+            let (next, done, stop, failures) = (next.clone(), done.clone(), stop.clone(), failures.clone());
+            let (registry, options, end) = (registry.clone(), options.clone(), range.end);
+            std::thread::spawn(move || {
+                loop {
+                    if stop.load(Ordering::Relaxed) || deadline.is_some_and(|d| Instant::now() >= d) {
+                        return;
+                    }
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= end {
+                        return;
+                    }
+                    let outcome = run_seed(seed, &registry, &options);
+                    if verbose {
+                        println!("settings {}", outcome.settings);
+                        println!("{}", result_line(&outcome));
+                    }
+                    if outcome.violation.is_some() {
+                        failures.lock().unwrap_or_else(|p| p.into_inner()).push(outcome);
+                    }
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+
+    let mut last_done = u64::MAX;
+    while workers.iter().any(|w| !w.is_finished()) {
+        std::thread::sleep(std::time::Duration::from_millis(250));
+        let n = done.load(Ordering::Relaxed);
+        if n != last_done && !verbose {
+            last_done = n;
+            progress(n, total, failures.lock().map_or(0, |f| f.len()), started);
+        }
+    }
+    for worker in workers {
+        if worker.join().is_err() {
+            stop.store(true, Ordering::Relaxed);
+            bail!("a simulation worker panicked");
+        }
+    }
+    let n = done.load(Ordering::Relaxed);
+    progress(n, total, failures.lock().map_or(0, |f| f.len()), started);
+    eprintln!();
+    let elapsed_s = started.elapsed().as_secs_f64();
+    let mut failures = std::mem::take(&mut *failures.lock().unwrap_or_else(|p| p.into_inner()));
+    failures.sort_by_key(|f| f.seed);
+    for outcome in &failures {
+        println!("settings {}", outcome.settings);
+        print_outcome(outcome);
+    }
+    println!(
+        "{n} seeds in {elapsed_s:.1} s on {threads} threads: {:.0} seeds/min, {} with violations",
+        n as f64 / elapsed_s * 60.0,
+        failures.len()
+    );
+    if !failures.is_empty() {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+fn result_line(outcome: &SeedOutcome) -> String {
+    let s = &outcome.stats;
+    format!(
+        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} | {} steps, {} s simulated | trace {} lines, hash {}",
+        outcome.seed,
+        match &outcome.violation {
+            None => "ok".to_owned(),
+            Some(f) => format!("VIOLATION of invariant {}", f.violation.invariant),
+        },
+        s.accepted,
+        s.rows,
+        s.quarantined,
+        s.transitions,
+        s.epochs,
+        s.steps,
+        s.simulated_ms / 1_000,
+        outcome.trace_lines,
+        outcome.trace_hash
+    )
+}
+
+fn print_outcome(outcome: &SeedOutcome) {
+    println!("{}", result_line(outcome));
+    if let Some(failure) = &outcome.violation {
+        println!(
+            "invariant {} violated at step {} ({:.3} s simulated): {}",
+            failure.violation.invariant,
+            failure.step,
+            (failure.violation.at.0 - outcome_start_us()) as f64 / 1e6,
+            failure.violation.what
+        );
+        println!("last trace lines:");
+        for line in &failure.recent_trace {
+            println!("  {line}");
+        }
+        println!("replay: {}", outcome.replay_command());
+    }
+}
+
+fn outcome_start_us() -> i64 {
+    sentinel_sim::scenario::START_UNIX_S as i64 * 1_000_000
+}
+
+fn progress(done: u64, total: Option<u64>, failures: usize, started: Instant) {
+    let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9) * 60.0;
+    let line = match total {
+        Some(total) => {
+            let width = 30;
+            let filled = (done * width / total.max(1)) as usize;
+            format!(
+                "\r[{}{}] {done}/{total} seeds, {failures} failing, {rate:.0} seeds/min",
+                "#".repeat(filled),
+                " ".repeat(width as usize - filled)
+            )
+        }
+        None => format!("\r{done} seeds, {failures} failing, {rate:.0} seeds/min"),
+    };
+    eprint!("{line}");
+    let _ = std::io::stderr().flush();
 }

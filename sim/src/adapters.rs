@@ -1,0 +1,349 @@
+//! The simulator's implementations of the ports (`sentinel_io::ports`): thin wrappers over
+//! the in-memory bus and store models that put the faults in at the port (DESIGN.md §6) and
+//! report every event the invariant checker needs.
+//!
+//! Owns, per core incarnation: the links check (a cut link fails the call as a dead
+//! connection would), the port fault sites (crash before/after commit, crash after ack, lost
+//! ack, slow commit), and the reporting of binds, acks, transitions, acquisitions and
+//! commits to [`crate::checker::Checker`]. A crash request turns the incarnation into a zombie
+//! whose every later port call hangs, so nothing it does after the crash point reaches the
+//! models before the controller kills its host.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use sentinel_core::{
+    Batch, CommitReport, Delivery, DeliveryTag, PointState, RegistrySnapshot, RestoredState, RetentionClass,
+};
+use sentinel_io::bus::MemoryConsumer;
+use sentinel_io::ports::{
+    Bus, BusError, CommitError, Consumer, Lag, Lease, RegistryLoad, StartupStep, Store, StoreError,
+    StoredRegistry,
+};
+use sentinel_io::store::MemoryLease;
+
+use crate::settings::Site;
+use crate::world::{Incarnation, World};
+
+/// Hangs forever: the caller's process is about to be killed by the controller.
+async fn hang<T>() -> T {
+    std::future::pending::<T>().await
+}
+
+/// The bus as one core incarnation sees it.
+#[derive(Clone)]
+pub struct SimBus {
+    world: Arc<World>,
+    incarnation: Arc<Incarnation>,
+    /// Delivery tag → stream sequence, for checking acks. Shared with the consumer.
+    tags: Arc<Mutex<BTreeMap<u64, u64>>>,
+}
+
+impl SimBus {
+    pub fn new(world: Arc<World>, incarnation: Arc<Incarnation>) -> SimBus {
+        SimBus {
+            world,
+            incarnation,
+            tags: Arc::new(Mutex::new(BTreeMap::new())),
+        }
+    }
+
+    async fn enter(&self) -> Result<(), BusError> {
+        if self.world.is_dying(&self.incarnation) {
+            return hang().await;
+        }
+        if self.world.links(self.incarnation.core).bus_cut {
+            return Err(BusError::Connection("partitioned from the bus".into()));
+        }
+        Ok(())
+    }
+}
+
+pub struct SimConsumer {
+    inner: MemoryConsumer,
+    bus: SimBus,
+}
+
+impl Bus for SimBus {
+    type Consumer = SimConsumer;
+
+    async fn bind(&self) -> Result<SimConsumer, BusError> {
+        self.enter().await?;
+        let holder = self.world.store.lock_holder();
+        let session = self.incarnation.session();
+        let now = self.world.now();
+        {
+            let mut inner = self.world.lock();
+            if session.is_none() || holder != session {
+                inner.checker.fail(
+                    7,
+                    now,
+                    format!(
+                        "{} bound the consumer without holding the lock (its session {session:?}, holder {holder:?})",
+                        self.incarnation.core.host()
+                    ),
+                );
+            }
+            inner.trace.event(
+                now,
+                format_args!(
+                    "{} #{} binds the consumer",
+                    self.incarnation.core.host(),
+                    self.incarnation.number
+                ),
+            );
+        }
+        let inner = self.world.bus.bind().await?;
+        Ok(SimConsumer {
+            inner,
+            bus: self.clone(),
+        })
+    }
+
+    async fn ack(&self, tags: Vec<DeliveryTag>) -> Result<(), BusError> {
+        self.enter().await?;
+        if self.world.fires(Site::LostAck) {
+            self.world.trace(format_args!(
+                "fault lost_ack {} ({} tags)",
+                self.incarnation.core.host(),
+                tags.len()
+            ));
+            return Ok(());
+        }
+        let now = self.world.now();
+        {
+            let mut map = self.tags.lock().unwrap_or_else(|p| p.into_inner());
+            let mut inner = self.world.lock();
+            let mut first = None;
+            for tag in &tags {
+                if let Some(seq) = map.remove(&tag.0) {
+                    first.get_or_insert(seq);
+                    inner.checker.on_ack(seq, now);
+                }
+            }
+            inner.trace.event(
+                now,
+                format_args!(
+                    "{} ack {} (first seq {first:?})",
+                    self.incarnation.core.host(),
+                    tags.len()
+                ),
+            );
+        }
+        self.world.bus.ack(tags).await?;
+        if self.world.fires(Site::CrashAfterAck) {
+            self.world
+                .request_crash(self.incarnation.core, Site::CrashAfterAck);
+            return hang().await;
+        }
+        Ok(())
+    }
+
+    async fn publish(&self, subject: String, payload: Bytes) -> Result<(), BusError> {
+        self.enter().await?;
+        let now = self.world.now();
+        {
+            let mut inner = self.world.lock();
+            inner.checker.on_transition(&payload, now);
+            inner.trace.event(
+                now,
+                format_args!("{} transition {subject}", self.incarnation.core.host()),
+            );
+        }
+        self.world.bus.publish(subject, payload).await
+    }
+
+    async fn lag(&self) -> Result<Lag, BusError> {
+        self.enter().await?;
+        self.world.bus.lag().await
+    }
+}
+
+impl Consumer for SimConsumer {
+    async fn fetch(&mut self, max: usize, wait_ms: u64) -> Result<Vec<Delivery>, BusError> {
+        if let Err(e) = self.bus.enter().await {
+            // A dead connection does not answer at once; the runtime's retry pacing applies.
+            tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+            return Err(e);
+        }
+        let deliveries = self.inner.fetch(max, wait_ms).await?;
+        if self.bus.world.is_dying(&self.bus.incarnation) {
+            return hang().await;
+        }
+        if !deliveries.is_empty() {
+            let mut map = self.bus.tags.lock().unwrap_or_else(|p| p.into_inner());
+            for delivery in &deliveries {
+                map.insert(delivery.tag.0, delivery.stream_seq);
+            }
+            let redelivered = deliveries.iter().filter(|d| d.delivered_count > 1).count();
+            self.bus.world.trace(format_args!(
+                "{} fetched {} from seq {} ({} redelivered)",
+                self.bus.incarnation.core.host(),
+                deliveries.len(),
+                deliveries[0].stream_seq,
+                redelivered
+            ));
+        }
+        Ok(deliveries)
+    }
+}
+
+/// The store as one core incarnation sees it.
+#[derive(Clone)]
+pub struct SimStore {
+    world: Arc<World>,
+    incarnation: Arc<Incarnation>,
+}
+
+impl SimStore {
+    pub fn new(world: Arc<World>, incarnation: Arc<Incarnation>) -> SimStore {
+        SimStore { world, incarnation }
+    }
+
+    async fn enter(&self) -> Result<(), StoreError> {
+        if self.world.is_dying(&self.incarnation) {
+            return hang().await;
+        }
+        if self.world.links(self.incarnation.core).store_cut {
+            return Err(StoreError::Other("partitioned from the store".into()));
+        }
+        Ok(())
+    }
+}
+
+pub struct SimLease {
+    inner: MemoryLease,
+    store: SimStore,
+}
+
+impl Lease for SimLease {
+    fn epoch(&self) -> u32 {
+        self.inner.epoch()
+    }
+
+    async fn alive(&mut self) -> Result<bool, StoreError> {
+        self.store.enter().await?;
+        self.inner.alive().await
+    }
+}
+
+impl Store for SimStore {
+    type Lease = SimLease;
+
+    async fn acquire(&self) -> Result<SimLease, StoreError> {
+        self.enter().await?;
+        let result = self.world.store.acquire().await;
+        let now = self.world.now();
+        let host = self.incarnation.core.host();
+        let mut inner = self.world.lock();
+        match result {
+            Ok(lease) => {
+                *self.incarnation.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(lease.session());
+                inner.checker.on_acquire(lease.epoch(), now);
+                inner.trace.event(
+                    now,
+                    format_args!(
+                        "{host} #{} takes the lock, epoch {}",
+                        self.incarnation.number,
+                        lease.epoch()
+                    ),
+                );
+                Ok(SimLease {
+                    inner: lease,
+                    store: self.clone(),
+                })
+            }
+            Err(e) => {
+                inner.trace.event(
+                    now,
+                    format_args!("{host} #{} cannot take the lock: {e}", self.incarnation.number),
+                );
+                Err(e)
+            }
+        }
+    }
+
+    async fn store_registry(&self, snapshot: &RegistrySnapshot) -> Result<RegistryLoad, StoreError> {
+        self.enter().await?;
+        self.world.store.store_registry(snapshot).await
+    }
+
+    async fn load_registry(&self, version: Option<i32>) -> Result<Option<StoredRegistry>, StoreError> {
+        self.enter().await?;
+        self.world.store.load_registry(version).await
+    }
+
+    async fn load_state(&self, points: &[(String, RetentionClass)]) -> Result<RestoredState, StoreError> {
+        self.enter().await?;
+        self.world.store.load_state(points).await
+    }
+
+    async fn commit(&self, batch: Batch) -> Result<CommitReport, CommitError> {
+        let fail = |id, source| CommitError { batch: id, source };
+        let id = batch.id;
+        self.enter().await.map_err(|e| fail(id, e))?;
+        if self.world.fires(Site::CrashBeforeCommit) {
+            self.world
+                .request_crash(self.incarnation.core, Site::CrashBeforeCommit);
+            return hang().await;
+        }
+        if self.world.fires(Site::SlowCommit) {
+            let delay_ms = self.world.between(0, 2 * self.world.settings.ack_wait_ms);
+            self.world
+                .trace(format_args!("fault slow_commit batch {} for {delay_ms} ms", id.0));
+            tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+            self.enter().await.map_err(|e| fail(id, e))?;
+        }
+        let epoch_at_commit = self.world.store.current_epoch();
+        let report = self.world.store.commit(batch).await?;
+        let now = self.world.now();
+        {
+            let mut inner = self.world.lock();
+            inner.checker.on_commit(&report, epoch_at_commit, now);
+            inner.trace.event(
+                now,
+                format_args!(
+                    "{} committed batch {} epoch {}: {} rows, {} inserted, {} quarantined",
+                    self.incarnation.core.host(),
+                    report.batch.id.0,
+                    report.batch.epoch,
+                    report.batch.rows.len(),
+                    report.inserted.len(),
+                    report.batch.quarantine.len()
+                ),
+            );
+        }
+        if self.world.fires(Site::CrashAfterCommit) {
+            self.world
+                .request_crash(self.incarnation.core, Site::CrashAfterCommit);
+            return hang().await;
+        }
+        Ok(report)
+    }
+
+    async fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
+        self.enter().await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        self.world.store.checkpoint(epoch, states).await?;
+        let now = self.world.now();
+        self.world
+            .lock()
+            .checker
+            .on_write("a checkpoint", epoch, epoch_at_write, now);
+        Ok(())
+    }
+
+    async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
+        self.enter().await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        self.world.store.record_cold_start(epoch, steps).await?;
+        let now = self.world.now();
+        self.world
+            .lock()
+            .checker
+            .on_write("a cold-start record", epoch, epoch_at_write, now);
+        Ok(())
+    }
+}

@@ -1,0 +1,307 @@
+//! The simulated device drivers: one turmoil host per device host of the registry, each
+//! publishing its points' readings into the bus model as the driver contract says (DESIGN.md
+//! §2): one observation per message on `obs.<host>.<driver_instance>`, `Nats-Msg-Id` set to
+//! the key, `source_seq` strictly increasing within a `source_epoch` that bumps when the
+//! driver restarts.
+//!
+//! Owns the traffic mix: good readings (random walks in the native unit, °F devices
+//! included), out-of-range and bad-unit readings, late observations (buffered minutes on the
+//! device, so out of order), skewed device clocks, malformed payloads, unknown points, a host
+//! publishing a point assigned elsewhere, and publisher retries of the same message. When
+//! the stream is full (discard-new) a driver keeps the message in a bounded local queue and
+//! retries it; only messages the stream accepted are owed a row or quarantine entry.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use sentinel_core::Micros;
+use sentinel_core::registry::Kind;
+use sentinel_core::wire::EnvelopeOut;
+use sentinel_io::ports::BusError;
+
+use crate::checker::Key3;
+use crate::registry::DriverPoint;
+use crate::settings::{CONTROLLER_FIRE_P, Site};
+use crate::world::World;
+
+/// Messages a driver holds while the stream rejects it; the oldest are dropped beyond this.
+const LOCAL_QUEUE_MAX: usize = 10_000;
+
+/// Mean readings per poll cycle.
+const BURST_MEAN: u64 = 8;
+
+#[derive(Clone)]
+struct Outgoing {
+    subject: String,
+    msg_id: String,
+    payload: Bytes,
+    key: Option<Key3>,
+}
+
+struct Instance {
+    source_epoch: u32,
+    next_seq: u64,
+}
+
+/// Everything one device host's drivers own.
+pub struct HostDriver {
+    world: Arc<World>,
+    host: String,
+    points: Vec<DriverPoint>,
+    /// Points of other hosts, for the misassigned case.
+    foreign: Vec<DriverPoint>,
+    /// Published occasionally: unknown until a core runs registry version 2.
+    added: Option<DriverPoint>,
+    native_now: Vec<f64>,
+    instances: BTreeMap<String, Instance>,
+    queue: VecDeque<Outgoing>,
+    /// (due at, first accepted at, message).
+    retries: Vec<(Micros, Micros, Outgoing)>,
+    dropped: u64,
+}
+
+impl HostDriver {
+    pub fn new(
+        world: Arc<World>,
+        host: &str,
+        points: Vec<DriverPoint>,
+        foreign: Vec<DriverPoint>,
+        added: Option<DriverPoint>,
+    ) -> HostDriver {
+        let mut instances = BTreeMap::new();
+        for p in &points {
+            instances.entry(p.instance.clone()).or_insert(Instance {
+                source_epoch: 1,
+                next_seq: 1,
+            });
+        }
+        let native_now = points.iter().map(|p| (p.native_lo + p.native_hi) / 2.0).collect();
+        HostDriver {
+            world,
+            host: host.to_owned(),
+            points,
+            foreign,
+            added,
+            native_now,
+            instances,
+            queue: VecDeque::new(),
+            retries: Vec::new(),
+            dropped: 0,
+        }
+    }
+
+    /// The host's software: poll cycles at the run's rate until the traffic budget is spent,
+    /// each publishing a burst of readings (as a polling driver reads several registers at
+    /// once), and keep retrying queued messages after that.
+    pub async fn run(mut self, mean_interval_ms: u64) {
+        loop {
+            let burst = self.world.between(1, 2 * BURST_MEAN - 1);
+            let wait_ms = self.world.between(1, 2 * burst * mean_interval_ms.max(1)) as i64;
+            let cycle_at = self.world.now().add_ms(wait_ms);
+            // Retries are due in between poll cycles; wake for each of them.
+            loop {
+                let now = self.world.now();
+                let wake_at = self
+                    .retries
+                    .iter()
+                    .map(|(at, _, _)| *at)
+                    .min()
+                    .map_or(cycle_at, |r| r.min(cycle_at));
+                let sleep_us = wake_at.saturating_sub(now).max(0) as u64;
+                tokio::time::sleep(Duration::from_micros(sleep_us)).await;
+                self.retry_due();
+                if self.world.now() >= cycle_at {
+                    break;
+                }
+            }
+            for _ in 0..burst {
+                if self.world.lock().traffic_done {
+                    break;
+                }
+                let message = self.next_message();
+                self.world.lock().published += 1;
+                self.publish(message);
+            }
+        }
+    }
+
+    fn retry_due(&mut self) {
+        while let Some(message) = self.queue.pop_front() {
+            if !self.publish_once(&message) {
+                self.queue.push_front(message);
+                break;
+            }
+        }
+        let now = self.world.now();
+        let (due, later): (Vec<_>, Vec<_>) = self.retries.drain(..).partition(|(at, _, _)| *at <= now);
+        self.retries = later;
+        let window_us = self.world.settings.duplicate_window_ms as i64 * 1_000;
+        for (_, accepted_at, message) in due {
+            if now.saturating_sub(accepted_at) >= window_us {
+                // The driver library never retries past the window (driver contract).
+                continue;
+            }
+            self.world
+                .trace(format_args!("{} retries {}", self.host, message.msg_id));
+            // A retry of an accepted message whose ack the driver did not see. If the stream
+            // is full now, the original is still in it, so the retry is simply given up.
+            self.publish_once(&message);
+        }
+    }
+
+    fn publish(&mut self, message: Outgoing) {
+        let accepted = self.queue.is_empty() && self.publish_once(&message);
+        if !accepted {
+            if self.queue.len() >= LOCAL_QUEUE_MAX {
+                self.queue.pop_front();
+                self.dropped += 1;
+            }
+            self.queue.push_back(message);
+            return;
+        }
+        if self.world.settings.is_active(Site::PublisherRetry)
+            && self.world.lock().rng.chance(CONTROLLER_FIRE_P)
+        {
+            // As if the publish ack was lost: the driver library republishes the same message
+            // within the duplicate window of the first publish (driver contract). A retry
+            // beyond the window would be a second message to the stream, which only the
+            // core's bounded fast-path set could catch.
+            let delay_ms = self.world.between(1, self.world.settings.duplicate_window_ms / 2) as i64;
+            let now = self.world.now();
+            self.retries.push((now.add_ms(delay_ms), now, message));
+        }
+    }
+
+    /// One publish attempt. False when the stream is full.
+    fn publish_once(&mut self, message: &Outgoing) -> bool {
+        let result =
+            self.world
+                .bus
+                .publish_observation(&message.subject, &message.msg_id, message.payload.clone());
+        let now = self.world.now();
+        let mut inner = self.world.lock();
+        match result {
+            Ok(ack) if ack.duplicate => {
+                inner.trace.event(
+                    now,
+                    format_args!("{} dup {} (seq {})", self.host, message.msg_id, ack.seq),
+                );
+                true
+            }
+            Ok(ack) => {
+                inner.checker.on_accepted(ack.seq, message.key.clone());
+                inner.trace.event(
+                    now,
+                    format_args!("{} pub seq {} {}", self.host, ack.seq, message.msg_id),
+                );
+                true
+            }
+            Err(BusError::StreamFull) => {
+                inner.trace.event(
+                    now,
+                    format_args!("{} stream full for {}", self.host, message.msg_id),
+                );
+                false
+            }
+            Err(e) => {
+                // The model only refuses subjects outside `obs.>`, which drivers never use.
+                inner.checker.fail(2, now, format!("driver publish refused: {e}"));
+                true
+            }
+        }
+    }
+
+    fn next_message(&mut self) -> Outgoing {
+        let settings = &self.world.settings;
+        let now = self.world.now();
+        let mut guard = self.world.lock();
+        let rng = &mut guard.rng;
+        let idx = rng.below(self.points.len() as u64) as usize;
+        let roll = rng.below(1_000);
+        let step = rng.unit() - 0.5;
+        let p = self
+            .added
+            .as_ref()
+            .filter(|_| rng.chance(0.01))
+            .unwrap_or(&self.points[idx]);
+        let span = p.native_hi - p.native_lo;
+        let walked = (self.native_now[idx] + span * 0.002 * step)
+            .clamp(p.native_lo + span * 0.2, p.native_hi - span * 0.2);
+        self.native_now[idx] = walked;
+        let value = match p.kind {
+            Kind::Number if roll < 20 => serde_json::json!(p.native_hi + span.abs().max(1.0) * 10.0),
+            Kind::Number => serde_json::json!((walked * 100.0).round() / 100.0),
+            Kind::Bool => serde_json::json!(rng.below(2) == 1),
+            Kind::Enum if roll < 20 || p.codes.is_empty() => serde_json::json!("no-such-code"),
+            Kind::Enum => {
+                let code = &p.codes[rng.below(p.codes.len() as u64) as usize];
+                code.parse::<i64>()
+                    .map_or_else(|_| serde_json::json!(code), |n| serde_json::json!(n))
+            }
+            Kind::Text => serde_json::json!(format!("status {}", rng.below(5))),
+        };
+
+        // A driver restart bumps its source epoch and restarts its sequence.
+        let instance = self
+            .instances
+            .get_mut(&p.instance)
+            .expect("invariant: every point's instance has a sequence");
+        if rng.chance(0.002) {
+            instance.source_epoch += 1;
+            instance.next_seq = 1;
+        }
+        let (source_epoch, seq) = (instance.source_epoch, instance.next_seq);
+        instance.next_seq += 1;
+
+        let mut observed_at = now.add_ms(-(rng.below(2_000) as i64));
+        let kind = rng.below(1_000);
+        let mut cut = settings.late_permille;
+        let late = kind < cut;
+        if late {
+            observed_at = observed_at.add_ms(-(rng.between(60, 900) as i64) * 1_000);
+        }
+        let mut envelope = EnvelopeOut::new(&p.id, &p.instance, source_epoch, seq, observed_at, value);
+        envelope.unit = p.unit_native.clone();
+        if (20..30).contains(&roll) && p.unit_native.is_some() {
+            envelope.unit = Some("bogus_unit".into());
+        }
+        cut += settings.skew_permille;
+        if !late && kind < cut {
+            let skew_ms = rng.between(3, 120) as i64 * 1_000;
+            envelope.device_time = Some(observed_at.add_ms(-skew_ms).to_rfc3339());
+        }
+        cut += settings.unknown_permille;
+        if (cut - settings.unknown_permille..cut).contains(&kind) {
+            envelope.point_id = format!("{}.decommissioned", p.id);
+        }
+        cut += settings.misassigned_permille;
+        if (cut - settings.misassigned_permille..cut).contains(&kind) && !self.foreign.is_empty() {
+            // This host publishes a point assigned to another host, under its own subject.
+            let foreign = &self.foreign[rng.below(self.foreign.len() as u64) as usize];
+            envelope.point_id = foreign.id.clone();
+        }
+        cut += settings.malformed_permille;
+        let malformed = (cut - settings.malformed_permille..cut).contains(&kind);
+        drop(guard);
+
+        let msg_id = envelope.msg_id();
+        let key: Key3 = (Arc::from(p.instance.as_str()), source_epoch, seq);
+        let payload = if malformed {
+            Bytes::from(format!("{{\"v\":1,\"point_id\":\"{}\",\"value\":", p.id))
+        } else {
+            Bytes::from(envelope.to_bytes())
+        };
+        Outgoing {
+            subject: format!("obs.{}.{}", self.host, p.instance),
+            msg_id,
+            payload,
+            key: (!malformed).then_some(key),
+        }
+    }
+
+    pub fn dropped(&self) -> u64 {
+        self.dropped
+    }
+}

@@ -1,0 +1,107 @@
+//! The registry a run uses: the repository's sample registry, loaded exactly as production
+//! loads a registry folder, plus a second version stored mid-stream by the `registry_reload`
+//! fault (a changed deadband and a newly added point). Loaded once per process and shared by
+//! every seed, since parsing TOML per seed would dominate a short run.
+
+use std::collections::BTreeMap;
+
+use anyhow::Context as _;
+use sentinel_core::RegistrySnapshot;
+use sentinel_core::registry::canonical;
+use sentinel_core::registry::{Descriptor, Kind};
+use sentinel_io::registry_dir;
+
+/// A point a driver publishes, with what it needs to make plausible readings.
+#[derive(Clone, Debug)]
+pub struct DriverPoint {
+    pub id: String,
+    pub host: String,
+    pub instance: String,
+    pub kind: Kind,
+    pub unit_native: Option<String>,
+    /// Native-unit bounds that map onto the canonical range (or a plausible span).
+    pub native_lo: f64,
+    pub native_hi: f64,
+    pub codes: Vec<String>,
+}
+
+pub struct SimRegistry {
+    pub v1: RegistrySnapshot,
+    pub v2: RegistrySnapshot,
+    /// Device hosts (every assigned host except the core's own self-points host), each with
+    /// its points, sorted.
+    pub hosts: BTreeMap<String, Vec<DriverPoint>>,
+    /// The point only version 2 knows: `unknown_point` until a core runs that version.
+    pub added_point: DriverPoint,
+}
+
+/// The host that owns the core's self-points; no simulated driver publishes for it.
+const SELF_HOST: &str = "sentinel";
+
+impl SimRegistry {
+    pub fn sample() -> anyhow::Result<SimRegistry> {
+        let dir = registry_dir::sample_dir();
+        let descriptors = registry_dir::check_dir(&dir)
+            .map_err(|report| anyhow::anyhow!("sample registry does not check: {report}"))
+            .with_context(|| format!("loading {}", dir.display()))?;
+        let v1 = canonical::snapshot("sim-v1", &descriptors);
+
+        let mut hosts: BTreeMap<String, Vec<DriverPoint>> = BTreeMap::new();
+        for d in &descriptors {
+            if d.assignment.host != SELF_HOST {
+                hosts
+                    .entry(d.assignment.host.clone())
+                    .or_default()
+                    .push(driver_point(d));
+            }
+        }
+        anyhow::ensure!(
+            hosts.len() >= 2,
+            "the sample registry needs at least two device hosts"
+        );
+
+        // Version 2: one deadband changed, one point added (a copy of a number point).
+        let mut v2_descriptors = descriptors.clone();
+        let template = v2_descriptors
+            .iter()
+            .find(|d| d.kind == Kind::Number && d.assignment.host != SELF_HOST)
+            .cloned()
+            .context("the sample registry has no number point on a device host")?;
+        if let Some(d) = v2_descriptors.iter_mut().find(|d| d.id == template.id) {
+            d.deadband += 0.5;
+        }
+        let mut added = template;
+        added.id = format!("{}.sim_added", added.id);
+        let added_point = driver_point(&added);
+        v2_descriptors.push(added);
+        let v2 = canonical::snapshot("sim-v2", &v2_descriptors);
+
+        Ok(SimRegistry {
+            v1,
+            v2,
+            hosts,
+            added_point,
+        })
+    }
+}
+
+fn driver_point(d: &Descriptor) -> DriverPoint {
+    let (lo, hi) = d.range.map_or((0.0, 100.0), |r| (r.min, r.max));
+    // Invert the affine conversion so the device speaks its own unit (°F stays °F).
+    let to_native = |c: f64| (c - d.conversion.offset) / d.conversion.factor;
+    let (a, b) = (to_native(lo), to_native(hi));
+    DriverPoint {
+        id: d.id.clone(),
+        host: d.assignment.host.clone(),
+        instance: d.assignment.driver_instance.clone(),
+        kind: d.kind,
+        unit_native: d.unit_native.clone(),
+        native_lo: a.min(b),
+        native_hi: a.max(b),
+        codes: d
+            .codebook
+            .as_ref()
+            .map(|c| c.keys().cloned().collect())
+            .unwrap_or_default(),
+    }
+}

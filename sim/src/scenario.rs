@@ -1,0 +1,445 @@
+//! One simulated run: build the world from a seed, start the turmoil hosts, step simulated
+//! time, fire the controller's faults, heal them, and judge the run (DESIGN.md §6).
+//!
+//! Hosts: `core-a` (and `core-b` when the seed asks for two cores), each a supervisor that
+//! starts a core process through the production startup sequence and runtime loop
+//! (`sentinel_io::startup`, `sentinel_io::runtime`) over the sim's adapters and restarts it
+//! after it exits; one driver host per device host of the registry. The bus and store models
+//! are shared state that every host reaches through its ports.
+//!
+//! Phases: a safety phase with faults on (`Settings::safety_ms`), then a liveness phase with
+//! every fault healed in which traffic stops and everything accepted must drain within
+//! `Settings::drain_bound_ms` (invariant 9). A run lasts at least `Settings::run_min_ms`.
+
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use sentinel_core::{Config, Micros, PlantedBug};
+use sentinel_io::bus::{MemoryBus, MemoryBusConfig};
+use sentinel_io::clock::Clock;
+use sentinel_io::runtime::{self, RuntimeConfig};
+use sentinel_io::startup::{self, StartError};
+use sentinel_io::store::MemoryStore;
+
+use crate::adapters::{SimBus, SimStore};
+use crate::checker::{Checker, Violation};
+use crate::drivers::HostDriver;
+use crate::registry::SimRegistry;
+use crate::rng::SimRng;
+use crate::settings::{CONTROLLER_FIRE_P, Settings, Site};
+use crate::trace::Trace;
+use crate::world::{CoreId, Inner, Links, SimClock, World};
+
+/// Simulated wall-clock start of every run: 2026-01-01T00:00:00Z.
+pub const START_UNIX_S: u64 = 1_767_225_600;
+
+/// How a run is driven, beyond its seed.
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Print every trace line as it happens.
+    pub echo_trace: bool,
+    /// A bug to plant in every core (and the store model) of the run.
+    pub plant: Option<PlantedBug>,
+}
+
+/// What a run showed.
+#[derive(Clone, Debug)]
+pub struct SeedOutcome {
+    pub seed: u64,
+    pub settings: Settings,
+    pub trace_hash: String,
+    pub trace_lines: u64,
+    pub violation: Option<Failure>,
+    pub stats: Stats,
+}
+
+#[derive(Clone, Debug)]
+pub struct Failure {
+    pub violation: Violation,
+    pub step: u64,
+    pub recent_trace: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Stats {
+    pub accepted: u64,
+    pub rows: u64,
+    pub quarantined: u64,
+    pub transitions: u64,
+    pub epochs: u32,
+    pub steps: u64,
+    pub simulated_ms: u64,
+}
+
+impl SeedOutcome {
+    /// The command that replays this run bit for bit.
+    pub fn replay_command(&self) -> String {
+        replay_command(self.seed)
+    }
+}
+
+pub fn replay_command(seed: u64) -> String {
+    format!("cargo run --release -p sentinel-sim -- --seed {seed}")
+}
+
+/// A scheduled change the controller applies when its time comes.
+enum Scheduled {
+    Bounce(CoreId),
+    Heal(CoreId, Links),
+}
+
+pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOutcome {
+    let mut rng = SimRng::new(seed);
+    let settings = Settings::draw(seed, &mut rng);
+    let start = Micros(START_UNIX_S as i64 * 1_000_000);
+    let clock = Arc::new(SimClock::new(start));
+
+    let bus = MemoryBus::new(
+        MemoryBusConfig {
+            max_msgs: settings.stream_max_msgs,
+            duplicate_window_ms: settings.duplicate_window_ms,
+            ack_wait_ms: settings.ack_wait_ms,
+            // Waiting fetches wake on every publish; the poll only catches due redeliveries.
+            fetch_poll_ms: 500,
+            ..MemoryBusConfig::default()
+        },
+        clock.clone(),
+    );
+    let store = MemoryStore::new("OBS", clock.clone());
+    #[cfg(feature = "planted-bugs")]
+    if let Some(bug) = options.plant {
+        store.plant(bug);
+    }
+    now_or_never(sentinel_io::ports::Store::store_registry(&store, &registry.v1))
+        .expect("invariant: storing into a fresh memory store cannot fail");
+
+    let cores: Vec<CoreId> = if settings.two_cores {
+        vec![CoreId(0), CoreId(1)]
+    } else {
+        vec![CoreId(0)]
+    };
+    let inner = Inner {
+        rng,
+        trace: Trace::new(options.echo_trace, start),
+        checker: Checker::default(),
+        links: cores.iter().map(|&c| (c, Links::default())).collect(),
+        incarnations: Default::default(),
+        faults_on: true,
+        crash_requests: Vec::new(),
+        published: 0,
+        traffic_done: false,
+        step: 0,
+    };
+    let world = Arc::new(World::new(settings.clone(), bus, store, clock.clone(), inner));
+    world.trace(format_args!("settings {settings}"));
+
+    let mut sim = turmoil::Builder::new()
+        .epoch(UNIX_EPOCH + Duration::from_secs(START_UNIX_S))
+        .tick_duration(Duration::from_millis(settings.tick_ms))
+        .simulation_duration(Duration::from_millis(
+            settings
+                .run_min_ms
+                .max(settings.safety_ms + settings.drain_bound_ms)
+                + 60_000,
+        ))
+        .rng_seed(seed)
+        .build();
+
+    for &core in &cores {
+        let world = world.clone();
+        let plant = options.plant;
+        sim.host(core.host(), move || core_process(world.clone(), core, plant));
+    }
+    let traffic_ms = settings.safety_ms + settings.liveness_traffic_ms;
+    let hosts: Vec<&String> = registry.hosts.keys().collect();
+    let mean_interval_ms = traffic_ms * hosts.len() as u64 / settings.messages.max(1);
+    for (i, host) in hosts.iter().enumerate() {
+        let world = world.clone();
+        let host = (*host).clone();
+        let points = registry.hosts[&host].clone();
+        let foreign: Vec<_> = registry
+            .hosts
+            .iter()
+            .filter(|(h, _)| **h != host)
+            .flat_map(|(_, p)| p.iter().cloned())
+            .collect();
+        let added = (i == 0).then(|| registry.added_point.clone());
+        sim.host(format!("driver-{host}"), move || {
+            let driver = HostDriver::new(
+                world.clone(),
+                &host,
+                points.clone(),
+                foreign.clone(),
+                added.clone(),
+            );
+            async move {
+                driver.run(mean_interval_ms).await;
+                Ok(())
+            }
+        });
+    }
+
+    let mut scheduled: Vec<(Micros, Scheduled)> = Vec::new();
+    let mut next_fault_at = start.add_ms(1_000);
+    let safety_end = start.add_ms(settings.safety_ms as i64);
+    let traffic_end = start.add_ms(traffic_ms as i64);
+    let drain_deadline = safety_end.add_ms(settings.drain_bound_ms as i64);
+    let run_end = start.add_ms(settings.run_min_ms as i64);
+    let mut reloaded = false;
+    let mut drained_at: Option<Micros> = None;
+    let mut steps = 0u64;
+
+    let failure = loop {
+        if let Err(e) = sim.step() {
+            let now = clock.now();
+            world.lock().checker.fail(0, now, format!("a host failed: {e}"));
+        }
+        steps += 1;
+        let now = start.add_ms(sim.elapsed().as_millis() as i64);
+        clock.set_controller_now(now);
+        world.lock().step = steps;
+
+        if let Some(violation) = world.lock().checker.violation().cloned() {
+            break Some(violation);
+        }
+
+        // Crash requests from the port sites: kill the process now, restart it later.
+        let crashes: Vec<CoreId> = std::mem::take(&mut world.lock().crash_requests);
+        for core in crashes {
+            sim.crash(core.host());
+            let delay_ms = world.between(100, settings.restart_delay_max_ms) as i64;
+            world.trace(format_args!("crash {} (restart in {delay_ms} ms)", core.host()));
+            scheduled.push((now.add_ms(delay_ms), Scheduled::Bounce(core)));
+        }
+        let (due, later): (Vec<_>, Vec<_>) = scheduled.drain(..).partition(|(at, _)| *at <= now);
+        scheduled = later;
+        for (_, change) in due {
+            match change {
+                Scheduled::Bounce(core) => {
+                    world.trace(format_args!("restart {}", core.host()));
+                    sim.bounce(core.host());
+                }
+                Scheduled::Heal(core, links) => {
+                    world.lock().links.insert(core, links);
+                    world.trace(format_args!("links of {} now {links:?}", core.host()));
+                }
+            }
+        }
+
+        if now >= traffic_end && !world.lock().traffic_done {
+            world.lock().traffic_done = true;
+            world.trace(format_args!("traffic ends"));
+        }
+        if world.lock().published >= settings.messages {
+            world.lock().traffic_done = true;
+        }
+
+        if now < safety_end {
+            if now >= next_fault_at {
+                next_fault_at = now.add_ms(1_000);
+                controller_faults(&world, &cores, now, &mut scheduled, registry, &mut reloaded);
+            }
+        } else if world.lock().faults_on {
+            // Liveness phase: heal everything, faults stop firing.
+            let mut inner = world.lock();
+            inner.faults_on = false;
+            for links in inner.links.values_mut() {
+                *links = Links::default();
+            }
+            inner.trace.event(now, format_args!("faults healed"));
+            drop(inner);
+            scheduled.retain(|(_, s)| matches!(s, Scheduled::Bounce(_)));
+        } else if world.lock().traffic_done {
+            let drained = drained_at.is_none()
+                && world.bus.stream_len() == 0
+                && world.lock().checker.uncovered().is_empty();
+            if drained {
+                drained_at = Some(now);
+                world.trace(format_args!("drained"));
+            }
+            if drained_at.is_none() && now >= drain_deadline {
+                let uncovered = world.lock().checker.uncovered();
+                let what = format!(
+                    "not drained {} s after faults healed: {} messages in the stream, {} accepted \
+                     messages without a row or quarantine entry (first seqs {:?})",
+                    settings.drain_bound_ms / 1_000,
+                    world.bus.stream_len(),
+                    uncovered.len(),
+                    &uncovered[..uncovered.len().min(5)]
+                );
+                world.lock().checker.fail(9, now, what);
+                continue;
+            }
+            if drained_at.is_some() && now >= run_end {
+                break None;
+            }
+        }
+    };
+
+    let inner = world.lock();
+    let failure = failure.map(|violation| Failure {
+        violation,
+        step: steps,
+        recent_trace: inner.trace.recent(),
+    });
+    let quarantined = world.store.quarantine_counts().iter().map(|(_, n)| n).sum();
+    SeedOutcome {
+        seed,
+        settings,
+        trace_hash: inner.trace.hash_hex(),
+        trace_lines: inner.trace.lines(),
+        violation: failure,
+        stats: Stats {
+            accepted: inner.checker.accepted_total(),
+            rows: world.store.row_counts().total(),
+            quarantined,
+            transitions: inner.checker.transitions,
+            epochs: world.store.current_epoch(),
+            steps,
+            simulated_ms: sim.elapsed().as_millis() as u64,
+        },
+    }
+}
+
+/// A core host's software: an orchestrator restarting the `sentinel run` process after each
+/// exit. Each start is a new incarnation with fresh adapters, exactly as a new process.
+async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>) -> turmoil::Result {
+    let _ = plant; // used only with the planted-bugs feature
+    loop {
+        let incarnation = world.new_incarnation(core);
+        let bus = SimBus::new(world.clone(), incarnation.clone());
+        let store = SimStore::new(world.clone(), incarnation.clone());
+        let config = Config {
+            dedup_keys_max: world.settings.dedup_keys_max,
+            ..Config::default()
+        };
+        match startup::start(&bus, &store, None, config, world.clock.as_ref()).await {
+            Ok(started) => {
+                #[allow(unused_mut)]
+                let mut core_machine = started.core;
+                #[cfg(feature = "planted-bugs")]
+                if let Some(bug) = plant {
+                    core_machine.plant(bug);
+                }
+                let runtime_config = RuntimeConfig {
+                    lock_check_interval_ms: world.settings.lock_check_interval_ms,
+                    progress_interval_ms: 3_600_000,
+                    // A waiting fetch wakes on every publish; a long wait only saves idle
+                    // wake-ups, which dominate a sparse simulated run.
+                    fetch_wait_ms: 1_000,
+                    ..RuntimeConfig::default()
+                };
+                let observer = {
+                    let world = world.clone();
+                    move |c: &sentinel_core::Core| world.observe(c)
+                };
+                let outcome = runtime::run_observed(
+                    core_machine,
+                    bus,
+                    started.consumer,
+                    store,
+                    started.lease,
+                    world.clock.clone(),
+                    runtime_config,
+                    std::future::pending::<()>(),
+                    observer,
+                )
+                .await;
+                world.trace(format_args!(
+                    "{} #{} exits {} ({})",
+                    core.host(),
+                    incarnation.number,
+                    outcome.exit.code,
+                    outcome.exit.why
+                ));
+            }
+            Err(StartError::LockHeld) => {
+                world.trace(format_args!(
+                    "{} #{} exits 10 (lock held)",
+                    core.host(),
+                    incarnation.number
+                ));
+            }
+            Err(e) => {
+                world.trace(format_args!(
+                    "{} #{} failed to start: {e}",
+                    core.host(),
+                    incarnation.number
+                ));
+            }
+        }
+        let delay_ms = world.between(100, world.settings.restart_delay_max_ms);
+        tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+    }
+}
+
+/// The controller's fault sites, given one opportunity per simulated second.
+fn controller_faults(
+    world: &World,
+    cores: &[CoreId],
+    now: Micros,
+    scheduled: &mut Vec<(Micros, Scheduled)>,
+    registry: &SimRegistry,
+    reloaded: &mut bool,
+) {
+    let fires = |site: Site| world.settings.is_active(site) && world.lock().rng.chance(CONTROLLER_FIRE_P);
+    if fires(Site::LockSessionKilled) && world.store.kill_lock_holder() {
+        world.trace(format_args!("fault lock_session_killed"));
+    }
+    for site in [Site::PartitionStore, Site::PartitionBus] {
+        if !fires(site) {
+            continue;
+        }
+        let core = *world.lock().rng.pick(cores);
+        let before = world.links(core);
+        let mut cut = before;
+        if site == Site::PartitionStore {
+            cut.store_cut = true;
+        } else {
+            cut.bus_cut = true;
+        }
+        if cut == before {
+            continue;
+        }
+        let duration_ms = world.between(500, 20_000) as i64;
+        world.lock().links.insert(core, cut);
+        if site == Site::PartitionStore {
+            // The database notices the dead connection and frees the session's lock.
+            let session = world.lock().incarnations.get(&core).and_then(|i| i.session());
+            if let Some(session) = session {
+                world.store.kill_session_id(session);
+            }
+        }
+        world.trace(format_args!(
+            "fault {} {} for {duration_ms} ms",
+            site.name(),
+            core.host()
+        ));
+        scheduled.push((now.add_ms(duration_ms), Scheduled::Heal(core, before)));
+    }
+    if fires(Site::AckWaitExpiry) {
+        world.bus.expire_in_flight();
+        world.trace(format_args!("fault ack_wait_expiry"));
+    }
+    if !*reloaded && fires(Site::RegistryReload) {
+        *reloaded = true;
+        let load = now_or_never(sentinel_io::ports::Store::store_registry(
+            &world.store,
+            &registry.v2,
+        ));
+        world.trace(format_args!(
+            "fault registry_reload: {:?}",
+            load.map(|l| l.version)
+        ));
+    }
+}
+
+/// Runs a future that cannot wait (the memory store's operations never do) to completion.
+fn now_or_never<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => unreachable!("a memory store operation waited"),
+    }
+}

@@ -1,0 +1,202 @@
+//! The state one run shares between its turmoil hosts and its controller: the bus and store
+//! models, the simulated clock, the one generator, the links between each core and the
+//! models, crash requests, the trace and the invariant checker.
+//!
+//! turmoil only simulates `turmoil::net`, not the sockets inside async-nats or sqlx, so the
+//! faults go in at our ports (DESIGN.md §6): a core's [`crate::adapters`] consult [`Links`]
+//! before every call, and a cut store link drops the core's model session and its lock, as
+//! PostgreSQL does when a connection dies. All hosts run on the run's one thread, so one
+//! `Mutex` around [`Inner`] is never contended; it is never held across an `.await`.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sentinel_core::{Core, Micros};
+use sentinel_io::bus::MemoryBus;
+use sentinel_io::clock::Clock;
+use sentinel_io::store::MemoryStore;
+
+use crate::checker::Checker;
+use crate::rng::SimRng;
+use crate::settings::{PORT_FIRE_P, Settings, Site};
+use crate::trace::Trace;
+
+/// Which core host: 0 is `core-a`, 1 is `core-b`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CoreId(pub u8);
+
+impl CoreId {
+    pub fn host(self) -> &'static str {
+        match self.0 {
+            0 => "core-a",
+            _ => "core-b",
+        }
+    }
+}
+
+/// Simulated time. Inside a host it is that host's turmoil clock (which advances within a
+/// step); outside, the controller's last reading.
+pub struct SimClock {
+    controller_now_us: AtomicI64,
+}
+
+impl SimClock {
+    pub fn new(start: Micros) -> SimClock {
+        SimClock {
+            controller_now_us: AtomicI64::new(start.0),
+        }
+    }
+
+    pub fn set_controller_now(&self, now: Micros) {
+        self.controller_now_us.store(now.0, Ordering::Relaxed);
+    }
+}
+
+impl Clock for SimClock {
+    fn now(&self) -> Micros {
+        match turmoil::since_epoch() {
+            Some(since) => Micros(since.as_micros() as i64),
+            None => Micros(self.controller_now_us.load(Ordering::Relaxed)),
+        }
+    }
+}
+
+/// Whether a core can reach the store and the bus.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Links {
+    pub store_cut: bool,
+    pub bus_cut: bool,
+}
+
+/// One start of a core process on a core host, from launch to exit or crash.
+#[derive(Debug)]
+pub struct Incarnation {
+    pub core: CoreId,
+    pub number: u32,
+    /// The model session that took the lock, once it has.
+    pub session: Mutex<Option<u64>>,
+}
+
+impl Incarnation {
+    pub fn session(&self) -> Option<u64> {
+        *self.session.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub struct Inner {
+    pub rng: SimRng,
+    pub trace: Trace,
+    pub checker: Checker,
+    pub links: BTreeMap<CoreId, Links>,
+    /// The current incarnation of each core host.
+    pub incarnations: BTreeMap<CoreId, Arc<Incarnation>>,
+    /// Faults fire only in the safety phase.
+    pub faults_on: bool,
+    /// Hosts whose process must die at the end of this step.
+    pub crash_requests: Vec<CoreId>,
+    /// Distinct observations the drivers have published so far.
+    pub published: u64,
+    pub traffic_done: bool,
+    pub step: u64,
+}
+
+pub struct World {
+    pub settings: Settings,
+    pub bus: MemoryBus,
+    pub store: MemoryStore,
+    pub clock: Arc<SimClock>,
+    inner: Mutex<Inner>,
+}
+
+impl World {
+    pub fn new(
+        settings: Settings,
+        bus: MemoryBus,
+        store: MemoryStore,
+        clock: Arc<SimClock>,
+        inner: Inner,
+    ) -> World {
+        World {
+            settings,
+            bus,
+            store,
+            clock,
+            inner: Mutex::new(inner),
+        }
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, Inner> {
+        // Hosts never panic while holding it (a panic ends the run), so poisoning is moot.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn now(&self) -> Micros {
+        self.clock.now()
+    }
+
+    /// Appends a trace line at the current simulated time.
+    pub fn trace(&self, what: std::fmt::Arguments<'_>) {
+        let now = self.now();
+        self.lock().trace.event(now, what);
+    }
+
+    pub fn links(&self, core: CoreId) -> Links {
+        self.lock().links.get(&core).copied().unwrap_or_default()
+    }
+
+    /// Whether an active port site fires at this opportunity (never once faults are healed).
+    pub fn fires(&self, site: Site) -> bool {
+        if !self.settings.is_active(site) {
+            return false;
+        }
+        let mut inner = self.lock();
+        inner.faults_on && inner.rng.chance(PORT_FIRE_P)
+    }
+
+    /// A uniform draw from the run's generator.
+    pub fn between(&self, lo: u64, hi: u64) -> u64 {
+        self.lock().rng.between(lo, hi)
+    }
+
+    /// Starts a new incarnation of `core`'s process.
+    pub fn new_incarnation(&self, core: CoreId) -> Arc<Incarnation> {
+        let mut inner = self.lock();
+        let number = inner.incarnations.get(&core).map_or(1, |i| i.number + 1);
+        let incarnation = Arc::new(Incarnation {
+            core,
+            number,
+            session: Mutex::new(None),
+        });
+        inner.incarnations.insert(core, incarnation.clone());
+        incarnation
+    }
+
+    /// Whether `incarnation` is still its host's live process (a crash request makes it a
+    /// zombie whose every port call hangs until the controller kills the host).
+    pub fn is_dying(&self, incarnation: &Incarnation) -> bool {
+        self.lock().crash_requests.contains(&incarnation.core)
+    }
+
+    /// Asks the controller to kill `core`'s process at the end of this step.
+    pub fn request_crash(&self, core: CoreId, why: Site) {
+        let now = self.now();
+        let mut inner = self.lock();
+        if !inner.crash_requests.contains(&core) {
+            inner.crash_requests.push(core);
+            inner
+                .trace
+                .event(now, format_args!("fault {} {}", why.name(), core.host()));
+        }
+    }
+
+    /// Invariant 5 from the runtime's observer: a core that is the current writer and has no
+    /// batch at the store must project exactly the fold of the log.
+    pub fn observe(&self, core: &Core) {
+        if core.has_exited() || core.in_flight_batches() > 0 || core.epoch() != self.store.current_epoch() {
+            return;
+        }
+        let now = self.now();
+        self.lock().checker.check_projection(core, now);
+    }
+}
