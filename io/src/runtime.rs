@@ -91,7 +91,8 @@ where
     run_observed(core, bus, consumer, store, lease, clock, config, shutdown, |_| {}).await
 }
 
-/// [`run`], calling `observe` with the core after every input's effects have been executed.
+/// [`run`], calling `observe` with the core on every wake-up of the loop, after the effects
+/// of the input it brought (if any) have been executed.
 /// The simulator's invariant checker looks at the projection through it; it must not block.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_observed<B, S, L>(
@@ -146,8 +147,9 @@ where
                     break 'run reason;
                 }
             }
-            observe(&core);
         }
+        // On every wake-up, idle ones included, so an observer sees the settled state too.
+        observe(&core);
         if !fetch_outstanding {
             let budget = core.accept_budget().min(config.fetch_max);
             if budget >= config.fetch_min.min(config.fetch_max).max(1)

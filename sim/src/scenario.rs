@@ -152,7 +152,9 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     }
     let traffic_ms = settings.safety_ms + settings.liveness_traffic_ms;
     let hosts: Vec<&String> = registry.hosts.keys().collect();
-    let mean_interval_ms = traffic_ms * hosts.len() as u64 / settings.messages.max(1);
+    // Paced to spend the message budget in about 80% of the traffic window, so a run reaches
+    // its budget before the window closes.
+    let mean_interval_ms = traffic_ms * 4 / 5 * hosts.len() as u64 / settings.messages.max(1);
     for (i, host) in hosts.iter().enumerate() {
         let world = world.clone();
         let host = (*host).clone();
