@@ -25,6 +25,15 @@ pub struct Config {
     pub checkpoint_full_interval_ms: i64,
     /// Points in one checkpoint effect.
     pub checkpoint_points_max: usize,
+    /// Watchdog: no staleness for this long after the core starts (startup grace).
+    pub startup_grace_ms: i64,
+    /// Watchdog: staleness is suppressed while the oldest unacked message is at least this
+    /// old...
+    pub lag_high_age_ms: u64,
+    /// ...or at least this many messages are pending (core runtime spec, "Backpressure").
+    pub lag_high_pending: u64,
+    /// Watchdog expiries handled in one tick; the rest wait for the next.
+    pub watchdog_expiries_per_tick_max: usize,
 }
 
 impl Default for Config {
@@ -41,6 +50,10 @@ impl Default for Config {
             checkpoint_value_interval_ms: 5_000,
             checkpoint_full_interval_ms: 30_000,
             checkpoint_points_max: 5_000,
+            startup_grace_ms: 60_000,
+            lag_high_age_ms: 30_000,
+            lag_high_pending: 5_000,
+            watchdog_expiries_per_tick_max: 1_000,
         }
     }
 }
@@ -57,6 +70,12 @@ impl Config {
             ("checkpoint_value_interval_ms", self.checkpoint_value_interval_ms),
             ("checkpoint_full_interval_ms", self.checkpoint_full_interval_ms),
             ("checkpoint_points_max", self.checkpoint_points_max as i64),
+            ("lag_high_age_ms", self.lag_high_age_ms as i64),
+            ("lag_high_pending", self.lag_high_pending as i64),
+            (
+                "watchdog_expiries_per_tick_max",
+                self.watchdog_expiries_per_tick_max as i64,
+            ),
         ];
         for (name, value) in positive {
             if value <= 0 {
@@ -65,6 +84,9 @@ impl Config {
         }
         if self.batch_rows_max > 10_000 {
             return Err(format!("batch_rows_max {} exceeds 10000", self.batch_rows_max));
+        }
+        if self.startup_grace_ms < 0 {
+            return Err("startup_grace_ms must not be negative".into());
         }
         if self.observed_future_max_ms < 0 || self.device_skew_max_ms < 0 {
             return Err("skew bounds must not be negative".into());

@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 
+use crate::control::{ControlEvent, ControlReport};
 use crate::delivery::{Delivery, DeliveryTag};
 use crate::log::{BatchId, CommitReport};
 use crate::state::PointState;
@@ -21,6 +22,16 @@ pub enum Input {
     CommitFailed { batch: BatchId, fenced: bool },
     /// A checkpoint write failed (it is fenced like every write).
     CheckpointFailed { fenced: bool },
+    /// Control events were written; carries the `seq` the log gave each.
+    ControlCommitted(ControlReport),
+    /// A control-event write failed (fenced like every write).
+    ControlFailed { fenced: bool },
+    /// The durable consumer's lag, read by the runtime (core runtime spec, "Backpressure":
+    /// the pending count and the age of the oldest unacked message, never a watermark table).
+    Lag {
+        pending: u64,
+        oldest_unacked_age_ms: Option<u64>,
+    },
     /// Time passed; due flushes and checkpoints happen.
     Tick,
     /// Orderly stop: flush, wait for in-flight batches, write a final checkpoint, exit 0.
@@ -37,6 +48,9 @@ pub enum Effect {
     Publish { subject: String, payload: Bytes },
     /// Write these point states to `point_state`, fenced on `epoch`.
     Checkpoint { epoch: u32, states: Vec<PointState> },
+    /// Write these control events in one transaction fenced on `epoch` and answer with
+    /// `Input::ControlCommitted`. Their effects on the projection wait for that answer.
+    Control { epoch: u32, events: Vec<ControlEvent> },
     /// Stop the process with this code.
     Exit(ExitReason),
 }

@@ -11,12 +11,15 @@
 //! - [`dedup`] — stage 3's bounded set;
 //! - [`log`] — rows, quarantine entries, batches (stages 11–12);
 //! - [`projection`] — stage 13 and the checkpoint policy;
+//! - [`watchdog`] — freshness deadlines, startup grace and lag suppression;
+//! - [`control`] — the control events the core writes (epoch-stamped);
 //! - [`machine`] — [`Core`], which owns all of the above and keeps the ordering rules;
 //! - [`registry`] — the versioned registry;
 //! - [`time`] — the one time type;
 //! - [`planted`] — bugs the simulator's planted-bug test turns on (feature `planted-bugs`).
 
 pub mod config;
+pub mod control;
 pub mod dedup;
 pub mod delivery;
 pub mod effect;
@@ -29,9 +32,11 @@ pub mod projection;
 pub mod registry;
 pub mod state;
 pub mod time;
+pub mod watchdog;
 pub mod wire;
 
 pub use config::Config;
+pub use control::{ControlEvent, ControlKind, ControlReport};
 pub use delivery::{Delivery, DeliveryTag};
 pub use effect::{Effect, ExitReason, Input};
 pub use log::{

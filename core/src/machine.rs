@@ -10,6 +10,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::control::{
+    CONTROL_EVENTS_PER_WRITE_MAX, ControlEvent, ControlKind, ControlReport, PRINCIPAL_WATCHDOG,
+};
 use crate::dedup::{DedupSet, Seen};
 use crate::delivery::{Delivery, DeliveryTag};
 use crate::effect::{Effect, ExitReason, Input};
@@ -21,6 +24,7 @@ use crate::projection::Projection;
 use crate::registry::Registry;
 use crate::state::{PointState, RestoredState};
 use crate::time::Micros;
+use crate::watchdog::Watchdog;
 
 /// How often dirty value-only points are considered for a checkpoint.
 const CHECKPOINT_SCAN_INTERVAL_MS: i64 = 1_000;
@@ -69,6 +73,10 @@ pub struct Core {
     effects: VecDeque<Effect>,
     metrics: Metrics,
     last_checkpoint_scan_at: Micros,
+    /// Freshness deadlines ([`Core::rehydrate_timers`] arms them from the restored projection).
+    watchdog: Watchdog,
+    /// Points with a `quality_changed` event at the store, not yet answered.
+    control_pending: std::collections::BTreeSet<crate::registry::PointIdx>,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
     planted: Option<PlantedBug>,
 }
@@ -85,6 +93,7 @@ impl Core {
     ) -> Result<Core, CoreError> {
         config.validate().map_err(CoreError::Config)?;
         let projection = Projection::restore(&registry, restored, &config, now);
+        let watchdog = Watchdog::new(registry.len(), now.add_ms(config.startup_grace_ms));
         let mut core = Core {
             dedup: DedupSet::new(config.dedup_keys_max),
             projection,
@@ -99,10 +108,55 @@ impl Core {
             effects: VecDeque::new(),
             metrics: Metrics::default(),
             last_checkpoint_scan_at: now,
+            watchdog,
+            control_pending: std::collections::BTreeSet::new(),
             planted: None,
         };
         core.checkpoint_quality_changes();
         Ok(core)
+    }
+
+    /// Restart step 4: control events above each point's watermark. Point qualities stay
+    /// `restored` (step 2 is deliberately pessimistic); each applied event advances its point's
+    /// `watermark_seq`, so the next checkpoint records how far the log was applied. Events for
+    /// points this registry does not know are skipped. Returns how many were applied.
+    pub fn replay_control_events<'a>(&mut self, events: impl IntoIterator<Item = (&'a str, i64)>) -> usize {
+        let mut applied = 0;
+        for (point_id, seq) in events {
+            if let Some(idx) = self.registry.resolve(point_id)
+                && self.projection.advance_watermark(idx, seq)
+            {
+                applied += 1;
+            }
+        }
+        applied
+    }
+
+    /// The lowest control-event watermark over all points (0 when any point has none): restart
+    /// step 4 reads the control log from there.
+    pub fn control_watermark(&self) -> i64 {
+        self.projection
+            .states()
+            .map(|s| s.watermark_seq.unwrap_or(0))
+            .min()
+            .unwrap_or(0)
+    }
+
+    /// Restart step 6: the freshness deadlines, one per point that has an observation, from
+    /// the restored projection. Returns how many were armed. Expiries wait for the startup
+    /// grace to pass.
+    pub fn rehydrate_timers(&mut self) -> usize {
+        for (idx, _) in self.registry.points() {
+            if let Some(deadline) = self.projection.freshness_deadline(idx) {
+                self.watchdog.arm(idx, deadline);
+            }
+        }
+        self.watchdog.armed()
+    }
+
+    /// Whether the watchdog is currently holding staleness back (startup grace or high lag).
+    pub fn staleness_suppressed(&self) -> bool {
+        self.watchdog.suppressed(self.now)
     }
 
     /// Plants a known bug (simulator tests only; see [`PlantedBug`]).
@@ -135,6 +189,25 @@ impl Core {
                     ExitReason::COMMIT_FAILED
                 });
             }
+            Input::ControlCommitted(report) => self.on_control_committed(report),
+            Input::ControlFailed { fenced } => {
+                self.exit(if fenced {
+                    ExitReason::FENCED
+                } else {
+                    ExitReason::COMMIT_FAILED
+                });
+            }
+            Input::Lag {
+                pending,
+                oldest_unacked_age_ms,
+            } => {
+                let high = pending >= self.config.lag_high_pending
+                    || oldest_unacked_age_ms.is_some_and(|age| age >= self.config.lag_high_age_ms);
+                self.metrics.lag_pending = pending;
+                self.metrics.lag_oldest_unacked_age_ms = oldest_unacked_age_ms.unwrap_or(0);
+                self.watchdog.set_lag_high(high);
+                self.on_tick();
+            }
             Input::Tick => self.on_tick(),
             Input::Shutdown => {
                 self.mode = Mode::Draining;
@@ -164,6 +237,11 @@ impl Core {
         }
         if self.projection.has_dirty() {
             consider(self.last_checkpoint_scan_at.add_ms(CHECKPOINT_SCAN_INTERVAL_MS));
+        }
+        if self.mode == Mode::Running
+            && let Some(at) = self.watchdog.next_deadline()
+        {
+            consider(at);
         }
         deadline
     }
@@ -353,7 +431,13 @@ impl Core {
             if row.quality == Quality::Bad {
                 self.metrics.rows_bad += 1;
             }
-            if let Some(published) = self.projection.apply(row, self.epoch) {
+            let published = self.projection.apply(row, self.epoch, self.now);
+            if let Some(deadline) = self.projection.freshness_deadline(row.point)
+                && self.watchdog.deadline(row.point) != Some(deadline)
+            {
+                self.watchdog.arm(row.point, deadline);
+            }
+            if let Some(published) = published {
                 self.metrics.transitions_published += 1;
                 self.effects.push_back(Effect::Publish {
                     subject: published.subject,
@@ -366,7 +450,89 @@ impl Core {
         self.finish_if_drained();
     }
 
+    /// Watchdog expiries: each live, restored or assumed point whose deadline passed gets a
+    /// `quality_changed` event to `stale`, written before the projection changes.
+    fn expire_deadlines(&mut self) {
+        if self.mode != Mode::Running {
+            return;
+        }
+        let max = self
+            .config
+            .watchdog_expiries_per_tick_max
+            .min(CONTROL_EVENTS_PER_WRITE_MAX);
+        let mut events = Vec::new();
+        for (point, deadline) in self.watchdog.expired(self.now, max) {
+            let state = self.projection.state(point);
+            if !matches!(
+                state.quality,
+                Quality::Live | Quality::Restored | Quality::Assumed
+            ) || self.control_pending.contains(&point)
+            {
+                continue;
+            }
+            self.control_pending.insert(point);
+            events.push(ControlEvent {
+                occurred_at: self.now,
+                kind: ControlKind::QualityChanged,
+                point,
+                point_id: state.point_id.clone(),
+                principal: PRINCIPAL_WATCHDOG,
+                core_epoch: self.epoch,
+                registry_version: self.registry.version,
+                from: state.quality,
+                to: Quality::Stale,
+                reason: "freshness",
+                deadline,
+            });
+        }
+        if !events.is_empty() {
+            self.metrics.control_events += events.len() as u64;
+            self.effects.push_back(Effect::Control {
+                epoch: self.epoch,
+                events,
+            });
+        }
+    }
+
+    /// A control write committed: only now does the projection follow it, and only now is
+    /// the transition published (the ordering rules, applied to the control log).
+    fn on_control_committed(&mut self, report: ControlReport) {
+        debug_assert_eq!(
+            report.events.len(),
+            report.seqs.len(),
+            "one seq per control event"
+        );
+        for (event, &seq) in report.events.iter().zip(&report.seqs) {
+            self.control_pending.remove(&event.point);
+            // A row that arrived while the event was at the store re-armed the deadline and
+            // superseded it: the event stays in the log, the projection does not go stale.
+            let current = self.projection.state(event.point).quality;
+            let superseded =
+                current != event.from || self.watchdog.deadline(event.point).is_some_and(|d| d > self.now);
+            let to = if superseded { current } else { event.to };
+            let published = self.projection.apply_quality_event(
+                event.point,
+                to,
+                event.reason,
+                seq,
+                self.now,
+                self.epoch,
+                event.registry_version,
+            );
+            if let Some(published) = published {
+                self.metrics.transitions_published += 1;
+                self.effects.push_back(Effect::Publish {
+                    subject: published.subject,
+                    payload: published.payload.into(),
+                });
+            }
+        }
+        self.checkpoint_quality_changes();
+    }
+
     fn on_tick(&mut self) {
+        self.expire_deadlines();
+
         if let Some(open) = &self.open {
             if self.now >= open.opened_at.add_ms(self.config.flush_interval_ms) {
                 self.try_flush();
@@ -400,7 +566,7 @@ impl Core {
         let mut early_publishes = Vec::new();
         if self.planted == Some(PlantedBug::ProjectSubmittedBatch) {
             for row in &open.batch.rows {
-                if let Some(published) = self.projection.apply(row, self.epoch) {
+                if let Some(published) = self.projection.apply(row, self.epoch, self.now) {
                     early_publishes.push(Effect::Publish {
                         subject: published.subject,
                         payload: published.payload.into(),

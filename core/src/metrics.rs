@@ -23,6 +23,11 @@ pub struct Metrics {
     pub batches_committed: u64,
     pub acks: u64,
     pub checkpoint_points: u64,
+    /// Control events the core asked the store to write (watchdog quality changes).
+    pub control_events: u64,
+    /// The last lag reading from the durable consumer.
+    pub lag_pending: u64,
+    pub lag_oldest_unacked_age_ms: u64,
 }
 
 impl Metrics {

@@ -32,6 +32,9 @@ struct Slot {
     /// drift still produces an edge once it exceeds the deadband.
     edge_value: Option<CanonicalValue>,
     deadband: f64,
+    /// The registry's `freshness_s`: a row is current while `observed_at` + this is ahead of
+    /// the core's clock, and the watchdog deadline is `observed_at` + this.
+    freshness_us: i64,
     subject: String,
     last_checkpoint_at: Option<Micros>,
 }
@@ -115,6 +118,7 @@ impl Projection {
                 edge_value: state.value.clone(),
                 state,
                 deadband,
+                freshness_us: i64::from(point.descriptor.freshness_s) * 1_000_000,
                 subject: state_subject(&point.id),
                 last_checkpoint_at: None,
             });
@@ -143,9 +147,34 @@ impl Projection {
         self.slots[point.0 as usize].edge_value.as_ref()
     }
 
+    /// Restart step 4 for one control event: advances the point's `watermark_seq`. Returns
+    /// false when the event is at or below the watermark already.
+    pub fn advance_watermark(&mut self, point: PointIdx, seq: i64) -> bool {
+        let slot = &mut self.slots[point.0 as usize];
+        if slot.state.watermark_seq.is_some_and(|w| w >= seq) {
+            return false;
+        }
+        slot.state.watermark_seq = Some(seq);
+        self.dirty_value.insert(point);
+        true
+    }
+
+    /// The point's freshness deadline: its latest observation plus `freshness_s`.
+    pub fn freshness_deadline(&self, point: PointIdx) -> Option<Micros> {
+        let slot = &self.slots[point.0 as usize];
+        slot.state
+            .observed_at
+            .map(|o| Micros(o.0.saturating_add(slot.freshness_us)))
+    }
+
     /// Stage 13 for one row of a RETURNING set. Returns the transition to publish, if the row
     /// changed the point's quality or moved its value past the deadband.
-    pub fn apply(&mut self, row: &ObsRow, core_epoch: u32) -> Option<Published> {
+    ///
+    /// Recovery rule (core runtime spec, "Draining"): a `live` row that is not current (its
+    /// `observed_at` plus the point's freshness is not ahead of `now`, as for replayed backlog)
+    /// moves the value and `observed_at` as any row does, but never raises the point to `live`;
+    /// points reach `live` only from current data.
+    pub fn apply(&mut self, row: &ObsRow, core_epoch: u32, now: Micros) -> Option<Published> {
         let idx = row.point;
         let slot = &mut self.slots[idx.0 as usize];
         debug_assert_eq!(
@@ -175,9 +204,18 @@ impl Projection {
         let mut quality_changed = false;
         let newer = slot.state.order_key().is_none_or(|current| row_key > current);
         if newer {
-            quality_changed = slot.state.quality != row.quality;
-            slot.state.quality = row.quality;
-            slot.state.reason = row.reason.as_deref().map(str::to_owned);
+            let current = row.observed_at.0.saturating_add(slot.freshness_us) > now.0;
+            let quality = if row.quality == Quality::Live && !current && slot.state.quality != Quality::Live {
+                slot.state.quality
+            } else {
+                row.quality
+            };
+            quality_changed = slot.state.quality != quality;
+            if quality == row.quality {
+                // Otherwise the quality kept from before keeps its reason too.
+                slot.state.reason = row.reason.as_deref().map(str::to_owned);
+            }
+            slot.state.quality = quality;
             slot.state.observed_at = Some(row.observed_at);
             slot.state.ingested_at = Some(row.ingested_at);
             slot.state.key = Some(row.key.clone());
@@ -202,7 +240,50 @@ impl Projection {
             ingested_at: state.ingested_at.unwrap_or(row.ingested_at),
             registry_version: row.registry_version,
             core_epoch,
-            key: &row.key,
+            key: Some(&row.key),
+            control_seq: None,
+        };
+        Some(Published {
+            subject: slot.subject.clone(),
+            payload: transition.encode(),
+        })
+    }
+
+    /// Applies a committed watchdog control event: the point's quality becomes `to` (its
+    /// value and `observed_at` stay; a degraded quality never nulls the value). Returns the
+    /// transition to publish, identified by the event's `seq`.
+    pub fn apply_quality_event(
+        &mut self,
+        point: PointIdx,
+        to: Quality,
+        reason: &str,
+        seq: i64,
+        now: Micros,
+        core_epoch: u32,
+        registry_version: i32,
+    ) -> Option<Published> {
+        let slot = &mut self.slots[point.0 as usize];
+        slot.state.watermark_seq = Some(seq);
+        if slot.state.quality == to {
+            self.dirty_value.insert(point);
+            return None;
+        }
+        slot.state.quality = to;
+        slot.state.reason = Some(reason.to_owned());
+        slot.state.quality_since = now;
+        self.dirty_quality.insert(point);
+        let state = &slot.state;
+        let transition = Transition {
+            point_id: &state.point_id,
+            value: state.value.as_ref(),
+            quality: state.quality,
+            reason: state.reason.as_deref(),
+            observed_at: state.observed_at.unwrap_or(now),
+            ingested_at: state.ingested_at.unwrap_or(now),
+            registry_version,
+            core_epoch,
+            key: None,
+            control_seq: Some(seq),
         };
         Some(Published {
             subject: slot.subject.clone(),

@@ -331,7 +331,12 @@ struct TransitionWire<'a> {
     ingested_at: String,
     registry_version: i32,
     core_epoch: u32,
-    key: KeyWire<'a>,
+    /// The message key of the row that caused the transition...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<KeyWire<'a>>,
+    /// ...or the control event that did (a watchdog quality change carries no row).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    control_seq: Option<i64>,
 }
 
 /// One transition on `state.<point_id>` (DESIGN.md §2).
@@ -344,7 +349,10 @@ pub struct Transition<'a> {
     pub ingested_at: Micros,
     pub registry_version: i32,
     pub core_epoch: u32,
-    pub key: &'a ObsKey,
+    /// Exactly one of `key` (a row caused it) and `control_seq` (a control event did) is set,
+    /// so a subscriber can always detect a duplicate publication.
+    pub key: Option<&'a ObsKey>,
+    pub control_seq: Option<i64>,
 }
 
 impl Transition<'_> {
@@ -358,12 +366,14 @@ impl Transition<'_> {
             ingested_at: self.ingested_at.to_rfc3339(),
             registry_version: self.registry_version,
             core_epoch: self.core_epoch,
-            key: KeyWire {
-                driver_instance: &self.key.driver_instance,
-                source_epoch: self.key.source_epoch,
-                source_seq: self.key.source_seq,
-            },
+            key: self.key.map(|key| KeyWire {
+                driver_instance: &key.driver_instance,
+                source_epoch: key.source_epoch,
+                source_seq: key.source_seq,
+            }),
+            control_seq: self.control_seq,
         };
+        debug_assert!(wire.key.is_some() != wire.control_seq.is_some());
         // Serialising plain structs of strings and numbers into a Vec cannot fail; NaN is
         // excluded because canonical numbers come from JSON numbers through finite arithmetic.
         serde_json::to_vec(&wire).unwrap_or_default()

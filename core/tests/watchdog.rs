@@ -1,0 +1,283 @@
+//! The freshness watchdog through the core's public API (core runtime spec, "A slow core must
+//! not look like a dead fleet", "Draining"; ingest spec, "Two logs": quality transitions from
+//! the watchdog go in `control_event`).
+
+mod common;
+
+use common::*;
+use sentinel_core::{
+    ControlKind, ControlReport, Core, Effect, Input, LogHead, Micros, ObsKey, PointState, Quality,
+    RestoredState,
+};
+
+const A: &str = "obs.plant-a.modbus-1";
+/// `Descriptor::new`'s freshness, which the fixture registry keeps.
+const FRESHNESS_MS: i64 = 60_000;
+const GRACE_MS: i64 = 60_000;
+
+fn temp_at(seq: u64, value: &str, observed: Micros, ingested: Micros) -> sentinel_core::Delivery {
+    let payload = format!(
+        r#"{{"v":1,"point_id":"plant.temp","driver_instance":"modbus-1","source_epoch":1,"source_seq":{seq},"observed_at":"{}","value":{value}}}"#,
+        observed.to_rfc3339()
+    );
+    delivery_at(seq, A, &payload, ingested)
+}
+
+/// Delivers, commits everything, and returns the effects of the commit.
+fn ingest(core: &mut Core, delivery: sentinel_core::Delivery) -> Vec<Effect> {
+    let batch = deliver_and_flush(core, vec![delivery]);
+    let now = core.now();
+    core.handle(now, Input::Committed(all_inserted(batch)));
+    drain(core)
+}
+
+fn controls(effects: &[Effect]) -> Vec<sentinel_core::ControlEvent> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Control { events, .. } => Some(events.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect()
+}
+
+fn published(effects: &[Effect]) -> Vec<serde_json::Value> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::Publish { payload, .. } => Some(serde_json::from_slice(payload).expect("JSON")),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn an_expired_deadline_writes_a_control_event_before_the_point_goes_stale() {
+    let mut core = core();
+    ingest(&mut core, temp_at(1, "71.6", T0, T0));
+    assert_eq!(
+        core.point_state("plant.temp").expect("point").quality,
+        Quality::Live
+    );
+    assert_eq!(
+        core.next_deadline(),
+        Some(T0.add_ms(FRESHNESS_MS)),
+        "the deadline is armed"
+    );
+
+    let expired_at = T0.add_ms(FRESHNESS_MS + 1);
+    core.handle(expired_at, Input::Tick);
+    let effects = drain(&mut core);
+    let events = controls(&effects);
+    assert_eq!(events.len(), 1, "{effects:?}");
+    let event = &events[0];
+    assert_eq!(event.kind, ControlKind::QualityChanged);
+    assert_eq!(event.core_epoch, 5, "stamped with the writer's epoch");
+    assert_eq!((event.from, event.to), (Quality::Live, Quality::Stale));
+    assert!(
+        published(&effects).is_empty(),
+        "nothing is published before the event commits"
+    );
+    assert_eq!(
+        core.point_state("plant.temp").expect("point").quality,
+        Quality::Live,
+        "nor does the projection move"
+    );
+
+    core.handle(
+        expired_at,
+        Input::ControlCommitted(ControlReport {
+            events,
+            seqs: vec![41],
+        }),
+    );
+    let effects = drain(&mut core);
+    let transitions = published(&effects);
+    assert_eq!(transitions.len(), 1);
+    assert_eq!(transitions[0]["quality"], "stale");
+    assert_eq!(
+        transitions[0]["control_seq"], 41,
+        "identified by the control event"
+    );
+    assert!(transitions[0].get("key").is_none());
+    assert_eq!(
+        transitions[0]["value"], 22.0,
+        "a degraded quality never nulls the value"
+    );
+    let state = core.point_state("plant.temp").expect("point");
+    assert_eq!((state.quality, state.watermark_seq), (Quality::Stale, Some(41)));
+    assert!(
+        effects
+            .iter()
+            .any(|e| matches!(e, Effect::Checkpoint { states, .. } if states[0].quality == Quality::Stale)),
+        "the quality change is checkpointed at once"
+    );
+}
+
+#[test]
+fn high_lag_suppresses_staleness_until_it_clears() {
+    let mut core = core();
+    ingest(&mut core, temp_at(1, "71.6", T0, T0));
+    core.handle(
+        T0.add_ms(1_000),
+        Input::Lag {
+            pending: 1_000_000,
+            oldest_unacked_age_ms: Some(600_000),
+        },
+    );
+    assert!(core.staleness_suppressed());
+    core.handle(T0.add_ms(10 * FRESHNESS_MS), Input::Tick);
+    assert!(
+        controls(&drain(&mut core)).is_empty(),
+        "no staleness cascade while lag is high"
+    );
+    assert_eq!(
+        core.point_state("plant.temp").expect("point").quality,
+        Quality::Live
+    );
+
+    core.handle(
+        T0.add_ms(10 * FRESHNESS_MS + 1),
+        Input::Lag {
+            pending: 0,
+            oldest_unacked_age_ms: None,
+        },
+    );
+    assert_eq!(
+        controls(&drain(&mut core)).len(),
+        1,
+        "the held-back expiry fires once lag clears"
+    );
+}
+
+#[test]
+fn replayed_observations_do_not_make_a_point_live_and_current_data_does() {
+    // A restart after an outage: the point was live an hour ago.
+    let an_hour_ago = T0.add_ms(-3_600_000);
+    let key = ObsKey {
+        driver_instance: "modbus-1".into(),
+        source_epoch: 1,
+        source_seq: 1,
+    };
+    let head = PointState {
+        observed_at: Some(an_hour_ago),
+        ingested_at: Some(an_hour_ago),
+        key: Some(key.clone()),
+        quality: Quality::Live,
+        ..PointState::unknown("plant.temp".into(), an_hour_ago)
+    };
+    let restored = RestoredState {
+        checkpoints: vec![],
+        log_heads: vec![LogHead {
+            state: head,
+            value_order: None,
+        }],
+    };
+    let mut core = Core::new(sentinel_core::Config::default(), registry(), 6, &restored, T0).expect("core");
+    assert_eq!(core.rehydrate_timers(), 1);
+    drain(&mut core);
+    assert_eq!(
+        core.point_state("plant.temp").expect("point").quality,
+        Quality::Restored
+    );
+
+    // The backlog: observed 50 minutes ago, delivered now.
+    let effects = ingest(
+        &mut core,
+        temp_at(2, "72.0", T0.add_ms(-3_000_000), T0.add_ms(-3_000_000)),
+    );
+    let state = core.point_state("plant.temp").expect("point");
+    assert_eq!(
+        state.observed_at,
+        Some(T0.add_ms(-3_000_000)),
+        "the value and time move"
+    );
+    assert_eq!(
+        state.quality,
+        Quality::Restored,
+        "but a replayed reading does not make it live"
+    );
+    assert!(published(&effects).iter().all(|t| t["quality"] != "live"));
+
+    // Genuinely current data does.
+    ingest(&mut core, temp_at(3, "72.5", T0.add_ms(-500), T0));
+    assert_eq!(
+        core.point_state("plant.temp").expect("point").quality,
+        Quality::Live
+    );
+}
+
+#[test]
+fn the_startup_grace_holds_restored_points_back() {
+    let an_hour_ago = T0.add_ms(-3_600_000);
+    let head = PointState {
+        observed_at: Some(an_hour_ago),
+        ingested_at: Some(an_hour_ago),
+        key: Some(ObsKey {
+            driver_instance: "modbus-1".into(),
+            source_epoch: 1,
+            source_seq: 1,
+        }),
+        quality: Quality::Live,
+        ..PointState::unknown("plant.temp".into(), an_hour_ago)
+    };
+    let restored = RestoredState {
+        checkpoints: vec![],
+        log_heads: vec![LogHead {
+            state: head,
+            value_order: None,
+        }],
+    };
+    let mut core = Core::new(sentinel_core::Config::default(), registry(), 6, &restored, T0).expect("core");
+    core.rehydrate_timers();
+    drain(&mut core);
+    core.handle(T0.add_ms(GRACE_MS - 1), Input::Tick);
+    assert!(controls(&drain(&mut core)).is_empty(), "within the grace");
+    assert_eq!(
+        core.next_deadline(),
+        Some(T0.add_ms(GRACE_MS)),
+        "wakes when the grace ends"
+    );
+    core.handle(T0.add_ms(GRACE_MS), Input::Tick);
+    let events = controls(&drain(&mut core));
+    assert_eq!(events.len(), 1);
+    assert_eq!(
+        (events[0].from, events[0].to),
+        (Quality::Restored, Quality::Stale)
+    );
+}
+
+#[test]
+fn a_row_that_lands_while_the_event_is_at_the_store_supersedes_it() {
+    let mut core = core();
+    ingest(&mut core, temp_at(1, "71.6", T0, T0));
+    let expired_at = T0.add_ms(FRESHNESS_MS + 1);
+    core.handle(expired_at, Input::Tick);
+    let events = controls(&drain(&mut core));
+    assert_eq!(events.len(), 1);
+    // Fresh data commits before the control write answers.
+    ingest(&mut core, temp_at(2, "72.0", expired_at, expired_at));
+    core.handle(
+        expired_at.add_ms(200),
+        Input::ControlCommitted(ControlReport {
+            events,
+            seqs: vec![7],
+        }),
+    );
+    let effects = drain(&mut core);
+    assert!(published(&effects).is_empty(), "{effects:?}");
+    let state = core.point_state("plant.temp").expect("point");
+    assert_eq!((state.quality, state.watermark_seq), (Quality::Live, Some(7)));
+}
+
+#[test]
+fn a_failed_control_write_exits_like_a_failed_commit() {
+    let mut core = core();
+    core.handle(T0, Input::ControlFailed { fenced: true });
+    let effects = drain(&mut core);
+    assert!(
+        matches!(effects.as_slice(), [Effect::Exit(r)] if r.code == 4),
+        "{effects:?}"
+    );
+}
