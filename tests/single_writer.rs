@@ -39,15 +39,21 @@ const EXIT_LOCK_LOST: i32 = 5;
 /// "At once": the second core connects, migrates, finds the lock taken and exits.
 const SECOND_CORE_EXIT_S: u64 = 10;
 const READY_TIMEOUT_S: u64 = 60;
-/// The startup steps `startup::start` records, in order.
 /// Pacing of the lock-loss test's traffic: 8,000 messages over about four seconds.
 const PUBLISH_CHUNK: usize = 100;
 const PUBLISH_PAUSE_MS: u64 = 50;
-const STARTUP_STEPS: [&str; 4] = [
+/// The startup steps `startup::start` records, in order: the core runtime spec's acquisition
+/// order, then the ingest spec's restart steps 4–8.
+const STARTUP_STEPS: [&str; 9] = [
     "lock_and_epoch",
     "registry",
     "restore_projection",
     "bind_consumer",
+    "replay_control_events",
+    "rehydrate_derived_windows",
+    "rehydrate_timers",
+    "start_drivers",
+    "warmup",
 ];
 
 /// `sentinel run` checking its lock every [`LOCK_CHECK_INTERVAL_MS`].

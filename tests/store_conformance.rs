@@ -13,8 +13,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use sentinel_core::{
-    Batch, BatchId, CanonicalValue, DeliveryTag, Micros, ObsKey, ObsRow, PointState, Quality,
-    QuarantineEntry, QuarantineReason, RegistrySnapshot, RetentionClass,
+    Batch, BatchId, CanonicalValue, ControlEvent, ControlKind, DeliveryTag, Micros, ObsKey, ObsRow,
+    PointState, Quality, QuarantineEntry, QuarantineReason, RegistrySnapshot, RetentionClass,
     registry::{PointIdx, SnapshotEntry},
 };
 use sentinel_io::ports::{Lease, RegistryLoad, Store, StoreError};
@@ -160,10 +160,27 @@ conformance!(
     checkpoint_round_trips_through_load_state,
     log_heads_follow_the_total_order,
     registry_versions_are_content_addressed,
+    control_events_are_sequenced_fenced_and_carry_the_epoch,
 );
 
 // ---------------------------------------------------------------------------------------------
 // Builders.
+
+fn control_event(point: &str, epoch: u32, occurred_at: Micros) -> ControlEvent {
+    ControlEvent {
+        occurred_at,
+        kind: ControlKind::QualityChanged,
+        point: PointIdx(0),
+        point_id: point.into(),
+        principal: "core:watchdog",
+        core_epoch: epoch,
+        registry_version: 1,
+        from: Quality::Live,
+        to: Quality::Stale,
+        reason: "freshness",
+        deadline: occurred_at,
+    }
+}
 
 fn at(text: &str) -> Micros {
     Micros::parse_rfc3339(text).expect("test timestamp")
@@ -950,4 +967,86 @@ async fn postgres_commit_creates_the_partitions_it_needs() {
             .expect("locate the row");
     assert_eq!(in_partition, "observation_state_p20250601");
     b.release(lease).await;
+}
+
+/// The control log (ingest spec, "Two logs"; core runtime spec: "the epoch ... appears on
+/// every control_event written"): seqs ascend in the order given, each event keeps its
+/// writer's epoch, a deposed epoch's write is fenced and writes nothing, and an event stamped
+/// with another epoch than its writer's is refused.
+async fn control_events_are_sequenced_fenced_and_carry_the_epoch<B: Backend>(b: &B) {
+    let t = at("2026-11-30T10:00:00Z");
+    let old = b.store().acquire().await.expect("acquire");
+    let old_epoch = old.epoch();
+    let seqs = b
+        .store()
+        .write_control_events(
+            old_epoch,
+            vec![
+                control_event("a", old_epoch, t),
+                control_event("b", old_epoch, t.add_ms(1)),
+            ],
+        )
+        .await
+        .expect("write");
+    assert_eq!(seqs.len(), 2);
+    assert!(seqs[0] < seqs[1], "seqs follow the order given: {seqs:?}");
+    assert!(
+        b.store()
+            .write_control_events(old_epoch, vec![])
+            .await
+            .expect("empty")
+            .is_empty()
+    );
+
+    b.release(old).await;
+    let new = b.store().acquire().await.expect("acquire");
+    match b
+        .store()
+        .write_control_events(old_epoch, vec![control_event("c", old_epoch, t)])
+        .await
+    {
+        Err(StoreError::Fenced { epoch, current }) => assert_eq!((epoch, current), (old_epoch, new.epoch())),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    assert!(
+        b.store()
+            .write_control_events(new.epoch(), vec![control_event("c", old_epoch, t)])
+            .await
+            .is_err(),
+        "an event stamped with another epoch than its writer's is refused"
+    );
+    let third = b
+        .store()
+        .write_control_events(new.epoch(), vec![control_event("c", new.epoch(), t.add_ms(2))])
+        .await
+        .expect("write");
+
+    let all = b.store().load_control_events(0, 100).await.expect("load");
+    let summary: Vec<(Option<&str>, u32, &str)> = all
+        .iter()
+        .map(|e| (e.point_id.as_deref(), e.core_epoch, e.kind.as_str()))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            (Some("a"), old_epoch, "quality_changed"),
+            (Some("b"), old_epoch, "quality_changed"),
+            (Some("c"), new.epoch(), "quality_changed"),
+        ],
+        "nothing from the fenced or mis-stamped writes"
+    );
+    assert_eq!(all[0].principal, "core:watchdog");
+    assert_eq!(all[0].occurred_at, t);
+    let payload: serde_json::Value = serde_json::from_str(&all[0].payload).expect("payload is JSON");
+    assert_eq!(
+        (payload["from"].as_str(), payload["to"].as_str()),
+        (Some("live"), Some("stale"))
+    );
+    let after = b.store().load_control_events(seqs[1], 100).await.expect("load");
+    assert_eq!(after.iter().map(|e| e.seq).collect::<Vec<_>>(), third);
+    assert_eq!(
+        b.store().load_control_events(0, 1).await.expect("load").len(),
+        1,
+        "limit"
+    );
 }

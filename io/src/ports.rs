@@ -8,8 +8,8 @@ use std::future::Future;
 
 use bytes::Bytes;
 use sentinel_core::{
-    Batch, BatchId, CommitReport, Delivery, DeliveryTag, Micros, PointState, RegistrySnapshot, RestoredState,
-    RetentionClass,
+    Batch, BatchId, CommitReport, ControlEvent, Delivery, DeliveryTag, Micros, PointState, RegistrySnapshot,
+    RestoredState, RetentionClass,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -134,6 +134,23 @@ pub const LOCK_SESSION_NAME_PREFIX: &str = "sentinel-core epoch ";
 /// The lock session's application name before it has taken the lock and learned its epoch.
 pub const LOCK_SESSION_NAME_UNLOCKED: &str = "sentinel-core";
 
+/// One row of `control_event`, as stored (ingest spec, "Two logs").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredControlEvent {
+    pub seq: i64,
+    pub occurred_at: Micros,
+    pub kind: String,
+    pub point_id: Option<String>,
+    pub principal: String,
+    pub core_epoch: u32,
+    /// The payload as JSON text.
+    pub payload: String,
+    pub registry_version: i32,
+}
+
+/// Most control events one [`Store::load_control_events`] call returns.
+pub const CONTROL_EVENTS_LOAD_MAX: usize = 100_000;
+
 /// Holding the single-writer lock. Dropping it releases the lock.
 pub trait Lease: Send + 'static {
     /// The epoch this acquisition incremented to.
@@ -179,6 +196,21 @@ pub trait Store: Clone + Send + Sync + 'static {
         epoch: u32,
         states: Vec<PointState>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Writes control events in one transaction fenced on `epoch`; returns the `seq` the log
+    /// gave each, in order. Every event carries `epoch` as its `core_epoch`.
+    fn write_control_events(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+    ) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
+
+    /// Control events with `seq > after_seq`, ascending, at most `limit` (restart step 4).
+    fn load_control_events(
+        &self,
+        after_seq: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StoredControlEvent>, StoreError>> + Send;
 
     /// Records how long each startup step of the acquisition that took `epoch` ran, fenced on
     /// `epoch` like every other write.

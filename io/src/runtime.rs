@@ -4,7 +4,8 @@
 //!
 //! Owns: overlapping fetches with commits (a fetcher task asked for at most the core's accept
 //! budget), running up to `inflight_batches_max` commits concurrently, writing checkpoints one
-//! at a time in order, the periodic lock ownership check, and turning the core's `Exit` into a
+//! at a time in order, writing control events one at a time in order, reading the consumer's
+//! lag for the core's watchdog, the periodic lock ownership check, and turning the core's `Exit` into a
 //! return value. It decides nothing about ordering: acks and publishes happen exactly where the
 //! core emitted them.
 
@@ -34,6 +35,8 @@ pub struct RuntimeConfig {
     pub lock_check_interval_ms: u64,
     /// How often a progress line is logged.
     pub progress_interval_ms: u64,
+    /// How often the consumer's lag is read and handed to the core (watchdog suppression).
+    pub lag_poll_interval_ms: u64,
     /// Consecutive failed fetches tolerated before the runtime gives up.
     pub fetch_failures_max: u32,
 }
@@ -46,6 +49,7 @@ impl Default for RuntimeConfig {
             fetch_wait_ms: 100,
             lock_check_interval_ms: 1_000,
             progress_interval_ms: 10_000,
+            lag_poll_interval_ms: 1_000,
             fetch_failures_max: 30,
         }
     }
@@ -126,6 +130,12 @@ where
     let (checkpoint_tx, checkpoint_rx) = mpsc::unbounded_channel();
     let (checkpoint_done_tx, mut checkpoint_done_rx) = mpsc::unbounded_channel::<Result<(), StoreError>>();
     let checkpointer = tokio::spawn(checkpoint_loop(store.clone(), checkpoint_rx, checkpoint_done_tx));
+    // Control-event writes, one at a time in order; their answers come back as inputs.
+    let (control_tx, control_rx) = mpsc::unbounded_channel();
+    let (control_done_tx, mut control_done_rx) = mpsc::unbounded_channel::<Input>();
+    let controller = tokio::spawn(control_loop(store.clone(), control_rx, control_done_tx));
+    let mut lag_poll = tokio::time::interval(Duration::from_millis(config.lag_poll_interval_ms));
+    lag_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let mut lock_check = tokio::time::interval(Duration::from_millis(config.lock_check_interval_ms));
     lock_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -143,7 +153,9 @@ where
         if let Some(input) = input.take() {
             core.handle(clock.now(), input);
             while let Some(effect) = core.poll_effect() {
-                if let Some(reason) = execute(effect, &bus, &store, &mut commits, &checkpoint_tx).await {
+                if let Some(reason) =
+                    execute(effect, &bus, &store, &mut commits, &checkpoint_tx, &control_tx).await
+                {
                     break 'run reason;
                 }
             }
@@ -180,6 +192,7 @@ where
                     Input::CommitFailed { batch, fenced }
                 }
             },
+            Some(answer) = control_done_rx.recv() => answer,
             Some(result) = checkpoint_done_rx.recv() => match result {
                 Ok(()) => continue,
                 Err(e) => {
@@ -221,6 +234,18 @@ where
                     }
                 }
             },
+            _ = lag_poll.tick() => match bus.lag().await {
+                Ok(lag) => Input::Lag {
+                    pending: lag.pending,
+                    oldest_unacked_age_ms: lag.oldest_unacked_age_ms,
+                },
+                Err(e) => {
+                    // Without a reading the suppression keeps its last state; fetch failures
+                    // are what decide whether the bus is gone.
+                    warn!(error = %e, "reading consumer lag failed");
+                    continue;
+                }
+            },
             _ = progress.tick() => {
                 let m = core.metrics();
                 info!(
@@ -240,6 +265,7 @@ where
 
     fetcher.abort();
     commits.abort_all();
+    controller.abort();
     // An orderly exit waits for its final checkpoint; a failure exit does not.
     drop(checkpoint_tx);
     if exit.code == 0 {
@@ -260,6 +286,7 @@ async fn execute<B: Bus, S: Store>(
     store: &S,
     commits: &mut JoinSet<CommitResult>,
     checkpoints: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::PointState>)>,
+    controls: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::ControlEvent>)>,
 ) -> Option<ExitReason> {
     match effect {
         Effect::Commit(batch) => {
@@ -287,6 +314,10 @@ async fn execute<B: Bus, S: Store>(
         Effect::Checkpoint { epoch, states } => {
             let _ = checkpoints.send((epoch, states));
         }
+        Effect::Control { epoch, events } => {
+            debug!(events = events.len(), epoch, "control events");
+            let _ = controls.send((epoch, events));
+        }
         Effect::Exit(reason) => return Some(reason),
     }
     None
@@ -301,6 +332,27 @@ async fn fetch_loop<C: Consumer>(
     while let Some(max) = requests.recv().await {
         let result = consumer.fetch(max, wait_ms).await;
         if fetched.send(result).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn control_loop<S: Store>(
+    store: S,
+    mut queue: mpsc::UnboundedReceiver<(u32, Vec<sentinel_core::ControlEvent>)>,
+    done: mpsc::UnboundedSender<Input>,
+) {
+    while let Some((epoch, events)) = queue.recv().await {
+        let answer = match store.write_control_events(epoch, events.clone()).await {
+            Ok(seqs) => Input::ControlCommitted(sentinel_core::ControlReport { events, seqs }),
+            Err(e) => {
+                error!(error = %e, "control-event write failed");
+                Input::ControlFailed {
+                    fenced: matches!(e, StoreError::Fenced { .. }),
+                }
+            }
+        };
+        if done.send(answer).is_err() {
             return;
         }
     }

@@ -2,6 +2,9 @@
 //! "Restart" steps 1–3): take the lock, increment the epoch, load the registry, restore the
 //! projection, and only then bind the consumer. Shared by `sentinel run` and the demo.
 //!
+//! Then restart steps 4–8 (control-event replay, derived windows, durable timers, drivers,
+//! warmup), each timed.
+//!
 //! Owns: the order of those steps and their timings. Nothing may bind the consumer before the
 //! lock is held; a core that cannot take the lock returns `LockHeld` without touching the bus.
 //! Once the consumer is bound the timings are recorded in the store against this acquisition's
@@ -16,7 +19,7 @@ use sentinel_core::{Config, Core, RetentionClass};
 use tracing::info;
 
 use crate::clock::Clock;
-use crate::ports::{Bus, BusError, Lease, StartupStep, Store, StoreError};
+use crate::ports::{Bus, BusError, CONTROL_EVENTS_LOAD_MAX, Lease, StartupStep, Store, StoreError};
 use crate::registry_dir;
 
 /// How long each startup step took, in the order they ran.
@@ -124,10 +127,44 @@ pub async fn start<B: Bus, S: Store>(
         .map_err(|e| StartError::Core(e.to_string()))?;
     timings.record("restore_projection", step);
 
-    // Only now, holding the lock, may the consumer be bound.
+    // Only now, holding the lock, may the consumer be bound (restart step 3: it resumes from
+    // its ack position).
     let step = Instant::now();
     let consumer = bus.bind().await?;
     timings.record("bind_consumer", step);
+
+    // Restart step 4: the control log above each point's watermark.
+    let mut core = core;
+    let step = Instant::now();
+    let events = store
+        .load_control_events(core.control_watermark(), CONTROL_EVENTS_LOAD_MAX)
+        .await?;
+    let replayed = core.replay_control_events(
+        events
+            .iter()
+            .filter_map(|e| e.point_id.as_deref().map(|point| (point, e.seq))),
+    );
+    timings.record("replay_control_events", step);
+    info!(read = events.len(), replayed, "control events replayed");
+
+    // Restart step 5: no derived points exist yet (Watchdog & Derived Points is not built), so
+    // there are no windows to query; the step is still timed so the record has its slot.
+    let step = Instant::now();
+    timings.record("rehydrate_derived_windows", step);
+
+    // Restart step 6: freshness deadlines from the restored projection.
+    let step = Instant::now();
+    let armed = core.rehydrate_timers();
+    timings.record("rehydrate_timers", step);
+    info!(armed, "freshness deadlines armed");
+
+    // Restart steps 7–8: drivers run as their own processes on the driver hosts and reconnect
+    // by themselves, and no rules exist to leave warmup; the watchdog's startup grace is what
+    // this core does instead. Both steps are timed so a later implementation has its slot.
+    let step = Instant::now();
+    timings.record("start_drivers", step);
+    let step = Instant::now();
+    timings.record("warmup", step);
 
     // Recorded after binding so the record covers the whole cold start. Fenced: a core that
     // has already been replaced fails here rather than starting to ingest.

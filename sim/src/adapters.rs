@@ -15,12 +15,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sentinel_core::{
-    Batch, CommitReport, Delivery, DeliveryTag, PointState, RegistrySnapshot, RestoredState, RetentionClass,
+    Batch, CommitReport, ControlEvent, Delivery, DeliveryTag, PointState, RegistrySnapshot, RestoredState,
+    RetentionClass,
 };
 use sentinel_io::bus::MemoryConsumer;
 use sentinel_io::ports::{
     Bus, BusError, CommitError, Consumer, Lag, Lease, RegistryLoad, StartupStep, Store, StoreError,
-    StoredRegistry,
+    StoredControlEvent, StoredRegistry,
 };
 use sentinel_io::store::MemoryLease;
 
@@ -333,6 +334,40 @@ impl Store for SimStore {
             .checker
             .on_write("a checkpoint", epoch, epoch_at_write, now);
         Ok(())
+    }
+
+    async fn write_control_events(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.enter().await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        let stamps: Vec<u32> = events.iter().map(|e| e.core_epoch).collect();
+        let seqs = self.world.store.write_control_events(epoch, events).await?;
+        let now = self.world.now();
+        let mut inner = self.world.lock();
+        inner
+            .checker
+            .on_control_events(epoch, &stamps, &seqs, epoch_at_write, now);
+        inner.trace.event(
+            now,
+            format_args!(
+                "{} wrote {} control events (epoch {epoch})",
+                self.incarnation.core.host(),
+                seqs.len()
+            ),
+        );
+        Ok(seqs)
+    }
+
+    async fn load_control_events(
+        &self,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredControlEvent>, StoreError> {
+        self.enter().await?;
+        self.world.store.load_control_events(after_seq, limit).await
     }
 
     async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {

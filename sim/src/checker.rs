@@ -53,6 +53,9 @@ pub struct Checker {
     committed_keys: BTreeSet<Key3>,
     quarantined_seqs: BTreeSet<u64>,
     published_keys: BTreeSet<Key3>,
+    /// `seq`s of committed control events, and those a transition was published for.
+    committed_controls: BTreeSet<i64>,
+    published_controls: BTreeSet<i64>,
     fold: BTreeMap<Arc<str>, FoldHead>,
     last_epoch: u32,
     /// Per core epoch, when its projection was last fully checked.
@@ -151,12 +154,48 @@ impl Checker {
         }
     }
 
+    /// Invariant 6 for control events: written under the current epoch, each stamped with
+    /// its writer's epoch.
+    pub fn on_control_events(
+        &mut self,
+        epoch: u32,
+        stamps: &[u32],
+        seqs: &[i64],
+        epoch_at_write: u32,
+        at: Micros,
+    ) {
+        self.on_write("a control-event write", epoch, epoch_at_write, at);
+        if let Some(stamp) = stamps.iter().find(|&&s| s != epoch) {
+            self.fail(
+                6,
+                at,
+                format!("a control event stamped with epoch {stamp} written by epoch {epoch}"),
+            );
+        }
+        self.committed_controls.extend(seqs.iter().copied());
+    }
+
     /// Invariant 4, as a transition reaches the bus.
     pub fn on_transition(&mut self, payload: &[u8], at: Micros) {
         self.transitions += 1;
-        let Some(key) = transition_key(payload) else {
-            self.fail(4, at, "a transition without a readable key".into());
-            return;
+        let key = match transition_identity(payload) {
+            Some(Identity::Row(key)) => key,
+            Some(Identity::Control(seq)) => {
+                if !self.committed_controls.contains(&seq) {
+                    self.fail(
+                        4,
+                        at,
+                        format!("transition for control event {seq}, which is not committed"),
+                    );
+                } else if !self.published_controls.insert(seq) {
+                    self.fail(4, at, format!("a second transition for control event {seq}"));
+                }
+                return;
+            }
+            None => {
+                self.fail(4, at, "a transition with neither a key nor a control seq".into());
+                return;
+            }
         };
         if !self.committed_keys.contains(&key) {
             self.fail(
@@ -232,12 +271,33 @@ impl Checker {
     }
 }
 
-fn transition_key(payload: &[u8]) -> Option<Key3> {
-    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
-    let key = value.get("key")?;
-    Some((
-        Arc::from(key.get("driver_instance")?.as_str()?),
-        u32::try_from(key.get("source_epoch")?.as_u64()?).ok()?,
-        key.get("source_seq")?.as_u64()?,
-    ))
+enum Identity {
+    Row(Key3),
+    Control(i64),
+}
+
+/// What caused a transition: a row's message key or a control event's seq (DESIGN.md §2).
+fn transition_identity(payload: &[u8]) -> Option<Identity> {
+    #[derive(serde::Deserialize)]
+    struct Wire<'a> {
+        #[serde(borrow)]
+        key: Option<KeyWire<'a>>,
+        control_seq: Option<i64>,
+    }
+    #[derive(serde::Deserialize)]
+    struct KeyWire<'a> {
+        driver_instance: &'a str,
+        source_epoch: u32,
+        source_seq: u64,
+    }
+    let wire: Wire<'_> = serde_json::from_slice(payload).ok()?;
+    match (wire.key, wire.control_seq) {
+        (Some(key), None) => Some(Identity::Row((
+            Arc::from(key.driver_instance),
+            key.source_epoch,
+            key.source_seq,
+        ))),
+        (None, Some(seq)) => Some(Identity::Control(seq)),
+        _ => None,
+    }
 }

@@ -145,7 +145,7 @@ impl Settings {
             malformed_permille: rng.between(0, 10),
             unknown_permille: rng.between(0, 10),
             misassigned_permille: rng.between(0, 10),
-            tick_ms: 200,
+            tick_ms: 500,
             active,
         }
     }

@@ -369,6 +369,11 @@ impl Harness {
                 Effect::Checkpoint { epoch, .. } => {
                     assert_eq!(epoch, EPOCH, "checkpoint on the wrong epoch");
                 }
+                Effect::Control { epoch, events } => {
+                    // Watchdog events: stamped with the writer's epoch, never answered here.
+                    assert_eq!(epoch, EPOCH, "control events on the wrong epoch");
+                    assert!(events.iter().all(|e| e.core_epoch == EPOCH));
+                }
                 Effect::Exit(reason) => {
                     assert!(self.shutdown_sent, "Exit without Shutdown: {reason:?}");
                     assert_eq!(reason, ExitReason::CLEAN, "unclean exit after Shutdown");

@@ -24,15 +24,15 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use sentinel_core::{
-    Batch, CommitReport, LogHead, Micros, ObsKey, ObsRow, PointState, QuarantineReason, RegistrySnapshot,
-    RestoredState, RetentionClass,
+    Batch, CommitReport, ControlEvent, LogHead, Micros, ObsKey, ObsRow, PointState, QuarantineReason,
+    RegistrySnapshot, RestoredState, RetentionClass,
 };
 
 use super::ClassCounts;
 use crate::clock::{Clock, SystemClock};
 use crate::ports::{
-    ColdStart, CommitError, Lease, RegistryLoad, StartupStep, Store, StoreError, StoredRegistry,
-    lock_session_name,
+    ColdStart, CommitError, Lease, RegistryLoad, StartupStep, Store, StoreError, StoredControlEvent,
+    StoredRegistry, lock_session_name,
 };
 
 /// A quarantine entry as the model stores it (the `quarantine` table's columns).
@@ -89,6 +89,8 @@ struct Model {
     cold_starts: BTreeMap<u32, ColdStart>,
     /// Planted bug (simulator tests only): `commit` skips the epoch fence.
     commit_unfenced: bool,
+    /// The `control_event` table, ascending by `seq`.
+    control_events: Vec<StoredControlEvent>,
 }
 
 impl Model {
@@ -146,6 +148,7 @@ impl MemoryStore {
                 blobs: BTreeMap::new(),
                 cold_starts: BTreeMap::new(),
                 commit_unfenced: false,
+                control_events: Vec::new(),
             })),
             clock,
         }
@@ -228,6 +231,11 @@ impl MemoryStore {
     /// Every acquisition and its cold start, ascending by epoch.
     pub fn cold_starts(&self) -> Vec<ColdStart> {
         lock(&self.model).cold_starts.values().cloned().collect()
+    }
+
+    /// The `control_event` table, ascending by `seq`.
+    pub fn control_events(&self) -> Vec<StoredControlEvent> {
+        lock(&self.model).control_events.clone()
     }
 
     /// The checkpoint table, ordered by point id.
@@ -530,6 +538,54 @@ impl Store for MemoryStore {
             model.point_state.insert(state.point_id.clone(), state);
         }
         Ok(())
+    }
+
+    async fn write_control_events(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+    ) -> Result<Vec<i64>, StoreError> {
+        let mut model = lock(&self.model);
+        model.fence(epoch)?;
+        let mut seqs = Vec::with_capacity(events.len());
+        for event in events {
+            // The NOT NULL core_epoch is the writer's: an event naming another epoch is a bug.
+            if event.core_epoch != epoch {
+                return Err(StoreError::Other(format!(
+                    "control event stamped with epoch {} written under epoch {epoch}",
+                    event.core_epoch
+                )));
+            }
+            let seq = model.control_events.last().map_or(1, |e| e.seq + 1);
+            model.control_events.push(StoredControlEvent {
+                seq,
+                occurred_at: event.occurred_at,
+                kind: event.kind.as_str().to_owned(),
+                point_id: Some(event.point_id.to_string()),
+                principal: event.principal.to_owned(),
+                core_epoch: event.core_epoch,
+                payload: event.payload_json(),
+                registry_version: event.registry_version,
+            });
+            seqs.push(seq);
+        }
+        Ok(seqs)
+    }
+
+    async fn load_control_events(
+        &self,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredControlEvent>, StoreError> {
+        let model = lock(&self.model);
+        let limit = limit.min(crate::ports::CONTROL_EVENTS_LOAD_MAX);
+        Ok(model
+            .control_events
+            .iter()
+            .filter(|e| e.seq > after_seq)
+            .take(limit)
+            .cloned()
+            .collect())
     }
 
     async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sentinel_core::{
-    Batch, CanonicalValue, CommitReport, LogHead, Micros, ObsKey, ObsRow, PointState, Quality,
+    Batch, CanonicalValue, CommitReport, ControlEvent, LogHead, Micros, ObsKey, ObsRow, PointState, Quality,
     QuarantineEntry, QuarantineReason, RegistrySnapshot, RestoredState, RetentionClass,
 };
 use sqlx::migrate::{Migrate, Migrator};
@@ -27,7 +27,7 @@ use time::OffsetDateTime;
 use super::ClassCounts;
 use crate::ports::{
     ColdStart, CommitError, LOCK_SESSION_NAME_PREFIX, LOCK_SESSION_NAME_UNLOCKED, Lease, RegistryLoad,
-    StartupStep, Store, StoreError, StoredRegistry,
+    StartupStep, Store, StoreError, StoredControlEvent, StoredRegistry,
 };
 
 /// The single-writer advisory lock key: ASCII "SENTINEL". The partition function uses a
@@ -296,6 +296,18 @@ fn heads_sql(class: RetentionClass) -> &'static str {
 }
 
 const FENCE: &str = "SELECT epoch FROM core_epoch WHERE singleton FOR SHARE";
+
+/// Control events in input order: `seq` is drawn as rows are inserted in `ord` order, and the
+/// outer ORDER BY returns them in that order.
+const INSERT_CONTROL_EVENTS: &str = "\
+WITH ins AS ( \
+  INSERT INTO control_event (occurred_at, kind, point_id, principal, core_epoch, payload, registry_version) \
+  SELECT o, k, p, pr, $5, pl::jsonb, rv \
+  FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::text[], $6::text[], $7::int[]) \
+       WITH ORDINALITY AS t(o, k, p, pr, pl, rv, ord) \
+  ORDER BY ord \
+  RETURNING seq) \
+SELECT seq FROM ins ORDER BY seq";
 
 const UPSERT_POINT_STATE: &str = "INSERT INTO point_state \
      (point_id, value_num, value_bool, value_text, quality, reason, observed_at, ingested_at, \
@@ -777,6 +789,101 @@ impl PgStore {
         tx.commit().await.map_err(db_error("committing the checkpoint"))?;
         tracing::debug!(states = n, epoch, "checkpoint committed");
         Ok(())
+    }
+
+    async fn write_control_events_inner(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+    ) -> Result<Vec<i64>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let epoch_db = epoch_to_db(epoch)?;
+        let n = events.len();
+        let mut occurred = Vec::with_capacity(n);
+        let mut kinds = Vec::with_capacity(n);
+        let mut points = Vec::with_capacity(n);
+        let mut principals = Vec::with_capacity(n);
+        let mut payloads = Vec::with_capacity(n);
+        let mut versions = Vec::with_capacity(n);
+        for event in &events {
+            // core_epoch is NOT NULL and must be the writer's own (core runtime spec).
+            if event.core_epoch != epoch {
+                return Err(StoreError::Other(format!(
+                    "control event stamped with epoch {} written under epoch {epoch}",
+                    event.core_epoch
+                )));
+            }
+            occurred.push(to_odt(event.occurred_at)?);
+            kinds.push(event.kind.as_str());
+            points.push(&*event.point_id);
+            principals.push(event.principal);
+            payloads.push(event.payload_json());
+            versions.push(event.registry_version);
+        }
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(db_error("beginning the control-event transaction"))?;
+        fence(&mut tx, epoch).await?;
+        let seqs: Vec<i64> = sqlx::query_scalar(INSERT_CONTROL_EVENTS)
+            .bind(occurred)
+            .bind(kinds)
+            .bind(points)
+            .bind(principals)
+            .bind(epoch_db)
+            .bind(payloads)
+            .bind(versions)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error("inserting control events"))?;
+        tx.commit().await.map_err(db_error("committing control events"))?;
+        debug_assert_eq!(seqs.len(), n);
+        tracing::debug!(events = n, epoch, "control events committed");
+        Ok(seqs)
+    }
+
+    async fn load_control_events_inner(
+        &self,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredControlEvent>, StoreError> {
+        let limit = limit.min(crate::ports::CONTROL_EVENTS_LOAD_MAX) as i64;
+        let rows = sqlx::query(
+            "SELECT seq, occurred_at, kind, point_id, principal, core_epoch, payload::text AS payload, \
+             registry_version FROM control_event WHERE seq > $1 ORDER BY seq LIMIT $2",
+        )
+        .bind(after_seq)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error("loading control events"))?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredControlEvent {
+                    seq: row
+                        .try_get("seq")
+                        .map_err(db_error("reading control_event.seq"))?,
+                    occurred_at: from_odt(
+                        row.try_get("occurred_at")
+                            .map_err(db_error("reading occurred_at"))?,
+                    ),
+                    kind: row.try_get("kind").map_err(db_error("reading kind"))?,
+                    point_id: row.try_get("point_id").map_err(db_error("reading point_id"))?,
+                    principal: row.try_get("principal").map_err(db_error("reading principal"))?,
+                    core_epoch: row
+                        .try_get::<i32, _>("core_epoch")
+                        .map_err(db_error("reading core_epoch"))?
+                        .max(0) as u32,
+                    payload: row.try_get("payload").map_err(db_error("reading payload"))?,
+                    registry_version: row
+                        .try_get("registry_version")
+                        .map_err(db_error("reading registry_version"))?,
+                })
+            })
+            .collect()
     }
 
     async fn store_registry_inner(&self, snapshot: &RegistrySnapshot) -> Result<RegistryLoad, StoreError> {
@@ -1402,6 +1509,22 @@ impl Store for PgStore {
 
     async fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
         self.checkpoint_inner(epoch, states).await
+    }
+
+    async fn write_control_events(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.write_control_events_inner(epoch, events).await
+    }
+
+    async fn load_control_events(
+        &self,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredControlEvent>, StoreError> {
+        self.load_control_events_inner(after_seq, limit).await
     }
 
     async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
