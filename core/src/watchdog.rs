@@ -3,8 +3,9 @@
 //! smallest real version of Watchdog & Derived Points the exit criteria need).
 //!
 //! Owns: each point's deadline (`observed_at` of its latest row plus the registry's
-//! `freshness_s`), and when expiries may fire. Expiry is suppressed during the startup grace
-//! and while ingest lag is high: in both cases the absence of data is a fact about the core,
+//! `freshness_s`), and when expiries may fire. Expiry is suppressed during the startup grace,
+//! until the first lag reading arrives (a core that has not yet asked the consumer does not
+//! know whether it is draining a backlog), and while ingest lag is high: in both cases the absence of data is a fact about the core,
 //! not about the device, and reporting it as device staleness would be a lie. A suppressed
 //! deadline is not lost; it fires once suppression ends, if no current data arrived.
 //!
@@ -22,8 +23,9 @@ pub struct Watchdog {
     by_point: Vec<Option<Micros>>,
     /// No expiry fires before this (startup grace).
     grace_until: Micros,
-    /// Ingest lag is high: no expiry fires.
-    lag_high: bool,
+    /// The last lag reading said lag is high (`None`: no reading yet). Either way no expiry
+    /// fires.
+    lag_high: Option<bool>,
 }
 
 impl Watchdog {
@@ -32,7 +34,7 @@ impl Watchdog {
             deadlines: BTreeSet::new(),
             by_point: vec![None; points],
             grace_until,
-            lag_high: false,
+            lag_high: None,
         }
     }
 
@@ -60,22 +62,23 @@ impl Watchdog {
     }
 
     pub fn set_lag_high(&mut self, high: bool) {
-        self.lag_high = high;
+        self.lag_high = Some(high);
     }
 
+    /// High, or not yet known.
     pub fn lag_high(&self) -> bool {
-        self.lag_high
+        self.lag_high != Some(false)
     }
 
     pub fn suppressed(&self, now: Micros) -> bool {
-        self.lag_high || now < self.grace_until
+        self.lag_high() || now < self.grace_until
     }
 
     /// When the caller should next tick for the watchdog: the earliest deadline, or the end
     /// of the grace if that is later; nothing while lag holds expiries back (a lag reading
     /// wakes the core anyway).
     pub fn next_deadline(&self) -> Option<Micros> {
-        if self.lag_high {
+        if self.lag_high() {
             return None;
         }
         let (earliest, _) = self.deadlines.first()?;
@@ -117,6 +120,7 @@ mod tests {
     #[test]
     fn deadlines_fire_in_order_and_only_once_due() {
         let mut w = Watchdog::new(3, T0);
+        w.set_lag_high(false);
         w.arm(PointIdx(2), T0.add_ms(200));
         w.arm(PointIdx(0), T0.add_ms(100));
         w.arm(PointIdx(1), T0.add_ms(300));
@@ -139,6 +143,9 @@ mod tests {
     fn grace_and_lag_hold_expiries_back_without_losing_them() {
         let mut w = Watchdog::new(1, T0.add_ms(60_000));
         w.arm(PointIdx(0), T0.add_ms(10));
+        assert!(w.expired(T0.add_ms(30_000), 10).is_empty(), "no lag reading yet");
+        assert_eq!(w.next_deadline(), None);
+        w.set_lag_high(false);
         assert!(w.expired(T0.add_ms(30_000), 10).is_empty(), "grace");
         assert_eq!(
             w.next_deadline(),
@@ -159,6 +166,7 @@ mod tests {
     #[test]
     fn one_tick_fires_at_most_max() {
         let mut w = Watchdog::new(5, T0);
+        w.set_lag_high(false);
         for i in 0..5 {
             w.arm(PointIdx(i), T0.add_ms(i as i64));
         }

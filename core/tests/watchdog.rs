@@ -23,6 +23,17 @@ fn temp_at(seq: u64, value: &str, observed: Micros, ingested: Micros) -> sentine
     delivery_at(seq, A, &payload, ingested)
 }
 
+/// The consumer reports no lag: the watchdog may fire once the grace has passed.
+fn no_lag(core: &mut Core, now: Micros) {
+    core.handle(
+        now,
+        Input::Lag {
+            pending: 0,
+            oldest_unacked_age_ms: None,
+        },
+    );
+}
+
 /// Delivers, commits everything, and returns the effects of the commit.
 fn ingest(core: &mut Core, delivery: sentinel_core::Delivery) -> Vec<Effect> {
     let batch = deliver_and_flush(core, vec![delivery]);
@@ -55,6 +66,7 @@ fn published(effects: &[Effect]) -> Vec<serde_json::Value> {
 #[test]
 fn an_expired_deadline_writes_a_control_event_before_the_point_goes_stale() {
     let mut core = core();
+    no_lag(&mut core, T0);
     ingest(&mut core, temp_at(1, "71.6", T0, T0));
     assert_eq!(
         core.point_state("plant.temp").expect("point").quality,
@@ -231,6 +243,7 @@ fn the_startup_grace_holds_restored_points_back() {
     };
     let mut core = Core::new(sentinel_core::Config::default(), registry(), 6, &restored, T0).expect("core");
     core.rehydrate_timers();
+    no_lag(&mut core, T0);
     drain(&mut core);
     core.handle(T0.add_ms(GRACE_MS - 1), Input::Tick);
     assert!(controls(&drain(&mut core)).is_empty(), "within the grace");
@@ -251,6 +264,7 @@ fn the_startup_grace_holds_restored_points_back() {
 #[test]
 fn a_row_that_lands_while_the_event_is_at_the_store_supersedes_it() {
     let mut core = core();
+    no_lag(&mut core, T0);
     ingest(&mut core, temp_at(1, "71.6", T0, T0));
     let expired_at = T0.add_ms(FRESHNESS_MS + 1);
     core.handle(expired_at, Input::Tick);
@@ -269,6 +283,19 @@ fn a_row_that_lands_while_the_event_is_at_the_store_supersedes_it() {
     assert!(published(&effects).is_empty(), "{effects:?}");
     let state = core.point_state("plant.temp").expect("point");
     assert_eq!((state.quality, state.watermark_seq), (Quality::Live, Some(7)));
+}
+
+#[test]
+fn no_staleness_before_the_first_lag_reading() {
+    let mut core = core();
+    ingest(&mut core, temp_at(1, "71.6", T0, T0));
+    core.handle(T0.add_ms(10 * FRESHNESS_MS), Input::Tick);
+    assert!(
+        controls(&drain(&mut core)).is_empty(),
+        "lag unknown: maybe draining a backlog"
+    );
+    no_lag(&mut core, T0.add_ms(10 * FRESHNESS_MS));
+    assert_eq!(controls(&drain(&mut core)).len(), 1);
 }
 
 #[test]

@@ -31,6 +31,21 @@ struct Cli {
     command: Command,
 }
 
+/// The freshness watchdog's suppression (core runtime spec, "A slow core must not look like
+/// a dead fleet").
+#[derive(clap::Args, Clone)]
+struct WatchdogArgs {
+    /// No staleness for this long after the core starts.
+    #[arg(long, default_value_t = 60_000)]
+    startup_grace_ms: u64,
+    /// Staleness is suppressed while at least this many messages are pending...
+    #[arg(long, default_value_t = 5_000)]
+    lag_high_pending: u64,
+    /// ...or while the oldest unacked message is at least this old.
+    #[arg(long, default_value_t = 30_000)]
+    lag_high_age_ms: u64,
+}
+
 #[derive(clap::Args, Clone)]
 struct DbArgs {
     /// PostgreSQL connection URL.
@@ -80,6 +95,8 @@ enum Command {
         /// noticed within about this long (core runtime spec, "Losing the lock while running").
         #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
         lock_check_interval_ms: u64,
+        #[command(flatten)]
+        watchdog: WatchdogArgs,
     },
     /// Run the whole core on in-memory models with a synthetic fleet; needs no services.
     Demo {
@@ -187,6 +204,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             ack_wait_ms,
             inflight_batches_max,
             lock_check_interval_ms,
+            watchdog,
         } => {
             let runtime_config = RuntimeConfig {
                 lock_check_interval_ms,
@@ -198,6 +216,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 registry,
                 ack_wait_ms,
                 inflight_batches_max,
+                watchdog,
                 runtime_config,
             )
             .await
@@ -232,6 +251,7 @@ async fn run(
     registry: Option<PathBuf>,
     ack_wait_ms: u64,
     inflight_batches_max: usize,
+    watchdog: WatchdogArgs,
     runtime_config: RuntimeConfig,
 ) -> anyhow::Result<ExitCode> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -252,6 +272,9 @@ async fn run(
         .context("ensuring the observation stream")?;
     let config = Config {
         inflight_batches_max,
+        startup_grace_ms: i64::try_from(watchdog.startup_grace_ms).context("--startup-grace-ms")?,
+        lag_high_pending: watchdog.lag_high_pending,
+        lag_high_age_ms: watchdog.lag_high_age_ms,
         ..Config::default()
     };
     let started = match startup::start(&bus, &store, registry.as_deref(), config, clock.as_ref()).await {

@@ -64,11 +64,28 @@ impl Env {
 /// A message key: `(driver_instance, source_epoch, source_seq)`.
 pub type MessageKey = (String, u64, u64);
 
-/// Transitions on `state.>`: how often each message key was published, and by which epoch.
+/// One transition as a subscriber saw it.
+#[derive(Clone, Debug)]
+pub struct TransitionSeen {
+    pub point_id: String,
+    pub quality: String,
+    /// RFC 3339, as published.
+    pub observed_at: String,
+    /// Set for a watchdog transition (no message key).
+    pub control_seq: Option<i64>,
+    pub core_epoch: u64,
+    /// When the subscriber received it.
+    pub received_at: std::time::Instant,
+}
+
+/// Transitions on `state.>`: how often each message key was published, and by which epoch;
+/// watchdog transitions (identified by their control event) are counted per control seq.
 #[derive(Clone, Default)]
 pub struct Transitions {
     by_key: Arc<Mutex<BTreeMap<MessageKey, u32>>>,
+    by_control_seq: Arc<Mutex<BTreeMap<i64, u32>>>,
     by_epoch: Arc<Mutex<BTreeMap<u64, u64>>>,
+    seen: Arc<Mutex<Vec<TransitionSeen>>>,
 }
 
 impl Transitions {
@@ -84,17 +101,31 @@ impl Transitions {
             while let Some(message) = sub.next().await {
                 let t: serde_json::Value =
                     serde_json::from_slice(&message.payload).expect("transition is JSON");
-                let key = (
-                    t["key"]["driver_instance"]
-                        .as_str()
-                        .expect("key.driver_instance")
-                        .to_owned(),
-                    t["key"]["source_epoch"].as_u64().expect("key.source_epoch"),
-                    t["key"]["source_seq"].as_u64().expect("key.source_seq"),
-                );
+                let control_seq = t["control_seq"].as_i64();
+                match control_seq {
+                    Some(seq) => *sink.by_control_seq.lock().expect("lock").entry(seq).or_default() += 1,
+                    None => {
+                        let key = (
+                            t["key"]["driver_instance"]
+                                .as_str()
+                                .expect("key.driver_instance")
+                                .to_owned(),
+                            t["key"]["source_epoch"].as_u64().expect("key.source_epoch"),
+                            t["key"]["source_seq"].as_u64().expect("key.source_seq"),
+                        );
+                        *sink.by_key.lock().expect("lock").entry(key).or_default() += 1;
+                    }
+                }
                 let epoch = t["core_epoch"].as_u64().expect("core_epoch");
-                *sink.by_key.lock().expect("lock").entry(key).or_default() += 1;
                 *sink.by_epoch.lock().expect("lock").entry(epoch).or_default() += 1;
+                sink.seen.lock().expect("lock").push(TransitionSeen {
+                    point_id: t["point_id"].as_str().unwrap_or_default().to_owned(),
+                    quality: t["quality"].as_str().unwrap_or_default().to_owned(),
+                    observed_at: t["observed_at"].as_str().unwrap_or_default().to_owned(),
+                    control_seq,
+                    core_epoch: epoch,
+                    received_at: std::time::Instant::now(),
+                });
             }
         });
         transitions
@@ -102,12 +133,26 @@ impl Transitions {
 
     /// Every transition seen, duplicates included.
     pub fn total(&self) -> u64 {
-        self.by_key
+        let rows: u64 = self
+            .by_key
             .lock()
             .expect("lock")
             .values()
             .map(|&n| u64::from(n))
-            .sum()
+            .sum();
+        let controls: u64 = self
+            .by_control_seq
+            .lock()
+            .expect("lock")
+            .values()
+            .map(|&n| u64::from(n))
+            .sum();
+        rows + controls
+    }
+
+    /// Every transition seen so far, in arrival order.
+    pub fn seen(&self) -> Vec<TransitionSeen> {
+        self.seen.lock().expect("lock").clone()
     }
 
     /// The transitions published by the core of `epoch`.
@@ -127,6 +172,12 @@ impl Transitions {
         assert!(
             twice.is_empty(),
             "transitions published more than once: {twice:?}"
+        );
+        let controls = self.by_control_seq.lock().expect("lock");
+        let twice: Vec<_> = controls.iter().filter(|&(_, &n)| n > 1).take(5).collect();
+        assert!(
+            twice.is_empty(),
+            "watchdog transitions published more than once: {twice:?}"
         );
     }
 }
