@@ -15,8 +15,10 @@
 //! it remembers the highest core epoch seen and refuses commands from a lower one with outcome
 //! `rejected`, reason `stale_epoch`.
 //!
-//! Not here yet (owned by the Driver Contract part, not in `spec/`): the driver's local disk
-//! queue used when the stream is full.
+//! [`disk_queue`] is the second buffer: where a publish goes when the stream is full, bounded
+//! by size and age, with a drop count for the driver's `queue_drops` self-point.
+
+pub mod disk_queue;
 
 use std::collections::VecDeque;
 use std::future::{Future, IntoFuture};

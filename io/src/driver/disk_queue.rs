@@ -1,0 +1,525 @@
+//! The driver's local disk queue (core runtime spec, "Buffer sizing", "Where the loss goes
+//! when it has to go somewhere"): the second buffer, engaged only when the observation stream
+//! is full and rejecting. Bounded by bytes and by age; what the bounds drop is counted, and the
+//! count is published as the driver's `queue_drops` self-point, so the one place the path
+//! loses data announces itself.
+//!
+//! Owns: the on-disk format and its recovery, the bounds, and [`QueuedPublisher`], which puts
+//! a publish on the queue when the stream is full and drains the queue, oldest first, before
+//! any new publish goes to the stream (so a device's readings keep their order).
+//!
+//! Format: an append-only log file, `queue.<generation>.log`, of records `[len u32][crc u32]
+//! [queued_at i64][subject len u16][subject][msg id len u16][msg id][payload]` (little
+//! endian), and a `head` file naming the generation and the byte offset of the oldest live
+//! record, replaced atomically (write, then rename). A torn record at the tail (a crash
+//! mid-append) is cut off on open. When more than half a large log is consumed, the live part
+//! is written to the next generation's log, the head is switched to it, and the old log is
+//! deleted: a crash at any point leaves a head that names a complete log.
+//!
+//! A message that was accepted by the stream is never queued: only [`BusError::StreamFull`]
+//! (rejected, not stored) sends a message here. A publish whose ack timed out on every retry
+//! is returned as an error, not queued, because it may have been stored; queueing it could
+//! store it twice once the duplicate window has passed.
+
+use std::collections::VecDeque;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use sentinel_core::Micros;
+
+use super::ObservationSink;
+use crate::bus::PublishAck;
+use crate::ports::BusError;
+
+const HEAD_FILE: &str = "head";
+/// Compaction is considered once this many consumed bytes sit before the head.
+const COMPACT_AFTER_BYTES: u64 = 1 << 20;
+
+fn log_name(generation: u64) -> String {
+    format!("queue.{generation}.log")
+}
+/// A record larger than this is refused (an envelope is bounded far below it).
+pub const RECORD_BYTES_MAX: usize = 1 << 20;
+
+#[derive(Clone, Debug)]
+pub struct DiskQueueConfig {
+    pub dir: PathBuf,
+    /// Bytes of queued records kept; beyond it the oldest are dropped.
+    pub bytes_max: u64,
+    /// Records older than this are dropped.
+    pub age_max_ms: u64,
+}
+
+/// One queued observation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QueuedMessage {
+    pub queued_at: Micros,
+    pub subject: String,
+    pub msg_id: String,
+    pub payload: Bytes,
+}
+
+#[derive(Copy, Clone, Debug)]
+struct Entry {
+    offset: u64,
+    len: u64,
+    queued_at: Micros,
+}
+
+pub struct DiskQueue {
+    config: DiskQueueConfig,
+    generation: u64,
+    file: File,
+    /// Live records, oldest first.
+    entries: VecDeque<Entry>,
+    /// Bytes of live records.
+    bytes: u64,
+    /// Where the next record is appended.
+    end: u64,
+    dropped_total: u64,
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    // CRC-32 (IEEE), bitwise: records are small and this is not on a hot path.
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 != 0 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+fn encode(message: &QueuedMessage) -> io::Result<Vec<u8>> {
+    let subject = message.subject.as_bytes();
+    let msg_id = message.msg_id.as_bytes();
+    let too_long = |what: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} too long for the queue"),
+        )
+    };
+    let subject_len = u16::try_from(subject.len()).map_err(|_| too_long("subject"))?;
+    let msg_id_len = u16::try_from(msg_id.len()).map_err(|_| too_long("msg id"))?;
+    let mut body = Vec::with_capacity(8 + 4 + subject.len() + msg_id.len() + message.payload.len());
+    body.extend_from_slice(&message.queued_at.0.to_le_bytes());
+    body.extend_from_slice(&subject_len.to_le_bytes());
+    body.extend_from_slice(subject);
+    body.extend_from_slice(&msg_id_len.to_le_bytes());
+    body.extend_from_slice(msg_id);
+    body.extend_from_slice(&message.payload);
+    if body.len() + 8 > RECORD_BYTES_MAX {
+        return Err(too_long("record"));
+    }
+    let mut record = Vec::with_capacity(8 + body.len());
+    record.extend_from_slice(&((body.len() as u32).to_le_bytes()));
+    record.extend_from_slice(&crc32(&body).to_le_bytes());
+    record.extend_from_slice(&body);
+    Ok(record)
+}
+
+fn decode(body: &[u8]) -> Option<QueuedMessage> {
+    let take = |at: &mut usize, n: usize| -> Option<&[u8]> {
+        let slice = body.get(*at..*at + n)?;
+        *at += n;
+        Some(slice)
+    };
+    let mut at = 0;
+    let queued_at = i64::from_le_bytes(take(&mut at, 8)?.try_into().ok()?);
+    let subject_len = u16::from_le_bytes(take(&mut at, 2)?.try_into().ok()?) as usize;
+    let subject = std::str::from_utf8(take(&mut at, subject_len)?).ok()?.to_owned();
+    let msg_id_len = u16::from_le_bytes(take(&mut at, 2)?.try_into().ok()?) as usize;
+    let msg_id = std::str::from_utf8(take(&mut at, msg_id_len)?).ok()?.to_owned();
+    Some(QueuedMessage {
+        queued_at: Micros(queued_at),
+        subject,
+        msg_id,
+        payload: Bytes::copy_from_slice(&body[at..]),
+    })
+}
+
+impl DiskQueue {
+    /// Opens (or creates) the queue in `config.dir`, recovering what a previous run left.
+    pub fn open(config: DiskQueueConfig) -> io::Result<DiskQueue> {
+        fs::create_dir_all(&config.dir)?;
+        let (generation, head) = fs::read_to_string(config.dir.join(HEAD_FILE))
+            .ok()
+            .and_then(|text| {
+                let (generation, head) = text.trim().split_once(' ')?;
+                Some((generation.parse::<u64>().ok()?, head.parse::<u64>().ok()?))
+            })
+            .unwrap_or((0, 0));
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(config.dir.join(log_name(generation)))?;
+        let mut data = Vec::new();
+        file.read_to_end(&mut data)?;
+        let mut entries = VecDeque::new();
+        let mut bytes = 0;
+        let mut at = usize::try_from(head).unwrap_or(usize::MAX).min(data.len());
+        // Scan from the head; stop at the first torn or corrupt record and cut the file there.
+        while at + 8 <= data.len() {
+            let len = u32::from_le_bytes(data[at..at + 4].try_into().expect("4 bytes")) as usize;
+            let crc = u32::from_le_bytes(data[at + 4..at + 8].try_into().expect("4 bytes"));
+            if len > RECORD_BYTES_MAX {
+                break;
+            }
+            let Some(body) = data.get(at + 8..at + 8 + len) else {
+                break;
+            };
+            if crc32(body) != crc {
+                break;
+            }
+            let Some(message) = decode(body) else { break };
+            let record_len = (8 + len) as u64;
+            entries.push_back(Entry {
+                offset: at as u64,
+                len: record_len,
+                queued_at: message.queued_at,
+            });
+            bytes += record_len;
+            at += 8 + len;
+        }
+        let end = at as u64;
+        if end < data.len() as u64 {
+            file.set_len(end)?;
+        }
+        Ok(DiskQueue {
+            config,
+            generation,
+            file,
+            entries,
+            bytes,
+            end,
+            dropped_total: 0,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Bytes of queued records on disk.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Records the bounds dropped since this queue was opened (the `queue_drops` self-point).
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped_total
+    }
+
+    /// Appends a message, then applies the bounds (which may drop the oldest, never this one
+    /// unless it alone exceeds `bytes_max`).
+    pub fn push(&mut self, message: &QueuedMessage, now: Micros) -> io::Result<()> {
+        let record = encode(message)?;
+        self.file.seek(SeekFrom::Start(self.end))?;
+        self.file.write_all(&record)?;
+        self.file.sync_data()?;
+        let len = record.len() as u64;
+        self.entries.push_back(Entry {
+            offset: self.end,
+            len,
+            queued_at: message.queued_at,
+        });
+        self.end += len;
+        self.bytes += len;
+        self.enforce_bounds(now)
+    }
+
+    /// The oldest message, read back from disk.
+    pub fn front(&mut self) -> io::Result<Option<QueuedMessage>> {
+        let Some(entry) = self.entries.front().copied() else {
+            return Ok(None);
+        };
+        let mut record = vec![0u8; entry.len as usize];
+        self.file.seek(SeekFrom::Start(entry.offset))?;
+        self.file.read_exact(&mut record)?;
+        decode(&record[8..])
+            .map(Some)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "corrupt queue record"))
+    }
+
+    /// Removes the oldest message (it was published).
+    pub fn pop_front(&mut self) -> io::Result<()> {
+        if let Some(entry) = self.entries.pop_front() {
+            self.bytes -= entry.len;
+            self.persist_head()?;
+        }
+        Ok(())
+    }
+
+    /// Drops records past the age bound and, oldest first, beyond the byte bound.
+    pub fn enforce_bounds(&mut self, now: Micros) -> io::Result<()> {
+        let age_max_us = i64::try_from(self.config.age_max_ms)
+            .unwrap_or(i64::MAX)
+            .saturating_mul(1_000);
+        let mut dropped = 0;
+        while let Some(entry) = self.entries.front() {
+            let too_old = now.saturating_sub(entry.queued_at) > age_max_us;
+            if !too_old && self.bytes <= self.config.bytes_max {
+                break;
+            }
+            self.bytes -= entry.len;
+            self.entries.pop_front();
+            dropped += 1;
+        }
+        if dropped > 0 {
+            self.dropped_total += dropped;
+            tracing::warn!(
+                dropped,
+                total = self.dropped_total,
+                "driver queue bound dropped observations"
+            );
+            self.persist_head()?;
+        }
+        Ok(())
+    }
+
+    /// Records how far the queue is consumed; moves to a compacted log when worthwhile.
+    fn persist_head(&mut self) -> io::Result<()> {
+        let head = self.entries.front().map_or(self.end, |e| e.offset);
+        if head >= COMPACT_AFTER_BYTES && head > self.end / 2 {
+            return self.compact(head);
+        }
+        write_head(&self.config.dir, self.generation, head)
+    }
+
+    /// Writes the live records to the next generation's log and switches the head to it.
+    fn compact(&mut self, head: u64) -> io::Result<()> {
+        let mut live = Vec::with_capacity((self.end - head) as usize);
+        self.file.seek(SeekFrom::Start(head))?;
+        (&mut self.file).take(self.end - head).read_to_end(&mut live)?;
+        let next = self.generation + 1;
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(self.config.dir.join(log_name(next)))?;
+        file.write_all(&live)?;
+        file.sync_data()?;
+        write_head(&self.config.dir, next, 0)?;
+        let _ = fs::remove_file(self.config.dir.join(log_name(self.generation)));
+        self.generation = next;
+        self.file = file;
+        for entry in &mut self.entries {
+            entry.offset -= head;
+        }
+        self.end -= head;
+        Ok(())
+    }
+}
+
+/// Replaces the head file atomically: written beside it, synced, renamed over it.
+fn write_head(dir: &Path, generation: u64, offset: u64) -> io::Result<()> {
+    let tmp = dir.join(format!("{HEAD_FILE}.tmp"));
+    let mut file = File::create(&tmp)?;
+    file.write_all(format!("{generation} {offset}").as_bytes())?;
+    file.sync_data()?;
+    fs::rename(&tmp, dir.join(HEAD_FILE))
+}
+
+/// What [`QueuedPublisher::publish`] did with an observation.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Published {
+    /// The stream accepted it (or dropped it as a duplicate of an accepted one).
+    Stream(PublishAck),
+    /// The stream is full, or older messages are still queued ahead of it: it is on disk.
+    Queued,
+}
+
+/// A publisher with the disk queue behind it.
+pub struct QueuedPublisher<S: ObservationSink> {
+    sink: S,
+    queue: DiskQueue,
+}
+
+impl<S: ObservationSink> QueuedPublisher<S> {
+    pub fn new(sink: S, queue: DiskQueue) -> QueuedPublisher<S> {
+        QueuedPublisher { sink, queue }
+    }
+
+    pub fn queue(&self) -> &DiskQueue {
+        &self.queue
+    }
+
+    /// Publishes one observation: drains the queue first (order is kept), then the stream;
+    /// a full stream queues it.
+    pub async fn publish(
+        &mut self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+        now: Micros,
+    ) -> Result<Published, BusError> {
+        self.drain(now).await?;
+        if self.queue.is_empty() {
+            match self
+                .sink
+                .publish_observation(subject, msg_id, payload.clone())
+                .await
+            {
+                Ok(ack) => return Ok(Published::Stream(ack)),
+                Err(BusError::StreamFull) => {}
+                Err(other) => return Err(other),
+            }
+        }
+        let message = QueuedMessage {
+            queued_at: now,
+            subject: subject.to_owned(),
+            msg_id: msg_id.to_owned(),
+            payload,
+        };
+        self.queue.push(&message, now).map_err(queue_error)?;
+        Ok(Published::Queued)
+    }
+
+    /// Publishes queued messages, oldest first, until the queue is empty or the stream is
+    /// full again. Returns how many reached the stream.
+    pub async fn drain(&mut self, now: Micros) -> Result<u64, BusError> {
+        self.queue.enforce_bounds(now).map_err(queue_error)?;
+        let mut sent = 0;
+        while let Some(message) = self.queue.front().map_err(queue_error)? {
+            match self
+                .sink
+                .publish_observation(&message.subject, &message.msg_id, message.payload)
+                .await
+            {
+                Ok(_) => {
+                    self.queue.pop_front().map_err(queue_error)?;
+                    sent += 1;
+                }
+                Err(BusError::StreamFull) => break,
+                Err(other) => return Err(other),
+            }
+        }
+        Ok(sent)
+    }
+}
+
+fn queue_error(error: io::Error) -> BusError {
+    BusError::Other(format!("driver disk queue: {error}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: Micros = Micros(1_796_000_000_000_000);
+
+    fn message(i: u64, at: Micros) -> QueuedMessage {
+        QueuedMessage {
+            queued_at: at,
+            subject: "obs.plant-a.modbus-1".into(),
+            msg_id: format!("modbus-1:1:{i}"),
+            payload: Bytes::from(format!("{{\"n\":{i}}}")),
+        }
+    }
+
+    fn config(dir: &Path) -> DiskQueueConfig {
+        DiskQueueConfig {
+            dir: dir.to_owned(),
+            bytes_max: 64 << 20,
+            age_max_ms: 3_600_000,
+        }
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sentinel-queue-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn survives_a_restart_in_order_and_cuts_a_torn_tail() {
+        let dir = temp_dir("restart");
+        {
+            let mut q = DiskQueue::open(config(&dir)).expect("open");
+            for i in 1..=5 {
+                q.push(&message(i, T0), T0).expect("push");
+            }
+            q.pop_front().expect("pop");
+        }
+        // A crash mid-append leaves half a record.
+        let mut file = OpenOptions::new()
+            .append(true)
+            .open(dir.join(log_name(0)))
+            .expect("log");
+        file.write_all(&[200, 0, 0, 0, 1, 2]).expect("torn");
+        drop(file);
+        let mut q = DiskQueue::open(config(&dir)).expect("reopen");
+        assert_eq!(q.len(), 4);
+        let ids: Vec<String> = std::iter::from_fn(|| {
+            let m = q.front().expect("read")?;
+            q.pop_front().expect("pop");
+            Some(m.msg_id)
+        })
+        .collect();
+        assert_eq!(
+            ids,
+            ["modbus-1:1:2", "modbus-1:1:3", "modbus-1:1:4", "modbus-1:1:5"]
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn bounds_drop_the_oldest_and_count_it() {
+        let dir = temp_dir("bounds");
+        let record_len = encode(&message(1, T0)).expect("encode").len() as u64;
+        let mut q = DiskQueue::open(DiskQueueConfig {
+            bytes_max: 3 * record_len,
+            ..config(&dir)
+        })
+        .expect("open");
+        for i in 1..=5 {
+            q.push(&message(i, T0.add_ms(i as i64)), T0).expect("push");
+        }
+        assert_eq!((q.len(), q.dropped_total()), (3, 2), "size bound");
+        assert_eq!(q.front().expect("read").expect("front").msg_id, "modbus-1:1:3");
+        // Queued at T0+3 ms and later; at T0+1 h+4 ms only the first is more than an hour old.
+        q.enforce_bounds(T0.add_ms(3_600_000 + 4)).expect("age");
+        assert_eq!((q.len(), q.dropped_total()), (2, 3), "age bound");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn compaction_keeps_the_live_records() {
+        let dir = temp_dir("compact");
+        let mut q = DiskQueue::open(config(&dir)).expect("open");
+        let big = |i: u64| QueuedMessage {
+            payload: Bytes::from(vec![b'x'; 64 * 1024]),
+            ..message(i, T0)
+        };
+        for i in 0..40 {
+            q.push(&big(i), T0).expect("push");
+        }
+        for _ in 0..30 {
+            q.pop_front().expect("pop");
+        }
+        assert!(!dir.join(log_name(0)).exists(), "the consumed log is gone");
+        assert!(
+            fs::metadata(dir.join(log_name(1))).expect("log").len() < 20 * 64 * 1024,
+            "compacted"
+        );
+        drop(q);
+        let mut q = DiskQueue::open(config(&dir)).expect("reopen");
+        assert_eq!(q.len(), 10);
+        assert_eq!(q.front().expect("read").expect("front").msg_id, "modbus-1:1:30");
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
