@@ -199,9 +199,11 @@ async fn main() {
         .await
         .expect("publisher");
     let now = SystemClock.now();
+    // Keys must be unique per driver instance, which many points share: the point's index in
+    // the high bits, the reading's number in the low ones.
     let items: Vec<_> = (0..READINGS_PER_POINT)
-        .flat_map(|r| descriptors.iter().map(move |d| (r, d)))
-        .map(|(r, d)| reading(d, r as u64 + 1, now))
+        .flat_map(|r| descriptors.iter().enumerate().map(move |(i, d)| (r, i, d)))
+        .map(|(r, i, d)| reading(d, (i as u64) << 8 | (r as u64 + 1), now))
         .collect();
     let total = publisher
         .publish_pipelined(items, 1024)
