@@ -319,8 +319,8 @@ fn only_the_nats_adapter_and_the_driver_library_name_async_nats() {
     confined(
         &["core/src", "io/src", "sim/src"],
         &["async_nats"],
-        &["io/src/bus/nats.rs", "io/src/driver.rs"],
-        "only io/src/bus/nats.rs (the Bus adapter) and io/src/driver.rs (the driver-side publisher) \
+        &["io/src/bus/nats.rs", "io/src/driver/mod.rs"],
+        "only io/src/bus/nats.rs (the Bus adapter) and io/src/driver/mod.rs (the driver-side publisher) \
          use async_nats",
     );
 }

@@ -145,7 +145,14 @@ async fn a_drain_neither_revives_points_from_replayed_data_nor_cascades_into_sta
     let second = harness::spawn_core(
         &env,
         ACK_WAIT_MS,
-        &["--startup-grace-ms", "0", "--lag-high-pending", &pending_high],
+        &[
+            "--startup-grace-ms",
+            "0",
+            "--lag-high-pending",
+            &pending_high,
+            "--self-points-interval-ms",
+            "1000",
+        ],
     );
     // The last moment the consumer still held at least LAG_HIGH_PENDING messages. Nothing is
     // published during the drain, so pending only falls: every lag reading the core took
@@ -204,6 +211,29 @@ async fn a_drain_neither_revives_points_from_replayed_data_nor_cascades_into_sta
         points.len() as i64,
         "every device point live from current data"
     );
+    // The drain core's self-points went through ingest like any observation: keyed by the
+    // core's own instance and epoch, the age converted from ms to s as the registry says.
+    let self_points: Vec<(String, i32, Option<f64>, Option<f64>)> = sqlx::query_as(
+        "SELECT point_id, source_epoch, native_num, value_num FROM observation \
+         WHERE driver_instance = 'core' ORDER BY point_id, source_seq",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("self-point rows");
+    assert!(
+        self_points
+            .iter()
+            .any(|(p, e, _, _)| p == "sentinel.core.lag_pending" && *e == 2),
+        "the drain core published its lag as a self-point: {self_points:?}"
+    );
+    for (point, epoch, native, value) in &self_points {
+        assert_eq!(*epoch, 2, "{point}: keyed by the publishing core's epoch");
+        if point == "sentinel.core.oldest_unacked_age" {
+            let (native, value) = (native.expect("native"), value.expect("value"));
+            assert!((value - native / 1_000.0).abs() < 1e-9, "ms stored as s");
+        }
+    }
+
     let lived_from_current = seen.iter().filter(|t| t.quality == "live").count();
     assert!(
         lived_from_current >= points.len(),

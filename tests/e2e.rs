@@ -23,6 +23,9 @@ use sentinel_tests::harness::{
 use sentinel_tests::traffic::{self, Traffic};
 use tokio::sync::oneshot;
 
+/// The exact-count oracle covers the traffic; self-points are tested on their own.
+const NO_SELF_POINTS: &[&str] = &["--self-points-interval-ms", "0"];
+
 async fn publish(env: &Env, traffic: &Traffic) {
     let publisher = ObservationPublisher::connect(&env.nats.url(), PublisherConfig::default())
         .await
@@ -56,7 +59,11 @@ async fn start_core<B: Bus>(
         &bus,
         &store,
         Some(&traffic::sample_registry_dir()),
-        Config::default(),
+        // The exact-count oracle covers the traffic; self-points are tested on their own.
+        Config {
+            self_points_interval_ms: 0,
+            ..Config::default()
+        },
         clock.as_ref(),
     )
     .await
@@ -149,6 +156,15 @@ impl Bus for AckLosingBus {
     async fn publish(&self, subject: String, payload: bytes::Bytes) -> Result<(), BusError> {
         self.0.publish(subject, payload).await
     }
+    async fn publish_observation(
+        &self,
+        subject: String,
+        msg_id: String,
+        payload: bytes::Bytes,
+    ) -> Result<sentinel_io::bus::PublishAck, BusError> {
+        self.0.publish_observation(subject, msg_id, payload).await
+    }
+
     async fn lag(&self) -> Result<Lag, BusError> {
         self.0.lag().await
     }
@@ -204,7 +220,7 @@ async fn sigkill_mid_stream_then_restart_gives_the_same_exact_counts() {
     let transitions = Transitions::subscribe(&env.nats.url()).await;
     let traffic = traffic::generate(&traffic::sample_registry(), 10_000, 1, now());
 
-    let mut core = spawn_core(&env, 2_000, &[]);
+    let mut core = spawn_core(&env, 2_000, NO_SELF_POINTS);
     publish(&env, &traffic).await;
     // Kill it mid-stream: some batches committed, some in flight, some not fetched.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(DRAIN_TIMEOUT_S);
@@ -223,7 +239,7 @@ async fn sigkill_mid_stream_then_restart_gives_the_same_exact_counts() {
         "killed mid-stream (committed {at_kill})"
     );
 
-    let core = spawn_core(&env, 2_000, &[]);
+    let core = spawn_core(&env, 2_000, NO_SELF_POINTS);
     wait_drained(&env, &traffic.expected).await;
     assert_exact_counts(&env, &traffic.expected).await;
     // SIGTERM: an orderly stop exits 0.

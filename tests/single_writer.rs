@@ -61,7 +61,13 @@ fn spawn_core(env: &Env, ack_wait_ms: u64) -> Child {
     harness::spawn_core(
         env,
         ack_wait_ms,
-        &["--lock-check-interval-ms", &LOCK_CHECK_INTERVAL_MS.to_string()],
+        // The exact-count oracle covers the traffic, not the core's own self-points.
+        &[
+            "--lock-check-interval-ms",
+            &LOCK_CHECK_INTERVAL_MS.to_string(),
+            "--self-points-interval-ms",
+            "0",
+        ],
     )
 }
 

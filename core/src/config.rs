@@ -34,6 +34,9 @@ pub struct Config {
     pub lag_high_pending: u64,
     /// Watchdog expiries handled in one tick; the rest wait for the next.
     pub watchdog_expiries_per_tick_max: usize,
+    /// How often the core publishes its self-points (0: never). Below the self-points'
+    /// `freshness_s` (10 s in the sample registry), or they would go stale between readings.
+    pub self_points_interval_ms: i64,
 }
 
 impl Default for Config {
@@ -54,6 +57,7 @@ impl Default for Config {
             lag_high_age_ms: 30_000,
             lag_high_pending: 5_000,
             watchdog_expiries_per_tick_max: 1_000,
+            self_points_interval_ms: 5_000,
         }
     }
 }
@@ -84,6 +88,9 @@ impl Config {
         }
         if self.batch_rows_max > 10_000 {
             return Err(format!("batch_rows_max {} exceeds 10000", self.batch_rows_max));
+        }
+        if self.self_points_interval_ms < 0 {
+            return Err("self_points_interval_ms must not be negative (0 turns them off)".into());
         }
         if self.startup_grace_ms < 0 {
             return Err("startup_grace_ms must not be negative".into());

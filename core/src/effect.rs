@@ -51,6 +51,13 @@ pub enum Effect {
     /// Write these control events in one transaction fenced on `epoch` and answer with
     /// `Input::ControlCommitted`. Their effects on the projection wait for that answer.
     Control { epoch: u32, events: Vec<ControlEvent> },
+    /// Publish an observation of the core's own into the observation stream (a self-point),
+    /// with this message id; it comes back through ingest like any other.
+    PublishObservation {
+        subject: String,
+        msg_id: String,
+        payload: Bytes,
+    },
     /// Stop the process with this code.
     Exit(ExitReason),
 }

@@ -13,6 +13,7 @@
 //! - [`projection`] — stage 13 and the checkpoint policy;
 //! - [`watchdog`] — freshness deadlines, startup grace and lag suppression;
 //! - [`control`] — the control events the core writes (epoch-stamped);
+//! - [`self_points`] — the figures the core publishes about itself, as observations;
 //! - [`machine`] — [`Core`], which owns all of the above and keeps the ordering rules;
 //! - [`registry`] — the versioned registry;
 //! - [`time`] — the one time type;
@@ -30,6 +31,7 @@ pub mod pipeline;
 pub mod planted;
 pub mod projection;
 pub mod registry;
+pub mod self_points;
 pub mod state;
 pub mod time;
 pub mod watchdog;

@@ -22,6 +22,7 @@ use crate::pipeline::{self, Outcome};
 use crate::planted::PlantedBug;
 use crate::projection::Projection;
 use crate::registry::Registry;
+use crate::self_points::SelfPoints;
 use crate::state::{PointState, RestoredState};
 use crate::time::Micros;
 use crate::watchdog::Watchdog;
@@ -75,6 +76,8 @@ pub struct Core {
     last_checkpoint_scan_at: Micros,
     /// Freshness deadlines ([`Core::rehydrate_timers`] arms them from the restored projection).
     watchdog: Watchdog,
+    /// When the next self-point readings are due, and their sequence.
+    self_points: SelfPoints,
     /// Points with a `quality_changed` event at the store, not yet answered.
     control_pending: std::collections::BTreeSet<crate::registry::PointIdx>,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
@@ -94,6 +97,7 @@ impl Core {
         config.validate().map_err(CoreError::Config)?;
         let projection = Projection::restore(&registry, restored, &config, now);
         let watchdog = Watchdog::new(registry.len(), now.add_ms(config.startup_grace_ms));
+        let self_points = SelfPoints::new(config.self_points_interval_ms, &registry, now);
         let mut core = Core {
             dedup: DedupSet::new(config.dedup_keys_max),
             projection,
@@ -109,6 +113,7 @@ impl Core {
             metrics: Metrics::default(),
             last_checkpoint_scan_at: now,
             watchdog,
+            self_points,
             control_pending: std::collections::BTreeSet::new(),
             planted: None,
         };
@@ -240,6 +245,11 @@ impl Core {
         }
         if self.mode == Mode::Running
             && let Some(at) = self.watchdog.next_deadline()
+        {
+            consider(at);
+        }
+        if self.mode == Mode::Running
+            && let Some(at) = self.self_points.next_deadline()
         {
             consider(at);
         }
@@ -532,6 +542,18 @@ impl Core {
 
     fn on_tick(&mut self) {
         self.expire_deadlines();
+        if self.mode == Mode::Running {
+            for o in self
+                .self_points
+                .take_due(self.now, self.epoch, &self.registry, &self.metrics)
+            {
+                self.effects.push_back(Effect::PublishObservation {
+                    subject: o.subject,
+                    msg_id: o.msg_id,
+                    payload: o.payload,
+                });
+            }
+        }
 
         if let Some(open) = &self.open {
             if self.now >= open.opened_at.add_ms(self.config.flush_interval_ms) {

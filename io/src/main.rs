@@ -31,10 +31,10 @@ struct Cli {
     command: Command,
 }
 
-/// The freshness watchdog's suppression (core runtime spec, "A slow core must not look like
-/// a dead fleet").
+/// The watchdog's suppression (core runtime spec, "A slow core must not look like a dead
+/// fleet") and the self-point interval.
 #[derive(clap::Args, Clone)]
-struct WatchdogArgs {
+struct CoreTuningArgs {
     /// No staleness for this long after the core starts.
     #[arg(long, default_value_t = 60_000)]
     startup_grace_ms: u64,
@@ -44,6 +44,10 @@ struct WatchdogArgs {
     /// ...or while the oldest unacked message is at least this old.
     #[arg(long, default_value_t = 30_000)]
     lag_high_age_ms: u64,
+    /// How often the core publishes its self-points (lag, oldest unacked age, throughput,
+    /// quarantine counts) into the stream; 0 turns them off.
+    #[arg(long, default_value_t = 5_000)]
+    self_points_interval_ms: u64,
 }
 
 #[derive(clap::Args, Clone)]
@@ -96,7 +100,7 @@ enum Command {
         #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
         lock_check_interval_ms: u64,
         #[command(flatten)]
-        watchdog: WatchdogArgs,
+        tuning: CoreTuningArgs,
     },
     /// Run the whole core on in-memory models with a synthetic fleet; needs no services.
     Demo {
@@ -204,7 +208,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             ack_wait_ms,
             inflight_batches_max,
             lock_check_interval_ms,
-            watchdog,
+            tuning,
         } => {
             let runtime_config = RuntimeConfig {
                 lock_check_interval_ms,
@@ -216,7 +220,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 registry,
                 ack_wait_ms,
                 inflight_batches_max,
-                watchdog,
+                tuning,
                 runtime_config,
             )
             .await
@@ -251,7 +255,7 @@ async fn run(
     registry: Option<PathBuf>,
     ack_wait_ms: u64,
     inflight_batches_max: usize,
-    watchdog: WatchdogArgs,
+    tuning: CoreTuningArgs,
     runtime_config: RuntimeConfig,
 ) -> anyhow::Result<ExitCode> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -272,9 +276,11 @@ async fn run(
         .context("ensuring the observation stream")?;
     let config = Config {
         inflight_batches_max,
-        startup_grace_ms: i64::try_from(watchdog.startup_grace_ms).context("--startup-grace-ms")?,
-        lag_high_pending: watchdog.lag_high_pending,
-        lag_high_age_ms: watchdog.lag_high_age_ms,
+        startup_grace_ms: i64::try_from(tuning.startup_grace_ms).context("--startup-grace-ms")?,
+        lag_high_pending: tuning.lag_high_pending,
+        lag_high_age_ms: tuning.lag_high_age_ms,
+        self_points_interval_ms: i64::try_from(tuning.self_points_interval_ms)
+            .context("--self-points-interval-ms")?,
         ..Config::default()
     };
     let started = match startup::start(&bus, &store, registry.as_deref(), config, clock.as_ref()).await {

@@ -47,6 +47,16 @@ pub trait Bus: Clone + Send + Sync + 'static {
     /// Publishes a core-side message (transitions on `state.<point_id>`), not through the stream.
     fn publish(&self, subject: String, payload: Bytes) -> impl Future<Output = Result<(), BusError>> + Send;
 
+    /// Publishes an observation into the stream with its message id, as a driver does, and
+    /// waits for the stream to accept it (the core's self-points). A full stream is
+    /// [`BusError::StreamFull`].
+    fn publish_observation(
+        &self,
+        subject: String,
+        msg_id: String,
+        payload: Bytes,
+    ) -> impl Future<Output = Result<crate::bus::PublishAck, BusError>> + Send;
+
     fn lag(&self) -> impl Future<Output = Result<Lag, BusError>> + Send;
 }
 

@@ -318,6 +318,17 @@ async fn execute<B: Bus, S: Store>(
             debug!(events = events.len(), epoch, "control events");
             let _ = controls.send((epoch, events));
         }
+        Effect::PublishObservation {
+            subject,
+            msg_id,
+            payload,
+        } => {
+            // A self-point: losing one reading to a full stream is what the stream's bound
+            // means; the next interval publishes fresh figures.
+            if let Err(e) = bus.publish_observation(subject, msg_id, payload).await {
+                warn!(error = %e, "self-point publish failed");
+            }
+        }
         Effect::Exit(reason) => return Some(reason),
     }
     None

@@ -18,7 +18,7 @@ use sentinel_core::{
     Batch, CommitReport, ControlEvent, Delivery, DeliveryTag, PointState, RegistrySnapshot, RestoredState,
     RetentionClass,
 };
-use sentinel_io::bus::MemoryConsumer;
+use sentinel_io::bus::{MemoryConsumer, PublishAck};
 use sentinel_io::ports::{
     Bus, BusError, CommitError, Consumer, Lag, Lease, RegistryLoad, StartupStep, Store, StoreError,
     StoredControlEvent, StoredRegistry,
@@ -31,6 +31,14 @@ use crate::world::{Incarnation, World};
 /// Hangs forever: the caller's process is about to be killed by the controller.
 async fn hang<T>() -> T {
     std::future::pending::<T>().await
+}
+
+/// The key a self-point's message id carries: `<instance>:<epoch>:<seq>`.
+fn self_point_key(msg_id: &str) -> Option<crate::checker::Key3> {
+    let mut parts = msg_id.rsplitn(3, ':');
+    let seq = parts.next()?.parse().ok()?;
+    let epoch = parts.next()?.parse().ok()?;
+    Some((std::sync::Arc::from(parts.next()?), epoch, seq))
 }
 
 /// The bus as one core incarnation sees it.
@@ -154,6 +162,27 @@ impl Bus for SimBus {
             );
         }
         self.world.bus.publish(subject, payload).await
+    }
+
+    async fn publish_observation(
+        &self,
+        subject: String,
+        msg_id: String,
+        payload: Bytes,
+    ) -> Result<PublishAck, BusError> {
+        self.enter().await?;
+        let key = self_point_key(&msg_id);
+        let ack = self.world.bus.publish_observation(&subject, &msg_id, payload)?;
+        if !ack.duplicate {
+            let now = self.world.now();
+            let mut inner = self.world.lock();
+            inner.checker.on_accepted(ack.seq, key);
+            inner.trace.event(
+                now,
+                format_args!("{} self-point seq {}", self.incarnation.core.host(), ack.seq),
+            );
+        }
+        Ok(ack)
     }
 
     async fn lag(&self) -> Result<Lag, BusError> {

@@ -313,6 +313,9 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
         let store = SimStore::new(world.clone(), incarnation.clone());
         let config = Config {
             dedup_keys_max: world.settings.dedup_keys_max,
+            // Self-points still flow through ingest (and go stale between readings, which
+            // exercises the watchdog), at a third of production's rate to keep seeds cheap.
+            self_points_interval_ms: 15_000,
             ..Config::default()
         };
         match startup::start(&bus, &store, None, config, world.clock.as_ref()).await {

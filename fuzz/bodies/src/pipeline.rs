@@ -369,6 +369,13 @@ impl Harness {
                 Effect::Checkpoint { epoch, .. } => {
                     assert_eq!(epoch, EPOCH, "checkpoint on the wrong epoch");
                 }
+                Effect::PublishObservation { msg_id, .. } => {
+                    // A self-point: keyed by the core's own instance and epoch.
+                    assert!(
+                        msg_id.starts_with(&format!("core:{EPOCH}:")),
+                        "self-point key {msg_id}"
+                    );
+                }
                 Effect::Control { epoch, events } => {
                     // Watchdog events: stamped with the writer's epoch, never answered here.
                     assert_eq!(epoch, EPOCH, "control events on the wrong epoch");

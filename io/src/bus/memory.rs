@@ -435,6 +435,15 @@ impl Bus for MemoryBus {
         Ok(())
     }
 
+    async fn publish_observation(
+        &self,
+        subject: String,
+        msg_id: String,
+        payload: Bytes,
+    ) -> Result<PublishAck, BusError> {
+        MemoryBus::publish_observation(self, &subject, &msg_id, payload)
+    }
+
     async fn lag(&self) -> Result<Lag, BusError> {
         let now = self.clock.now();
         let state = self.lock();

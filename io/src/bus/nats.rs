@@ -409,6 +409,24 @@ impl Bus for NatsBus {
             .map_err(|error| BusError::Connection(format!("publish: {error}")))
     }
 
+    async fn publish_observation(
+        &self,
+        subject: String,
+        msg_id: String,
+        payload: Bytes,
+    ) -> Result<super::PublishAck, BusError> {
+        // The driver library's publish: message id set, ack awaited, retried inside the window.
+        crate::driver::ObservationPublisher::new(
+            self.inner.jetstream.clone(),
+            crate::driver::PublisherConfig {
+                duplicate_window_ms: self.inner.config.duplicate_window_ms,
+                ..crate::driver::PublisherConfig::default()
+            },
+        )?
+        .publish(&subject, &msg_id, payload)
+        .await
+    }
+
     async fn lag(&self) -> Result<Lag, BusError> {
         let config = &self.inner.config;
         // Consumer first, then the stream, so an ack the consumer has seen is also reflected in

@@ -1,0 +1,122 @@
+//! The core's own self-points (core runtime spec, "Scale targets": self-points are points in
+//! every respect; "Backpressure": lag read from the consumer, published as self-points;
+//! DESIGN.md §2: they travel through ingest like any other observation).
+//!
+//! Owns: which figures the core reports about itself, how often, and the envelopes that
+//! carry them. The core publishes them into the observation stream as the driver instance
+//! `core` of host `sentinel`, keyed `(core, core epoch, n)`: the epoch changes with every
+//! acquisition, so keys never repeat across incarnations. A figure whose point the registry
+//! does not declare is not published.
+
+use bytes::Bytes;
+
+use crate::metrics::Metrics;
+use crate::registry::Registry;
+use crate::time::Micros;
+use crate::wire::EnvelopeOut;
+
+/// The host and driver instance the registry assigns the core's self-points to.
+pub const SELF_HOST: &str = "sentinel";
+pub const SELF_INSTANCE: &str = "core";
+
+pub const LAG_PENDING: &str = "sentinel.core.lag_pending";
+/// Milliseconds, as its `unit_native` says; stored in seconds.
+pub const OLDEST_UNACKED_AGE: &str = "sentinel.core.oldest_unacked_age";
+/// Observations committed (rows and quarantine entries) per second over the last interval.
+pub const THROUGHPUT: &str = "sentinel.core.throughput";
+pub const QUARANTINE_COUNT: &str = "sentinel.core.quarantine_count";
+pub const WRONG_INSTANCE_COUNT: &str = "sentinel.core.wrong_instance_count";
+
+/// One observation to publish into the stream.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SelfObservation {
+    pub subject: String,
+    pub msg_id: String,
+    pub payload: Bytes,
+}
+
+#[derive(Debug)]
+pub struct SelfPoints {
+    interval_ms: i64,
+    next_at: Micros,
+    next_seq: u64,
+    last_at: Micros,
+    last_committed: u64,
+}
+
+impl SelfPoints {
+    /// `interval_ms` of 0 turns self-points off, and so does a registry that declares none
+    /// of them.
+    pub fn new(interval_ms: i64, registry: &Registry, now: Micros) -> SelfPoints {
+        let declared = [
+            LAG_PENDING,
+            OLDEST_UNACKED_AGE,
+            THROUGHPUT,
+            QUARANTINE_COUNT,
+            WRONG_INSTANCE_COUNT,
+        ]
+        .iter()
+        .any(|id| registry.resolve(id).is_some());
+        let interval_ms = if declared { interval_ms } else { 0 };
+        SelfPoints {
+            interval_ms,
+            next_at: now.add_ms(interval_ms),
+            next_seq: 1,
+            last_at: now,
+            last_committed: 0,
+        }
+    }
+
+    pub fn next_deadline(&self) -> Option<Micros> {
+        (self.interval_ms > 0).then_some(self.next_at)
+    }
+
+    /// The readings due at `now`, if any.
+    pub fn take_due(
+        &mut self,
+        now: Micros,
+        epoch: u32,
+        registry: &Registry,
+        metrics: &Metrics,
+    ) -> Vec<SelfObservation> {
+        if self.interval_ms <= 0 || now < self.next_at {
+            return Vec::new();
+        }
+        self.next_at = now.add_ms(self.interval_ms);
+        let committed = metrics.rows_inserted.iter().sum::<u64>() + metrics.quarantined_total();
+        let elapsed_s = (now.saturating_sub(self.last_at).max(1)) as f64 / 1e6;
+        let throughput = (committed.saturating_sub(self.last_committed)) as f64 / elapsed_s;
+        self.last_at = now;
+        self.last_committed = committed;
+        let figures = [
+            (LAG_PENDING, serde_json::json!(metrics.lag_pending)),
+            (
+                OLDEST_UNACKED_AGE,
+                serde_json::json!(metrics.lag_oldest_unacked_age_ms),
+            ),
+            (
+                THROUGHPUT,
+                serde_json::json!((throughput * 100.0).round() / 100.0),
+            ),
+            (QUARANTINE_COUNT, serde_json::json!(metrics.quarantined_total())),
+            (WRONG_INSTANCE_COUNT, serde_json::json!(metrics.wrong_instance())),
+        ];
+        let subject = format!("obs.{SELF_HOST}.{SELF_INSTANCE}");
+        figures
+            .into_iter()
+            .filter_map(|(point_id, value)| {
+                let idx = registry.resolve(point_id)?;
+                let point = registry.point(idx);
+                let seq = self.next_seq;
+                self.next_seq += 1;
+                let mut envelope = EnvelopeOut::new(point_id, SELF_INSTANCE, epoch, seq, now, value);
+                envelope.unit = point.unit_native.as_deref().map(str::to_owned);
+                Some(SelfObservation {
+                    subject: subject.clone(),
+                    msg_id: envelope.msg_id(),
+                    payload: Bytes::from(envelope.to_bytes()),
+                })
+            })
+            .collect()
+    }
+}
