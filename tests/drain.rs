@@ -170,7 +170,46 @@ async fn a_drain_neither_revives_points_from_replayed_data_nor_cascades_into_sta
         assert!(tokio::time::Instant::now() < deadline, "not drained: {lag:?}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // Once drained, a device point that stops reporting goes stale for real: the watchdog
+    // writes an epoch-stamped control event first (core runtime spec: the epoch "appears on
+    // every control_event written").
+    let mut conn = pg(&env.db.url).await;
+    let shortest_freshness_ms = points.iter().map(|p| freshness_ms(p)).min().expect("points");
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(shortest_freshness_ms as u64 + 15_000);
+    let events: Vec<(i64, String, i32, String, String)> = loop {
+        let events = sqlx::query_as(
+            "SELECT seq, kind, core_epoch, principal, payload->>'to' FROM control_event ORDER BY seq",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .expect("control events");
+        if !events.is_empty() {
+            break events;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no point went stale {shortest_freshness_ms} ms after its last reading"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    for (seq, kind, epoch, principal, to) in &events {
+        assert_eq!(
+            (kind.as_str(), *epoch, principal.as_str(), to.as_str()),
+            ("quality_changed", 2, "core:watchdog", "stale"),
+            "control event {seq}"
+        );
+    }
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let stale_published: Vec<i64> = transitions
+        .seen()
+        .iter()
+        .filter(|t| t.quality == "stale")
+        .filter_map(|t| t.control_seq)
+        .collect();
+    assert!(
+        events.iter().any(|(seq, ..)| stale_published.contains(seq)),
+        "the stale transition names its control event: {stale_published:?}"
+    );
     terminate(second).await;
 
     let seen: Vec<_> = transitions
@@ -197,15 +236,16 @@ async fn a_drain_neither_revives_points_from_replayed_data_nor_cascades_into_sta
         .collect();
     assert!(revived.is_empty(), "live from replayed observations: {revived:?}");
 
-    // Current data made every device point live, and that is what the checkpoint holds.
-    let mut conn = pg(&env.db.url).await;
+    // Current data made every device point live, and the checkpoint records where each
+    // point ended up (live, or stale once its freshness passed after the drain).
     let ids: Vec<String> = points.iter().map(|p| p.id.to_string()).collect();
-    let live: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM point_state WHERE quality = 'live' AND point_id = ANY($1)")
-            .bind(&ids)
-            .fetch_one(&mut conn)
-            .await
-            .expect("count live");
+    let live: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM point_state WHERE quality IN ('live', 'stale') AND point_id = ANY($1)",
+    )
+    .bind(&ids)
+    .fetch_one(&mut conn)
+    .await
+    .expect("count live");
     assert_eq!(
         live,
         points.len() as i64,
