@@ -3,11 +3,11 @@
 //! in the demo (the in-memory models) and in the simulator (`sentinel-sim`).
 //!
 //! Owns: overlapping fetches with commits (a fetcher task asked for at most the core's accept
-//! budget), running up to `inflight_batches_max` commits concurrently, writing checkpoints one
-//! at a time in order, writing control events one at a time in order, reading the consumer's
-//! lag for the core's watchdog, the periodic lock ownership check, and turning the core's `Exit` into a
-//! return value. It decides nothing about ordering: acks and publishes happen exactly where the
-//! core emitted them.
+//! budget), running up to `inflight_batches_max` commits concurrently, writing checkpoints and
+//! control events one at a time in order, reading the consumer's lag for the core's watchdog,
+//! sending self-points, the periodic lock ownership check, and turning the core's `Exit` into
+//! a return value. It decides nothing about ordering: acks and publishes happen exactly where
+//! the core emitted them.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -134,7 +134,8 @@ where
     let (control_tx, control_rx) = mpsc::unbounded_channel();
     let (control_done_tx, mut control_done_rx) = mpsc::unbounded_channel::<Input>();
     let controller = tokio::spawn(control_loop(store.clone(), control_rx, control_done_tx));
-    let mut lag_poll = tokio::time::interval(Duration::from_millis(config.lag_poll_interval_ms));
+    let lag_poll_period = Duration::from_millis(config.lag_poll_interval_ms.max(1));
+    let mut lag_poll = tokio::time::interval(lag_poll_period);
     lag_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
     let mut lock_check = tokio::time::interval(Duration::from_millis(config.lock_check_interval_ms));
@@ -234,15 +235,20 @@ where
                     }
                 }
             },
-            _ = lag_poll.tick() => match bus.lag().await {
-                Ok(lag) => Input::Lag {
+            // Bounded by the poll interval, so an unresponsive bus cannot hold up the loop.
+            _ = lag_poll.tick() => match tokio::time::timeout(lag_poll_period, bus.lag()).await {
+                Ok(Ok(lag)) => Input::Lag {
                     pending: lag.pending,
                     oldest_unacked_age_ms: lag.oldest_unacked_age_ms,
                 },
-                Err(e) => {
+                Ok(Err(e)) => {
                     // Without a reading the suppression keeps its last state; fetch failures
                     // are what decide whether the bus is gone.
                     warn!(error = %e, "reading consumer lag failed");
+                    continue;
+                }
+                Err(_elapsed) => {
+                    warn!("reading consumer lag timed out");
                     continue;
                 }
             },
@@ -323,11 +329,15 @@ async fn execute<B: Bus, S: Store>(
             msg_id,
             payload,
         } => {
-            // A self-point: losing one reading to a full stream is what the stream's bound
-            // means; the next interval publishes fresh figures.
-            if let Err(e) = bus.publish_observation(subject, msg_id, payload).await {
-                warn!(error = %e, "self-point publish failed");
-            }
+            // A self-point: independent of every other effect, so it is sent off the loop (a
+            // slow or unreachable bus must not hold up lock checks). Losing one reading to a
+            // full stream is what the stream's bound means; the next interval sends fresh ones.
+            let bus = bus.clone();
+            tokio::spawn(async move {
+                if let Err(e) = bus.publish_observation(subject, msg_id, payload).await {
+                    warn!(error = %e, "self-point publish failed");
+                }
+            });
         }
         Effect::Exit(reason) => return Some(reason),
     }

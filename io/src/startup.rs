@@ -1,6 +1,7 @@
 //! The startup sequence (core runtime spec, "Acquisition order at startup"; ingest spec,
 //! "Restart" steps 1–3): take the lock, increment the epoch, load the registry, restore the
-//! projection, and only then bind the consumer. Shared by `sentinel run` and the demo.
+//! projection, and only then bind the consumer. Shared by `sentinel run`, the demo and the
+//! simulator.
 //!
 //! Then restart steps 4–8 (control-event replay, derived windows, durable timers, drivers,
 //! warmup), each timed.
@@ -123,7 +124,7 @@ pub async fn start<B: Bus, S: Store>(
         .map(|(_, p)| (p.id.to_string(), p.descriptor.retention))
         .collect();
     let restored = store.load_state(&points).await?;
-    let core = Core::new(config, registry, epoch, &restored, clock.now())
+    let mut core = Core::new(config, registry, epoch, &restored, clock.now())
         .map_err(|e| StartError::Core(e.to_string()))?;
     timings.record("restore_projection", step);
 
@@ -134,7 +135,6 @@ pub async fn start<B: Bus, S: Store>(
     timings.record("bind_consumer", step);
 
     // Restart step 4: the control log above each point's watermark.
-    let mut core = core;
     let step = Instant::now();
     let events = store
         .load_control_events(core.control_watermark(), CONTROL_EVENTS_LOAD_MAX)
