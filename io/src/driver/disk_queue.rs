@@ -169,8 +169,13 @@ impl DiskQueue {
         let mut at = usize::try_from(head).unwrap_or(usize::MAX).min(data.len());
         // Scan from the head; stop at the first torn or corrupt record and cut the file there.
         while at + 8 <= data.len() {
-            let len = u32::from_le_bytes(data[at..at + 4].try_into().expect("4 bytes")) as usize;
-            let crc = u32::from_le_bytes(data[at + 4..at + 8].try_into().expect("4 bytes"));
+            let len =
+                u32::from_le_bytes(data[at..at + 4].try_into().expect("invariant: a 4-byte slice")) as usize;
+            let crc = u32::from_le_bytes(
+                data[at + 4..at + 8]
+                    .try_into()
+                    .expect("invariant: a 4-byte slice"),
+            );
             if len > RECORD_BYTES_MAX {
                 break;
             }
