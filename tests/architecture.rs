@@ -319,9 +319,13 @@ fn only_the_nats_adapter_and_the_driver_library_name_async_nats() {
     confined(
         &["core/src", "io/src", "sim/src"],
         &["async_nats"],
-        &["io/src/bus/nats.rs", "io/src/driver/mod.rs"],
-        "only io/src/bus/nats.rs (the Bus adapter) and io/src/driver/mod.rs (the driver-side publisher) \
-         use async_nats",
+        &[
+            "io/src/bus/nats.rs",
+            "io/src/driver/mod.rs",
+            "io/src/driver/commands.rs",
+        ],
+        "only io/src/bus/nats.rs (the Bus adapter) and io/src/driver/ (the driver-side publisher and \
+         command intake) use async_nats",
     );
 }
 

@@ -15,9 +15,13 @@
 //! it remembers the highest core epoch seen and refuses commands from a lower one with outcome
 //! `rejected`, reason `stale_epoch`.
 //!
+//! [`commands`] is the driver's command intake: subscribe, check the epoch, answer, apply only
+//! what was admitted.
+//!
 //! [`disk_queue`] is the second buffer: where a publish goes when the stream is full, bounded
 //! by size and age, with a drop count for the driver's `queue_drops` self-point.
 
+pub mod commands;
 pub mod disk_queue;
 
 use std::collections::VecDeque;

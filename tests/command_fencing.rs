@@ -1,0 +1,118 @@
+//! Bus fencing, the driver half, against a real nats-server and real epochs from the
+//! PostgreSQL lock (core runtime spec, "Fencing the bus"; exit criteria: "Together with the
+//! driver-side rejection test in Driver Contract, that closes the fencing path end to end").
+//!
+//! A driver's command intake admits a command from the core that holds the lock, keeps
+//! admitting the old core's commands only until it has seen the new core's epoch, and from
+//! then on refuses them with outcome `rejected`, reason `stale_epoch`. The core's command plane
+//! is not built yet, so this test sends the two cores' commands itself, stamped with the
+//! epochs the two real lock acquisitions produced.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sentinel_core::wire::{CommandEnvelope, CommandOutcome, CommandReply, STALE_EPOCH, cmd_subject};
+use sentinel_io::driver::commands::{CommandIntake, MALFORMED};
+use sentinel_io::ports::{Lease, Store};
+use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_tests::nats::NatsServer;
+use sentinel_tests::pg::TestDb;
+
+const HOST: &str = "plant-a";
+const INSTANCE: &str = "modbus-pumps";
+
+fn command(id: &str, epoch: u32) -> Vec<u8> {
+    serde_json::to_vec(&CommandEnvelope {
+        v: 1,
+        command_id: id.to_owned(),
+        core_epoch: epoch,
+        point_id: "pump1.state".to_owned(),
+        value: serde_json::json!(1),
+        principal: "operator:test".to_owned(),
+    })
+    .expect("encode")
+}
+
+/// Sends a command and waits for the driver's answer; retries while the driver's subscription
+/// is not yet known to the server ("no responders").
+async fn send(client: &async_nats::Client, payload: Vec<u8>) -> CommandReply {
+    for _ in 0..100 {
+        match client
+            .request(cmd_subject(HOST, INSTANCE), payload.clone().into())
+            .await
+        {
+            Ok(message) => return serde_json::from_slice(&message.payload).expect("reply JSON"),
+            Err(e) if e.kind() == async_nats::RequestErrorKind::NoResponders => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(e) => panic!("request: {e}"),
+        }
+    }
+    panic!("the driver never subscribed");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_epoch() {
+    let db = TestDb::create().await.expect("database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("store");
+    store.migrate().await.expect("migrate");
+    let nats = NatsServer::start().await;
+
+    // Core A takes the lock, then loses it to core B.
+    let a = store.acquire().await.expect("core A locks");
+    let epoch_a = a.epoch();
+    a.release().await.expect("A's session ends");
+    let b = store.acquire().await.expect("core B locks");
+    let epoch_b = b.epoch();
+    assert!(epoch_b > epoch_a);
+
+    // The driver instance's intake; what it admits is what the driver applies.
+    let applied: Arc<Mutex<Vec<String>>> = Arc::default();
+    let driver_client = async_nats::connect(nats.url()).await.expect("driver connects");
+    let mut intake = CommandIntake::subscribe(driver_client, HOST, INSTANCE, 0)
+        .await
+        .expect("subscribe");
+    let sink = applied.clone();
+    tokio::spawn(async move {
+        while let Some(received) = intake.next().await {
+            let received = received.expect("intake");
+            if let Some(command) = received.admitted() {
+                sink.lock().expect("lock").push(command.command_id.clone());
+            }
+        }
+    });
+
+    let cores = async_nats::connect(nats.url()).await.expect("cores connect");
+    // A, not yet aware it was replaced, reaches the driver before B has: still admitted.
+    let reply = send(&cores, command("a-1", epoch_a)).await;
+    assert_eq!(reply.outcome, CommandOutcome::Accepted);
+    // B's first command raises the driver's floor.
+    let reply = send(&cores, command("b-1", epoch_b)).await;
+    assert_eq!(
+        (reply.outcome, reply.highest_epoch_seen),
+        (CommandOutcome::Accepted, epoch_b)
+    );
+    // From now on nothing of A's is applied.
+    let reply = send(&cores, command("a-2", epoch_a)).await;
+    assert_eq!(reply.outcome, CommandOutcome::Rejected);
+    assert_eq!(reply.reason.as_deref(), Some(STALE_EPOCH));
+    assert_eq!(
+        (reply.command_id.as_str(), reply.highest_epoch_seen),
+        ("a-2", epoch_b)
+    );
+    // Garbage is refused too, and does not move the floor.
+    let reply = send(&cores, b"{\"v\":1,\"core_epoch\":".to_vec()).await;
+    assert_eq!(reply.reason.as_deref(), Some(MALFORMED));
+    let reply = send(&cores, command("b-2", epoch_b)).await;
+    assert_eq!(reply.outcome, CommandOutcome::Accepted);
+
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        *applied.lock().expect("lock"),
+        ["a-1", "b-1", "b-2"],
+        "what the driver applied"
+    );
+    b.release().await.expect("release");
+}
