@@ -6,14 +6,15 @@
 //! 1. no two rows share `(driver_instance, source_epoch, source_seq)` — on every commit;
 //! 2. nothing accepted is lost — at the end of the liveness phase;
 //! 3. ack implies durable — on every ack;
-//! 4. a transition only for a committed row, at most once across incarnations — on every
-//!    publish;
-//! 5. the projection equals the fold of the log — from the runtime's observer whenever the
-//!    current writer has no batch at the store (a full check at most once per simulated
-//!    second per core, and at the end);
-//! 6. epochs strictly increase with each acquisition and no write by a deposed epoch lands —
-//!    on every acquisition and every write;
-//! 7. a core never binds the consumer without holding the lock — on every bind;
+//! 4. a transition only for a committed row or committed control event, at most once across
+//!    incarnations — on every publish;
+//! 5. the projection's value and observed_at equal the fold of the log — from the runtime's
+//!    observer whenever the current writer has no batch at the store (at most once per
+//!    simulated second per core; idle wake-ups included, so the settled state is checked);
+//! 6. epochs strictly increase with each acquisition, no write by a deposed epoch lands, and
+//!    every control event carries its writer's epoch — on every acquisition and every write
+//!    (the command half waits for the command plane);
+//! 7. a core that never took the lock never binds the consumer — on every bind;
 //! 8. checked by the determinism test (same seed, same trace hash);
 //! 9. everything drains within a bounded time once faults stop — by the controller.
 //!
