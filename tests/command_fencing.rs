@@ -116,3 +116,106 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
     );
     b.release().await.expect("release");
 }
+
+async fn next_command(intake: &mut CommandIntake) -> sentinel_io::driver::commands::Received {
+    tokio::time::timeout(Duration::from_secs(10), intake.next())
+        .await
+        .expect("a command arrives")
+        .expect("subscription open")
+        .expect("intake")
+}
+
+/// Waits until the core of `epoch` has bound its consumer (and so subscribed to requests).
+async fn wait_ready(store: &PgStore, epoch: u32) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let starts = store.cold_starts().await.expect("cold starts");
+        if starts.iter().any(|s| s.epoch == epoch && s.ready_at.is_some()) {
+            // The request subscription follows the bind by a moment.
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "core {epoch} never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A real `sentinel run` turns a request into a written, epoch-stamped `command_issued` event
+/// and then a command to the point's driver; after a takeover, the driver refuses the old
+/// core's command with `stale_epoch`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refused() {
+    use sentinel_core::CommandRequest;
+    use sentinel_core::wire::COMMAND_REQUEST_SUBJECT;
+    use sentinel_tests::harness::{Env, pg, spawn_core, terminate};
+
+    let env = Env::start(30_000).await;
+    let driver_client = async_nats::connect(env.nats.url())
+        .await
+        .expect("driver connects");
+    let mut intake = CommandIntake::subscribe(driver_client, HOST, INSTANCE, 0)
+        .await
+        .expect("subscribe");
+    let operator = async_nats::connect(env.nats.url())
+        .await
+        .expect("operator connects");
+    let request = |id: &str| {
+        serde_json::to_vec(&CommandRequest {
+            command_id: id.to_owned(),
+            point_id: "pump1.state".to_owned(),
+            value: serde_json::json!(1),
+            principal: "operator:test".to_owned(),
+        })
+        .expect("encode")
+    };
+
+    let first = spawn_core(&env, 30_000, &["--self-points-interval-ms", "0"]);
+    wait_ready(&env.store, 1).await;
+    operator
+        .publish(COMMAND_REQUEST_SUBJECT, request("r-1").into())
+        .await
+        .expect("request");
+    let received = next_command(&mut intake).await;
+    let command_a = received.admitted().expect("admitted").clone();
+    assert_eq!((command_a.command_id.as_str(), command_a.core_epoch), ("r-1", 1));
+    terminate(first).await;
+
+    let second = spawn_core(&env, 30_000, &["--self-points-interval-ms", "0"]);
+    wait_ready(&env.store, 2).await;
+    operator
+        .publish(COMMAND_REQUEST_SUBJECT, request("r-2").into())
+        .await
+        .expect("request");
+    let received = next_command(&mut intake).await;
+    assert_eq!(received.admitted().map(|c| c.core_epoch), Some(2));
+
+    // The replaced core's command, arriving late, is refused.
+    let late = serde_json::to_vec(&command_a).expect("encode");
+    let (reply, received) = tokio::join!(send(&operator, late), next_command(&mut intake));
+    assert_eq!(
+        (reply.outcome, reply.reason.as_deref()),
+        (CommandOutcome::Rejected, Some(STALE_EPOCH))
+    );
+    assert!(received.admitted().is_none(), "the driver does not apply it");
+    terminate(second).await;
+
+    // Each command was written before it was sent, by its own epoch.
+    let mut conn = pg(&env.db.url).await;
+    let written: Vec<(i32, String, String)> = sqlx::query_as(
+        "SELECT core_epoch, principal, payload->>'command_id' FROM control_event \
+         WHERE kind = 'command_issued' ORDER BY seq",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("control events");
+    assert_eq!(
+        written,
+        vec![
+            (1, "operator:test".to_owned(), "r-1".to_owned()),
+            (2, "operator:test".to_owned(), "r-2".to_owned()),
+        ]
+    );
+}

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use sentinel_core::{
-    Batch, BatchId, CanonicalValue, ControlEvent, ControlKind, DeliveryTag, Micros, ObsKey, ObsRow,
+    Batch, BatchId, CanonicalValue, ControlDetail, ControlEvent, DeliveryTag, Micros, ObsKey, ObsRow,
     PointState, Quality, QuarantineEntry, QuarantineReason, RegistrySnapshot, RetentionClass,
     registry::{PointIdx, SnapshotEntry},
 };
@@ -169,16 +169,17 @@ conformance!(
 fn control_event(point: &str, epoch: u32, occurred_at: Micros) -> ControlEvent {
     ControlEvent {
         occurred_at,
-        kind: ControlKind::QualityChanged,
         point: PointIdx(0),
         point_id: point.into(),
-        principal: "core:watchdog",
+        principal: "core:watchdog".into(),
         core_epoch: epoch,
         registry_version: 1,
-        from: Quality::Live,
-        to: Quality::Stale,
-        reason: "freshness",
-        deadline: occurred_at,
+        detail: ControlDetail::QualityChanged {
+            from: Quality::Live,
+            to: Quality::Stale,
+            reason: "freshness",
+            deadline: occurred_at,
+        },
     }
 }
 

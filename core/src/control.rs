@@ -1,10 +1,12 @@
 //! The control-event log as the core writes it (ingest spec, "Two logs": `control_event`;
 //! core runtime spec, "Fencing the bus": the epoch on every control event).
 //!
-//! Owns: the shape of a control event the core asks the store to write, and the report that
-//! comes back with the sequence numbers the log assigned. The core writes a control event
-//! before it acts on it: a watchdog quality change is projected and published only once its
-//! `quality_changed` event is committed, as rows are only once they are in the RETURNING set.
+//! Owns: the shape of a control event the core asks the store to write, the report that comes
+//! back with the sequence numbers the log assigned, and the command request. The core writes a
+//! control event before it acts on it: a watchdog quality change is projected and published,
+//! and a command is sent to its driver, only once the event is committed, as rows are only
+//! acted on once they are in the RETURNING set. A deposed core's write is fenced, so a core
+//! cut off from the store cannot issue a command at all.
 
 use std::sync::Arc;
 
@@ -22,46 +24,94 @@ pub const CONTROL_EVENTS_PER_WRITE_MAX: usize = 1_000;
 pub enum ControlKind {
     /// The freshness watchdog changed a point's quality (no new value).
     QualityChanged,
+    /// The core issued a command to a point's driver (the smallest real command plane).
+    CommandIssued,
 }
 
 impl ControlKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ControlKind::QualityChanged => "quality_changed",
+            ControlKind::CommandIssued => "command_issued",
         }
     }
 }
 
+/// What a control event records.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ControlDetail {
+    QualityChanged {
+        from: Quality,
+        to: Quality,
+        /// Why (`freshness`), and the deadline that passed.
+        reason: &'static str,
+        deadline: Micros,
+    },
+    CommandIssued {
+        command_id: String,
+        /// The commanded value, as the request gave it (a JSON scalar).
+        value: serde_json::Value,
+    },
+}
+
 /// One control event, as written. `core_epoch` is the writing core's; the store's fence
-/// refuses the write if it is no longer current.
+/// refuses the write if it is no longer current, and refuses an event stamped otherwise.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControlEvent {
     pub occurred_at: Micros,
-    pub kind: ControlKind,
     pub point: PointIdx,
     pub point_id: Arc<str>,
-    pub principal: &'static str,
+    /// Who caused it: `core:watchdog`, or the principal that requested a command.
+    pub principal: Arc<str>,
     pub core_epoch: u32,
     pub registry_version: i32,
-    pub from: Quality,
-    pub to: Quality,
-    /// Why, for the payload (`freshness`), and the deadline that passed.
-    pub reason: &'static str,
-    pub deadline: Micros,
+    pub detail: ControlDetail,
 }
 
 impl ControlEvent {
-    /// The `payload` column: what changed, as JSON. Carries no point value.
+    pub fn kind(&self) -> ControlKind {
+        match self.detail {
+            ControlDetail::QualityChanged { .. } => ControlKind::QualityChanged,
+            ControlDetail::CommandIssued { .. } => ControlKind::CommandIssued,
+        }
+    }
+
+    /// The `payload` column, as JSON.
     pub fn payload_json(&self) -> String {
-        format!(
-            r#"{{"from":"{}","to":"{}","reason":"{}","deadline":"{}"}}"#,
-            self.from.as_str(),
-            self.to.as_str(),
-            self.reason,
-            self.deadline.to_rfc3339()
-        )
+        match &self.detail {
+            ControlDetail::QualityChanged {
+                from,
+                to,
+                reason,
+                deadline,
+            } => serde_json::json!({
+                "from": from.as_str(),
+                "to": to.as_str(),
+                "reason": reason,
+                "deadline": deadline.to_rfc3339(),
+            })
+            .to_string(),
+            ControlDetail::CommandIssued { command_id, value } => {
+                serde_json::json!({ "command_id": command_id, "value": value }).to_string()
+            }
+        }
     }
 }
+
+/// A request to command a point, from an operator or (later) a rule. Validated by the core;
+/// see [`crate::Core::handle`] with `Input::CommandRequested`.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct CommandRequest {
+    pub command_id: String,
+    pub point_id: String,
+    pub value: serde_json::Value,
+    /// Who asks; a request without one is refused (principal is NOT NULL by design).
+    pub principal: String,
+}
+
+/// Bounds on a command request's strings.
+pub const COMMAND_ID_BYTES_MAX: usize = 128;
+pub const PRINCIPAL_BYTES_MAX: usize = 256;
 
 /// The store's answer to a control write: the events and the `seq` the log gave each, in
 /// the same order.

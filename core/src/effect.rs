@@ -26,6 +26,8 @@ pub enum Input {
     ControlCommitted(ControlReport),
     /// A control-event write failed (fenced like every write).
     ControlFailed { fenced: bool },
+    /// Someone asks the core to command a point (the smallest real command plane).
+    CommandRequested(crate::control::CommandRequest),
     /// The durable consumer's lag, read by the runtime (core runtime spec, "Backpressure":
     /// the pending count and the age of the oldest unacked message, never a watermark table).
     Lag {
@@ -44,7 +46,9 @@ pub enum Effect {
     Commit(crate::log::Batch),
     /// Ack these deliveries. Emitted only after their rows or quarantine entries committed.
     Ack(Vec<DeliveryTag>),
-    /// Publish a transition (stage 13). Emitted only for rows in a RETURNING set.
+    /// Publish a transition (stage 13), only for rows in a RETURNING set or committed
+    /// control events; or a command on `cmd.<host>.<instance>`, only once its
+    /// `command_issued` event committed.
     Publish { subject: String, payload: Bytes },
     /// Write these point states to `point_state`, fenced on `epoch`.
     Checkpoint { epoch: u32, states: Vec<PointState> },

@@ -38,7 +38,7 @@ pub mod watchdog;
 pub mod wire;
 
 pub use config::Config;
-pub use control::{ControlEvent, ControlKind, ControlReport};
+pub use control::{CommandRequest, ControlDetail, ControlEvent, ControlKind, ControlReport};
 pub use delivery::{Delivery, DeliveryTag};
 pub use effect::{Effect, ExitReason, Input};
 pub use log::{

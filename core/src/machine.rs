@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use crate::config::Config;
 use crate::control::{
-    CONTROL_EVENTS_PER_WRITE_MAX, ControlEvent, ControlKind, ControlReport, PRINCIPAL_WATCHDOG,
+    COMMAND_ID_BYTES_MAX, CONTROL_EVENTS_PER_WRITE_MAX, CommandRequest, ControlDetail, ControlEvent,
+    ControlReport, PRINCIPAL_BYTES_MAX, PRINCIPAL_WATCHDOG,
 };
 use crate::dedup::{DedupSet, Seen};
 use crate::delivery::{Delivery, DeliveryTag};
@@ -195,6 +196,7 @@ impl Core {
                 });
             }
             Input::ControlCommitted(report) => self.on_control_committed(report),
+            Input::CommandRequested(request) => self.on_command_requested(request),
             Input::ControlFailed { fenced } => {
                 self.exit(if fenced {
                     ExitReason::FENCED
@@ -483,16 +485,17 @@ impl Core {
             self.control_pending.insert(point);
             events.push(ControlEvent {
                 occurred_at: self.now,
-                kind: ControlKind::QualityChanged,
                 point,
                 point_id: state.point_id.clone(),
-                principal: PRINCIPAL_WATCHDOG,
+                principal: PRINCIPAL_WATCHDOG.into(),
                 core_epoch: self.epoch,
                 registry_version: self.registry.version,
-                from: state.quality,
-                to: Quality::Stale,
-                reason: "freshness",
-                deadline,
+                detail: ControlDetail::QualityChanged {
+                    from: state.quality,
+                    to: Quality::Stale,
+                    reason: "freshness",
+                    deadline,
+                },
             });
         }
         if !events.is_empty() {
@@ -513,17 +516,24 @@ impl Core {
             "one seq per control event"
         );
         for (event, &seq) in report.events.iter().zip(&report.seqs) {
+            let (from, to, reason) = match &event.detail {
+                ControlDetail::QualityChanged { from, to, reason, .. } => (*from, *to, *reason),
+                ControlDetail::CommandIssued { command_id, value } => {
+                    self.send_command(event, command_id, value);
+                    continue;
+                }
+            };
             self.control_pending.remove(&event.point);
             // A row that arrived while the event was at the store re-armed the deadline and
             // superseded it: the event stays in the log, the projection does not go stale.
             let current = self.projection.state(event.point).quality;
             let superseded =
-                current != event.from || self.watchdog.deadline(event.point).is_some_and(|d| d > self.now);
-            let to = if superseded { current } else { event.to };
+                current != from || self.watchdog.deadline(event.point).is_some_and(|d| d > self.now);
+            let to = if superseded { current } else { to };
             let published = self.projection.apply_quality_event(
                 event.point,
                 to,
-                event.reason,
+                reason,
                 seq,
                 self.now,
                 self.epoch,
@@ -538,6 +548,61 @@ impl Core {
             }
         }
         self.checkpoint_quality_changes();
+    }
+
+    /// A command request: validated, then written as a `command_issued` control event. The
+    /// command goes to its driver only once that write commits ([`Self::send_command`]), so a
+    /// core the fence refuses (deposed, or cut off from the store) never sends one.
+    fn on_command_requested(&mut self, request: CommandRequest) {
+        let point = self.registry.resolve(&request.point_id);
+        let valid = self.mode == Mode::Running
+            && point.is_some()
+            && !request.command_id.is_empty()
+            && request.command_id.len() <= COMMAND_ID_BYTES_MAX
+            && !request.principal.is_empty()
+            && request.principal.len() <= PRINCIPAL_BYTES_MAX
+            && (request.value.is_number() || request.value.is_boolean() || request.value.is_string());
+        let Some(point) = point.filter(|_| valid) else {
+            self.metrics.commands_refused += 1;
+            return;
+        };
+        self.metrics.control_events += 1;
+        self.effects.push_back(Effect::Control {
+            epoch: self.epoch,
+            events: vec![ControlEvent {
+                occurred_at: self.now,
+                point,
+                point_id: self.registry.point(point).id.clone(),
+                principal: request.principal.as_str().into(),
+                core_epoch: self.epoch,
+                registry_version: self.registry.version,
+                detail: ControlDetail::CommandIssued {
+                    command_id: request.command_id,
+                    value: request.value,
+                },
+            }],
+        });
+    }
+
+    /// The command's `command_issued` event is committed: publish it to the point's driver,
+    /// stamped with this core's epoch.
+    fn send_command(&mut self, event: &ControlEvent, command_id: &str, value: &serde_json::Value) {
+        let point = self.registry.point(event.point);
+        let envelope = crate::wire::CommandEnvelope {
+            v: 1,
+            command_id: command_id.to_owned(),
+            core_epoch: self.epoch,
+            point_id: point.id.to_string(),
+            value: value.clone(),
+            principal: event.principal.to_string(),
+        };
+        // Serialising plain strings and a JSON value cannot fail.
+        let payload = serde_json::to_vec(&envelope).unwrap_or_default();
+        self.metrics.commands_issued += 1;
+        self.effects.push_back(Effect::Publish {
+            subject: crate::wire::cmd_subject(&point.host, &point.descriptor.assignment.driver_instance),
+            payload: payload.into(),
+        });
     }
 
     fn on_tick(&mut self) {

@@ -23,8 +23,12 @@ pub struct Metrics {
     pub batches_committed: u64,
     pub acks: u64,
     pub checkpoint_points: u64,
-    /// Control events the core asked the store to write (watchdog quality changes).
+    /// Control events the core asked the store to write (watchdog quality changes, commands).
     pub control_events: u64,
+    /// Commands published to drivers, after their `command_issued` event committed.
+    pub commands_issued: u64,
+    /// Command requests refused (unknown point, missing principal, bad id or value).
+    pub commands_refused: u64,
     /// The last lag reading from the durable consumer.
     pub lag_pending: u64,
     pub lag_oldest_unacked_age_ms: u64,

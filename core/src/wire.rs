@@ -436,13 +436,16 @@ impl EnvelopeOut {
 /// The reason a driver gives when it refuses a command from a deposed core.
 pub const STALE_EPOCH: &str = "stale_epoch";
 
+/// Where command requests reach the core (an operator's tool, later the rules engine). Plain
+/// NATS, not the stream: a request made while no core runs is not queued for a later one.
+pub const COMMAND_REQUEST_SUBJECT: &str = "sentinel.command.request";
+
 pub fn cmd_subject(host: &str, driver_instance: &str) -> String {
     format!("cmd.{host}.{driver_instance}")
 }
 
 /// A command on `cmd.<host>.<driver_instance>` (DESIGN.md §2). Stamped with the issuing core's
-/// epoch so a driver can refuse a deposed core (core runtime spec, "Fencing the bus"). The
-/// command plane that issues commands is not built yet; the envelope and the driver's check are.
+/// epoch so a driver can refuse a deposed core (core runtime spec, "Fencing the bus").
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct CommandEnvelope {
     pub v: u32,

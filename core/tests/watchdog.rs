@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use sentinel_core::{
-    ControlKind, ControlReport, Core, Effect, Input, LogHead, Micros, ObsKey, PointState, Quality,
-    RestoredState,
+    ControlDetail, ControlKind, ControlReport, Core, Effect, Input, LogHead, Micros, ObsKey, PointState,
+    Quality, RestoredState,
 };
 
 const A: &str = "obs.plant-a.modbus-1";
@@ -84,9 +84,16 @@ fn an_expired_deadline_writes_a_control_event_before_the_point_goes_stale() {
     let events = controls(&effects);
     assert_eq!(events.len(), 1, "{effects:?}");
     let event = &events[0];
-    assert_eq!(event.kind, ControlKind::QualityChanged);
+    assert_eq!(event.kind(), ControlKind::QualityChanged);
     assert_eq!(event.core_epoch, 5, "stamped with the writer's epoch");
-    assert_eq!((event.from, event.to), (Quality::Live, Quality::Stale));
+    assert!(matches!(
+        event.detail,
+        ControlDetail::QualityChanged {
+            from: Quality::Live,
+            to: Quality::Stale,
+            ..
+        }
+    ));
     assert!(
         published(&effects).is_empty(),
         "nothing is published before the event commits"
@@ -255,10 +262,14 @@ fn the_startup_grace_holds_restored_points_back() {
     core.handle(T0.add_ms(GRACE_MS), Input::Tick);
     let events = controls(&drain(&mut core));
     assert_eq!(events.len(), 1);
-    assert_eq!(
-        (events[0].from, events[0].to),
-        (Quality::Restored, Quality::Stale)
-    );
+    assert!(matches!(
+        events[0].detail,
+        ControlDetail::QualityChanged {
+            from: Quality::Restored,
+            to: Quality::Stale,
+            ..
+        }
+    ));
 }
 
 #[test]

@@ -309,7 +309,12 @@ async fn run(
             _ = term.recv() => {},
         }
     };
-    let outcome = runtime::run(
+    // Command requests are taken only now, holding the lock with the consumer bound.
+    let commands = bus
+        .command_requests()
+        .await
+        .context("subscribing to command requests")?;
+    let outcome = runtime::run_observed(
         started.core,
         bus,
         started.consumer,
@@ -318,6 +323,8 @@ async fn run(
         clock,
         runtime_config,
         shutdown,
+        commands,
+        |_| {},
     )
     .await;
     let m = &outcome.metrics;

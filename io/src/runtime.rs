@@ -92,11 +92,26 @@ where
     S: Store,
     L: Lease,
 {
-    run_observed(core, bus, consumer, store, lease, clock, config, shutdown, |_| {}).await
+    // No command requests: the sender is dropped at once, so the branch never fires.
+    let (_, commands) = mpsc::channel(1);
+    run_observed(
+        core,
+        bus,
+        consumer,
+        store,
+        lease,
+        clock,
+        config,
+        shutdown,
+        commands,
+        |_| {},
+    )
+    .await
 }
 
-/// [`run`], calling `observe` with the core on every wake-up of the loop, after the effects
-/// of the input it brought (if any) have been executed.
+/// [`run`], also taking command requests from `commands` (the command plane's intake), and
+/// calling `observe` with the core on every wake-up of the loop, after the effects of the input
+/// it brought (if any) have been executed.
 /// The simulator's invariant checker looks at the projection through it; it must not block.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_observed<B, S, L>(
@@ -108,6 +123,7 @@ pub async fn run_observed<B, S, L>(
     clock: Arc<dyn Clock>,
     config: RuntimeConfig,
     shutdown: impl Future<Output = ()>,
+    mut commands: mpsc::Receiver<sentinel_core::CommandRequest>,
     mut observe: impl FnMut(&Core) + Send,
 ) -> RunOutcome
 where
@@ -252,6 +268,7 @@ where
                     continue;
                 }
             },
+            Some(request) = commands.recv() => Input::CommandRequested(request),
             _ = progress.tick() => {
                 let m = core.metrics();
                 info!(

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use sentinel_core::registry::{Conversion, Descriptor, Kind, Range, RetentionClass, canonical};
 use sentinel_core::wire::EnvelopeOut;
-use sentinel_core::{Config, ControlEvent, ControlKind, Quality, registry::PointIdx};
+use sentinel_core::{Config, ControlDetail, ControlEvent, Quality, registry::PointIdx};
 use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
 use sentinel_io::clock::{Clock, SystemClock};
 use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
@@ -225,16 +225,17 @@ async fn main() {
         .enumerate()
         .map(|(i, d)| ControlEvent {
             occurred_at: now,
-            kind: ControlKind::QualityChanged,
             point: PointIdx(i as u32),
             point_id: d.id.as_str().into(),
-            principal: "core:watchdog",
+            principal: "core:watchdog".into(),
             core_epoch: lease.epoch(),
             registry_version: 1,
-            from: Quality::Live,
-            to: Quality::Stale,
-            reason: "freshness",
-            deadline: now,
+            detail: ControlDetail::QualityChanged {
+                from: Quality::Live,
+                to: Quality::Stale,
+                reason: "freshness",
+                deadline: now,
+            },
         })
         .collect();
     for chunk in events.chunks(sentinel_core::control::CONTROL_EVENTS_PER_WRITE_MAX) {

@@ -75,6 +75,9 @@ impl Default for NatsBusConfig {
     }
 }
 
+/// Command requests decoded but not yet taken by the runtime; beyond this the intake waits.
+const COMMAND_REQUESTS_QUEUED_MAX: usize = 1_000;
+
 impl NatsBusConfig {
     /// The stream configuration this adapter creates and expects.
     pub fn stream_config(&self) -> stream::Config {
@@ -198,6 +201,39 @@ impl NatsBus {
     }
 
     /// The underlying client (for tests and tools; the runtime needs only the `Bus` methods).
+    /// Command requests on [`sentinel_core::wire::COMMAND_REQUEST_SUBJECT`], decoded, for the
+    /// runtime. Subscribe only while holding the lock. A request that cannot be decoded is
+    /// dropped with a warning (coordinates only).
+    pub async fn command_requests(
+        &self,
+    ) -> Result<tokio::sync::mpsc::Receiver<sentinel_core::CommandRequest>, BusError> {
+        use futures::StreamExt as _;
+        let mut subscription = self
+            .inner
+            .client
+            .subscribe(sentinel_core::wire::COMMAND_REQUEST_SUBJECT)
+            .await
+            .map_err(|error| BusError::Connection(format!("subscribe to command requests: {error}")))?;
+        let (tx, rx) = tokio::sync::mpsc::channel(COMMAND_REQUESTS_QUEUED_MAX);
+        tokio::spawn(async move {
+            while let Some(message) = subscription.next().await {
+                match serde_json::from_slice(&message.payload) {
+                    Ok(request) => {
+                        if tx.send(request).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        // The size only: a request may carry a value.
+                        let bytes = message.payload.len();
+                        tracing::warn!(%error, bytes, "undecodable command request")
+                    }
+                }
+            }
+        });
+        Ok(rx)
+    }
+
     pub fn client(&self) -> &Client {
         &self.inner.client
     }

@@ -560,9 +560,9 @@ impl Store for MemoryStore {
             model.control_events.push(StoredControlEvent {
                 seq,
                 occurred_at: event.occurred_at,
-                kind: event.kind.as_str().to_owned(),
+                kind: event.kind().as_str().to_owned(),
                 point_id: Some(event.point_id.to_string()),
-                principal: event.principal.to_owned(),
+                principal: event.principal.to_string(),
                 core_epoch: event.core_epoch,
                 payload: event.payload_json(),
                 registry_version: event.registry_version,

@@ -816,9 +816,9 @@ impl PgStore {
                 )));
             }
             occurred.push(to_odt(event.occurred_at)?);
-            kinds.push(event.kind.as_str());
+            kinds.push(event.kind().as_str());
             points.push(&*event.point_id);
-            principals.push(event.principal);
+            principals.push(&*event.principal);
             payloads.push(event.payload_json());
             versions.push(event.registry_version);
         }
