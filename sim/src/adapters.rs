@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sentinel_core::{
-    Batch, CommitReport, ControlEvent, Delivery, DeliveryTag, PointState, RegistrySnapshot, RestoredState,
-    RetentionClass,
+    Batch, CommitReport, ControlDetail, ControlEvent, Delivery, DeliveryTag, PointState, RegistrySnapshot,
+    RestoredState, RetentionClass,
 };
 use sentinel_io::bus::{MemoryConsumer, PublishAck};
 use sentinel_io::ports::{
@@ -154,6 +154,11 @@ impl Bus for SimBus {
 
     async fn publish(&self, subject: String, payload: Bytes) -> Result<(), BusError> {
         self.enter().await?;
+        if subject.starts_with("cmd.") {
+            // A command: the bus carries it to the driver instance subscribed to the subject.
+            self.world.deliver_command(&subject, &payload);
+            return Ok(());
+        }
         let now = self.world.now();
         {
             let mut inner = self.world.lock();
@@ -372,15 +377,34 @@ impl Store for SimStore {
         epoch: u32,
         events: Vec<ControlEvent>,
     ) -> Result<Vec<i64>, StoreError> {
-        self.enter().await?;
+        let issues_command = events
+            .iter()
+            .any(|e| matches!(e.detail, ControlDetail::CommandIssued { .. }));
+        if let Err(e) = self.enter().await {
+            if issues_command {
+                self.world.lock().checker.command_writes_refused += 1;
+                self.world.trace(format_args!(
+                    "{} cannot write its command: {e}",
+                    self.incarnation.core.host()
+                ));
+            }
+            return Err(e);
+        }
         let epoch_at_write = self.world.store.current_epoch();
         let stamps: Vec<u32> = events.iter().map(|e| e.core_epoch).collect();
+        let commands: Vec<String> = events
+            .iter()
+            .filter_map(|e| match &e.detail {
+                ControlDetail::CommandIssued { command_id, .. } => Some(command_id.clone()),
+                ControlDetail::QualityChanged { .. } => None,
+            })
+            .collect();
         let seqs = self.world.store.write_control_events(epoch, events).await?;
         let now = self.world.now();
         let mut inner = self.world.lock();
         inner
             .checker
-            .on_control_events(epoch, &stamps, &seqs, epoch_at_write, now);
+            .on_control_events(epoch, &stamps, &commands, &seqs, epoch_at_write, now);
         inner.trace.event(
             now,
             format_args!(

@@ -64,6 +64,15 @@ pub struct Checker {
     violation: Option<Violation>,
     pub acks_checked: u64,
     pub transitions: u64,
+    /// `(command_id, epoch)` of every committed `command_issued` event.
+    committed_commands: BTreeSet<(String, u32)>,
+    pub commands_applied: u64,
+    /// Applied while a newer epoch held the lock (committed before the takeover, delivered
+    /// before the driver saw the new epoch).
+    pub commands_applied_deposed: u64,
+    pub commands_refused: u64,
+    /// `command_issued` writes that never reached the store (a core cut off from it).
+    pub command_writes_refused: u64,
 }
 
 impl Checker {
@@ -161,6 +170,7 @@ impl Checker {
         &mut self,
         epoch: u32,
         stamps: &[u32],
+        commands: &[String],
         seqs: &[i64],
         epoch_at_write: u32,
         at: Micros,
@@ -174,6 +184,36 @@ impl Checker {
             );
         }
         self.committed_controls.extend(seqs.iter().copied());
+        self.committed_commands
+            .extend(commands.iter().map(|id| (id.clone(), epoch)));
+    }
+
+    /// Invariant 6 for commands: a driver applies only a command whose `command_issued`
+    /// event its core committed under the epoch the command carries, i.e. while that core
+    /// held the lock (the fence saw to that).
+    pub fn on_command_applied(
+        &mut self,
+        command: &sentinel_core::wire::CommandEnvelope,
+        current_epoch: u32,
+        at: Micros,
+    ) {
+        self.commands_applied += 1;
+        if command.core_epoch < current_epoch {
+            self.commands_applied_deposed += 1;
+        }
+        if !self
+            .committed_commands
+            .contains(&(command.command_id.clone(), command.core_epoch))
+        {
+            self.fail(
+                6,
+                at,
+                format!(
+                    "a driver applied command {} of epoch {}, which no core committed under that epoch",
+                    command.command_id, command.core_epoch
+                ),
+            );
+        }
     }
 
     /// Invariant 4, as a transition reaches the bus.

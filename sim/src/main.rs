@@ -43,6 +43,10 @@ struct Cli {
     /// Worker threads for multi-seed runs (default: the machine's cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Run the dangerous-window scenario instead of random faults: the lock holder is cut off
+    /// from the store but not the bus, the other core takes over.
+    #[arg(long)]
+    dangerous_window: bool,
     /// Plant a known bug: ack-before-commit, ingested-at-from-core-clock,
     /// project-submitted-batch, commit-without-fence.
     #[arg(long)]
@@ -65,6 +69,7 @@ fn main() -> anyhow::Result<()> {
     let options = Options {
         echo_trace: cli.trace,
         plant,
+        dangerous_window: cli.dangerous_window,
     };
 
     if let Some(seed) = cli.seed {
@@ -174,7 +179,7 @@ fn main() -> anyhow::Result<()> {
 fn result_line(outcome: &SeedOutcome) -> String {
     let s = &outcome.stats;
     format!(
-        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} | {} steps, {} s simulated | trace {} lines, hash {}",
+        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} | commands applied {} (from a deposed core {}), refused {} | {} steps, {} s simulated | trace {} lines, hash {}",
         outcome.seed,
         match &outcome.violation {
             None => "ok".to_owned(),
@@ -185,6 +190,9 @@ fn result_line(outcome: &SeedOutcome) -> String {
         s.quarantined,
         s.transitions,
         s.epochs,
+        s.commands_applied,
+        s.commands_applied_deposed,
+        s.commands_refused,
         s.steps,
         s.simulated_ms / 1_000,
         outcome.trace_lines,

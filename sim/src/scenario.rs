@@ -30,6 +30,15 @@ use crate::settings::{CONTROLLER_FIRE_P, Settings, Site};
 use crate::trace::Trace;
 use crate::world::{CoreId, Inner, Links, SimClock, World};
 
+/// How often the simulated operator asks every running core to command a point.
+const COMMAND_INTERVAL_MS: i64 = 5_000;
+/// Requests a core's intake holds before the operator's sends fail.
+const COMMAND_REQUESTS_QUEUED_MAX: usize = 16;
+/// The dangerous-window scenario: when the lock holder is cut off from the store, and for
+/// how long.
+const DANGEROUS_WINDOW_AT_MS: i64 = 60_500;
+const DANGEROUS_WINDOW_MS: i64 = 60_000;
+
 /// Simulated wall-clock start of every run: 2026-01-01T00:00:00Z.
 pub const START_UNIX_S: u64 = 1_767_225_600;
 
@@ -40,6 +49,10 @@ pub struct Options {
     pub echo_trace: bool,
     /// A bug to plant in every core (and the store model) of the run.
     pub plant: Option<PlantedBug>,
+    /// The core runtime spec's dangerous window instead of random faults: two cores, and the
+    /// lock holder cut off from the store (its session dies) while it still reaches the bus,
+    /// so the other core takes over; the operator keeps asking both for commands.
+    pub dangerous_window: bool,
 }
 
 /// What a run showed.
@@ -69,6 +82,12 @@ pub struct Stats {
     pub epochs: u32,
     pub steps: u64,
     pub simulated_ms: u64,
+    /// Commands drivers applied, applied from a core that no longer held the lock, refused.
+    pub commands_applied: u64,
+    pub commands_applied_deposed: u64,
+    pub commands_refused: u64,
+    /// Command writes a core could not make (cut off from the store), so never sent.
+    pub command_writes_refused: u64,
 }
 
 impl SeedOutcome {
@@ -90,7 +109,11 @@ enum Scheduled {
 
 pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOutcome {
     let mut rng = SimRng::new(seed);
-    let settings = Settings::draw(seed, &mut rng);
+    let mut settings = Settings::draw(seed, &mut rng);
+    if options.dangerous_window {
+        settings.two_cores = true;
+        settings.active.clear();
+    }
     let start = Micros(START_UNIX_S as i64 * 1_000_000);
     let clock = Arc::new(SimClock::new(start));
 
@@ -129,6 +152,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         published: 0,
         traffic_done: false,
         step: 0,
+        command_senders: Default::default(),
+        driver_guards: Default::default(),
     };
     let world = Arc::new(World::new(settings.clone(), bus, store, clock.clone(), inner));
     world.trace(format_args!("settings {settings}"));
@@ -188,6 +213,14 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let drain_deadline = safety_end.add_ms(settings.drain_bound_ms as i64);
     let run_end = start.add_ms(settings.run_min_ms as i64);
     let mut reloaded = false;
+    let mut next_command_at = start.add_ms(COMMAND_INTERVAL_MS);
+    let mut commands_sent = 0u64;
+    let mut window_opened = false;
+    let command_points: Vec<String> = registry
+        .hosts
+        .values()
+        .flat_map(|points| points.iter().map(|p| p.id.clone()))
+        .collect();
     let mut drained_at: Option<Micros> = None;
     let mut steps = 0u64;
 
@@ -234,6 +267,14 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         }
         if world.lock().published >= settings.messages {
             world.lock().traffic_done = true;
+        }
+
+        if now >= next_command_at {
+            next_command_at = now.add_ms(COMMAND_INTERVAL_MS);
+            operator_commands(&world, &command_points, &mut commands_sent);
+        }
+        if options.dangerous_window && !window_opened && now >= start.add_ms(DANGEROUS_WINDOW_AT_MS) {
+            window_opened = open_dangerous_window(&world, &cores, &command_points, now, &mut scheduled);
         }
 
         if now < safety_end {
@@ -299,6 +340,10 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             epochs: world.store.current_epoch(),
             steps,
             simulated_ms: sim.elapsed().as_millis() as u64,
+            commands_applied: inner.checker.commands_applied,
+            commands_applied_deposed: inner.checker.commands_applied_deposed,
+            commands_refused: inner.checker.commands_refused,
+            command_writes_refused: inner.checker.command_writes_refused,
         },
     }
 }
@@ -338,6 +383,9 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
                     let world = world.clone();
                     move |c: &sentinel_core::Core| world.observe(c)
                 };
+                // The operator's way in to this incarnation (the controller sends requests).
+                let (commands_tx, commands_rx) = tokio::sync::mpsc::channel(COMMAND_REQUESTS_QUEUED_MAX);
+                world.lock().command_senders.insert(core, commands_tx);
                 let outcome = runtime::run_observed(
                     core_machine,
                     bus,
@@ -347,6 +395,7 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
                     world.clock.clone(),
                     runtime_config,
                     std::future::pending::<()>(),
+                    commands_rx,
                     observer,
                 )
                 .await;
@@ -376,6 +425,90 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
         let delay_ms = world.between(100, world.settings.restart_delay_max_ms);
         tokio::time::sleep(Duration::from_millis(delay_ms)).await;
     }
+}
+
+/// The operator asks every running core to command one point (a core that is not the lock
+/// holder must not get one to a driver: its write is fenced).
+fn operator_commands(world: &World, points: &[String], sent: &mut u64) {
+    let senders: Vec<(CoreId, tokio::sync::mpsc::Sender<sentinel_core::CommandRequest>)> = world
+        .lock()
+        .command_senders
+        .iter()
+        .map(|(core, tx)| (*core, tx.clone()))
+        .collect();
+    for (core, tx) in senders {
+        *sent += 1;
+        let point_id = world.lock().rng.pick(points).clone();
+        let request = sentinel_core::CommandRequest {
+            command_id: format!("op-{sent}"),
+            point_id,
+            value: serde_json::json!(world.between(0, 100)),
+            principal: "operator:sim".into(),
+        };
+        let outcome = if tx.try_send(request).is_ok() {
+            "sent"
+        } else {
+            "not taken"
+        };
+        world.trace(format_args!(
+            "operator command op-{sent} to {}: {outcome}",
+            core.host()
+        ));
+    }
+}
+
+/// Cuts the lock holder off from the store (its session, and so its lock, dies with the
+/// link) but not from the bus. Returns whether there was a holder to cut off.
+fn open_dangerous_window(
+    world: &World,
+    cores: &[CoreId],
+    points: &[String],
+    now: Micros,
+    scheduled: &mut Vec<(Micros, Scheduled)>,
+) -> bool {
+    let holder = world.store.lock_holder();
+    let Some(core) = cores.iter().copied().find(|core| {
+        holder.is_some() && world.lock().incarnations.get(core).and_then(|i| i.session()) == holder
+    }) else {
+        return false;
+    };
+    let before = world.links(core);
+    world.lock().links.insert(
+        core,
+        Links {
+            store_cut: true,
+            ..before
+        },
+    );
+    if let Some(session) = holder {
+        world.store.kill_session_id(session);
+    }
+    world.trace(format_args!(
+        "dangerous window: {} cut off from the store, still on the bus",
+        core.host()
+    ));
+    scheduled.push((now.add_ms(DANGEROUS_WINDOW_MS), Scheduled::Heal(core, before)));
+    // Inside the window the cut-off core still believes it holds the lock until its next
+    // check; the operator asks it for a command right now.
+    let sender = world.lock().command_senders.get(&core).cloned();
+    if let Some(tx) = sender {
+        let request = sentinel_core::CommandRequest {
+            command_id: "window-1".into(),
+            point_id: world.lock().rng.pick(points).clone(),
+            value: serde_json::json!(1),
+            principal: "operator:sim".into(),
+        };
+        let outcome = if tx.try_send(request).is_ok() {
+            "sent"
+        } else {
+            "not taken"
+        };
+        world.trace(format_args!(
+            "operator command window-1 to {}: {outcome}",
+            core.host()
+        ));
+    }
+    true
 }
 
 /// The controller's fault sites, given one opportunity per simulated second.

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::fmt::Write as _;
+use std::io::Write as _;
 
 use sentinel_core::Micros;
 use sha2::{Digest, Sha256};
@@ -48,7 +49,8 @@ impl Trace {
         self.hasher.update(b"\n");
         self.lines += 1;
         if self.echo {
-            println!("{line}");
+            // A closed pipe (`--trace | head`) ends the echo, not the run.
+            let _ = writeln!(std::io::stdout().lock(), "{line}");
         }
         if self.recent.len() == RECENT_LINES_MAX {
             self.recent.pop_front();

@@ -99,6 +99,10 @@ pub struct Inner {
     pub published: u64,
     pub traffic_done: bool,
     pub step: u64,
+    /// Each running core's command intake (the operator's way in).
+    pub command_senders: BTreeMap<CoreId, tokio::sync::mpsc::Sender<sentinel_core::CommandRequest>>,
+    /// Each driver instance's epoch guard, by command subject.
+    pub driver_guards: BTreeMap<String, sentinel_io::driver::EpochGuard>,
 }
 
 pub struct World {
@@ -188,6 +192,40 @@ impl World {
                 .trace
                 .event(now, format_args!("fault {} {}", why.name(), core.host()));
         }
+    }
+
+    /// A command reached a driver instance over the bus: the instance's epoch guard decides,
+    /// and the checker sees what was applied (invariant 6).
+    pub fn deliver_command(&self, subject: &str, payload: &[u8]) {
+        let now = self.now();
+        let current_epoch = self.store.current_epoch();
+        let mut inner = self.lock();
+        let Ok(command) = serde_json::from_slice::<sentinel_core::wire::CommandEnvelope>(payload) else {
+            inner
+                .checker
+                .fail(6, now, format!("an undecodable command on {subject}"));
+            return;
+        };
+        let reply = inner
+            .driver_guards
+            .entry(subject.to_owned())
+            .or_default()
+            .check(&command);
+        let applied = reply.outcome == sentinel_core::wire::CommandOutcome::Accepted;
+        if applied {
+            inner.checker.on_command_applied(&command, current_epoch, now);
+        } else {
+            inner.checker.commands_refused += 1;
+        }
+        inner.trace.event(
+            now,
+            format_args!(
+                "driver {subject} {} command {} of epoch {}",
+                if applied { "applies" } else { "refuses" },
+                command.command_id,
+                command.core_epoch
+            ),
+        );
     }
 
     /// Invariant 5 from the runtime's observer: a core that is the current writer and has no
