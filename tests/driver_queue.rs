@@ -123,6 +123,20 @@ async fn a_full_stream_sends_publishes_to_disk_and_they_arrive_once_in_order() {
 
     let expected: Vec<String> = (1..=MESSAGES).map(|seq| msg_id("modbus-pumps", 1, seq)).collect();
     assert_eq!(received, expected, "every observation once, in publish order");
+
+    // The drop count goes out as the instance's queue_drops self-point.
+    let published = publisher
+        .publish_drop_count("plant-a", "modbus-pumps", 1, MESSAGES + 1, now())
+        .await
+        .expect("drop count");
+    assert!(matches!(published, Published::Stream(_)));
+    let deliveries = consumer.fetch(10, 1_000).await.expect("fetch");
+    let envelope: serde_json::Value = serde_json::from_slice(&deliveries[0].payload).expect("JSON");
+    assert_eq!(
+        envelope["point_id"], "plant-a.modbus-pumps.queue_drops",
+        "as the registry names it"
+    );
+    assert_eq!(envelope["value"], 0);
     assert_eq!(
         publisher.queue().dropped_total(),
         0,

@@ -339,6 +339,12 @@ fn write_head(dir: &Path, generation: u64, offset: u64) -> io::Result<()> {
     fs::rename(&tmp, dir.join(HEAD_FILE))
 }
 
+/// The point a driver instance reports its queue's drop count on, as the registry names it:
+/// `<host>.<driver_instance>.queue_drops`.
+pub fn queue_drops_point(host: &str, driver_instance: &str) -> String {
+    format!("{host}.{driver_instance}.queue_drops")
+}
+
 /// What [`QueuedPublisher::publish`] did with an observation.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum Published {
@@ -392,6 +398,36 @@ impl<S: ObservationSink> QueuedPublisher<S> {
         };
         self.queue.push(&message, now).map_err(queue_error)?;
         Ok(Published::Queued)
+    }
+
+    /// Publishes the queue's drop count as the driver instance's `queue_drops` self-point,
+    /// through the queue like any observation (so it is itself kept when the stream is full).
+    /// `source_seq` comes from the instance's own sequence.
+    pub async fn publish_drop_count(
+        &mut self,
+        host: &str,
+        driver_instance: &str,
+        source_epoch: u32,
+        source_seq: u64,
+        now: Micros,
+    ) -> Result<Published, BusError> {
+        let point = queue_drops_point(host, driver_instance);
+        let envelope = sentinel_core::wire::EnvelopeOut::new(
+            &point,
+            driver_instance,
+            source_epoch,
+            source_seq,
+            now,
+            serde_json::json!(self.queue.dropped_total()),
+        );
+        let subject = format!("obs.{host}.{driver_instance}");
+        self.publish(
+            &subject,
+            &envelope.msg_id(),
+            Bytes::from(envelope.to_bytes()),
+            now,
+        )
+        .await
     }
 
     /// Publishes queued messages, oldest first, until the queue is empty or the stream is
