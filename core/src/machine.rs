@@ -450,11 +450,7 @@ impl Core {
                 self.watchdog.arm(row.point, deadline);
             }
             if let Some(published) = published {
-                self.metrics.transitions_published += 1;
-                self.effects.push_back(Effect::Publish {
-                    subject: published.subject,
-                    payload: published.payload.into(),
-                });
+                self.publish_transition(published);
             }
         }
         self.checkpoint_quality_changes();
@@ -540,14 +536,18 @@ impl Core {
                 event.registry_version,
             );
             if let Some(published) = published {
-                self.metrics.transitions_published += 1;
-                self.effects.push_back(Effect::Publish {
-                    subject: published.subject,
-                    payload: published.payload.into(),
-                });
+                self.publish_transition(published);
             }
         }
         self.checkpoint_quality_changes();
+    }
+
+    fn publish_transition(&mut self, published: crate::projection::Published) {
+        self.metrics.transitions_published += 1;
+        self.effects.push_back(Effect::Publish {
+            subject: published.subject,
+            payload: published.payload.into(),
+        });
     }
 
     /// A command request: validated, then written as a `command_issued` control event. The

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 use crate::config::Config;
-use crate::log::{CanonicalValue, ObsRow, Quality};
+use crate::log::{CanonicalValue, ObsKey, ObsRow, Quality};
 use crate::registry::{Kind, PointIdx, Registry};
 use crate::state::{LogHead, OrderKey, PointState, RestoredState};
 use crate::time::Micros;
@@ -37,6 +37,38 @@ struct Slot {
     freshness_us: i64,
     subject: String,
     last_checkpoint_at: Option<Micros>,
+}
+
+impl Slot {
+    /// The point's current state as a transition, caused by the row `key` or the control
+    /// event `control_seq`. `fallback` stands in for an `observed_at`/`ingested_at` the state
+    /// does not have yet.
+    fn transition(
+        &self,
+        fallback: (Micros, Micros),
+        registry_version: i32,
+        core_epoch: u32,
+        key: Option<&ObsKey>,
+        control_seq: Option<i64>,
+    ) -> Published {
+        let state = &self.state;
+        let transition = Transition {
+            point_id: &state.point_id,
+            value: state.value.as_ref(),
+            quality: state.quality,
+            reason: state.reason.as_deref(),
+            observed_at: state.observed_at.unwrap_or(fallback.0),
+            ingested_at: state.ingested_at.unwrap_or(fallback.1),
+            registry_version,
+            core_epoch,
+            key,
+            control_seq,
+        };
+        Published {
+            subject: self.subject.clone(),
+            payload: transition.encode(),
+        }
+    }
 }
 
 /// A transition ready to publish.
@@ -230,23 +262,13 @@ impl Projection {
         if !(quality_changed || value_edge) {
             return None;
         }
-        let state = &slot.state;
-        let transition = Transition {
-            point_id: &state.point_id,
-            value: state.value.as_ref(),
-            quality: state.quality,
-            reason: state.reason.as_deref(),
-            observed_at: state.observed_at.unwrap_or(row.observed_at),
-            ingested_at: state.ingested_at.unwrap_or(row.ingested_at),
-            registry_version: row.registry_version,
+        Some(slot.transition(
+            (row.observed_at, row.ingested_at),
+            row.registry_version,
             core_epoch,
-            key: Some(&row.key),
-            control_seq: None,
-        };
-        Some(Published {
-            subject: slot.subject.clone(),
-            payload: transition.encode(),
-        })
+            Some(&row.key),
+            None,
+        ))
     }
 
     /// Applies a committed watchdog control event: the point's quality becomes `to` (its
@@ -272,23 +294,7 @@ impl Projection {
         slot.state.reason = Some(reason.to_owned());
         slot.state.quality_since = now;
         self.dirty_quality.insert(point);
-        let state = &slot.state;
-        let transition = Transition {
-            point_id: &state.point_id,
-            value: state.value.as_ref(),
-            quality: state.quality,
-            reason: state.reason.as_deref(),
-            observed_at: state.observed_at.unwrap_or(now),
-            ingested_at: state.ingested_at.unwrap_or(now),
-            registry_version,
-            core_epoch,
-            key: None,
-            control_seq: Some(seq),
-        };
-        Some(Published {
-            subject: slot.subject.clone(),
-            payload: transition.encode(),
-        })
+        Some(slot.transition((now, now), registry_version, core_epoch, None, Some(seq)))
     }
 
     /// Points whose quality changed: written at once (synchronously with the commit's effects).

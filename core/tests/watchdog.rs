@@ -63,6 +63,31 @@ fn published(effects: &[Effect]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// A core of epoch 6 started at T0 over a log whose only head says `plant.temp` was live an
+/// hour ago (a restart after an outage).
+fn restarted_after_an_hour() -> Core {
+    let an_hour_ago = T0.add_ms(-3_600_000);
+    let head = PointState {
+        observed_at: Some(an_hour_ago),
+        ingested_at: Some(an_hour_ago),
+        key: Some(ObsKey {
+            driver_instance: "modbus-1".into(),
+            source_epoch: 1,
+            source_seq: 1,
+        }),
+        quality: Quality::Live,
+        ..PointState::unknown("plant.temp".into(), an_hour_ago)
+    };
+    let restored = RestoredState {
+        checkpoints: vec![],
+        log_heads: vec![LogHead {
+            state: head,
+            value_order: None,
+        }],
+    };
+    Core::new(sentinel_core::Config::default(), registry(), 6, &restored, T0).expect("core")
+}
+
 #[test]
 fn an_expired_deadline_writes_a_control_event_before_the_point_goes_stale() {
     let mut core = core();
@@ -173,27 +198,7 @@ fn high_lag_suppresses_staleness_until_it_clears() {
 #[test]
 fn replayed_observations_do_not_make_a_point_live_and_current_data_does() {
     // A restart after an outage: the point was live an hour ago.
-    let an_hour_ago = T0.add_ms(-3_600_000);
-    let key = ObsKey {
-        driver_instance: "modbus-1".into(),
-        source_epoch: 1,
-        source_seq: 1,
-    };
-    let head = PointState {
-        observed_at: Some(an_hour_ago),
-        ingested_at: Some(an_hour_ago),
-        key: Some(key.clone()),
-        quality: Quality::Live,
-        ..PointState::unknown("plant.temp".into(), an_hour_ago)
-    };
-    let restored = RestoredState {
-        checkpoints: vec![],
-        log_heads: vec![LogHead {
-            state: head,
-            value_order: None,
-        }],
-    };
-    let mut core = Core::new(sentinel_core::Config::default(), registry(), 6, &restored, T0).expect("core");
+    let mut core = restarted_after_an_hour();
     assert_eq!(core.rehydrate_timers(), 1);
     drain(&mut core);
     assert_eq!(
@@ -229,26 +234,7 @@ fn replayed_observations_do_not_make_a_point_live_and_current_data_does() {
 
 #[test]
 fn the_startup_grace_holds_restored_points_back() {
-    let an_hour_ago = T0.add_ms(-3_600_000);
-    let head = PointState {
-        observed_at: Some(an_hour_ago),
-        ingested_at: Some(an_hour_ago),
-        key: Some(ObsKey {
-            driver_instance: "modbus-1".into(),
-            source_epoch: 1,
-            source_seq: 1,
-        }),
-        quality: Quality::Live,
-        ..PointState::unknown("plant.temp".into(), an_hour_ago)
-    };
-    let restored = RestoredState {
-        checkpoints: vec![],
-        log_heads: vec![LogHead {
-            state: head,
-            value_order: None,
-        }],
-    };
-    let mut core = Core::new(sentinel_core::Config::default(), registry(), 6, &restored, T0).expect("core");
+    let mut core = restarted_after_an_hour();
     core.rehydrate_timers();
     no_lag(&mut core, T0);
     drain(&mut core);

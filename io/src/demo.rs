@@ -95,24 +95,31 @@ struct FleetPoint {
     codes: Vec<String>,
 }
 
+/// The native-unit span a synthetic device reports in: the descriptor's canonical range (or a
+/// plausible 0–100) mapped back through the inverse of its affine conversion, so a °F device
+/// speaks °F. Returns `(low, high)`.
+pub fn native_span(d: &sentinel_core::registry::Descriptor) -> (f64, f64) {
+    let (lo, hi) = d.range.map_or((0.0, 100.0), |r| (r.min, r.max));
+    let to_native = |c: f64| (c - d.conversion.offset) / d.conversion.factor;
+    let (a, b) = (to_native(lo), to_native(hi));
+    (a.min(b), a.max(b))
+}
+
 impl Fleet {
     pub fn new(registry: &Registry, seed: u64, source_epoch: u32) -> Fleet {
         let points = registry
             .points()
             .map(|(_, p)| {
                 let d = &p.descriptor;
-                let (lo, hi) = d.range.map_or((0.0, 100.0), |r| (r.min, r.max));
-                // Invert the affine conversion so the device speaks its own unit (°F stays °F).
-                let to_native = |c: f64| (c - d.conversion.offset) / d.conversion.factor;
-                let (a, b) = (to_native(lo), to_native(hi));
+                let (a, b) = native_span(d);
                 FleetPoint {
                     id: d.id.clone(),
                     host: d.assignment.host.clone(),
                     instance: d.assignment.driver_instance.clone(),
                     kind: d.kind,
                     unit_native: d.unit_native.clone(),
-                    native_lo: a.min(b),
-                    native_hi: a.max(b),
+                    native_lo: a,
+                    native_hi: b,
                     native_now: (a + b) / 2.0,
                     codes: d
                         .codebook

@@ -86,18 +86,15 @@ impl SimRegistry {
 }
 
 fn driver_point(d: &Descriptor) -> DriverPoint {
-    let (lo, hi) = d.range.map_or((0.0, 100.0), |r| (r.min, r.max));
-    // Invert the affine conversion so the device speaks its own unit (°F stays °F).
-    let to_native = |c: f64| (c - d.conversion.offset) / d.conversion.factor;
-    let (a, b) = (to_native(lo), to_native(hi));
+    let (native_lo, native_hi) = sentinel_io::demo::native_span(d);
     DriverPoint {
         id: d.id.clone(),
         host: d.assignment.host.clone(),
         instance: d.assignment.driver_instance.clone(),
         kind: d.kind,
         unit_native: d.unit_native.clone(),
-        native_lo: a.min(b),
-        native_hi: a.max(b),
+        native_lo,
+        native_hi,
         codes: d
             .codebook
             .as_ref()

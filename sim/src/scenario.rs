@@ -439,22 +439,37 @@ fn operator_commands(world: &World, points: &[String], sent: &mut u64) {
     for (core, tx) in senders {
         *sent += 1;
         let point_id = world.lock().rng.pick(points).clone();
-        let request = sentinel_core::CommandRequest {
-            command_id: format!("op-{sent}"),
-            point_id,
-            value: serde_json::json!(world.between(0, 100)),
-            principal: "operator:sim".into(),
-        };
-        let outcome = if tx.try_send(request).is_ok() {
-            "sent"
-        } else {
-            "not taken"
-        };
-        world.trace(format_args!(
-            "operator command op-{sent} to {}: {outcome}",
-            core.host()
-        ));
+        let value = serde_json::json!(world.between(0, 100));
+        request_command(world, core, &tx, format!("op-{sent}"), point_id, value);
     }
+}
+
+/// Hands one operator request to `core`'s intake and traces whether it took it.
+fn request_command(
+    world: &World,
+    core: CoreId,
+    tx: &tokio::sync::mpsc::Sender<sentinel_core::CommandRequest>,
+    command_id: String,
+    point_id: String,
+    value: serde_json::Value,
+) {
+    let outcome = if tx
+        .try_send(sentinel_core::CommandRequest {
+            command_id: command_id.clone(),
+            point_id,
+            value,
+            principal: "operator:sim".into(),
+        })
+        .is_ok()
+    {
+        "sent"
+    } else {
+        "not taken"
+    };
+    world.trace(format_args!(
+        "operator command {command_id} to {}: {outcome}",
+        core.host()
+    ));
 }
 
 /// Cuts the lock holder off from the store (its session, and so its lock, dies with the
@@ -492,21 +507,15 @@ fn open_dangerous_window(
     // check; the operator asks it for a command right now.
     let sender = world.lock().command_senders.get(&core).cloned();
     if let Some(tx) = sender {
-        let request = sentinel_core::CommandRequest {
-            command_id: "window-1".into(),
-            point_id: world.lock().rng.pick(points).clone(),
-            value: serde_json::json!(1),
-            principal: "operator:sim".into(),
-        };
-        let outcome = if tx.try_send(request).is_ok() {
-            "sent"
-        } else {
-            "not taken"
-        };
-        world.trace(format_args!(
-            "operator command window-1 to {}: {outcome}",
-            core.host()
-        ));
+        let point_id = world.lock().rng.pick(points).clone();
+        request_command(
+            world,
+            core,
+            &tx,
+            "window-1".into(),
+            point_id,
+            serde_json::json!(1),
+        );
     }
     true
 }
