@@ -34,6 +34,11 @@ pub enum Input {
         pending: u64,
         oldest_unacked_age_ms: Option<u64>,
     },
+    /// A driver instance said hello on `drv.<host>.<driver_instance>` (restart step 7).
+    DriverHello {
+        host: String,
+        hello: crate::wire::DriverHello,
+    },
     /// Time passed; due flushes and checkpoints happen.
     Tick,
     /// Orderly stop: flush, wait for in-flight batches, write a final checkpoint, exit 0.
@@ -47,8 +52,9 @@ pub enum Effect {
     /// Ack these deliveries. Emitted only after their rows or quarantine entries committed.
     Ack(Vec<DeliveryTag>),
     /// Publish a transition (stage 13), only for rows in a RETURNING set or committed
-    /// control events; or a command on `cmd.<host>.<instance>`, only once its
-    /// `command_issued` event committed.
+    /// control events; a command on `cmd.<host>.<instance>`, only once its
+    /// `command_issued` event committed; or this core's epoch announcement again, to a driver
+    /// whose hello showed it had not seen it.
     Publish { subject: String, payload: Bytes },
     /// Write these point states to `point_state`, fenced on `epoch`.
     Checkpoint { epoch: u32, states: Vec<PointState> },

@@ -14,6 +14,8 @@
 //! - [`watchdog`] — freshness deadlines, startup grace and lag suppression;
 //! - [`control`] — the control events the core writes (epoch-stamped);
 //! - [`self_points`] — the figures the core publishes about itself, as observations;
+//! - [`drivers`] — restart step 7: the driver instances, this core's epoch announcement to them
+//!   and their connecting → connected → ready states;
 //! - [`machine`] — [`Core`], which owns all of the above and keeps the ordering rules;
 //! - [`registry`] — the versioned registry;
 //! - [`time`] — the one time type;
@@ -23,6 +25,7 @@ pub mod config;
 pub mod control;
 pub mod dedup;
 pub mod delivery;
+pub mod drivers;
 pub mod effect;
 pub mod log;
 pub mod machine;

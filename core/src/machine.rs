@@ -16,6 +16,7 @@ use crate::control::{
 };
 use crate::dedup::{DedupSet, Seen};
 use crate::delivery::{Delivery, DeliveryTag};
+use crate::drivers::{Announcement, DriverState, Drivers, HelloOutcome};
 use crate::effect::{Effect, ExitReason, Input};
 use crate::log::{Batch, BatchId, CommitReport, Quality};
 use crate::metrics::Metrics;
@@ -27,6 +28,7 @@ use crate::self_points::SelfPoints;
 use crate::state::{PointState, RestoredState};
 use crate::time::Micros;
 use crate::watchdog::Watchdog;
+use crate::wire::{DriverHello, ToDriver};
 
 /// How often dirty value-only points are considered for a checkpoint.
 const CHECKPOINT_SCAN_INTERVAL_MS: i64 = 1_000;
@@ -79,6 +81,7 @@ pub struct Core {
     watchdog: Watchdog,
     /// When the next self-point readings are due, and their sequence.
     self_points: SelfPoints,
+    drivers: Drivers,
     /// Points with a `quality_changed` event at the store, not yet answered.
     control_pending: std::collections::BTreeSet<crate::registry::PointIdx>,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
@@ -99,6 +102,7 @@ impl Core {
         let projection = Projection::restore(&registry, restored, &config, now);
         let watchdog = Watchdog::new(registry.len(), now.add_ms(config.startup_grace_ms));
         let self_points = SelfPoints::new(config.self_points_interval_ms, &registry, now);
+        let drivers = Drivers::new(&registry, crate::self_points::SELF_HOST, epoch, now);
         let mut core = Core {
             dedup: DedupSet::new(config.dedup_keys_max),
             projection,
@@ -115,9 +119,11 @@ impl Core {
             last_checkpoint_scan_at: now,
             watchdog,
             self_points,
+            drivers,
             control_pending: std::collections::BTreeSet::new(),
             planted: None,
         };
+        core.count_drivers();
         core.checkpoint_quality_changes();
         Ok(core)
     }
@@ -158,6 +164,18 @@ impl Core {
             }
         }
         self.watchdog.armed()
+    }
+
+    /// Restart step 7: this core's epoch announcement for every driver instance the registry
+    /// assigns points to, for the runtime to publish. Every instance is `connecting` until it
+    /// answers with a hello at this epoch (see [`crate::drivers`]).
+    pub fn start_drivers(&self) -> Vec<Announcement> {
+        self.drivers.announcements()
+    }
+
+    /// The driver instances as this core sees them.
+    pub fn drivers(&self) -> &Drivers {
+        &self.drivers
     }
 
     /// Whether the watchdog is currently holding staleness back (startup grace or high lag).
@@ -215,6 +233,7 @@ impl Core {
                 self.watchdog.set_lag_high(high);
                 self.on_tick();
             }
+            Input::DriverHello { host, hello } => self.on_driver_hello(&host, &hello),
             Input::Tick => self.on_tick(),
             Input::Shutdown => {
                 self.mode = Mode::Draining;
@@ -444,6 +463,9 @@ impl Core {
                 self.metrics.rows_bad += 1;
             }
             let published = self.projection.apply(row, self.epoch, self.now);
+            if self.drivers.on_row(row.point, row.observed_at).is_some() {
+                self.count_drivers();
+            }
             if let Some(deadline) = self.projection.freshness_deadline(row.point)
                 && self.watchdog.deadline(row.point) != Some(deadline)
             {
@@ -584,24 +606,42 @@ impl Core {
         });
     }
 
+    fn on_driver_hello(&mut self, host: &str, hello: &DriverHello) {
+        self.metrics.driver_hellos += 1;
+        match self.drivers.on_hello(host, hello) {
+            HelloOutcome::Connected | HelloOutcome::Unchanged => {}
+            HelloOutcome::Reannounce(Announcement { subject, payload }) => {
+                self.metrics.driver_reannouncements += 1;
+                self.effects.push_back(Effect::Publish { subject, payload });
+            }
+            // A newer core has announced itself to this driver, so this one has been replaced;
+            // the lock check stops it. Until then the driver refuses its commands anyway.
+            HelloOutcome::Ahead { .. } => self.metrics.driver_hellos_ahead += 1,
+            HelloOutcome::Unknown => self.metrics.driver_hellos_unknown += 1,
+        }
+        self.count_drivers();
+    }
+
+    fn count_drivers(&mut self) {
+        self.metrics.drivers = DriverState::ALL.map(|state| self.drivers.count(state) as u64);
+    }
+
     /// The command's `command_issued` event is committed: publish it to the point's driver,
     /// stamped with this core's epoch.
     fn send_command(&mut self, event: &ControlEvent, command_id: &str, value: &serde_json::Value) {
         let point = self.registry.point(event.point);
-        let envelope = crate::wire::CommandEnvelope {
+        let message = ToDriver::Command(crate::wire::CommandEnvelope {
             v: 1,
             command_id: command_id.to_owned(),
             core_epoch: self.epoch,
             point_id: point.id.to_string(),
             value: value.clone(),
             principal: event.principal.to_string(),
-        };
-        // Serialising plain strings and a JSON value cannot fail.
-        let payload = serde_json::to_vec(&envelope).unwrap_or_default();
+        });
         self.metrics.commands_issued += 1;
         self.effects.push_back(Effect::Publish {
             subject: crate::wire::cmd_subject(&point.host, &point.descriptor.assignment.driver_instance),
-            payload: payload.into(),
+            payload: message.to_bytes(),
         });
     }
 

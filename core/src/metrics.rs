@@ -29,6 +29,16 @@ pub struct Metrics {
     pub commands_issued: u64,
     /// Command requests refused (unknown point, missing principal, bad id or value).
     pub commands_refused: u64,
+    /// Driver hellos received (restart step 7), and of those: from an instance no point is
+    /// assigned to, from an instance that has seen a newer core's epoch, and answered with the
+    /// announcement again because the instance had not seen this core's.
+    pub driver_hellos: u64,
+    pub driver_hellos_unknown: u64,
+    pub driver_hellos_ahead: u64,
+    pub driver_reannouncements: u64,
+    /// Driver instances now connecting, connected and ready (a gauge, as
+    /// [`crate::drivers::DriverState::ALL`] orders them).
+    pub drivers: [u64; 3],
     /// The last lag reading from the durable consumer.
     pub lag_pending: u64,
     pub lag_oldest_unacked_age_ms: u64,

@@ -7,6 +7,7 @@
 use std::borrow::Cow;
 use std::fmt;
 
+use bytes::Bytes;
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -455,6 +456,63 @@ pub struct CommandEnvelope {
     pub value: serde_json::Value,
     /// Who asked (Security Model); never empty.
     pub principal: String,
+}
+
+/// Everything the core sends a driver instance on `cmd.<host>.<driver_instance>`, told apart
+/// by `kind`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToDriver {
+    Command(CommandEnvelope),
+    /// Restart step 7: a core has taken the lock with this epoch. The driver raises its floor
+    /// to it (refusing every older core from now on) and says hello.
+    CoreStarted(CoreStarted),
+}
+
+impl ToDriver {
+    pub fn core_epoch(&self) -> u32 {
+        match self {
+            ToDriver::Command(c) => c.core_epoch,
+            ToDriver::CoreStarted(s) => s.core_epoch,
+        }
+    }
+
+    pub fn to_bytes(&self) -> Bytes {
+        // Plain strings, integers and a JSON value: serialising cannot fail.
+        serde_json::to_vec(self).unwrap_or_default().into()
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct CoreStarted {
+    pub v: u32,
+    pub core_epoch: u32,
+    pub registry_version: i32,
+}
+
+/// Where driver instances say hello to the core: `drv.<host>.<driver_instance>`.
+pub fn driver_subject(host: &str, driver_instance: &str) -> String {
+    format!("drv.{host}.{driver_instance}")
+}
+
+/// What the core subscribes to for hellos.
+pub const DRIVER_HELLO_WILDCARD: &str = "drv.>";
+
+/// `(host, driver_instance)` of a hello subject.
+pub fn parse_driver_subject(subject: &str) -> Option<(&str, &str)> {
+    let rest = subject.strip_prefix("drv.")?;
+    let (host, instance) = rest.split_once('.')?;
+    (!host.is_empty() && !instance.is_empty() && !instance.contains('.')).then_some((host, instance))
+}
+
+/// A driver instance's hello (DESIGN.md §2): on its start, and in answer to `core_started`.
+/// `highest_epoch_seen` tells the core whether the instance knows its epoch.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DriverHello {
+    pub v: u32,
+    pub driver_instance: String,
+    pub source_epoch: u32,
+    pub highest_epoch_seen: u32,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use sentinel_core::wire::CommandEnvelope;
+use sentinel_core::wire::ToDriver;
 use sentinel_core::{CommandRequest, ControlDetail, ControlReport, Effect, Input};
 
 fn request(point: &str, principal: &str) -> CommandRequest {
@@ -45,7 +45,9 @@ fn a_command_is_written_before_it_is_sent_and_carries_the_epoch() {
         panic!("the command, once written: {effects:?}");
     };
     assert_eq!(subject, "cmd.plant-a.modbus-1");
-    let command: CommandEnvelope = serde_json::from_slice(payload).expect("envelope");
+    let Ok(ToDriver::Command(command)) = serde_json::from_slice(payload) else {
+        panic!("a command message");
+    };
     assert_eq!((command.core_epoch, command.command_id.as_str()), (5, "c-1"));
     assert_eq!(command.principal, "operator:alice");
     assert_eq!(core.metrics().commands_issued, 1);

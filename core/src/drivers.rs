@@ -1,0 +1,237 @@
+//! The core's view of its driver instances: restart step 7, "Start drivers; instances go
+//! connecting → connected → ready" (ingest spec, "Restart"), and the announcement half of bus
+//! fencing (core runtime spec, "Fencing the bus").
+//!
+//! Owns: the table of driver instances the registry assigns points to (one entry per
+//! `(host, driver_instance)`, so bounded by the registry), each instance's state as this core
+//! sees it, and the `core_started` announcement.
+//!
+//! - **connecting**: the core has announced its epoch to the instance (on
+//!   `cmd.<host>.<driver_instance>`) and has not heard back at that epoch.
+//! - **connected**: the instance said hello (on `drv.<host>.<driver_instance>`) with this
+//!   core's epoch as the highest it has seen. From then on it refuses every command of an older
+//!   core, whether or not this core has commanded it yet: that is what closes the dangerous
+//!   window for a driver the new core has no reason to command.
+//! - **ready**: connected, and an observation of the instance that was made after this core
+//!   started has committed. Replayed backlog does not count, for the same reason it does not
+//!   make a point `live` (Watchdog & Derived Points, the recovery rule).
+//!
+//! Driver processes run on the driver hosts and are not started by the core; what the core
+//! "starts" is their relationship with this incarnation. The smallest real version of the
+//! Driver Contract's part (not in `spec/`; DESIGN.md §2 lists the subjects): a hello whose
+//! highest epoch is below this core's gets the announcement again, so a driver that restarted
+//! or missed it learns the epoch before this core's first command to it. A hello above this
+//! core's epoch means a newer core has announced itself; it is counted and logged by the
+//! runtime, and the lock check is what stops this core.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use crate::registry::{CompiledPoint, PointIdx, Registry};
+use crate::time::Micros;
+use crate::wire::{CoreStarted, DriverHello, ToDriver, cmd_subject};
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DriverState {
+    Connecting,
+    Connected,
+    Ready,
+}
+
+impl DriverState {
+    pub const ALL: [DriverState; 3] = [
+        DriverState::Connecting,
+        DriverState::Connected,
+        DriverState::Ready,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverState::Connecting => "connecting",
+            DriverState::Connected => "connected",
+            DriverState::Ready => "ready",
+        }
+    }
+}
+
+/// One driver instance as this core sees it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DriverView {
+    pub host: Arc<str>,
+    pub driver_instance: Arc<str>,
+    pub state: DriverState,
+    /// The driver's own `source_epoch` from its last hello.
+    pub source_epoch: Option<u32>,
+}
+
+/// What a hello did to the table.
+#[derive(Clone, Debug, PartialEq)]
+pub enum HelloOutcome {
+    /// The instance moved to `connected` (it was connecting).
+    Connected,
+    /// Nothing changed (a repeated hello at this core's epoch).
+    Unchanged,
+    /// The instance has not seen this core's epoch: announce it again.
+    Reannounce(Announcement),
+    /// The instance has seen a newer core than this one.
+    Ahead { highest_epoch_seen: u32 },
+    /// No point of the registry is assigned to this `(host, driver_instance)`.
+    Unknown,
+}
+
+/// One `core_started` message to publish.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Announcement {
+    pub subject: String,
+    pub payload: Bytes,
+}
+
+const NO_SLOT: u32 = u32::MAX;
+
+#[derive(Debug)]
+pub struct Drivers {
+    views: Vec<DriverView>,
+    /// Per point, its instance's slot in `views` ([`NO_SLOT`] for the core's own points).
+    slot_of_point: Vec<u32>,
+    /// Observations made before this are backlog (the core's start time).
+    current_from: Micros,
+    epoch: u32,
+    registry_version: i32,
+    /// Instances in each state, indexed like [`DriverState::ALL`].
+    counts: [usize; 3],
+}
+
+impl Drivers {
+    /// The table for every `(host, driver_instance)` the registry assigns a point to, except
+    /// `skip_host` (the core's own self-points, which it publishes itself). Every instance
+    /// starts `connecting`.
+    pub fn new(registry: &Registry, skip_host: &str, epoch: u32, now: Micros) -> Drivers {
+        let instance_of = |point: &CompiledPoint| {
+            (&*point.host != skip_host)
+                .then(|| (point.host.clone(), registry.instance_name(point.instance).clone()))
+        };
+        // Slots in (host, instance) order, so announcements and reports are deterministic.
+        let mut slots: BTreeMap<(Arc<str>, Arc<str>), u32> = registry
+            .points()
+            .filter_map(|(_, p)| instance_of(p))
+            .map(|key| (key, 0))
+            .collect();
+        for (slot, value) in slots.values_mut().enumerate() {
+            *value = slot as u32;
+        }
+        let slot_of_point: Vec<u32> = registry
+            .points()
+            .map(|(_, p)| instance_of(p).map_or(NO_SLOT, |key| slots[&key]))
+            .collect();
+        let views: Vec<DriverView> = slots
+            .into_keys()
+            .map(|(host, driver_instance)| DriverView {
+                host,
+                driver_instance,
+                state: DriverState::Connecting,
+                source_epoch: None,
+            })
+            .collect();
+        debug_assert_eq!(slot_of_point.len(), registry.len());
+        debug_assert!(
+            slot_of_point
+                .iter()
+                .all(|&s| s == NO_SLOT || (s as usize) < views.len())
+        );
+        let counts = [views.len(), 0, 0];
+        Drivers {
+            views,
+            slot_of_point,
+            current_from: now,
+            epoch,
+            registry_version: registry.version,
+            counts,
+        }
+    }
+
+    /// Restart step 7: one announcement per instance, in `(host, instance)` order.
+    pub fn announcements(&self) -> Vec<Announcement> {
+        self.views.iter().map(|v| self.announcement(v)).collect()
+    }
+
+    fn announcement(&self, view: &DriverView) -> Announcement {
+        let message = ToDriver::CoreStarted(CoreStarted {
+            v: 1,
+            core_epoch: self.epoch,
+            registry_version: self.registry_version,
+        });
+        Announcement {
+            subject: cmd_subject(&view.host, &view.driver_instance),
+            payload: message.to_bytes(),
+        }
+    }
+
+    /// A driver's hello from `drv.<host>.<driver_instance>`.
+    pub fn on_hello(&mut self, host: &str, hello: &DriverHello) -> HelloOutcome {
+        let Some(slot) = self.slot(host, &hello.driver_instance) else {
+            return HelloOutcome::Unknown;
+        };
+        if hello.highest_epoch_seen > self.epoch {
+            return HelloOutcome::Ahead {
+                highest_epoch_seen: hello.highest_epoch_seen,
+            };
+        }
+        self.views[slot].source_epoch = Some(hello.source_epoch);
+        if hello.highest_epoch_seen < self.epoch {
+            // A driver that restarted without our epoch, or missed the announcement. It is
+            // connecting again until it answers at this epoch.
+            self.set_state(slot, DriverState::Connecting);
+            return HelloOutcome::Reannounce(self.announcement(&self.views[slot]));
+        }
+        if self.views[slot].state == DriverState::Connecting {
+            self.set_state(slot, DriverState::Connected);
+            HelloOutcome::Connected
+        } else {
+            HelloOutcome::Unchanged
+        }
+    }
+
+    /// A row of `point` observed at `observed_at` committed. Returns the instance when this
+    /// made it `ready`.
+    pub fn on_row(&mut self, point: PointIdx, observed_at: Micros) -> Option<&DriverView> {
+        let slot = *self.slot_of_point.get(point.0 as usize)?;
+        if slot == NO_SLOT
+            || observed_at < self.current_from
+            || self.views[slot as usize].state != DriverState::Connected
+        {
+            return None;
+        }
+        self.set_state(slot as usize, DriverState::Ready);
+        Some(&self.views[slot as usize])
+    }
+
+    fn set_state(&mut self, slot: usize, state: DriverState) {
+        let old = self.views[slot].state;
+        self.counts[old as usize] -= 1;
+        self.counts[state as usize] += 1;
+        self.views[slot].state = state;
+        debug_assert_eq!(self.counts.iter().sum::<usize>(), self.views.len());
+    }
+
+    pub fn views(&self) -> &[DriverView] {
+        &self.views
+    }
+
+    /// How many instances are in `state`.
+    pub fn count(&self, state: DriverState) -> usize {
+        self.counts[state as usize]
+    }
+
+    pub fn view(&self, host: &str, driver_instance: &str) -> Option<&DriverView> {
+        self.slot(host, driver_instance).map(|slot| &self.views[slot])
+    }
+
+    /// Views are sorted by `(host, driver_instance)`.
+    fn slot(&self, host: &str, driver_instance: &str) -> Option<usize> {
+        self.views
+            .binary_search_by(|v| (&*v.host, &*v.driver_instance).cmp(&(host, driver_instance)))
+            .ok()
+    }
+}
