@@ -4,15 +4,20 @@
 //!
 //! A driver's command intake admits a command from the core that holds the lock, keeps
 //! admitting the old core's commands only until it has seen the new core's epoch, and from
-//! then on refuses them with outcome `rejected`, reason `stale_epoch`. The core's command plane
-//! is not built yet, so this test sends the two cores' commands itself, stamped with the
-//! epochs the two real lock acquisitions produced.
+//! then on refuses them with outcome `rejected`, reason `stale_epoch`. It sees the new epoch
+//! when the new core announces itself (restart step 7), before that core commands anything.
+//! The first test sends the two cores' messages itself, stamped with the epochs two real lock
+//! acquisitions produced; the second runs two real `sentinel run` processes.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sentinel_core::wire::{CommandEnvelope, CommandOutcome, CommandReply, STALE_EPOCH, cmd_subject};
-use sentinel_io::driver::commands::{CommandIntake, MALFORMED};
+use futures::StreamExt as _;
+use sentinel_core::wire::{
+    CommandEnvelope, CommandOutcome, CommandReply, CoreStarted, DriverHello, STALE_EPOCH, ToDriver,
+    cmd_subject, driver_subject,
+};
+use sentinel_io::driver::commands::{CommandIntake, MALFORMED, Received};
 use sentinel_io::ports::{Lease, Store};
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
 use sentinel_tests::nats::NatsServer;
@@ -22,7 +27,7 @@ const HOST: &str = "plant-a";
 const INSTANCE: &str = "modbus-pumps";
 
 fn command(id: &str, epoch: u32) -> Vec<u8> {
-    serde_json::to_vec(&CommandEnvelope {
+    ToDriver::Command(CommandEnvelope {
         v: 1,
         command_id: id.to_owned(),
         core_epoch: epoch,
@@ -30,7 +35,8 @@ fn command(id: &str, epoch: u32) -> Vec<u8> {
         value: serde_json::json!(1),
         principal: "operator:test".to_owned(),
     })
-    .expect("encode")
+    .to_bytes()
+    .to_vec()
 }
 
 /// Sends a command and waits for the driver's answer; retries while the driver's subscription
@@ -68,32 +74,85 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
     let epoch_b = b.epoch();
     assert!(epoch_b > epoch_a);
 
+    // The driver's hellos, as a core would hear them.
+    let cores = async_nats::connect(nats.url()).await.expect("cores connect");
+    let mut hellos = cores
+        .subscribe(driver_subject(HOST, INSTANCE))
+        .await
+        .expect("subscribe to hellos");
+    // A probe that comes back proves the server has the subscription (flush does not).
+    cores
+        .publish(driver_subject(HOST, INSTANCE), "probe".into())
+        .await
+        .expect("probe");
+    let probe = tokio::time::timeout(Duration::from_secs(10), hellos.next())
+        .await
+        .expect("probe returns")
+        .expect("subscription open");
+    assert_eq!(&probe.payload[..], b"probe");
+
     // The driver instance's intake; what it admits is what the driver applies.
     let applied: Arc<Mutex<Vec<String>>> = Arc::default();
+    let heard: Arc<Mutex<Vec<(u32, bool)>>> = Arc::default();
     let driver_client = async_nats::connect(nats.url()).await.expect("driver connects");
-    let mut intake = CommandIntake::subscribe(driver_client, HOST, INSTANCE, 0)
+    let mut intake = CommandIntake::subscribe(driver_client, HOST, INSTANCE, 7, 0)
         .await
         .expect("subscribe");
-    let sink = applied.clone();
+    let (sink, heard_sink) = (applied.clone(), heard.clone());
     tokio::spawn(async move {
         while let Some(received) = intake.next().await {
-            let received = received.expect("intake");
-            if let Some(command) = received.admitted() {
-                sink.lock().expect("lock").push(command.command_id.clone());
+            match received.expect("intake") {
+                Received::CoreStarted { core_epoch, current } => {
+                    heard_sink.lock().expect("lock").push((core_epoch, current))
+                }
+                received => {
+                    if let Some(command) = received.admitted() {
+                        sink.lock().expect("lock").push(command.command_id.clone());
+                    }
+                }
             }
         }
     });
+    // The intake says hello on subscribing, with its source epoch and the floor it started at.
+    let message = tokio::time::timeout(Duration::from_secs(10), hellos.next())
+        .await
+        .expect("the driver says hello")
+        .expect("subscription open");
+    let hello: DriverHello = serde_json::from_slice(&message.payload).expect("hello JSON");
+    assert_eq!(
+        (
+            hello.driver_instance.as_str(),
+            hello.source_epoch,
+            hello.highest_epoch_seen
+        ),
+        (INSTANCE, 7, 0)
+    );
 
-    let cores = async_nats::connect(nats.url()).await.expect("cores connect");
     // A, not yet aware it was replaced, reaches the driver before B has: still admitted.
     let reply = send(&cores, command("a-1", epoch_a)).await;
     assert_eq!(reply.outcome, CommandOutcome::Accepted);
-    // B's first command raises the driver's floor.
-    let reply = send(&cores, command("b-1", epoch_b)).await;
-    assert_eq!(
-        (reply.outcome, reply.highest_epoch_seen),
-        (CommandOutcome::Accepted, epoch_b)
-    );
+    // B announces itself (restart step 7): the floor rises before B commands anything, and
+    // the driver answers with a hello at B's epoch.
+    let announcement = ToDriver::CoreStarted(CoreStarted {
+        v: 1,
+        core_epoch: epoch_b,
+        registry_version: 1,
+    });
+    cores
+        .publish(cmd_subject(HOST, INSTANCE), announcement.to_bytes())
+        .await
+        .expect("announce");
+    let answer = loop {
+        let message = tokio::time::timeout(Duration::from_secs(10), hellos.next())
+            .await
+            .expect("the driver answers the announcement")
+            .expect("subscription open");
+        let hello: DriverHello = serde_json::from_slice(&message.payload).expect("hello JSON");
+        if hello.highest_epoch_seen == epoch_b {
+            break hello;
+        }
+    };
+    assert_eq!(answer.source_epoch, 7);
     // From now on nothing of A's is applied.
     let reply = send(&cores, command("a-2", epoch_a)).await;
     assert_eq!(reply.outcome, CommandOutcome::Rejected);
@@ -102,27 +161,68 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
         (reply.command_id.as_str(), reply.highest_epoch_seen),
         ("a-2", epoch_b)
     );
-    // Garbage is refused too, and does not move the floor.
+    // A's late announcement does not lower it either.
+    let stale = ToDriver::CoreStarted(CoreStarted {
+        v: 1,
+        core_epoch: epoch_a,
+        registry_version: 1,
+    });
+    cores
+        .publish(cmd_subject(HOST, INSTANCE), stale.to_bytes())
+        .await
+        .expect("announce");
+    let reply = send(&cores, command("a-3", epoch_a)).await;
+    assert_eq!(reply.reason.as_deref(), Some(STALE_EPOCH));
+    // Garbage is refused too, and does not move the floor. So is a bare envelope without its
+    // `kind`.
     let reply = send(&cores, b"{\"v\":1,\"core_epoch\":".to_vec()).await;
     assert_eq!(reply.reason.as_deref(), Some(MALFORMED));
-    let reply = send(&cores, command("b-2", epoch_b)).await;
-    assert_eq!(reply.outcome, CommandOutcome::Accepted);
+    let bare = serde_json::to_vec(&CommandEnvelope {
+        v: 1,
+        command_id: "bare".to_owned(),
+        core_epoch: epoch_b,
+        point_id: "pump1.state".to_owned(),
+        value: serde_json::json!(1),
+        principal: "operator:test".to_owned(),
+    })
+    .expect("encode");
+    let reply = send(&cores, bare).await;
+    assert_eq!(reply.reason.as_deref(), Some(MALFORMED));
+    let reply = send(&cores, command("b-1", epoch_b)).await;
+    assert_eq!(
+        (reply.outcome, reply.highest_epoch_seen),
+        (CommandOutcome::Accepted, epoch_b)
+    );
 
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(
         *applied.lock().expect("lock"),
-        ["a-1", "b-1", "b-2"],
+        ["a-1", "b-1"],
         "what the driver applied"
+    );
+    assert_eq!(
+        *heard.lock().expect("lock"),
+        [(epoch_b, true), (epoch_a, false)],
+        "the announcements the driver heard"
     );
     b.release().await.expect("release");
 }
 
-async fn next_command(intake: &mut CommandIntake) -> sentinel_io::driver::commands::Received {
+async fn next_received(intake: &mut CommandIntake) -> Received {
     tokio::time::timeout(Duration::from_secs(10), intake.next())
         .await
-        .expect("a command arrives")
+        .expect("a message arrives")
         .expect("subscription open")
         .expect("intake")
+}
+
+async fn next_command(intake: &mut CommandIntake) -> Received {
+    let received = next_received(intake).await;
+    assert!(
+        matches!(received, Received::Command { .. }),
+        "expected a command, got {received:?}"
+    );
+    received
 }
 
 /// Waits until the core of `epoch` has bound its consumer (and so subscribed to requests).
@@ -156,7 +256,7 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     let driver_client = async_nats::connect(env.nats.url())
         .await
         .expect("driver connects");
-    let mut intake = CommandIntake::subscribe(driver_client, HOST, INSTANCE, 0)
+    let mut intake = CommandIntake::subscribe(driver_client.clone(), HOST, INSTANCE, 1, 0)
         .await
         .expect("subscribe");
     let operator = async_nats::connect(env.nats.url())
@@ -173,6 +273,14 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     };
 
     let first = spawn_core(&env, 30_000, &["--self-points-interval-ms", "0"]);
+    // Restart step 7: the core announces its epoch to every driver instance.
+    assert_eq!(
+        next_received(&mut intake).await,
+        Received::CoreStarted {
+            core_epoch: 1,
+            current: true
+        }
+    );
     wait_ready(&env.store, 1).await;
     operator
         .publish(COMMAND_REQUEST_SUBJECT, request("r-1").into())
@@ -184,7 +292,26 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     terminate(first).await;
 
     let second = spawn_core(&env, 30_000, &["--self-points-interval-ms", "0"]);
+    assert_eq!(
+        next_received(&mut intake).await,
+        Received::CoreStarted {
+            core_epoch: 2,
+            current: true
+        }
+    );
+    assert_eq!(intake.highest_seen(), 2);
     wait_ready(&env.store, 2).await;
+
+    // The replaced core's command, arriving late and before the new core has commanded this
+    // driver at all, is refused: the announcement already raised the floor.
+    let late = ToDriver::Command(command_a.clone()).to_bytes().to_vec();
+    let (reply, received) = tokio::join!(send(&operator, late), next_command(&mut intake));
+    assert_eq!(
+        (reply.outcome, reply.reason.as_deref()),
+        (CommandOutcome::Rejected, Some(STALE_EPOCH))
+    );
+    assert!(received.admitted().is_none(), "the driver does not apply it");
+
     operator
         .publish(COMMAND_REQUEST_SUBJECT, request("r-2").into())
         .await
@@ -192,14 +319,19 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     let received = next_command(&mut intake).await;
     assert_eq!(received.admitted().map(|c| c.core_epoch), Some(2));
 
-    // The replaced core's command, arriving late, is refused.
-    let late = serde_json::to_vec(&command_a).expect("encode");
-    let (reply, received) = tokio::join!(send(&operator, late), next_command(&mut intake));
+    // A driver that starts after the core (or missed the announcement) says hello with a lower
+    // epoch and is answered with the announcement.
+    let mut late_driver = CommandIntake::subscribe(driver_client, "electrical", "mbus-meter", 1, 0)
+        .await
+        .expect("subscribe");
     assert_eq!(
-        (reply.outcome, reply.reason.as_deref()),
-        (CommandOutcome::Rejected, Some(STALE_EPOCH))
+        next_received(&mut late_driver).await,
+        Received::CoreStarted {
+            core_epoch: 2,
+            current: true
+        }
     );
-    assert!(received.admitted().is_none(), "the driver does not apply it");
+    assert_eq!(late_driver.highest_seen(), 2);
     terminate(second).await;
 
     // Each command was written before it was sent, by its own epoch.

@@ -168,6 +168,10 @@ impl Bus for AckLosingBus {
     async fn lag(&self) -> Result<Lag, BusError> {
         self.0.lag().await
     }
+
+    async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<sentinel_io::ports::Inbound>, BusError> {
+        self.0.inbound().await
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,20 +5,23 @@
 //! Owns: the synthetic fleet (good readings in each point's native unit, °F devices included,
 //! plus out-of-range and bad-unit readings, one host publishing a point it is not assigned,
 //! unknown points, malformed payloads, late and skewed observations, publisher retries), the
-//! progress line and the summary.
+//! fleet's answers to the core's epoch announcement (restart step 7: each driver instance
+//! raises its epoch floor and says hello), the progress line and the summary.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use sentinel_core::registry::{Kind, Registry};
-use sentinel_core::wire::EnvelopeOut;
+use sentinel_core::wire::{DriverHello, EnvelopeOut, ToDriver};
 use sentinel_core::{Config, Micros, QuarantineReason, RetentionClass};
 
 use crate::bus::memory::{MemoryBus, MemoryBusConfig};
 use crate::clock::{Clock, SystemClock};
-use crate::ports::Bus;
+use crate::driver::EpochGuard;
+use crate::ports::{Bus, Inbound};
 use crate::runtime::{self, RuntimeConfig};
 use crate::startup;
 use crate::store::memory::MemoryStore;
@@ -42,8 +45,13 @@ pub struct DemoSummary {
     pub quarantined: Vec<(QuarantineReason, u64)>,
     pub rows_bad: u64,
     pub transitions: u64,
+    /// Driver instances connecting, connected and ready when the core stopped.
+    pub drivers: [u64; 3],
     pub exit_code: i32,
 }
+
+/// The fleet's drivers run one incarnation.
+const FLEET_SOURCE_EPOCH: u32 = 1;
 
 /// SplitMix64: a tiny deterministic generator so a seed reproduces the same fleet.
 struct Rng(u64);
@@ -236,7 +244,10 @@ pub async fn run(config: DemoConfig) -> anyhow::Result<DemoSummary> {
         progress_interval_ms: 3_600_000,
         ..RuntimeConfig::default()
     };
-    let run = tokio::spawn(runtime::run(
+    // The fleet's drivers heard the core's announcement: each raises its floor and says hello.
+    let hellos = answer_announcements(&bus);
+    println!("demo: {hellos} driver instances heard the core's epoch and said hello");
+    let run = tokio::spawn(runtime::run_observed(
         started.core,
         bus.clone(),
         started.consumer,
@@ -247,9 +258,11 @@ pub async fn run(config: DemoConfig) -> anyhow::Result<DemoSummary> {
         async move {
             let _ = stop_rx.await;
         },
+        started.inbound,
+        |_| {},
     ));
 
-    let mut fleet = Fleet::new(&registry, config.seed, 1);
+    let mut fleet = Fleet::new(&registry, config.seed, FLEET_SOURCE_EPOCH);
     let mut summary = DemoSummary::default();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(config.timeout_s);
     let mut last_progress = tokio::time::Instant::now();
@@ -282,7 +295,7 @@ pub async fn run(config: DemoConfig) -> anyhow::Result<DemoSummary> {
                 config.messages,
                 rows.total(),
                 store.quarantine_counts().iter().map(|(_, n)| n).sum::<u64>(),
-                bus.published().len(),
+                transitions(&bus),
                 lag.pending + lag.ack_pending
             );
         }
@@ -304,9 +317,49 @@ pub async fn run(config: DemoConfig) -> anyhow::Result<DemoSummary> {
     summary.rows = rows.0;
     summary.quarantined = store.quarantine_counts();
     summary.rows_bad = outcome.metrics.rows_bad;
-    summary.transitions = bus.published().len() as u64;
+    summary.transitions = transitions(&bus);
+    summary.drivers = outcome.metrics.drivers;
     summary.exit_code = outcome.exit.code;
     Ok(summary)
+}
+
+/// Transitions published (the core also publishes its epoch announcements to drivers).
+fn transitions(bus: &MemoryBus) -> u64 {
+    bus.published()
+        .iter()
+        .filter(|m| m.subject.starts_with("state."))
+        .count() as u64
+}
+
+/// Plays the fleet's driver instances hearing the core's `core_started` announcements: each
+/// raises its epoch floor and says hello. Returns how many hellos reached the core.
+fn answer_announcements(bus: &MemoryBus) -> usize {
+    let mut guards: BTreeMap<String, EpochGuard> = BTreeMap::new();
+    let mut reached = 0;
+    for message in bus.published() {
+        let Some((host, instance)) = message
+            .subject
+            .strip_prefix("cmd.")
+            .and_then(|rest| rest.split_once('.'))
+        else {
+            continue;
+        };
+        let Ok(ToDriver::CoreStarted(started)) = serde_json::from_slice::<ToDriver>(&message.payload) else {
+            continue;
+        };
+        let guard = guards.entry(message.subject.clone()).or_default();
+        guard.observe(started.core_epoch);
+        reached += bus.send_inbound(Inbound::DriverHello {
+            host: host.to_owned(),
+            hello: DriverHello {
+                v: 1,
+                driver_instance: instance.to_owned(),
+                source_epoch: FLEET_SOURCE_EPOCH,
+                highest_epoch_seen: guard.highest_seen(),
+            },
+        });
+    }
+    reached
 }
 
 impl std::fmt::Display for DemoSummary {
@@ -333,6 +386,11 @@ impl std::fmt::Display for DemoSummary {
             writeln!(f, "    {:<27} {count}", reason.as_str())?;
         }
         writeln!(f, "  transitions published         {}", self.transitions)?;
+        let [connecting, connected, ready] = self.drivers;
+        writeln!(
+            f,
+            "  driver instances              {ready} ready, {connected} connected, {connecting} connecting"
+        )?;
         write!(f, "  core exit code                {}", self.exit_code)
     }
 }

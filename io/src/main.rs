@@ -309,11 +309,6 @@ async fn run(
             _ = term.recv() => {},
         }
     };
-    // Command requests are taken only now, holding the lock with the consumer bound.
-    let commands = bus
-        .command_requests()
-        .await
-        .context("subscribing to command requests")?;
     let outcome = runtime::run_observed(
         started.core,
         bus,
@@ -323,7 +318,7 @@ async fn run(
         clock,
         runtime_config,
         shutdown,
-        commands,
+        started.inbound,
         |_| {},
     )
     .await;

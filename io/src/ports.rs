@@ -7,10 +7,12 @@
 use std::future::Future;
 
 use bytes::Bytes;
+use sentinel_core::wire::DriverHello;
 use sentinel_core::{
-    Batch, BatchId, CommitReport, ControlEvent, Delivery, DeliveryTag, Micros, PointState, RegistrySnapshot,
-    RestoredState, RetentionClass,
+    Batch, BatchId, CommandRequest, CommitReport, ControlEvent, Delivery, DeliveryTag, Input, Micros,
+    PointState, RegistrySnapshot, RestoredState, RetentionClass,
 };
+use tokio::sync::mpsc;
 
 #[derive(Debug, thiserror::Error)]
 pub enum BusError {
@@ -33,6 +35,29 @@ pub struct Lag {
     /// Age of the oldest unacked message in ms, if any is unacked or pending.
     pub oldest_unacked_age_ms: Option<u64>,
 }
+
+/// What reaches the core on plain subjects rather than through the stream: a request made
+/// while no core runs is not queued for a later one, and a hello is about now.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inbound {
+    /// On [`sentinel_core::wire::COMMAND_REQUEST_SUBJECT`].
+    CommandRequest(CommandRequest),
+    /// On `drv.<host>.<driver_instance>` (restart step 7).
+    DriverHello { host: String, hello: DriverHello },
+}
+
+impl From<Inbound> for Input {
+    fn from(inbound: Inbound) -> Input {
+        match inbound {
+            Inbound::CommandRequest(request) => Input::CommandRequested(request),
+            Inbound::DriverHello { host, hello } => Input::DriverHello { host, hello },
+        }
+    }
+}
+
+/// Inbound messages decoded but not yet taken by the runtime; beyond this the subscription
+/// waits (NATS then drops for a slow consumer, which is what a plain subject means).
+pub const INBOUND_QUEUED_MAX: usize = 1_000;
 
 /// A bus handle: cheap to clone, shared by the fetcher and the effect executor.
 pub trait Bus: Clone + Send + Sync + 'static {
@@ -58,6 +83,11 @@ pub trait Bus: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<crate::bus::PublishAck, BusError>> + Send;
 
     fn lag(&self) -> impl Future<Output = Result<Lag, BusError>> + Send;
+
+    /// Subscribes to command requests and driver hellos ([`Inbound`]), decoded. Must only be
+    /// called while holding the lock. What cannot be decoded is dropped with a warning that
+    /// names its subject and size, never its content.
+    fn inbound(&self) -> impl Future<Output = Result<mpsc::Receiver<Inbound>, BusError>> + Send;
 }
 
 pub trait Consumer: Send + 'static {

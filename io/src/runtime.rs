@@ -19,7 +19,7 @@ use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
-use crate::ports::{Bus, BusError, CommitError, Consumer, Lease, Store, StoreError};
+use crate::ports::{Bus, BusError, CommitError, Consumer, Inbound, Lease, Store, StoreError};
 
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
@@ -92,8 +92,8 @@ where
     S: Store,
     L: Lease,
 {
-    // No command requests: the sender is dropped at once, so the branch never fires.
-    let (_, commands) = mpsc::channel(1);
+    // Nothing inbound: the sender is dropped at once, so the branch never fires.
+    let (_, inbound) = mpsc::channel(1);
     run_observed(
         core,
         bus,
@@ -103,13 +103,14 @@ where
         clock,
         config,
         shutdown,
-        commands,
+        inbound,
         |_| {},
     )
     .await
 }
 
-/// [`run`], also taking command requests from `commands` (the command plane's intake), and
+/// [`run`], also taking command requests and driver hellos from `inbound` (from
+/// [`crate::startup::Started`]), and
 /// calling `observe` with the core on every wake-up of the loop, after the effects of the input
 /// it brought (if any) have been executed.
 /// The simulator's invariant checker looks at the projection through it; it must not block.
@@ -123,7 +124,7 @@ pub async fn run_observed<B, S, L>(
     clock: Arc<dyn Clock>,
     config: RuntimeConfig,
     shutdown: impl Future<Output = ()>,
-    mut commands: mpsc::Receiver<sentinel_core::CommandRequest>,
+    mut inbound: mpsc::Receiver<Inbound>,
     mut observe: impl FnMut(&Core) + Send,
 ) -> RunOutcome
 where
@@ -161,6 +162,7 @@ where
     let mut fetch_outstanding = false;
     let mut fetch_failures = 0u32;
     let mut shutdown_sent = false;
+    let mut driver_hellos_ahead_logged = 0u64;
     tokio::pin!(shutdown);
 
     // The core may have queued effects while it was built (the checkpoint recording restored
@@ -176,6 +178,16 @@ where
                     break 'run reason;
                 }
             }
+        }
+        let ahead = core.metrics().driver_hellos_ahead;
+        if ahead > driver_hellos_ahead_logged {
+            driver_hellos_ahead_logged = ahead;
+            // The lock check is what stops this core; the drivers already refuse its commands.
+            warn!(
+                epoch = core.epoch(),
+                hellos = ahead,
+                "a driver has seen a newer core epoch than this one; this core has been replaced"
+            );
         }
         // On every wake-up, idle ones included, so an observer sees the settled state too.
         observe(&core);
@@ -268,10 +280,14 @@ where
                     continue;
                 }
             },
-            Some(request) = commands.recv() => Input::CommandRequested(request),
+            Some(message) = inbound.recv() => message.into(),
             _ = progress.tick() => {
                 let m = core.metrics();
+                let drivers = core.drivers();
                 info!(
+                    drivers_connecting = drivers.count(sentinel_core::drivers::DriverState::Connecting),
+                    drivers_connected = drivers.count(sentinel_core::drivers::DriverState::Connected),
+                    drivers_ready = drivers.count(sentinel_core::drivers::DriverState::Ready),
                     delivered = m.delivered,
                     rows = m.rows_inserted.iter().sum::<u64>(),
                     quarantined = m.quarantined_total(),

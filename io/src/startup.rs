@@ -4,7 +4,10 @@
 //! simulator.
 //!
 //! Then restart steps 4–8 (control-event replay, derived windows, durable timers, drivers,
-//! warmup), each timed.
+//! warmup), each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
+//! command requests) and announces this core's epoch to every driver instance the registry
+//! names, so each raises its epoch floor at the takeover rather than at this core's first
+//! command to it.
 //!
 //! Owns: the order of those steps and their timings. Nothing may bind the consumer before the
 //! lock is held; a core that cannot take the lock returns `LockHeld` without touching the bus.
@@ -17,10 +20,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sentinel_core::{Config, Core, RetentionClass};
-use tracing::info;
+use tokio::sync::mpsc;
+use tracing::{info, warn};
 
 use crate::clock::Clock;
-use crate::ports::{Bus, BusError, CONTROL_EVENTS_LOAD_MAX, Lease, StartupStep, Store, StoreError};
+use crate::ports::{Bus, BusError, CONTROL_EVENTS_LOAD_MAX, Inbound, Lease, StartupStep, Store, StoreError};
 use crate::registry_dir;
 
 /// How long each startup step took, in the order they ran.
@@ -52,6 +56,9 @@ pub struct Started<B: Bus, S: Store> {
     pub core: Core,
     pub consumer: B::Consumer,
     pub lease: S::Lease,
+    /// Driver hellos and command requests, subscribed at step 7 (before the announcements, so
+    /// no answer is missed); the runtime reads it.
+    pub inbound: mpsc::Receiver<Inbound>,
     pub timings: StartupTimings,
 }
 
@@ -158,11 +165,30 @@ pub async fn start<B: Bus, S: Store>(
     timings.record("rehydrate_timers", step);
     info!(armed, "freshness deadlines armed");
 
-    // Restart steps 7–8: drivers run as their own processes on the driver hosts and reconnect
-    // by themselves, and no rules exist to leave warmup; the watchdog's startup grace is what
-    // this core does instead. Both steps are timed so a later implementation has its slot.
+    // Restart step 7: driver processes run on the driver hosts and reconnect by themselves;
+    // what this core starts is their relationship with it. Each instance hears this core's
+    // epoch and answers with a hello (connecting → connected; ready once its current data
+    // commits). A lost announcement is repaired by the driver's next hello.
     let step = Instant::now();
+    let inbound = bus.inbound().await?;
+    let announcements = core.start_drivers();
+    let instances = announcements.len();
+    let mut announced = 0usize;
+    for announcement in announcements {
+        match bus.publish(announcement.subject, announcement.payload).await {
+            Ok(()) => announced += 1,
+            Err(e) => warn!(error = %e, "announcing the core epoch to a driver instance failed"),
+        }
+    }
     timings.record("start_drivers", step);
+    info!(
+        instances,
+        announced, epoch, "core epoch announced to driver instances"
+    );
+
+    // Restart step 8: rules leave warmup as their inputs reach live. No rules exist (the Rules
+    // Engine is not built), so nothing is in warmup; the watchdog's startup grace is this
+    // core's only warm-up. The step is timed so the record has its slot.
     let step = Instant::now();
     timings.record("warmup", step);
 
@@ -174,6 +200,7 @@ pub async fn start<B: Bus, S: Store>(
         core,
         consumer,
         lease,
+        inbound,
         timings,
     })
 }

@@ -20,13 +20,16 @@ use sentinel_core::{
 };
 use sentinel_io::bus::{MemoryConsumer, PublishAck};
 use sentinel_io::ports::{
-    Bus, BusError, CommitError, Consumer, Lag, Lease, RegistryLoad, StartupStep, Store, StoreError,
+    Bus, BusError, CommitError, Consumer, Inbound, Lag, Lease, RegistryLoad, StartupStep, Store, StoreError,
     StoredControlEvent, StoredRegistry,
 };
 use sentinel_io::store::MemoryLease;
 
 use crate::settings::Site;
 use crate::world::{Incarnation, World};
+
+/// Requests and hellos a core's inbound subscription holds before further sends are dropped.
+const INBOUND_QUEUED_MAX: usize = 64;
 
 /// Hangs forever: the caller's process is about to be killed by the controller.
 async fn hang<T>() -> T {
@@ -155,8 +158,8 @@ impl Bus for SimBus {
     async fn publish(&self, subject: String, payload: Bytes) -> Result<(), BusError> {
         self.enter().await?;
         if subject.starts_with("cmd.") {
-            // A command: the bus carries it to the driver instance subscribed to the subject.
-            self.world.deliver_command(&subject, &payload);
+            // To a driver: the bus carries it to the instance subscribed to the subject.
+            self.world.deliver_to_driver(&subject, &payload);
             return Ok(());
         }
         let now = self.world.now();
@@ -195,6 +198,17 @@ impl Bus for SimBus {
     async fn lag(&self) -> Result<Lag, BusError> {
         self.enter().await?;
         self.world.bus.lag().await
+    }
+
+    async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
+        self.enter().await?;
+        let (tx, rx) = tokio::sync::mpsc::channel(INBOUND_QUEUED_MAX);
+        // The operator's requests and the drivers' hellos reach this incarnation from now on.
+        self.world
+            .lock()
+            .inbound_senders
+            .insert(self.incarnation.core, tx);
+        Ok(rx)
     }
 }
 

@@ -71,6 +71,8 @@ pub struct Checker {
     /// before the driver saw the new epoch).
     pub commands_applied_deposed: u64,
     pub commands_refused: u64,
+    /// Core epoch announcements (restart step 7) that reached a driver instance.
+    pub announcements_heard: u64,
     /// `command_issued` writes that never reached the store (a core cut off from it).
     pub command_writes_refused: u64,
 }

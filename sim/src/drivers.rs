@@ -248,7 +248,8 @@ impl HostDriver {
             .instances
             .get_mut(&p.instance)
             .expect("invariant: every point's instance has a sequence");
-        if rng.chance(0.002) {
+        let restarted = rng.chance(0.002);
+        if restarted {
             instance.source_epoch += 1;
             instance.next_seq = 1;
         }
@@ -285,6 +286,9 @@ impl HostDriver {
         cut += settings.malformed_permille;
         let malformed = (cut - settings.malformed_permille..cut).contains(&kind);
         drop(guard);
+        if restarted {
+            self.world.driver_restarted(&self.host, &p.instance, source_epoch);
+        }
 
         let msg_id = envelope.msg_id();
         let key: Key3 = (Arc::from(p.instance.as_str()), source_epoch, seq);

@@ -110,12 +110,15 @@ fn main() -> anyhow::Result<()> {
     let done = Arc::new(AtomicU64::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let failures: Arc<Mutex<Vec<SeedOutcome>>> = Arc::new(Mutex::new(Vec::new()));
+    // Commands drivers applied, of those from a deposed core, and refused, over all seeds.
+    let commands: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
     let started = Instant::now();
     let verbose = cli.verbose;
 
     let workers: Vec<_> = (0..threads)
         .map(|_| {
             let (next, done, stop, failures) = (next.clone(), done.clone(), stop.clone(), failures.clone());
+            let commands = commands.clone();
             let (registry, options, end) = (registry.clone(), options.clone(), range.end);
             std::thread::spawn(move || {
                 loop {
@@ -127,6 +130,14 @@ fn main() -> anyhow::Result<()> {
                         return;
                     }
                     let outcome = run_seed(seed, &registry, &options);
+                    let s = &outcome.stats;
+                    for (total, n) in commands.iter().zip([
+                        s.commands_applied,
+                        s.commands_applied_deposed,
+                        s.commands_refused,
+                    ]) {
+                        total.fetch_add(n, Ordering::Relaxed);
+                    }
                     if verbose {
                         println!("settings {}", outcome.settings);
                         println!("{}", result_line(&outcome));
@@ -170,6 +181,8 @@ fn main() -> anyhow::Result<()> {
         n as f64 / elapsed_s * 60.0,
         failures.len()
     );
+    let [applied, deposed, refused] = commands.as_ref().each_ref().map(|c| c.load(Ordering::Relaxed));
+    println!("commands applied by drivers {applied} (from a deposed core {deposed}), refused {refused}");
     if !failures.is_empty() {
         std::process::exit(1);
     }

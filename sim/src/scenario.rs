@@ -17,6 +17,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use sentinel_core::{Config, Micros, PlantedBug};
 use sentinel_io::bus::{MemoryBus, MemoryBusConfig};
 use sentinel_io::clock::Clock;
+use sentinel_io::ports::Inbound;
 use sentinel_io::runtime::{self, RuntimeConfig};
 use sentinel_io::startup::{self, StartError};
 use sentinel_io::store::MemoryStore;
@@ -32,8 +33,6 @@ use crate::world::{CoreId, Inner, Links, SimClock, World};
 
 /// How often the simulated operator asks every running core to command a point.
 const COMMAND_INTERVAL_MS: i64 = 5_000;
-/// Requests a core's intake holds before the operator's sends fail.
-const COMMAND_REQUESTS_QUEUED_MAX: usize = 16;
 /// The dangerous-window scenario: when the lock holder is cut off from the store, and for
 /// how long.
 const DANGEROUS_WINDOW_AT_MS: i64 = 60_500;
@@ -152,7 +151,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         published: 0,
         traffic_done: false,
         step: 0,
-        command_senders: Default::default(),
+        inbound_senders: Default::default(),
+        driver_source_epochs: Default::default(),
         driver_guards: Default::default(),
     };
     let world = Arc::new(World::new(settings.clone(), bus, store, clock.clone(), inner));
@@ -383,9 +383,6 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
                     let world = world.clone();
                     move |c: &sentinel_core::Core| world.observe(c)
                 };
-                // The operator's way in to this incarnation (the controller sends requests).
-                let (commands_tx, commands_rx) = tokio::sync::mpsc::channel(COMMAND_REQUESTS_QUEUED_MAX);
-                world.lock().command_senders.insert(core, commands_tx);
                 let outcome = runtime::run_observed(
                     core_machine,
                     bus,
@@ -395,7 +392,7 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
                     world.clock.clone(),
                     runtime_config,
                     std::future::pending::<()>(),
-                    commands_rx,
+                    started.inbound,
                     observer,
                 )
                 .await;
@@ -430,9 +427,9 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
 /// The operator asks every running core to command one point (a core that is not the lock
 /// holder must not get one to a driver: its write is fenced).
 fn operator_commands(world: &World, points: &[String], sent: &mut u64) {
-    let senders: Vec<(CoreId, tokio::sync::mpsc::Sender<sentinel_core::CommandRequest>)> = world
+    let senders: Vec<(CoreId, tokio::sync::mpsc::Sender<Inbound>)> = world
         .lock()
-        .command_senders
+        .inbound_senders
         .iter()
         .map(|(core, tx)| (*core, tx.clone()))
         .collect();
@@ -448,18 +445,18 @@ fn operator_commands(world: &World, points: &[String], sent: &mut u64) {
 fn request_command(
     world: &World,
     core: CoreId,
-    tx: &tokio::sync::mpsc::Sender<sentinel_core::CommandRequest>,
+    tx: &tokio::sync::mpsc::Sender<Inbound>,
     command_id: String,
     point_id: String,
     value: serde_json::Value,
 ) {
     let outcome = if tx
-        .try_send(sentinel_core::CommandRequest {
+        .try_send(Inbound::CommandRequest(sentinel_core::CommandRequest {
             command_id: command_id.clone(),
             point_id,
             value,
             principal: "operator:sim".into(),
-        })
+        }))
         .is_ok()
     {
         "sent"
@@ -505,7 +502,7 @@ fn open_dangerous_window(
     scheduled.push((now.add_ms(DANGEROUS_WINDOW_MS), Scheduled::Heal(core, before)));
     // Inside the window the cut-off core still believes it holds the lock until its next
     // check; the operator asks it for a command right now.
-    let sender = world.lock().command_senders.get(&core).cloned();
+    let sender = world.lock().inbound_senders.get(&core).cloned();
     if let Some(tx) = sender {
         let point_id = world.lock().rng.pick(points).clone();
         request_command(

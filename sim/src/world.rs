@@ -12,9 +12,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use sentinel_core::wire::{DriverHello, ToDriver};
 use sentinel_core::{Core, Micros};
 use sentinel_io::bus::MemoryBus;
 use sentinel_io::clock::Clock;
+use sentinel_io::ports::Inbound;
 use sentinel_io::store::MemoryStore;
 
 use crate::checker::Checker;
@@ -99,10 +101,14 @@ pub struct Inner {
     pub published: u64,
     pub traffic_done: bool,
     pub step: u64,
-    /// Each running core's command intake (the operator's way in).
-    pub command_senders: BTreeMap<CoreId, tokio::sync::mpsc::Sender<sentinel_core::CommandRequest>>,
+    /// Each running core's inbound subscription (`Bus::inbound`): the operator's requests and
+    /// the drivers' hellos reach it here.
+    pub inbound_senders: BTreeMap<CoreId, tokio::sync::mpsc::Sender<Inbound>>,
     /// Each driver instance's epoch guard, by command subject.
     pub driver_guards: BTreeMap<String, sentinel_io::driver::EpochGuard>,
+    /// Each driver instance's source epoch, by command subject, once it has restarted (1
+    /// before that).
+    pub driver_source_epochs: BTreeMap<String, u32>,
 }
 
 pub struct World {
@@ -194,17 +200,40 @@ impl World {
         }
     }
 
-    /// A command reached a driver instance over the bus: the instance's epoch guard decides,
-    /// and the checker sees what was applied (invariant 6).
-    pub fn deliver_command(&self, subject: &str, payload: &[u8]) {
+    /// A message reached a driver instance over the bus on its command subject: a command,
+    /// which the instance's epoch guard admits or refuses (the checker sees what was applied,
+    /// invariant 6), or a core's epoch announcement, which raises the guard's floor and is
+    /// answered with a hello (restart step 7).
+    pub fn deliver_to_driver(&self, subject: &str, payload: &[u8]) {
         let now = self.now();
         let current_epoch = self.store.current_epoch();
         let mut inner = self.lock();
-        let Ok(command) = serde_json::from_slice::<sentinel_core::wire::CommandEnvelope>(payload) else {
+        let Ok(message) = serde_json::from_slice::<ToDriver>(payload) else {
             inner
                 .checker
-                .fail(6, now, format!("an undecodable command on {subject}"));
+                .fail(6, now, format!("an undecodable message to a driver on {subject}"));
             return;
+        };
+        let command = match message {
+            ToDriver::Command(command) => command,
+            ToDriver::CoreStarted(started) => {
+                let current = inner
+                    .driver_guards
+                    .entry(subject.to_owned())
+                    .or_default()
+                    .observe(started.core_epoch);
+                inner.checker.announcements_heard += 1;
+                inner.trace.event(
+                    now,
+                    format_args!(
+                        "driver {subject} hears core epoch {} ({})",
+                        started.core_epoch,
+                        if current { "current" } else { "stale" }
+                    ),
+                );
+                say_hello(&mut inner, subject, now);
+                return;
+            }
         };
         let reply = inner
             .driver_guards
@@ -228,6 +257,15 @@ impl World {
         );
     }
 
+    /// A driver instance restarted with a new source epoch: it says hello to the cores.
+    pub fn driver_restarted(&self, host: &str, driver_instance: &str, source_epoch: u32) {
+        let subject = sentinel_core::wire::cmd_subject(host, driver_instance);
+        let now = self.now();
+        let mut inner = self.lock();
+        inner.driver_source_epochs.insert(subject.clone(), source_epoch);
+        say_hello(&mut inner, &subject, now);
+    }
+
     /// Invariant 5 from the runtime's observer: a core that is the current writer and has no
     /// batch at the store must project exactly the fold of the log.
     pub fn observe(&self, core: &Core) {
@@ -237,4 +275,38 @@ impl World {
         let now = self.now();
         self.lock().checker.check_projection(core, now);
     }
+}
+
+/// The instance of command subject `cmd.<host>.<instance>` says hello on
+/// `drv.<host>.<instance>`: every core reachable on the bus hears it (one cut off from the bus
+/// does not; one whose subscription is full drops it, as a plain subject does).
+fn say_hello(inner: &mut Inner, cmd_subject: &str, now: Micros) {
+    let Some((host, instance)) = cmd_subject
+        .strip_prefix("cmd.")
+        .and_then(|rest| rest.split_once('.'))
+    else {
+        return;
+    };
+    let hello = Inbound::DriverHello {
+        host: host.to_owned(),
+        hello: DriverHello {
+            v: 1,
+            driver_instance: instance.to_owned(),
+            source_epoch: inner.driver_source_epochs.get(cmd_subject).copied().unwrap_or(1),
+            highest_epoch_seen: inner
+                .driver_guards
+                .get(cmd_subject)
+                .map_or(0, |guard| guard.highest_seen()),
+        },
+    };
+    let mut heard_by = 0;
+    for (core, tx) in &inner.inbound_senders {
+        if !inner.links.get(core).is_some_and(|links| links.bus_cut) && tx.try_send(hello.clone()).is_ok() {
+            heard_by += 1;
+        }
+    }
+    inner.trace.event(
+        now,
+        format_args!("driver {cmd_subject} hello, heard by {heard_by} cores"),
+    );
 }

@@ -35,7 +35,7 @@ use sentinel_core::{Delivery, DeliveryTag, Micros};
 
 use super::{FETCH_MAX, PublishAck, TagTable};
 use crate::clock::Clock;
-use crate::ports::{Bus, BusError, Consumer, Lag};
+use crate::ports::{Bus, BusError, Consumer, INBOUND_QUEUED_MAX, Inbound, Lag};
 
 /// Limits and timings of the model; defaults match [`super::NatsBusConfig`]'s.
 #[derive(Clone, Debug)]
@@ -127,6 +127,8 @@ struct State {
     tags: TagTable<u64>,
     published_log: VecDeque<PublishedMessage>,
     published_dropped_total: u64,
+    /// Subscribers of [`Bus::inbound`]; [`MemoryBus::send_inbound`] reaches each open one.
+    inbound: Vec<tokio::sync::mpsc::Sender<Inbound>>,
     faults: Faults,
 }
 
@@ -154,6 +156,7 @@ impl MemoryBus {
                 tags,
                 published_log: VecDeque::new(),
                 published_dropped_total: 0,
+                inbound: Vec::new(),
                 faults: Faults::default(),
             })),
             clock,
@@ -262,6 +265,19 @@ impl MemoryBus {
     /// Core-side publishes dropped from the log to keep its bound.
     pub fn published_dropped_total(&self) -> u64 {
         self.lock().published_dropped_total
+    }
+
+    /// A command request or driver hello on a plain subject: reaches every open
+    /// [`Bus::inbound`] subscription that has room (a plain subject drops for a slow
+    /// consumer). Returns how many it reached.
+    pub fn send_inbound(&self, message: Inbound) -> usize {
+        let mut state = self.lock();
+        state.inbound.retain(|tx| !tx.is_closed());
+        state
+            .inbound
+            .iter()
+            .filter(|tx| tx.try_send(message.clone()).is_ok())
+            .count()
     }
 
     /// Fault hook: the next `count` acks are lost before they reach the stream.
@@ -459,6 +475,12 @@ impl Bus for MemoryBus {
             ack_pending: state.ack_pending,
             oldest_unacked_age_ms,
         })
+    }
+
+    async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
+        let (tx, rx) = tokio::sync::mpsc::channel(INBOUND_QUEUED_MAX);
+        self.lock().inbound.push(tx);
+        Ok(rx)
     }
 }
 

@@ -35,7 +35,7 @@ use sentinel_core::{Delivery, DeliveryTag, Micros};
 
 use super::{FETCH_MAX, TagTable};
 use crate::clock::{Clock, SystemClock};
-use crate::ports::{Bus, BusError, Consumer, Lag};
+use crate::ports::{Bus, BusError, Consumer, INBOUND_QUEUED_MAX, Inbound, Lag};
 
 /// Subjects the observation stream listens on and the consumer filters on (driver contract v1).
 pub const OBS_SUBJECTS: &str = "obs.>";
@@ -74,9 +74,6 @@ impl Default for NatsBusConfig {
         }
     }
 }
-
-/// Command requests decoded but not yet taken by the runtime; beyond this the intake waits.
-const COMMAND_REQUESTS_QUEUED_MAX: usize = 1_000;
 
 impl NatsBusConfig {
     /// The stream configuration this adapter creates and expects.
@@ -201,39 +198,6 @@ impl NatsBus {
     }
 
     /// The underlying client (for tests and tools; the runtime needs only the `Bus` methods).
-    /// Command requests on [`sentinel_core::wire::COMMAND_REQUEST_SUBJECT`], decoded, for the
-    /// runtime. Subscribe only while holding the lock. A request that cannot be decoded is
-    /// dropped with a warning (coordinates only).
-    pub async fn command_requests(
-        &self,
-    ) -> Result<tokio::sync::mpsc::Receiver<sentinel_core::CommandRequest>, BusError> {
-        use futures::StreamExt as _;
-        let mut subscription = self
-            .inner
-            .client
-            .subscribe(sentinel_core::wire::COMMAND_REQUEST_SUBJECT)
-            .await
-            .map_err(|error| BusError::Connection(format!("subscribe to command requests: {error}")))?;
-        let (tx, rx) = tokio::sync::mpsc::channel(COMMAND_REQUESTS_QUEUED_MAX);
-        tokio::spawn(async move {
-            while let Some(message) = subscription.next().await {
-                match serde_json::from_slice(&message.payload) {
-                    Ok(request) => {
-                        if tx.send(request).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(error) => {
-                        // The size only: a request may carry a value.
-                        let bytes = message.payload.len();
-                        tracing::warn!(%error, bytes, "undecodable command request")
-                    }
-                }
-            }
-        });
-        Ok(rx)
-    }
-
     pub fn client(&self) -> &Client {
         &self.inner.client
     }
@@ -501,6 +465,63 @@ impl Bus for NatsBus {
             ack_pending,
             oldest_unacked_age_ms,
         })
+    }
+
+    async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
+        use futures::StreamExt as _;
+        use sentinel_core::wire::{COMMAND_REQUEST_SUBJECT, DRIVER_HELLO_WILDCARD, parse_driver_subject};
+        let client = &self.inner.client;
+        let subscribe = |subject: &'static str| async move {
+            client
+                .subscribe(subject)
+                .await
+                .map_err(|error| BusError::Connection(format!("subscribe to {subject}: {error}")))
+        };
+        let requests = subscribe(COMMAND_REQUEST_SUBJECT).await?;
+        let hellos = subscribe(DRIVER_HELLO_WILDCARD).await?;
+        // One stream of both, so the runtime has one channel to read.
+        let mut merged = futures::stream::select(requests, hellos);
+        let (tx, rx) = tokio::sync::mpsc::channel(INBOUND_QUEUED_MAX);
+        tokio::spawn(async move {
+            while let Some(message) = merged.next().await {
+                let subject = message.subject.as_str();
+                let decoded = if subject == COMMAND_REQUEST_SUBJECT {
+                    serde_json::from_slice(&message.payload)
+                        .map(Inbound::CommandRequest)
+                        .map_err(|e| e.to_string())
+                } else if let Some((host, instance)) = parse_driver_subject(subject) {
+                    // Bus permissions confine a host to its own `drv.<host>.>`, so the envelope
+                    // must name the subject's instance.
+                    serde_json::from_slice::<sentinel_core::wire::DriverHello>(&message.payload)
+                        .map_err(|e| e.to_string())
+                        .and_then(|hello| {
+                            if hello.driver_instance == instance {
+                                Ok(Inbound::DriverHello {
+                                    host: host.to_owned(),
+                                    hello,
+                                })
+                            } else {
+                                Err("driver_instance differs from the subject's".to_owned())
+                            }
+                        })
+                } else {
+                    Err("unexpected subject".to_owned())
+                };
+                match decoded {
+                    Ok(inbound) => {
+                        if tx.send(inbound).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(error) => {
+                        // Subject and size only: a request may carry a value.
+                        let bytes = message.payload.len();
+                        tracing::warn!(%error, subject, bytes, "undecodable inbound message")
+                    }
+                }
+            }
+        });
+        Ok(rx)
     }
 }
 

@@ -303,13 +303,20 @@ impl EpochGuard {
         self.highest_seen
     }
 
+    /// Takes note of a core's epoch (its `core_started` announcement, or a command): a newer
+    /// one raises the floor. Returns whether `core_epoch` is current, i.e. not below the floor.
+    pub fn observe(&mut self, core_epoch: u32) -> bool {
+        let current = core_epoch >= self.highest_seen;
+        if current {
+            self.highest_seen = core_epoch;
+        }
+        current
+    }
+
     /// Admits a command from the current or a newer core (a newer one raises the floor) and
     /// refuses one from an older core. Epochs never go backwards, so equal is current.
     pub fn check(&mut self, command: &CommandEnvelope) -> CommandReply {
-        let admitted = command.core_epoch >= self.highest_seen;
-        if admitted {
-            self.highest_seen = command.core_epoch;
-        }
+        let admitted = self.observe(command.core_epoch);
         CommandReply {
             command_id: command.command_id.clone(),
             outcome: if admitted {
@@ -372,6 +379,18 @@ mod tests {
             guard.check(&command(3, "e")).outcome,
             CommandOutcome::Rejected,
             "the floor moved"
+        );
+    }
+
+    #[test]
+    fn an_announcement_raises_the_floor_before_any_command() {
+        let mut guard = EpochGuard::new(3);
+        assert!(guard.observe(5), "a newer core's announcement");
+        assert!(!guard.observe(4), "an older core's is not current");
+        assert_eq!(guard.highest_seen(), 5);
+        assert_eq!(
+            guard.check(&command(4, "late")).reason.as_deref(),
+            Some("stale_epoch")
         );
     }
 
