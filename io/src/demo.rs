@@ -21,6 +21,7 @@ use sentinel_core::{Config, Micros, QuarantineReason, RetentionClass};
 use crate::bus::memory::{MemoryBus, MemoryBusConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::driver::EpochGuard;
+use crate::driver::disk_queue::queue_drops_point;
 use crate::ports::{Bus, Inbound};
 use crate::runtime::{self, RuntimeConfig};
 use crate::startup;
@@ -162,6 +163,9 @@ impl Fleet {
             (p.native_now + span * 0.002 * step).clamp(p.native_lo + span * 0.2, p.native_hi - span * 0.2);
         let p = &self.points[idx];
         let value = match p.kind {
+            // The instance's own health point: the demo's drivers publish straight into a
+            // stream that never fills, so their local queues never drop anything.
+            _ if p.id == queue_drops_point(&p.host, &p.instance) => serde_json::json!(0),
             Kind::Number if roll < 20 => serde_json::json!(p.native_hi + span.abs().max(1.0) * 10.0),
             Kind::Number => serde_json::json!((p.native_now * 100.0).round() / 100.0),
             Kind::Bool => serde_json::json!(self.rng.below(2) == 1),

@@ -9,7 +9,8 @@
 //! device, so out of order), skewed device clocks, malformed payloads, unknown points, a host
 //! publishing a point assigned elsewhere, and publisher retries of the same message. When
 //! the stream is full (discard-new) a driver keeps the message in a bounded local queue and
-//! retries it; only messages the stream accepted are owed a row or quarantine entry.
+//! retries it; only messages the stream accepted are owed a row or quarantine entry, and each
+//! instance's `queue_drops` point reports what that queue's bound has dropped.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -19,6 +20,7 @@ use bytes::Bytes;
 use sentinel_core::Micros;
 use sentinel_core::registry::Kind;
 use sentinel_core::wire::EnvelopeOut;
+use sentinel_io::driver::disk_queue::queue_drops_point;
 use sentinel_io::ports::BusError;
 
 use crate::checker::Key3;
@@ -231,6 +233,9 @@ impl HostDriver {
             .clamp(p.native_lo + span * 0.2, p.native_hi - span * 0.2);
         self.native_now[idx] = walked;
         let value = match p.kind {
+            // The driver's own health point: what its local queue's bound has dropped. The
+            // simulated host keeps one queue for all its instances, so each reports the host's.
+            _ if p.id == queue_drops_point(&self.host, &p.instance) => serde_json::json!(self.dropped),
             Kind::Number if roll < 20 => serde_json::json!(p.native_hi + span.abs().max(1.0) * 10.0),
             Kind::Number => serde_json::json!((walked * 100.0).round() / 100.0),
             Kind::Bool => serde_json::json!(rng.below(2) == 1),
