@@ -158,8 +158,22 @@ impl Bus for SimBus {
     async fn publish(&self, subject: String, payload: Bytes) -> Result<(), BusError> {
         self.enter().await?;
         if subject.starts_with("cmd.") {
-            // To a driver: the bus carries it to the instance subscribed to the subject.
-            self.world.deliver_to_driver(&subject, &payload);
+            // To a driver: the bus carries it to the instance subscribed to the subject, late
+            // if this core's link to the drivers is slow.
+            let delay_ms = self.world.links(self.incarnation.core).driver_delay_ms;
+            if delay_ms == 0 {
+                self.world.deliver_to_driver(&subject, &payload);
+            } else {
+                self.world.trace(format_args!(
+                    "{} {subject}: the bus holds it for {delay_ms} ms",
+                    self.incarnation.core.host()
+                ));
+                let world = self.world.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                    world.deliver_to_driver(&subject, &payload);
+                });
+            }
             return Ok(());
         }
         let now = self.world.now();

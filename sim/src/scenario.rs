@@ -37,6 +37,11 @@ const COMMAND_INTERVAL_MS: i64 = 5_000;
 /// how long.
 const DANGEROUS_WINDOW_AT_MS: i64 = 60_500;
 const DANGEROUS_WINDOW_MS: i64 = 60_000;
+/// Before the cut, the holder's messages to drivers start taking this long, and the operator
+/// asks it for one more command: written while it still holds the lock, delivered after the
+/// other core has taken over.
+const LATE_COMMAND_LEAD_MS: i64 = 2_000;
+const LATE_COMMAND_DELAY_MS: u64 = 10_000;
 
 /// Simulated wall-clock start of every run: 2026-01-01T00:00:00Z.
 pub const START_UNIX_S: u64 = 1_767_225_600;
@@ -216,6 +221,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let mut next_command_at = start.add_ms(COMMAND_INTERVAL_MS);
     let mut commands_sent = 0u64;
     let mut window_opened = false;
+    // The lock holder's links before the late command, restored when the window closes.
+    let mut window_holder: Option<(CoreId, Links)> = None;
     let command_points: Vec<String> = registry
         .hosts
         .values()
@@ -273,8 +280,21 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             next_command_at = now.add_ms(COMMAND_INTERVAL_MS);
             operator_commands(&world, &command_points, &mut commands_sent);
         }
+        if options.dangerous_window
+            && window_holder.is_none()
+            && now >= start.add_ms(DANGEROUS_WINDOW_AT_MS - LATE_COMMAND_LEAD_MS)
+        {
+            window_holder = send_late_command(&world, &cores, &command_points);
+        }
         if options.dangerous_window && !window_opened && now >= start.add_ms(DANGEROUS_WINDOW_AT_MS) {
-            window_opened = open_dangerous_window(&world, &cores, &command_points, now, &mut scheduled);
+            window_opened = open_dangerous_window(
+                &world,
+                &cores,
+                &command_points,
+                now,
+                window_holder,
+                &mut scheduled,
+            );
         }
 
         if now < safety_end {
@@ -469,27 +489,73 @@ fn request_command(
     ));
 }
 
+/// The core whose session holds the lock, if one does.
+fn lock_holder(world: &World, cores: &[CoreId]) -> Option<CoreId> {
+    let holder = world.store.lock_holder()?;
+    cores
+        .iter()
+        .copied()
+        .find(|core| world.lock().incarnations.get(core).and_then(|i| i.session()) == Some(holder))
+}
+
+/// The first half of the dangerous window: the lock holder's messages to drivers start
+/// taking [`LATE_COMMAND_DELAY_MS`], and the operator asks it for a command, which it writes
+/// while it still holds the lock. Returns the holder and its links before the change.
+fn send_late_command(world: &World, cores: &[CoreId], points: &[String]) -> Option<(CoreId, Links)> {
+    let core = lock_holder(world, cores)?;
+    let before = world.links(core);
+    world.lock().links.insert(
+        core,
+        Links {
+            driver_delay_ms: LATE_COMMAND_DELAY_MS,
+            ..before
+        },
+    );
+    world.trace(format_args!(
+        "dangerous window: {}'s messages to drivers now take {LATE_COMMAND_DELAY_MS} ms",
+        core.host()
+    ));
+    let sender = world.lock().inbound_senders.get(&core).cloned();
+    if let Some(tx) = sender {
+        let point_id = world.lock().rng.pick(points).clone();
+        request_command(
+            world,
+            core,
+            &tx,
+            "window-late".into(),
+            point_id,
+            serde_json::json!(2),
+        );
+    }
+    Some((core, before))
+}
+
 /// Cuts the lock holder off from the store (its session, and so its lock, dies with the
-/// link) but not from the bus. Returns whether there was a holder to cut off.
+/// link) but not from the bus. Returns whether there was a holder to cut off. `late` is the
+/// holder that was sent the late command, with its links before that; they come back when
+/// the window closes.
 fn open_dangerous_window(
     world: &World,
     cores: &[CoreId],
     points: &[String],
     now: Micros,
+    late: Option<(CoreId, Links)>,
     scheduled: &mut Vec<(Micros, Scheduled)>,
 ) -> bool {
     let holder = world.store.lock_holder();
-    let Some(core) = cores.iter().copied().find(|core| {
-        holder.is_some() && world.lock().incarnations.get(core).and_then(|i| i.session()) == holder
-    }) else {
+    let Some(core) = lock_holder(world, cores) else {
         return false;
     };
-    let before = world.links(core);
+    let current = world.links(core);
+    let before = match late {
+        Some((late_core, before)) if late_core == core => before,
+        _ => current,
+    };
     world.lock().links.insert(
         core,
         Links {
             store_cut: true,
-            ..before
+            ..current
         },
     );
     if let Some(session) = holder {

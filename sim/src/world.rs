@@ -64,11 +64,13 @@ impl Clock for SimClock {
     }
 }
 
-/// Whether a core can reach the store and the bus.
+/// Whether a core can reach the store and the bus, and how long the bus holds its messages
+/// to drivers before delivering them.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
 pub struct Links {
     pub store_cut: bool,
     pub bus_cut: bool,
+    pub driver_delay_ms: u64,
 }
 
 /// One start of a core process on a core host, from launch to exit or crash.
