@@ -20,7 +20,7 @@ use sentinel_core::wire::{
 use sentinel_io::driver::commands::{CommandIntake, MALFORMED, Received};
 use sentinel_io::ports::{Lease, Store};
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
-use sentinel_tests::nats::NatsServer;
+use sentinel_tests::nats::{NatsServer, subscribe_synced};
 use sentinel_tests::pg::TestDb;
 
 const HOST: &str = "plant-a";
@@ -37,6 +37,19 @@ fn command(id: &str, epoch: u32) -> Vec<u8> {
     })
     .to_bytes()
     .to_vec()
+}
+
+/// Publishes a core's `core_started` announcement to the driver (restart step 7).
+async fn announce(client: &async_nats::Client, core_epoch: u32) {
+    let announcement = ToDriver::CoreStarted(CoreStarted {
+        v: 1,
+        core_epoch,
+        registry_version: 1,
+    });
+    client
+        .publish(cmd_subject(HOST, INSTANCE), announcement.to_bytes())
+        .await
+        .expect("announce");
 }
 
 /// Sends a command and waits for the driver's answer; retries while the driver's subscription
@@ -76,20 +89,8 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
 
     // The driver's hellos, as a core would hear them.
     let cores = async_nats::connect(nats.url()).await.expect("cores connect");
-    let mut hellos = cores
-        .subscribe(driver_subject(HOST, INSTANCE))
-        .await
-        .expect("subscribe to hellos");
-    // A probe that comes back proves the server has the subscription (flush does not).
-    cores
-        .publish(driver_subject(HOST, INSTANCE), "probe".into())
-        .await
-        .expect("probe");
-    let probe = tokio::time::timeout(Duration::from_secs(10), hellos.next())
-        .await
-        .expect("probe returns")
-        .expect("subscription open");
-    assert_eq!(&probe.payload[..], b"probe");
+    let hello_subject = driver_subject(HOST, INSTANCE);
+    let mut hellos = subscribe_synced(&cores, &hello_subject, &hello_subject, b"probe").await;
 
     // The driver instance's intake; what it admits is what the driver applies.
     let applied: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -133,15 +134,7 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
     assert_eq!(reply.outcome, CommandOutcome::Accepted);
     // B announces itself (restart step 7): the floor rises before B commands anything, and
     // the driver answers with a hello at B's epoch.
-    let announcement = ToDriver::CoreStarted(CoreStarted {
-        v: 1,
-        core_epoch: epoch_b,
-        registry_version: 1,
-    });
-    cores
-        .publish(cmd_subject(HOST, INSTANCE), announcement.to_bytes())
-        .await
-        .expect("announce");
+    announce(&cores, epoch_b).await;
     let answer = loop {
         let message = tokio::time::timeout(Duration::from_secs(10), hellos.next())
             .await
@@ -162,15 +155,7 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
         ("a-2", epoch_b)
     );
     // A's late announcement does not lower it either.
-    let stale = ToDriver::CoreStarted(CoreStarted {
-        v: 1,
-        core_epoch: epoch_a,
-        registry_version: 1,
-    });
-    cores
-        .publish(cmd_subject(HOST, INSTANCE), stale.to_bytes())
-        .await
-        .expect("announce");
+    announce(&cores, epoch_a).await;
     let reply = send(&cores, command("a-3", epoch_a)).await;
     assert_eq!(reply.reason.as_deref(), Some(STALE_EPOCH));
     // Garbage is refused too, and does not move the floor. So is a bare envelope without its

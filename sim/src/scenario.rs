@@ -515,18 +515,7 @@ fn send_late_command(world: &World, cores: &[CoreId], points: &[String]) -> Opti
         "dangerous window: {}'s messages to drivers now take {LATE_COMMAND_DELAY_MS} ms",
         core.host()
     ));
-    let sender = world.lock().inbound_senders.get(&core).cloned();
-    if let Some(tx) = sender {
-        let point_id = world.lock().rng.pick(points).clone();
-        request_command(
-            world,
-            core,
-            &tx,
-            "window-late".into(),
-            point_id,
-            serde_json::json!(2),
-        );
-    }
+    ask_for_command(world, core, points, "window-late", 2);
     Some((core, before))
 }
 
@@ -568,6 +557,12 @@ fn open_dangerous_window(
     scheduled.push((now.add_ms(DANGEROUS_WINDOW_MS), Scheduled::Heal(core, before)));
     // Inside the window the cut-off core still believes it holds the lock until its next
     // check; the operator asks it for a command right now.
+    ask_for_command(world, core, points, "window-1", 1);
+    true
+}
+
+/// The operator asks `core` (if it is running) to command a random point of `points`.
+fn ask_for_command(world: &World, core: CoreId, points: &[String], command_id: &str, value: u64) {
     let sender = world.lock().inbound_senders.get(&core).cloned();
     if let Some(tx) = sender {
         let point_id = world.lock().rng.pick(points).clone();
@@ -575,12 +570,11 @@ fn open_dangerous_window(
             world,
             core,
             &tx,
-            "window-1".into(),
+            command_id.into(),
             point_id,
-            serde_json::json!(1),
+            serde_json::json!(value),
         );
     }
-    true
 }
 
 /// The controller's fault sites, given one opportunity per simulated second.
