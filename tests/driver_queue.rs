@@ -12,6 +12,7 @@ use sentinel_io::clock::{Clock, SystemClock};
 use sentinel_io::driver::disk_queue::{DiskQueue, DiskQueueConfig, Published, QueuedPublisher};
 use sentinel_io::driver::{ObservationPublisher, PublisherConfig, msg_id};
 use sentinel_io::ports::{Bus, Consumer};
+use sentinel_tests::harness::bus_with_stream;
 use sentinel_tests::nats::NatsServer;
 
 const STREAM_MSGS_MAX: u64 = 50;
@@ -56,14 +57,12 @@ fn payload(seq: u64) -> Bytes {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_stream_sends_publishes_to_disk_and_they_arrive_once_in_order() {
     let nats = NatsServer::start().await;
-    let bus = NatsBus::connect(NatsBusConfig {
+    let bus = bus_with_stream(NatsBusConfig {
         url: nats.url(),
         max_msgs: STREAM_MSGS_MAX,
         ..NatsBusConfig::default()
     })
-    .await
-    .expect("bus");
-    bus.ensure_stream().await.expect("stream");
+    .await;
     let dir = std::env::temp_dir().join(format!("sentinel-driver-queue-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let now = || -> Micros { SystemClock.now() };

@@ -4,24 +4,21 @@
 //! exact counts per class, the view equals their sum, quarantine reasons, point_state, no
 //! duplicate row and no transition published twice for the same key.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use sentinel_core::Config;
 use sentinel_io::bus::nats::NatsBus;
-use sentinel_io::clock::{Clock, SystemClock};
+use sentinel_io::clock::SystemClock;
 use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
 use sentinel_io::ports::{Bus, BusError, Lag};
-use sentinel_io::runtime::{self, RunOutcome, RuntimeConfig};
 use sentinel_io::startup;
 use sentinel_io::store::postgres::PgStore;
 use sentinel_tests::bin::sentinel_bin;
 use sentinel_tests::harness::{
-    DRAIN_TIMEOUT_S, Env, Transitions, assert_exact_counts, committed, now, pg, spawn_core, terminate,
-    wait_drained,
+    DRAIN_TIMEOUT_S, Env, InProcessCore, Transitions, assert_exact_counts, committed, now, pg, spawn_core,
+    terminate, wait_drained,
 };
 use sentinel_tests::traffic::{self, Traffic};
-use tokio::sync::oneshot;
 
 /// The exact-count oracle covers the traffic; self-points are tested on their own.
 const NO_SELF_POINTS: &[&str] = &["--self-points-interval-ms", "0"];
@@ -50,11 +47,7 @@ async fn lag(bus: &NatsBus) -> Lag {
 }
 
 /// Starts a core in-process over real adapters; returns a stop switch and its outcome.
-async fn start_core<B: Bus>(
-    bus: B,
-    store: PgStore,
-) -> (oneshot::Sender<()>, tokio::task::JoinHandle<RunOutcome>, u32) {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+async fn start_core<B: Bus>(bus: B, store: PgStore) -> InProcessCore {
     let started = startup::start(
         &bus,
         &store,
@@ -64,35 +57,11 @@ async fn start_core<B: Bus>(
             self_points_interval_ms: 0,
             ..Config::default()
         },
-        clock.as_ref(),
+        &SystemClock,
     )
     .await
     .expect("core starts");
-    let epoch = started.core.epoch();
-    let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    let handle = tokio::spawn(runtime::run(
-        started.core,
-        bus,
-        started.consumer,
-        store,
-        started.lease,
-        clock,
-        RuntimeConfig::default(),
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
-    (stop_tx, handle, epoch)
-}
-
-async fn stop(stop_tx: oneshot::Sender<()>, handle: tokio::task::JoinHandle<RunOutcome>) -> RunOutcome {
-    let _ = stop_tx.send(());
-    let outcome = tokio::time::timeout(Duration::from_secs(30), handle)
-        .await
-        .expect("core stops")
-        .expect("join");
-    assert_eq!(outcome.exit.code, 0, "orderly stop: {}", outcome.exit.why);
-    outcome
+    InProcessCore::spawn(started, bus, store)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,10 +70,11 @@ async fn ten_thousand_observations_with_every_bad_kind_land_exactly_once() {
     let bus = env.bus.clone();
     let transitions = Transitions::subscribe(&env.nats.url()).await;
     let traffic = traffic::generate(&traffic::sample_registry(), 10_000, 1, now());
-    let (stop_tx, handle, epoch) = start_core(bus.clone(), env.store.clone()).await;
+    let core = start_core(bus.clone(), env.store.clone()).await;
+    let epoch = core.epoch;
     publish(&env, &traffic).await;
     wait_drained(&env, &traffic.expected).await;
-    let outcome = stop(stop_tx, handle).await;
+    let outcome = core.stop().await;
     assert_exact_counts(&env, &traffic.expected).await;
     assert_eq!(
         outcome.metrics.wrong_instance(),
@@ -117,10 +87,11 @@ async fn ten_thousand_observations_with_every_bad_kind_land_exactly_once() {
     assert!(published_first > 0);
 
     // Restart: the epoch moves on, nothing is redelivered, nothing is re-published.
-    let (stop_tx, handle, epoch2) = start_core(bus.clone(), env.store.clone()).await;
+    let core = start_core(bus.clone(), env.store.clone()).await;
+    let epoch2 = core.epoch;
     assert_eq!(epoch2, epoch + 1, "the epoch increments on each acquisition");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let outcome = stop(stop_tx, handle).await;
+    let outcome = core.stop().await;
     assert_eq!(outcome.metrics.delivered, 0);
     assert_exact_counts(&env, &traffic.expected).await;
     let mut conn = pg(&env.db.url).await;
@@ -180,7 +151,7 @@ async fn commit_without_ack_is_redelivered_and_swallowed_by_the_unique_index() {
     let bus = env.bus.clone();
     let transitions = Transitions::subscribe(&env.nats.url()).await;
     let traffic = traffic::generate(&traffic::sample_registry(), 2_000, 1, now());
-    let (stop_tx, handle, _) = start_core(AckLosingBus(bus.clone()), env.store.clone()).await;
+    let core = start_core(AckLosingBus(bus.clone()), env.store.clone()).await;
     publish(&env, &traffic).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(DRAIN_TIMEOUT_S);
     while committed(&env.store).await < traffic.expected.accepted() {
@@ -190,16 +161,16 @@ async fn commit_without_ack_is_redelivered_and_swallowed_by_the_unique_index() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let first = stop(stop_tx, handle).await;
+    let first = core.stop().await;
     assert_eq!(
         lag(&bus).await.pending + lag(&bus).await.ack_pending,
         traffic.expected.accepted(),
         "nothing was acked"
     );
 
-    let (stop_tx, handle, _) = start_core(bus.clone(), env.store.clone()).await;
+    let core = start_core(bus.clone(), env.store.clone()).await;
     wait_drained(&env, &traffic.expected).await;
-    let second = stop(stop_tx, handle).await;
+    let second = core.stop().await;
     assert_exact_counts(&env, &traffic.expected).await;
     assert_eq!(
         second.metrics.rows_conflicted,

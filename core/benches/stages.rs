@@ -9,20 +9,22 @@
 //! adds dedup bookkeeping, batching, acks, the projection fold and transition encoding.
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock; the core never does
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use sentinel_core::pipeline::{self, Outcome};
-use sentinel_core::registry::{Conversion, Descriptor, Kind, Range, Registry, RetentionClass};
+use sentinel_core::registry::{Kind, Registry};
 use sentinel_core::wire::EnvelopeOut;
 use sentinel_core::{
     CommitReport, Config, Core, Delivery, DeliveryTag, Effect, Input, Micros, RestoredState,
 };
 
-const POINTS: usize = 4_000;
-const HOSTS: usize = 16;
+#[path = "shared/fleet_4000.rs"]
+mod fleet_4000;
+
+use fleet_4000::POINTS;
+
 const DESIGN_RATE_PER_S: f64 = 500.0;
 const T0: Micros = Micros(1_796_000_000_000_000);
 
@@ -41,48 +43,10 @@ impl Rng {
 }
 
 fn registry() -> Arc<Registry> {
-    let mut descriptors = Vec::with_capacity(POINTS);
-    for i in 0..POINTS {
-        let host = format!("host-{:02}", i % HOSTS);
-        let instance = format!("drv-{:02}-{}", i % HOSTS, i % 2);
-        // 70% numbers (a fifth of them °F), 10% bool, 10% enum, 5% text, 5% diagnostics.
-        let (kind, class) = match i % 20 {
-            0..=13 => (Kind::Number, RetentionClass::Measurement),
-            14 | 15 => (Kind::Bool, RetentionClass::State),
-            16 | 17 => (Kind::Enum, RetentionClass::State),
-            18 => (Kind::Text, RetentionClass::Diagnostic),
-            _ => (Kind::Number, RetentionClass::Diagnostic),
-        };
-        let fahrenheit = kind == Kind::Number && i % 5 == 0;
-        descriptors.push(Descriptor {
-            id: format!("site.area{}.dev{}.p{}", i % 7, i / 10, i),
-            unit_native: (kind == Kind::Number).then(|| if fahrenheit { "degF" } else { "degC" }.to_owned()),
-            unit: (kind == Kind::Number).then(|| "degC".to_owned()),
-            conversion: if fahrenheit {
-                Conversion {
-                    factor: 5.0 / 9.0,
-                    offset: -160.0 / 9.0,
-                }
-            } else {
-                Conversion::IDENTITY
-            },
-            range: (kind == Kind::Number).then_some(Range {
-                min: -40.0,
-                max: 150.0,
-            }),
-            codebook: (kind == Kind::Enum).then(|| {
-                BTreeMap::from([
-                    ("0".into(), "off".into()),
-                    ("1".into(), "on".into()),
-                    ("2".into(), "fault".into()),
-                ])
-            }),
-            deadband: 0.2,
-            agg_safe: kind == Kind::Number,
-            ..Descriptor::new("", kind, class, &host, &instance)
-        });
-    }
-    Arc::new(Registry::compile(1, "bench".into(), "bench".into(), descriptors).expect("bench registry"))
+    Arc::new(
+        Registry::compile(1, "bench".into(), "bench".into(), fleet_4000::descriptors())
+            .expect("bench registry"),
+    )
 }
 
 fn deliveries(registry: &Registry, count: usize) -> Vec<Delivery> {

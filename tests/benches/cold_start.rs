@@ -14,75 +14,31 @@
 //! measured in the same run for comparison.
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sentinel_core::registry::{Conversion, Descriptor, Kind, Range, RetentionClass, canonical};
+use sentinel_core::registry::{Descriptor, Kind, canonical};
 use sentinel_core::wire::EnvelopeOut;
 use sentinel_core::{Config, ControlDetail, ControlEvent, Quality, registry::PointIdx};
 use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
 use sentinel_io::clock::{Clock, SystemClock};
 use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
 use sentinel_io::ports::{Bus, Lease, Store, StoreError};
-use sentinel_io::runtime::{self, RuntimeConfig};
 use sentinel_io::startup::{self, StartError};
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_tests::harness::{InProcessCore, bus_with_stream};
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg::TestDb;
 use sentinel_tests::traffic;
 
-const POINTS: usize = 4_000;
-const HOSTS: usize = 16;
+/// The stages benchmark's 4,000-point mix.
+#[path = "../../core/benches/shared/fleet_4000.rs"]
+mod fleet_4000;
+
+use fleet_4000::{POINTS, descriptors};
+
 const READINGS_PER_POINT: usize = 10;
 const ROUNDS: usize = 7;
-
-/// The stages benchmark's 4,000-point mix (core/benches/stages.rs).
-fn descriptors() -> Vec<Descriptor> {
-    (0..POINTS)
-        .map(|i| {
-            let host = format!("host-{:02}", i % HOSTS);
-            let instance = format!("drv-{:02}-{}", i % HOSTS, i % 2);
-            let (kind, class) = match i % 20 {
-                0..=13 => (Kind::Number, RetentionClass::Measurement),
-                14 | 15 => (Kind::Bool, RetentionClass::State),
-                16 | 17 => (Kind::Enum, RetentionClass::State),
-                18 => (Kind::Text, RetentionClass::Diagnostic),
-                _ => (Kind::Number, RetentionClass::Diagnostic),
-            };
-            let fahrenheit = kind == Kind::Number && i % 5 == 0;
-            Descriptor {
-                id: format!("site.area{}.dev{}.p{}", i % 7, i / 10, i),
-                unit_native: (kind == Kind::Number)
-                    .then(|| if fahrenheit { "degF" } else { "degC" }.to_owned()),
-                unit: (kind == Kind::Number).then(|| "degC".to_owned()),
-                conversion: if fahrenheit {
-                    Conversion {
-                        factor: 5.0 / 9.0,
-                        offset: -160.0 / 9.0,
-                    }
-                } else {
-                    Conversion::IDENTITY
-                },
-                range: (kind == Kind::Number).then_some(Range {
-                    min: -40.0,
-                    max: 150.0,
-                }),
-                codebook: (kind == Kind::Enum).then(|| {
-                    BTreeMap::from([
-                        ("0".into(), "off".into()),
-                        ("1".into(), "on".into()),
-                        ("2".into(), "fault".into()),
-                    ])
-                }),
-                deadband: 0.2,
-                agg_safe: kind == Kind::Number,
-                ..Descriptor::new("", kind, class, &host, &instance)
-            }
-        })
-        .collect()
-}
 
 fn reading(d: &Descriptor, seq: u64, now: sentinel_core::Micros) -> (String, String, Bytes) {
     let value = match d.kind {
@@ -104,21 +60,8 @@ fn reading(d: &Descriptor, seq: u64, now: sentinel_core::Micros) -> (String, Str
 /// Starts and drains one core over the published history, then stops it cleanly (which
 /// writes the full checkpoint).
 async fn ingest_history(bus: &NatsBus, store: &PgStore, total: u64) {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let started = start_when_free(bus, store).await;
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(runtime::run(
-        started.core,
-        bus.clone(),
-        started.consumer,
-        store.clone(),
-        started.lease,
-        clock,
-        RuntimeConfig::default(),
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
+    let core = InProcessCore::spawn(started, bus.clone(), store.clone());
     loop {
         let lag = bus.lag().await.expect("lag");
         let rows = store.row_counts().await.expect("rows").total();
@@ -127,8 +70,7 @@ async fn ingest_history(bus: &NatsBus, store: &PgStore, total: u64) {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let _ = stop_tx.send(());
-    assert_eq!(run.await.expect("join").exit.code, 0);
+    core.stop().await;
 }
 
 /// `startup::start`, retrying while the previous holder's session is still being released.
@@ -175,13 +117,11 @@ async fn setup(nats: &NatsServer) -> (TestDb, PgStore, NatsBus) {
         .await
         .expect("store");
     store.migrate().await.expect("migrate");
-    let bus = NatsBus::connect(NatsBusConfig {
+    let bus = bus_with_stream(NatsBusConfig {
         url: nats.url(),
         ..NatsBusConfig::default()
     })
-    .await
-    .expect("bus");
-    bus.ensure_stream().await.expect("stream");
+    .await;
     (db, store, bus)
 }
 

@@ -22,14 +22,14 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use futures::StreamExt;
 use sentinel_core::Config;
-use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
+use sentinel_io::bus::nats::NatsBusConfig;
 use sentinel_io::clock::{Clock, SystemClock};
 use sentinel_io::demo::Fleet;
 use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
 use sentinel_io::ports::{Bus, Store};
-use sentinel_io::runtime::{self, RuntimeConfig};
 use sentinel_io::startup;
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_tests::harness::{InProcessCore, bus_with_stream};
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg::TestDb;
 use sentinel_tests::traffic;
@@ -259,13 +259,11 @@ async fn commit_path(store: &PgStore, messages: usize, concurrency: usize, sourc
 
 async fn sentinel_drain(nats: &NatsServer, store: &PgStore, messages: usize) -> (f64, u64) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let bus = NatsBus::connect(NatsBusConfig {
+    let bus = bus_with_stream(NatsBusConfig {
         url: nats.url(),
         ..NatsBusConfig::default()
     })
-    .await
-    .expect("bus");
-    bus.ensure_stream().await.expect("stream");
+    .await;
     let registry = traffic::sample_registry();
     let mut fleet = Fleet::new(&registry, 7, 1);
     let publisher = ObservationPublisher::connect(&nats.url(), PublisherConfig::default())
@@ -307,19 +305,7 @@ async fn sentinel_drain(nats: &NatsServer, store: &PgStore, messages: usize) -> 
     )
     .await
     .expect("core starts");
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(runtime::run(
-        started.core,
-        bus.clone(),
-        started.consumer,
-        store.clone(),
-        started.lease,
-        clock,
-        RuntimeConfig::default(),
-        async move {
-            let _ = stop_rx.await;
-        },
-    ));
+    let core = InProcessCore::spawn(started, bus.clone(), store.clone());
     loop {
         let lag = bus.lag().await.expect("lag");
         if lag.pending == 0 && lag.ack_pending == 0 {
@@ -343,9 +329,7 @@ async fn sentinel_drain(nats: &NatsServer, store: &PgStore, messages: usize) -> 
             .sum::<f64>()
             / secs
     );
-    let _ = stop_tx.send(());
-    let outcome = run.await.expect("join");
-    assert_eq!(outcome.exit.code, 0);
+    let outcome = core.stop().await;
     let committed = outcome.metrics.rows_inserted.iter().sum::<u64>() + outcome.metrics.quarantined_total();
     assert_eq!(
         committed, accepted,

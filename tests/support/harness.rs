@@ -8,7 +8,8 @@
 //!   from a subscription the server has provably registered;
 //! - progress and outcome checks: [`committed`], [`wait_drained`], [`assert_exact_counts`]
 //!   (DESIGN.md §5 invariants the real system lets us observe);
-//! - the `sentinel` process: [`spawn_core`], [`wait_exit`], [`terminate`];
+//! - the `sentinel` process: [`spawn_core`], [`wait_exit`], [`terminate`]; or the core inside
+//!   the test's own process: [`InProcessCore`];
 //! - small helpers: [`pg`] (a plain connection for direct SQL) and [`now`].
 
 use std::collections::BTreeMap;
@@ -20,7 +21,9 @@ use futures::StreamExt;
 use sentinel_core::{Micros, RetentionClass};
 use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
 use sentinel_io::clock::{Clock, SystemClock};
-use sentinel_io::ports::Bus;
+use sentinel_io::ports::{Bus, Store};
+use sentinel_io::runtime::{self, RunOutcome, RuntimeConfig};
+use sentinel_io::startup::Started;
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
 
 use crate::bin::{sentinel_bin, workspace_root};
@@ -30,6 +33,57 @@ use crate::traffic::Expected;
 
 /// How long a drain (everything accepted committed, nothing pending) may take.
 pub const DRAIN_TIMEOUT_S: u64 = 120;
+
+/// A core running inside the test's process: the production runtime spawned on the caller's
+/// tokio runtime over what `startup::start` returned.
+pub struct InProcessCore {
+    pub epoch: u32,
+    stop_tx: tokio::sync::oneshot::Sender<()>,
+    handle: tokio::task::JoinHandle<RunOutcome>,
+}
+
+impl InProcessCore {
+    pub fn spawn<B: Bus, S: Store>(started: Started<B, S>, bus: B, store: S) -> InProcessCore {
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+        let epoch = started.core.epoch();
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let handle = tokio::spawn(runtime::run(
+            started.core,
+            bus,
+            started.consumer,
+            store,
+            started.lease,
+            clock,
+            RuntimeConfig::default(),
+            async move {
+                let _ = stop_rx.await;
+            },
+        ));
+        InProcessCore {
+            epoch,
+            stop_tx,
+            handle,
+        }
+    }
+
+    /// Asks for an orderly stop, waits for it (at most 30 s) and asserts it exited 0.
+    pub async fn stop(self) -> RunOutcome {
+        let _ = self.stop_tx.send(());
+        let outcome = tokio::time::timeout(Duration::from_secs(30), self.handle)
+            .await
+            .expect("core stops")
+            .expect("join");
+        assert_eq!(outcome.exit.code, 0, "orderly stop: {}", outcome.exit.why);
+        outcome
+    }
+}
+
+/// A bus connected with `config`, its observation stream ensured.
+pub async fn bus_with_stream(config: NatsBusConfig) -> NatsBus {
+    let bus = NatsBus::connect(config).await.expect("connect bus");
+    bus.ensure_stream().await.expect("stream");
+    bus
+}
 
 /// A private nats-server and a fresh migrated database, with a store and a bus over them.
 pub struct Env {
@@ -49,14 +103,12 @@ impl Env {
             .await
             .expect("connect store");
         store.migrate().await.expect("migrate");
-        let bus = NatsBus::connect(NatsBusConfig {
+        let bus = bus_with_stream(NatsBusConfig {
             url: nats.url(),
             ack_wait_ms,
             ..NatsBusConfig::default()
         })
-        .await
-        .expect("connect bus");
-        bus.ensure_stream().await.expect("stream");
+        .await;
         Env { nats, db, store, bus }
     }
 }
