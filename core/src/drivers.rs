@@ -46,14 +46,6 @@ impl DriverState {
         DriverState::Connected,
         DriverState::Ready,
     ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            DriverState::Connecting => "connecting",
-            DriverState::Connected => "connected",
-            DriverState::Ready => "ready",
-        }
-    }
 }
 
 /// One driver instance as this core sees it.
@@ -69,14 +61,12 @@ pub struct DriverView {
 /// What a hello did to the table.
 #[derive(Clone, Debug, PartialEq)]
 pub enum HelloOutcome {
-    /// The instance moved to `connected` (it was connecting).
-    Connected,
-    /// Nothing changed (a repeated hello at this core's epoch).
-    Unchanged,
+    /// The instance knows this core's epoch: it is connected (or already ready).
+    Current,
     /// The instance has not seen this core's epoch: announce it again.
     Reannounce(Announcement),
     /// The instance has seen a newer core than this one.
-    Ahead { highest_epoch_seen: u32 },
+    Ahead,
     /// No point of the registry is assigned to this `(host, driver_instance)`.
     Unknown,
 }
@@ -99,8 +89,6 @@ pub struct Drivers {
     current_from: Micros,
     epoch: u32,
     registry_version: i32,
-    /// Instances in each state, indexed like [`DriverState::ALL`].
-    counts: [usize; 3],
 }
 
 impl Drivers {
@@ -140,14 +128,12 @@ impl Drivers {
                 .iter()
                 .all(|&s| s == NO_SLOT || (s as usize) < views.len())
         );
-        let counts = [views.len(), 0, 0];
         Drivers {
             views,
             slot_of_point,
             current_from: now,
             epoch,
             registry_version: registry.version,
-            counts,
         }
     }
 
@@ -174,54 +160,41 @@ impl Drivers {
             return HelloOutcome::Unknown;
         };
         if hello.highest_epoch_seen > self.epoch {
-            return HelloOutcome::Ahead {
-                highest_epoch_seen: hello.highest_epoch_seen,
-            };
+            return HelloOutcome::Ahead;
         }
         self.views[slot].source_epoch = Some(hello.source_epoch);
         if hello.highest_epoch_seen < self.epoch {
             // A driver that restarted without our epoch, or missed the announcement. It is
             // connecting again until it answers at this epoch.
-            self.set_state(slot, DriverState::Connecting);
+            self.views[slot].state = DriverState::Connecting;
             return HelloOutcome::Reannounce(self.announcement(&self.views[slot]));
         }
         if self.views[slot].state == DriverState::Connecting {
-            self.set_state(slot, DriverState::Connected);
-            HelloOutcome::Connected
-        } else {
-            HelloOutcome::Unchanged
+            self.views[slot].state = DriverState::Connected;
         }
+        HelloOutcome::Current
     }
 
-    /// A row of `point` observed at `observed_at` committed. Returns the instance when this
-    /// made it `ready`.
-    pub fn on_row(&mut self, point: PointIdx, observed_at: Micros) -> Option<&DriverView> {
-        let slot = *self.slot_of_point.get(point.0 as usize)?;
+    /// A row of `point` observed at `observed_at` committed. Returns whether this made its
+    /// instance `ready`. Called for every committed row, so it only indexes.
+    pub fn on_row(&mut self, point: PointIdx, observed_at: Micros) -> bool {
+        let Some(&slot) = self.slot_of_point.get(point.0 as usize) else {
+            return false;
+        };
         if slot == NO_SLOT
             || observed_at < self.current_from
             || self.views[slot as usize].state != DriverState::Connected
         {
-            return None;
+            return false;
         }
-        self.set_state(slot as usize, DriverState::Ready);
-        Some(&self.views[slot as usize])
+        self.views[slot as usize].state = DriverState::Ready;
+        true
     }
 
-    fn set_state(&mut self, slot: usize, state: DriverState) {
-        let old = self.views[slot].state;
-        self.counts[old as usize] -= 1;
-        self.counts[state as usize] += 1;
-        self.views[slot].state = state;
-        debug_assert_eq!(self.counts.iter().sum::<usize>(), self.views.len());
-    }
-
-    pub fn views(&self) -> &[DriverView] {
-        &self.views
-    }
-
-    /// How many instances are in `state`.
+    /// How many instances are in `state` (one pass over the instances, which the registry
+    /// bounds; called only when a state changed).
     pub fn count(&self, state: DriverState) -> usize {
-        self.counts[state as usize]
+        self.views.iter().filter(|v| v.state == state).count()
     }
 
     pub fn view(&self, host: &str, driver_instance: &str) -> Option<&DriverView> {

@@ -91,4 +91,14 @@ impl ExitReason {
         code: 4,
         why: "epoch fence refused the write: a newer core holds the lock",
     };
+
+    /// A write (commit, checkpoint or control events) failed: fenced, or with an unknown
+    /// outcome.
+    pub fn write_failed(fenced: bool) -> ExitReason {
+        if fenced {
+            ExitReason::FENCED
+        } else {
+            ExitReason::COMMIT_FAILED
+        }
+    }
 }

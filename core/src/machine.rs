@@ -189,6 +189,12 @@ impl Core {
         self.planted = Some(bug);
     }
 
+    /// Whether `bug` is planted. Always false without the `planted-bugs` feature, so a
+    /// release build compiles the checks away.
+    fn planted(&self, bug: PlantedBug) -> bool {
+        cfg!(feature = "planted-bugs") && self.planted == Some(bug)
+    }
+
     pub fn handle(&mut self, now: Micros, input: Input) {
         debug_assert!(now >= self.now, "time passed to the core must not go backwards");
         self.now = self.now.max(now);
@@ -200,28 +206,13 @@ impl Core {
             Input::Committed(report) => self.on_committed(report),
             Input::CommitFailed { batch, fenced } => {
                 self.in_flight.remove(&batch);
-                self.exit(if fenced {
-                    ExitReason::FENCED
-                } else {
-                    ExitReason::COMMIT_FAILED
-                });
+                self.exit(ExitReason::write_failed(fenced));
             }
-            Input::CheckpointFailed { fenced } => {
-                self.exit(if fenced {
-                    ExitReason::FENCED
-                } else {
-                    ExitReason::COMMIT_FAILED
-                });
+            Input::CheckpointFailed { fenced } | Input::ControlFailed { fenced } => {
+                self.exit(ExitReason::write_failed(fenced))
             }
             Input::ControlCommitted(report) => self.on_control_committed(report),
             Input::CommandRequested(request) => self.on_command_requested(request),
-            Input::ControlFailed { fenced } => {
-                self.exit(if fenced {
-                    ExitReason::FENCED
-                } else {
-                    ExitReason::COMMIT_FAILED
-                });
-            }
             Input::Lag {
                 pending,
                 oldest_unacked_age_ms,
@@ -349,7 +340,7 @@ impl Core {
         let mut ack_now = Vec::new();
         for mut delivery in deliveries {
             self.metrics.delivered += 1;
-            if self.planted == Some(PlantedBug::IngestedAtFromCoreClock) {
+            if self.planted(PlantedBug::IngestedAtFromCoreClock) {
                 delivery.ingested_at = self.now;
             }
             if self.open.is_none() {
@@ -449,7 +440,7 @@ impl Core {
         self.metrics.rows_conflicted += (batch.rows.len() - inserted.len().min(batch.rows.len())) as u64;
 
         // Rules 2 and 3: project and publish only what the RETURNING set says was inserted.
-        let inserted: &[u32] = if self.planted == Some(PlantedBug::ProjectSubmittedBatch) {
+        let inserted: &[u32] = if self.planted(PlantedBug::ProjectSubmittedBatch) {
             &[] // projected when submitted instead (see try_flush)
         } else {
             &inserted
@@ -463,7 +454,7 @@ impl Core {
                 self.metrics.rows_bad += 1;
             }
             let published = self.projection.apply(row, self.epoch, self.now);
-            if self.drivers.on_row(row.point, row.observed_at).is_some() {
+            if self.drivers.on_row(row.point, row.observed_at) {
                 self.count_drivers();
             }
             if let Some(deadline) = self.projection.freshness_deadline(row.point)
@@ -609,14 +600,14 @@ impl Core {
     fn on_driver_hello(&mut self, host: &str, hello: &DriverHello) {
         self.metrics.driver_hellos += 1;
         match self.drivers.on_hello(host, hello) {
-            HelloOutcome::Connected | HelloOutcome::Unchanged => {}
+            HelloOutcome::Current => {}
             HelloOutcome::Reannounce(Announcement { subject, payload }) => {
                 self.metrics.driver_reannouncements += 1;
                 self.effects.push_back(Effect::Publish { subject, payload });
             }
             // A newer core has announced itself to this driver, so this one has been replaced;
             // the lock check stops it. Until then the driver refuses its commands anyway.
-            HelloOutcome::Ahead { .. } => self.metrics.driver_hellos_ahead += 1,
+            HelloOutcome::Ahead => self.metrics.driver_hellos_ahead += 1,
             HelloOutcome::Unknown => self.metrics.driver_hellos_unknown += 1,
         }
         self.count_drivers();
@@ -684,14 +675,14 @@ impl Core {
             return;
         }
         debug_assert!(open.batch.len() <= self.config.batch_rows_max + 1);
-        if self.planted == Some(PlantedBug::AckBeforeCommit) {
+        if self.planted(PlantedBug::AckBeforeCommit) {
             let tags = open.batch.rows.iter().map(|r| r.tag);
             let tags = tags.chain(open.batch.quarantine.iter().map(|q| q.tag)).collect();
             self.effects.push_back(Effect::Ack(tags));
         }
         self.in_flight.insert(open.batch.id, open.pending);
         let mut early_publishes = Vec::new();
-        if self.planted == Some(PlantedBug::ProjectSubmittedBatch) {
+        if self.planted(PlantedBug::ProjectSubmittedBatch) {
             for row in &open.batch.rows {
                 if let Some(published) = self.projection.apply(row, self.epoch, self.now) {
                     early_publishes.push(Effect::Publish {

@@ -13,7 +13,7 @@ use bytes::Bytes;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::time::Micros;
-use crate::wire::EnvelopeOut;
+use crate::wire::{EnvelopeOut, obs_subject};
 
 /// The host and driver instance the registry assigns the core's self-points to.
 pub const SELF_HOST: &str = "sentinel";
@@ -26,6 +26,15 @@ pub const OLDEST_UNACKED_AGE: &str = "sentinel.core.oldest_unacked_age";
 pub const THROUGHPUT: &str = "sentinel.core.throughput";
 pub const QUARANTINE_COUNT: &str = "sentinel.core.quarantine_count";
 pub const WRONG_INSTANCE_COUNT: &str = "sentinel.core.wrong_instance_count";
+
+/// Every figure, in the order [`SelfPoints::take_due`] reports them.
+const FIGURES: [&str; 5] = [
+    LAG_PENDING,
+    OLDEST_UNACKED_AGE,
+    THROUGHPUT,
+    QUARANTINE_COUNT,
+    WRONG_INSTANCE_COUNT,
+];
 
 /// One observation to publish into the stream.
 #[derive(Clone, Debug, PartialEq)]
@@ -48,15 +57,7 @@ impl SelfPoints {
     /// `interval_ms` of 0 turns self-points off, and so does a registry that declares none
     /// of them.
     pub fn new(interval_ms: i64, registry: &Registry, now: Micros) -> SelfPoints {
-        let declared = [
-            LAG_PENDING,
-            OLDEST_UNACKED_AGE,
-            THROUGHPUT,
-            QUARANTINE_COUNT,
-            WRONG_INSTANCE_COUNT,
-        ]
-        .iter()
-        .any(|id| registry.resolve(id).is_some());
+        let declared = FIGURES.iter().any(|id| registry.resolve(id).is_some());
         let interval_ms = if declared { interval_ms } else { 0 };
         SelfPoints {
             interval_ms,
@@ -101,7 +102,11 @@ impl SelfPoints {
             (QUARANTINE_COUNT, serde_json::json!(metrics.quarantined_total())),
             (WRONG_INSTANCE_COUNT, serde_json::json!(metrics.wrong_instance())),
         ];
-        let subject = format!("obs.{SELF_HOST}.{SELF_INSTANCE}");
+        debug_assert!(
+            figures.iter().map(|(id, _)| *id).eq(FIGURES),
+            "one value per figure"
+        );
+        let subject = obs_subject(SELF_HOST, SELF_INSTANCE);
         figures
             .into_iter()
             .filter_map(|(point_id, value)| {

@@ -9,7 +9,7 @@
 //! not about the device, and reporting it as device staleness would be a lie. A suppressed
 //! deadline is not lost; it fires once suppression ends, if no current data arrived.
 //!
-//! The timer structure is an ordered set of `(deadline, point)`: O(log n) arm, disarm and pop
+//! The timer structure is an ordered set of `(deadline, point)`: O(log n) arm (re-arming moves the entry) and pop
 //! for the ~4,000 points of the scale targets, and deterministic order on ties.
 
 use std::collections::BTreeSet;
@@ -51,12 +51,6 @@ impl Watchdog {
         );
     }
 
-    pub fn disarm(&mut self, point: PointIdx) {
-        if let Some(old) = self.by_point[point.0 as usize].take() {
-            self.deadlines.remove(&(old, point));
-        }
-    }
-
     pub fn deadline(&self, point: PointIdx) -> Option<Micros> {
         self.by_point[point.0 as usize]
     }
@@ -66,7 +60,7 @@ impl Watchdog {
     }
 
     /// High, or not yet known.
-    pub fn lag_high(&self) -> bool {
+    fn lag_high(&self) -> bool {
         self.lag_high != Some(false)
     }
 

@@ -283,11 +283,11 @@ where
             Some(message) = inbound.recv() => message.into(),
             _ = progress.tick() => {
                 let m = core.metrics();
-                let drivers = core.drivers();
+                let [drivers_connecting, drivers_connected, drivers_ready] = m.drivers;
                 info!(
-                    drivers_connecting = drivers.count(sentinel_core::drivers::DriverState::Connecting),
-                    drivers_connected = drivers.count(sentinel_core::drivers::DriverState::Connected),
-                    drivers_ready = drivers.count(sentinel_core::drivers::DriverState::Ready),
+                    drivers_connecting,
+                    drivers_connected,
+                    drivers_ready,
                     delivered = m.delivered,
                     rows = m.rows_inserted.iter().sum::<u64>(),
                     quarantined = m.quarantined_total(),
