@@ -282,12 +282,14 @@ impl ClassifyName for serde_json::Error {
 
 /// Parses `obs.<host>.<driver_instance>` into `(host, driver_instance)`.
 pub fn parse_obs_subject(subject: &str) -> Option<(&str, &str)> {
-    let rest = subject.strip_prefix("obs.")?;
-    let (host, instance) = rest.split_once('.')?;
-    if host.is_empty() || instance.is_empty() || instance.contains('.') {
-        return None;
-    }
-    Some((host, instance))
+    parse_host_instance(subject, "obs.")
+}
+
+/// `(host, driver_instance)` of `<prefix><host>.<driver_instance>`, both non-empty and the
+/// instance a single token.
+fn parse_host_instance<'a>(subject: &'a str, prefix: &str) -> Option<(&'a str, &'a str)> {
+    let (host, instance) = subject.strip_prefix(prefix)?.split_once('.')?;
+    (!host.is_empty() && !instance.is_empty() && !instance.contains('.')).then_some((host, instance))
 }
 
 pub fn obs_subject(host: &str, driver_instance: &str) -> String {
@@ -500,9 +502,12 @@ pub const DRIVER_HELLO_WILDCARD: &str = "drv.>";
 
 /// `(host, driver_instance)` of a hello subject.
 pub fn parse_driver_subject(subject: &str) -> Option<(&str, &str)> {
-    let rest = subject.strip_prefix("drv.")?;
-    let (host, instance) = rest.split_once('.')?;
-    (!host.is_empty() && !instance.is_empty() && !instance.contains('.')).then_some((host, instance))
+    parse_host_instance(subject, "drv.")
+}
+
+/// `(host, driver_instance)` of a command subject (`cmd.<host>.<driver_instance>`).
+pub fn parse_cmd_subject(subject: &str) -> Option<(&str, &str)> {
+    parse_host_instance(subject, "cmd.")
 }
 
 /// A driver instance's hello (DESIGN.md §2): on its start, and in answer to `core_started`.
@@ -626,6 +631,15 @@ mod tests {
         assert_eq!(parse_obs_subject("obs.a.b.c"), None);
         assert_eq!(parse_obs_subject("state.a.b"), None);
         assert_eq!(parse_obs_subject("obs..b"), None);
+        assert_eq!(
+            parse_driver_subject("drv.plant-a.modbus-1"),
+            Some(("plant-a", "modbus-1"))
+        );
+        assert_eq!(
+            parse_cmd_subject("cmd.plant-a.modbus-1"),
+            Some(("plant-a", "modbus-1"))
+        );
+        assert_eq!(parse_cmd_subject("cmd.plant-a.modbus-1.x"), None);
     }
 
     #[test]

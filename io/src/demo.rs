@@ -8,19 +8,17 @@
 //! fleet's answers to the core's epoch announcement (restart step 7: each driver instance
 //! raises its epoch floor and says hello), the progress line and the summary.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use sentinel_core::registry::{Kind, Registry};
-use sentinel_core::wire::{DriverHello, EnvelopeOut, ToDriver};
+use sentinel_core::wire::{DriverHello, EnvelopeOut, ToDriver, parse_cmd_subject};
 use sentinel_core::{Config, Micros, QuarantineReason, RetentionClass};
 
 use crate::bus::memory::{MemoryBus, MemoryBusConfig};
 use crate::clock::{Clock, SystemClock};
-use crate::driver::EpochGuard;
 use crate::driver::disk_queue::queue_drops_point;
 use crate::ports::{Bus, Inbound};
 use crate::runtime::{self, RuntimeConfig};
@@ -336,30 +334,24 @@ fn transitions(bus: &MemoryBus) -> u64 {
 }
 
 /// Plays the fleet's driver instances hearing the core's `core_started` announcements: each
-/// raises its epoch floor and says hello. Returns how many hellos reached the core.
+/// raises its epoch floor to the announced epoch (the demo runs one core) and says hello.
+/// Returns how many hellos reached the core.
 fn answer_announcements(bus: &MemoryBus) -> usize {
-    let mut guards: BTreeMap<String, EpochGuard> = BTreeMap::new();
     let mut reached = 0;
     for message in bus.published() {
-        let Some((host, instance)) = message
-            .subject
-            .strip_prefix("cmd.")
-            .and_then(|rest| rest.split_once('.'))
-        else {
+        let Some((host, instance)) = parse_cmd_subject(&message.subject) else {
             continue;
         };
         let Ok(ToDriver::CoreStarted(started)) = serde_json::from_slice::<ToDriver>(&message.payload) else {
             continue;
         };
-        let guard = guards.entry(message.subject.clone()).or_default();
-        guard.observe(started.core_epoch);
         reached += bus.send_inbound(Inbound::DriverHello {
             host: host.to_owned(),
             hello: DriverHello {
                 v: 1,
                 driver_instance: instance.to_owned(),
                 source_epoch: FLEET_SOURCE_EPOCH,
-                highest_epoch_seen: guard.highest_seen(),
+                highest_epoch_seen: started.core_epoch,
             },
         });
     }

@@ -46,6 +46,31 @@ pub enum Inbound {
     DriverHello { host: String, hello: DriverHello },
 }
 
+impl Inbound {
+    /// Decodes a message from one of the core's inbound subjects. The error says why in a
+    /// fixed phrase, never with the payload's content (a request may carry a value).
+    pub fn decode(subject: &str, payload: &[u8]) -> Result<Inbound, &'static str> {
+        if subject == sentinel_core::wire::COMMAND_REQUEST_SUBJECT {
+            return serde_json::from_slice(payload)
+                .map(Inbound::CommandRequest)
+                .map_err(|_| "not a command request");
+        }
+        let Some((host, instance)) = sentinel_core::wire::parse_driver_subject(subject) else {
+            return Err("not an inbound subject");
+        };
+        let hello: DriverHello = serde_json::from_slice(payload).map_err(|_| "not a driver hello")?;
+        // Bus permissions confine a host to its own `drv.<host>.>`, so the hello must name the
+        // subject's instance.
+        if hello.driver_instance != instance {
+            return Err("the hello names another driver instance than its subject");
+        }
+        Ok(Inbound::DriverHello {
+            host: host.to_owned(),
+            hello,
+        })
+    }
+}
+
 impl From<Inbound> for Input {
     fn from(inbound: Inbound) -> Input {
         match inbound {
@@ -259,4 +284,50 @@ pub trait Store: Clone + Send + Sync + 'static {
         epoch: u32,
         steps: Vec<StartupStep>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inbound_messages_decode_by_subject() {
+        let request = br#"{"command_id":"c","point_id":"p","value":1,"principal":"operator:x"}"#;
+        assert!(matches!(
+            Inbound::decode("sentinel.command.request", request),
+            Ok(Inbound::CommandRequest(r)) if r.command_id == "c"
+        ));
+        let hello = br#"{"v":1,"driver_instance":"modbus-1","source_epoch":2,"highest_epoch_seen":5}"#;
+        assert_eq!(
+            Inbound::decode("drv.plant-a.modbus-1", hello),
+            Ok(Inbound::DriverHello {
+                host: "plant-a".into(),
+                hello: DriverHello {
+                    v: 1,
+                    driver_instance: "modbus-1".into(),
+                    source_epoch: 2,
+                    highest_epoch_seen: 5,
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn each_refusal_says_why() {
+        let request = br#"{"command_id":"c","point_id":"p","value":"v","principal":"operator:x"}"#;
+        let hello = br#"{"v":1,"driver_instance":"modbus-1","source_epoch":2,"highest_epoch_seen":5}"#;
+        let cases: [(&str, &[u8], &str); 4] = [
+            ("sentinel.command.request", hello, "not a command request"),
+            ("drv.plant-a.modbus-1", request, "not a driver hello"),
+            (
+                "drv.plant-a.other",
+                hello,
+                "the hello names another driver instance than its subject",
+            ),
+            ("drv.plant-a", hello, "not an inbound subject"),
+        ];
+        for (subject, payload, why) in cases {
+            assert_eq!(Inbound::decode(subject, payload), Err(why), "{subject}");
+        }
+    }
 }

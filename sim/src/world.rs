@@ -283,10 +283,7 @@ impl World {
 /// `drv.<host>.<instance>`: every core reachable on the bus hears it (one cut off from the bus
 /// does not; one whose subscription is full drops it, as a plain subject does).
 fn say_hello(inner: &mut Inner, cmd_subject: &str, now: Micros) {
-    let Some((host, instance)) = cmd_subject
-        .strip_prefix("cmd.")
-        .and_then(|rest| rest.split_once('.'))
-    else {
+    let Some((host, instance)) = sentinel_core::wire::parse_cmd_subject(cmd_subject) else {
         return;
     };
     let hello = Inbound::DriverHello {

@@ -127,6 +127,10 @@ pub enum NatsSetupError {
          change it deliberately (e.g. `nats stream edit` / `nats consumer edit`) or fix the core's config"
     )]
     ConfigMismatch { what: String, differences: String },
+    /// The configuration itself cannot work (e.g. a duplicate window shorter than the
+    /// self-point publisher's retries).
+    #[error("bus configuration: {0}")]
+    Config(String),
 }
 
 impl From<NatsSetupError> for BusError {
@@ -151,6 +155,9 @@ struct Inner {
     /// Tag → the message's `$JS.ACK...` reply subject.
     tags: Mutex<TagTable<Subject>>,
     clock: Arc<dyn Clock>,
+    /// The driver library's publisher, for the core's self-points: message id set, ack
+    /// awaited, retried inside the duplicate window.
+    self_points: crate::driver::ObservationPublisher,
 }
 
 /// The bound durable consumer, from [`NatsBus::bind`].
@@ -182,6 +189,15 @@ impl NatsBus {
             })?;
         let jetstream = jetstream::new(client.clone());
         let tags = Mutex::new(TagTable::new(config.tags_max));
+        // Built once, so a duplicate window too short for its retries fails here, at connect.
+        let self_points = crate::driver::ObservationPublisher::new(
+            jetstream.clone(),
+            crate::driver::PublisherConfig {
+                duplicate_window_ms: config.duplicate_window_ms,
+                ..crate::driver::PublisherConfig::default()
+            },
+        )
+        .map_err(|error| NatsSetupError::Config(error.to_string()))?;
         Ok(NatsBus {
             inner: Arc::new(Inner {
                 config,
@@ -189,6 +205,7 @@ impl NatsBus {
                 jetstream,
                 tags,
                 clock,
+                self_points,
             }),
         })
     }
@@ -415,16 +432,7 @@ impl Bus for NatsBus {
         msg_id: String,
         payload: Bytes,
     ) -> Result<super::PublishAck, BusError> {
-        // The driver library's publish: message id set, ack awaited, retried inside the window.
-        crate::driver::ObservationPublisher::new(
-            self.inner.jetstream.clone(),
-            crate::driver::PublisherConfig {
-                duplicate_window_ms: self.inner.config.duplicate_window_ms,
-                ..crate::driver::PublisherConfig::default()
-            },
-        )?
-        .publish(&subject, &msg_id, payload)
-        .await
+        self.inner.self_points.publish(&subject, &msg_id, payload).await
     }
 
     async fn lag(&self) -> Result<Lag, BusError> {
@@ -469,7 +477,7 @@ impl Bus for NatsBus {
 
     async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
         use futures::StreamExt as _;
-        use sentinel_core::wire::{COMMAND_REQUEST_SUBJECT, DRIVER_HELLO_WILDCARD, parse_driver_subject};
+        use sentinel_core::wire::{COMMAND_REQUEST_SUBJECT, DRIVER_HELLO_WILDCARD};
         let client = &self.inner.client;
         let subscribe = |subject: &'static str| async move {
             client
@@ -485,28 +493,7 @@ impl Bus for NatsBus {
         tokio::spawn(async move {
             while let Some(message) = merged.next().await {
                 let subject = message.subject.as_str();
-                let decoded = if subject == COMMAND_REQUEST_SUBJECT {
-                    serde_json::from_slice(&message.payload)
-                        .map(Inbound::CommandRequest)
-                        .map_err(|e| e.to_string())
-                } else if let Some((host, instance)) = parse_driver_subject(subject) {
-                    // Bus permissions confine a host to its own `drv.<host>.>`, so the envelope
-                    // must name the subject's instance.
-                    serde_json::from_slice::<sentinel_core::wire::DriverHello>(&message.payload)
-                        .map_err(|e| e.to_string())
-                        .and_then(|hello| {
-                            if hello.driver_instance == instance {
-                                Ok(Inbound::DriverHello {
-                                    host: host.to_owned(),
-                                    hello,
-                                })
-                            } else {
-                                Err("driver_instance differs from the subject's".to_owned())
-                            }
-                        })
-                } else {
-                    Err("unexpected subject".to_owned())
-                };
+                let decoded = Inbound::decode(subject, &message.payload);
                 match decoded {
                     Ok(inbound) => {
                         if tx.send(inbound).await.is_err() {
@@ -514,9 +501,9 @@ impl Bus for NatsBus {
                         }
                     }
                     Err(error) => {
-                        // Subject and size only: a request may carry a value.
+                        // Subject, size and why only: a request may carry a value.
                         let bytes = message.payload.len();
-                        tracing::warn!(%error, subject, bytes, "undecodable inbound message")
+                        tracing::warn!(error, subject, bytes, "undecodable inbound message")
                     }
                 }
             }

@@ -420,7 +420,7 @@ impl<S: ObservationSink> QueuedPublisher<S> {
             now,
             serde_json::json!(self.queue.dropped_total()),
         );
-        let subject = format!("obs.{host}.{driver_instance}");
+        let subject = sentinel_core::wire::obs_subject(host, driver_instance);
         self.publish(
             &subject,
             &envelope.msg_id(),

@@ -37,9 +37,7 @@ use crate::bus::{MemoryBus, PublishAck};
 use crate::ports::BusError;
 
 /// The message id of an observation: `"<driver_instance>:<source_epoch>:<source_seq>"`.
-pub fn msg_id(driver_instance: &str, source_epoch: u32, source_seq: u64) -> String {
-    format!("{driver_instance}:{source_epoch}:{source_seq}")
-}
+pub use sentinel_core::wire::msg_id;
 
 /// Anything observations can be published into: real JetStream or the in-memory model.
 pub trait ObservationSink: Send + Sync {

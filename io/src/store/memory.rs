@@ -157,10 +157,7 @@ impl MemoryStore {
     /// Simulates the death of `lease`'s session: its lock is released at once and its
     /// `alive()` turns false. A no-op if the session no longer holds the lock.
     pub fn kill_session(&self, lease: &MemoryLease) {
-        let mut model = lock(&self.model);
-        if model.lock_holder == Some(lease.session) {
-            model.lock_holder = None;
-        }
+        self.kill_session_id(lease.session);
     }
 
     /// Simulates the death of whichever session holds the lock. Returns whether one did.
@@ -231,11 +228,6 @@ impl MemoryStore {
     /// Every acquisition and its cold start, ascending by epoch.
     pub fn cold_starts(&self) -> Vec<ColdStart> {
         lock(&self.model).cold_starts.values().cloned().collect()
-    }
-
-    /// The `control_event` table, ascending by `seq`.
-    pub fn control_events(&self) -> Vec<StoredControlEvent> {
-        lock(&self.model).control_events.clone()
     }
 
     /// The checkpoint table, ordered by point id.
@@ -545,17 +537,14 @@ impl Store for MemoryStore {
         epoch: u32,
         events: Vec<ControlEvent>,
     ) -> Result<Vec<i64>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        super::check_control_stamps(epoch, &events)?;
         let mut model = lock(&self.model);
         model.fence(epoch)?;
         let mut seqs = Vec::with_capacity(events.len());
         for event in events {
-            // The NOT NULL core_epoch is the writer's: an event naming another epoch is a bug.
-            if event.core_epoch != epoch {
-                return Err(StoreError::Other(format!(
-                    "control event stamped with epoch {} written under epoch {epoch}",
-                    event.core_epoch
-                )));
-            }
             let seq = model.control_events.last().map_or(1, |e| e.seq + 1);
             model.control_events.push(StoredControlEvent {
                 seq,

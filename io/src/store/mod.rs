@@ -13,7 +13,21 @@ pub mod postgres;
 pub use memory::{MemoryLease, MemoryStore, StoredQuarantine};
 pub use postgres::{LOCK_KEY, LockHolder, MigrateReport, PgLease, PgStore, PgStoreConfig};
 
-use sentinel_core::RetentionClass;
+use sentinel_core::{ControlEvent, RetentionClass};
+
+use crate::ports::StoreError;
+
+/// Every control event's `core_epoch` must be its writer's (`core_epoch` is NOT NULL and
+/// names the core that acted): both adapters check the whole batch before writing any of it.
+pub(crate) fn check_control_stamps(epoch: u32, events: &[ControlEvent]) -> Result<(), StoreError> {
+    match events.iter().find(|e| e.core_epoch != epoch) {
+        Some(event) => Err(StoreError::Other(format!(
+            "control event stamped with epoch {} written under epoch {epoch}",
+            event.core_epoch
+        ))),
+        None => Ok(()),
+    }
+}
 
 /// Row counts per retention-class table.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]

@@ -799,6 +799,7 @@ impl PgStore {
         if events.is_empty() {
             return Ok(Vec::new());
         }
+        super::check_control_stamps(epoch, &events)?;
         let epoch_db = epoch_to_db(epoch)?;
         let n = events.len();
         let mut occurred = Vec::with_capacity(n);
@@ -808,13 +809,6 @@ impl PgStore {
         let mut payloads = Vec::with_capacity(n);
         let mut versions = Vec::with_capacity(n);
         for event in &events {
-            // core_epoch is NOT NULL and must be the writer's own (core runtime spec).
-            if event.core_epoch != epoch {
-                return Err(StoreError::Other(format!(
-                    "control event stamped with epoch {} written under epoch {epoch}",
-                    event.core_epoch
-                )));
-            }
             occurred.push(to_odt(event.occurred_at)?);
             kinds.push(event.kind().as_str());
             points.push(&*event.point_id);
