@@ -213,7 +213,8 @@ pub struct StoredControlEvent {
     pub registry_version: i32,
 }
 
-/// Most control events one [`Store::load_control_events`] call returns.
+/// Most control events one [`Store::load_control_events`] call returns (one page; restart
+/// step 4 reads page after page to the end of the log).
 pub const CONTROL_EVENTS_LOAD_MAX: usize = 100_000;
 
 /// Holding the single-writer lock. Dropping it releases the lock.

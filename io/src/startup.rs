@@ -87,6 +87,30 @@ impl From<StoreError> for StartError {
     }
 }
 
+/// Restart step 4: reads the control log from the core's lowest watermark to its end, in pages
+/// of at most `page_max` events, and replays each page. Returns `(read, replayed)`.
+async fn replay_control_log<S: Store>(
+    store: &S,
+    core: &mut Core,
+    page_max: usize,
+) -> Result<(usize, usize), StoreError> {
+    assert!(page_max > 0 && page_max <= CONTROL_EVENTS_LOAD_MAX);
+    let (mut after_seq, mut read, mut replayed) = (core.control_watermark(), 0, 0);
+    loop {
+        let page = store.load_control_events(after_seq, page_max).await?;
+        debug_assert!(page.len() <= page_max && page.windows(2).all(|w| w[0].seq < w[1].seq));
+        read += page.len();
+        replayed += core.replay_control_events(
+            page.iter()
+                .filter_map(|e| e.point_id.as_deref().map(|point| (point, e.seq))),
+        );
+        match page.last() {
+            Some(last) if page.len() == page_max => after_seq = last.seq,
+            _ => return Ok((read, replayed)),
+        }
+    }
+}
+
 /// Runs the startup sequence. `registry_dir`, when given, is loaded into the store first (a
 /// no-op when its content is unchanged).
 pub async fn start<B: Bus, S: Store>(
@@ -143,16 +167,9 @@ pub async fn start<B: Bus, S: Store>(
 
     // Restart step 4: the control log above each point's watermark.
     let step = Instant::now();
-    let events = store
-        .load_control_events(core.control_watermark(), CONTROL_EVENTS_LOAD_MAX)
-        .await?;
-    let replayed = core.replay_control_events(
-        events
-            .iter()
-            .filter_map(|e| e.point_id.as_deref().map(|point| (point, e.seq))),
-    );
+    let (read, replayed) = replay_control_log(store, &mut core, CONTROL_EVENTS_LOAD_MAX).await?;
     timings.record("replay_control_events", step);
-    info!(read = events.len(), replayed, "control events replayed");
+    info!(read, replayed, "control events replayed");
 
     // Restart step 5: no derived points exist yet (Watchdog & Derived Points is not built), so
     // there are no windows to query; the step is still timed so the record has its slot.
@@ -203,4 +220,67 @@ pub async fn start<B: Bus, S: Store>(
         inbound,
         timings,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use sentinel_core::registry::{Descriptor, Kind, Registry};
+    use sentinel_core::{ControlDetail, ControlEvent, Micros, Quality, RestoredState};
+
+    use super::*;
+    use crate::clock::SystemClock;
+    use crate::store::MemoryStore;
+
+    #[tokio::test]
+    async fn the_control_log_is_replayed_to_its_end_page_by_page() {
+        let registry = Arc::new(
+            Registry::compile(
+                1,
+                "sha".into(),
+                "hash".into(),
+                vec![Descriptor::new(
+                    "p",
+                    Kind::Number,
+                    RetentionClass::Measurement,
+                    "h",
+                    "i",
+                )],
+            )
+            .expect("registry"),
+        );
+        let store = MemoryStore::new("OBS", Arc::new(SystemClock));
+        let lease = store.acquire().await.expect("lock");
+        let epoch = lease.epoch();
+        let events: Vec<ControlEvent> = (0..5)
+            .map(|i| ControlEvent {
+                occurred_at: Micros(i),
+                point: registry.resolve("p").expect("p"),
+                point_id: "p".into(),
+                principal: "core:watchdog".into(),
+                core_epoch: epoch,
+                registry_version: 1,
+                detail: ControlDetail::QualityChanged {
+                    from: Quality::Live,
+                    to: Quality::Stale,
+                    reason: "freshness",
+                    deadline: Micros(i),
+                },
+            })
+            .collect();
+        store.write_control_events(epoch, events).await.expect("write");
+        let mut core = Core::new(
+            Config::default(),
+            registry,
+            epoch,
+            &RestoredState::default(),
+            Micros(0),
+        )
+        .expect("core");
+
+        let (read, replayed) = replay_control_log(&store, &mut core, 2).await.expect("replay");
+        assert_eq!((read, replayed), (5, 5), "three pages: 2, 2 and 1");
+        assert_eq!(core.point_state("p").and_then(|s| s.watermark_seq), Some(5));
+    }
 }
