@@ -210,24 +210,6 @@ async fn next_command(intake: &mut CommandIntake) -> Received {
     received
 }
 
-/// Waits until the core of `epoch` has bound its consumer (and so subscribed to requests).
-async fn wait_ready(store: &PgStore, epoch: u32) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let starts = store.cold_starts().await.expect("cold starts");
-        if starts.iter().any(|s| s.epoch == epoch && s.ready_at.is_some()) {
-            // The request subscription follows the bind by a moment.
-            tokio::time::sleep(Duration::from_millis(300)).await;
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "core {epoch} never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 /// A real `sentinel run` turns a request into a written, epoch-stamped `command_issued` event
 /// and then a command to the point's driver; after a takeover, the driver refuses the old
 /// core's command with `stale_epoch`.
@@ -235,7 +217,7 @@ async fn wait_ready(store: &PgStore, epoch: u32) {
 async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refused() {
     use sentinel_core::CommandRequest;
     use sentinel_core::wire::COMMAND_REQUEST_SUBJECT;
-    use sentinel_tests::harness::{Env, pg, spawn_core, terminate};
+    use sentinel_tests::harness::{Env, pg, spawn_core, terminate, wait_ready};
 
     let env = Env::start(30_000).await;
     let driver_client = async_nats::connect(env.nats.url())

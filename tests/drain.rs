@@ -237,12 +237,16 @@ async fn a_drain_neither_revives_points_from_replayed_data_nor_cascades_into_sta
     assert!(revived.is_empty(), "live from replayed observations: {revived:?}");
 
     // Current data made every device point live, and the checkpoint records where each
-    // point ended up (live, or stale once its freshness passed after the drain).
+    // point ended up (live, or stale once its freshness passed after the drain) with the
+    // current reading as its latest: the first core's checkpoint already said live or stale,
+    // so only the observation time shows the drain core got there.
     let ids: Vec<String> = points.iter().map(|p| p.id.to_string()).collect();
     let live: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM point_state WHERE quality IN ('live', 'stale') AND point_id = ANY($1)",
+        "SELECT count(*) FROM point_state WHERE quality IN ('live', 'stale') AND point_id = ANY($1) \
+         AND observed_at >= to_timestamp($2)",
     )
     .bind(&ids)
+    .bind(current_from.add_ms(-1_000).0 as f64 / 1e6)
     .fetch_one(&mut conn)
     .await
     .expect("count live");

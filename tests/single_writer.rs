@@ -23,7 +23,7 @@ use sentinel_io::store::postgres::{LOCK_KEY, PgStore};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
 use sentinel_tests::harness::{
     self, DRAIN_TIMEOUT_S, Env, Transitions, assert_exact_counts, committed, now, pg, terminate,
-    wait_drained, wait_exit,
+    wait_drained, wait_exit, wait_ready,
 };
 use sentinel_tests::nats::subscribe_synced;
 use sentinel_tests::traffic::{self, Traffic};
@@ -38,7 +38,6 @@ const EXIT_LOCK_HELD: i32 = 10;
 const EXIT_LOCK_LOST: i32 = 5;
 /// "At once": the second core connects, migrates, finds the lock taken and exits.
 const SECOND_CORE_EXIT_S: u64 = 10;
-const READY_TIMEOUT_S: u64 = 60;
 /// Pacing of the lock-loss test's traffic: 8,000 messages over about four seconds.
 const PUBLISH_CHUNK: usize = 100;
 const PUBLISH_PAUSE_MS: u64 = 50;
@@ -69,25 +68,6 @@ fn spawn_core(env: &Env, ack_wait_ms: u64) -> Child {
             "0",
         ],
     )
-}
-
-/// Waits until the core that took `epoch` has bound its consumer and recorded its cold start.
-async fn wait_ready(store: &PgStore, epoch: u32) -> ColdStart {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(READY_TIMEOUT_S);
-    loop {
-        let starts = store.cold_starts().await.expect("cold starts");
-        if let Some(start) = starts
-            .into_iter()
-            .find(|s| s.epoch == epoch && s.ready_at.is_some())
-        {
-            return start;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the core of epoch {epoch} never became ready"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 /// The epochs of the recorded cold starts, oldest first.

@@ -8,7 +8,7 @@
 //!   from a subscription the server has provably registered;
 //! - progress and outcome checks: [`committed`], [`wait_drained`], [`assert_exact_counts`]
 //!   (DESIGN.md §5 invariants the real system lets us observe);
-//! - the `sentinel` process: [`spawn_core`], [`wait_exit`], [`terminate`]; or the core inside
+//! - the `sentinel` process: [`spawn_core`], [`wait_ready`], [`wait_exit`], [`terminate`]; or the core inside
 //!   the test's own process: [`InProcessCore`];
 //! - small helpers: [`pg`] (a plain connection for direct SQL) and [`now`].
 
@@ -21,7 +21,7 @@ use futures::StreamExt;
 use sentinel_core::{Micros, RetentionClass};
 use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
 use sentinel_io::clock::{Clock, SystemClock};
-use sentinel_io::ports::{Bus, Store};
+use sentinel_io::ports::{Bus, ColdStart, Store};
 use sentinel_io::runtime::{self, RunOutcome, RuntimeConfig};
 use sentinel_io::startup::Started;
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
@@ -75,6 +75,26 @@ impl InProcessCore {
             .expect("join");
         assert_eq!(outcome.exit.code, 0, "orderly stop: {}", outcome.exit.why);
         outcome
+    }
+}
+
+/// Waits (at most 60 s) until the core that took `epoch` has bound its consumer, subscribed
+/// to its inbound subjects and recorded its cold start.
+pub async fn wait_ready(store: &PgStore, epoch: u32) -> ColdStart {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let starts = store.cold_starts().await.expect("cold starts");
+        if let Some(start) = starts
+            .into_iter()
+            .find(|s| s.epoch == epoch && s.ready_at.is_some())
+        {
+            return start;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the core of epoch {epoch} never became ready"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
