@@ -20,16 +20,13 @@ use sentinel_core::{
 };
 use sentinel_io::bus::{MemoryConsumer, PublishAck};
 use sentinel_io::ports::{
-    Bus, BusError, CommitError, Consumer, Inbound, Lag, Lease, RegistryLoad, StartupStep, Store, StoreError,
-    StoredControlEvent, StoredRegistry,
+    Bus, BusError, CommitError, Consumer, INBOUND_QUEUED_MAX, Inbound, Lag, Lease, RegistryLoad, StartupStep,
+    Store, StoreError, StoredControlEvent, StoredRegistry,
 };
 use sentinel_io::store::MemoryLease;
 
 use crate::settings::Site;
 use crate::world::{Incarnation, World};
-
-/// Requests and hellos a core's inbound subscription holds before further sends are dropped.
-const INBOUND_QUEUED_MAX: usize = 64;
 
 /// Hangs forever: the caller's process is about to be killed by the controller.
 async fn hang<T>() -> T {

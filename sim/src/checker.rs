@@ -28,7 +28,7 @@ use sentinel_core::{CanonicalValue, CommitReport, Core, Micros, ObsKey};
 /// `(driver_instance, source_epoch, source_seq)`.
 pub type Key3 = (Arc<str>, u32, u64);
 
-pub fn key3(key: &ObsKey) -> Key3 {
+fn key3(key: &ObsKey) -> Key3 {
     (key.driver_instance.clone(), key.source_epoch, key.source_seq)
 }
 
@@ -62,7 +62,6 @@ pub struct Checker {
     /// Per core epoch, when its projection was last fully checked.
     last_full_check: BTreeMap<u32, Micros>,
     violation: Option<Violation>,
-    pub acks_checked: u64,
     pub transitions: u64,
     /// `(command_id, epoch)` of every committed `command_issued` event.
     committed_commands: BTreeSet<(String, u32)>,
@@ -71,8 +70,6 @@ pub struct Checker {
     /// before the driver saw the new epoch).
     pub commands_applied_deposed: u64,
     pub commands_refused: u64,
-    /// Core epoch announcements (restart step 7) that reached a driver instance.
-    pub announcements_heard: u64,
     /// `command_issued` writes that never reached the store (a core cut off from it).
     pub command_writes_refused: u64,
 }
@@ -107,7 +104,6 @@ impl Checker {
 
     /// Invariant 3, at the moment an ack reaches the stream.
     pub fn on_ack(&mut self, seq: u64, at: Micros) {
-        self.acks_checked += 1;
         if !self.covered(seq) {
             self.fail(
                 3,
@@ -273,7 +269,7 @@ impl Checker {
         self.check_projection_now(core, at);
     }
 
-    pub fn check_projection_now(&mut self, core: &Core, at: Micros) {
+    fn check_projection_now(&mut self, core: &Core, at: Micros) {
         let mut failure = None;
         for (point, head) in &self.fold {
             // A point added by a later registry version is unknown to an older core.
@@ -307,10 +303,6 @@ impl Checker {
             .copied()
             .filter(|&seq| !self.covered(seq))
             .collect()
-    }
-
-    pub fn rows_committed(&self) -> u64 {
-        self.committed_keys.len() as u64
     }
 }
 

@@ -309,8 +309,4 @@ impl HostDriver {
             key: (!malformed).then_some(key),
         }
     }
-
-    pub fn dropped(&self) -> u64 {
-        self.dropped
-    }
 }

@@ -215,24 +215,9 @@ fn result_line(outcome: &SeedOutcome) -> String {
 
 fn print_outcome(outcome: &SeedOutcome) {
     println!("{}", result_line(outcome));
-    if let Some(failure) = &outcome.violation {
-        println!(
-            "invariant {} violated at step {} ({:.3} s simulated): {}",
-            failure.violation.invariant,
-            failure.step,
-            (failure.violation.at.0 - outcome_start_us()) as f64 / 1e6,
-            failure.violation.what
-        );
-        println!("last trace lines:");
-        for line in &failure.recent_trace {
-            println!("  {line}");
-        }
-        println!("replay: {}", outcome.replay_command());
+    if let Some(report) = outcome.failure_report() {
+        println!("{report}");
     }
-}
-
-fn outcome_start_us() -> i64 {
-    sentinel_sim::scenario::START_UNIX_S as i64 * 1_000_000
 }
 
 fn progress(done: u64, total: Option<u64>, failures: usize, started: Instant) {

@@ -63,6 +63,8 @@ pub struct Options {
 #[derive(Clone, Debug)]
 pub struct SeedOutcome {
     pub seed: u64,
+    /// How the run was driven beyond its seed (part of what replays it).
+    pub options: Options,
     pub settings: Settings,
     pub trace_hash: String,
     pub trace_lines: u64,
@@ -97,12 +99,41 @@ pub struct Stats {
 impl SeedOutcome {
     /// The command that replays this run bit for bit.
     pub fn replay_command(&self) -> String {
-        replay_command(self.seed)
+        replay_command(self.seed, &self.options)
+    }
+
+    /// For a failing run: the invariant that broke, when and why, the last trace lines and
+    /// the replay command, as the binary prints them and the tests report them.
+    pub fn failure_report(&self) -> Option<String> {
+        let failure = self.violation.as_ref()?;
+        let simulated_s = (failure.violation.at.0 - START_UNIX_S as i64 * 1_000_000) as f64 / 1e6;
+        Some(format!(
+            "invariant {} violated at step {} ({simulated_s:.3} s simulated): {}\nlast trace lines:\n  {}\nreplay: {}",
+            failure.violation.invariant,
+            failure.step,
+            failure.violation.what,
+            failure.recent_trace.join("\n  "),
+            self.replay_command()
+        ))
     }
 }
 
-pub fn replay_command(seed: u64) -> String {
-    format!("cargo run --release -p sentinel-sim -- --seed {seed}")
+/// The command that replays `seed` driven by `options` (a planted bug and the dangerous
+/// window are part of the run, not of the seed).
+pub fn replay_command(seed: u64, options: &Options) -> String {
+    let features = if options.plant.is_some() {
+        " --features planted-bugs"
+    } else {
+        ""
+    };
+    let mut command = format!("cargo run --release -p sentinel-sim{features} -- --seed {seed}");
+    if let Some(bug) = options.plant {
+        command.push_str(&format!(" --plant {}", bug.name()));
+    }
+    if options.dangerous_window {
+        command.push_str(" --dangerous-window");
+    }
+    command
 }
 
 /// A scheduled change the controller applies when its time comes.
@@ -348,6 +379,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let quarantined = world.store.quarantine_counts().iter().map(|(_, n)| n).sum();
     SeedOutcome {
         seed,
+        options: options.clone(),
         settings,
         trace_hash: inner.trace.hash_hex(),
         trace_lines: inner.trace.lines(),

@@ -224,7 +224,6 @@ impl World {
                     .entry(subject.to_owned())
                     .or_default()
                     .observe(started.core_epoch);
-                inner.checker.announcements_heard += 1;
                 inner.trace.event(
                     now,
                     format_args!(

@@ -42,19 +42,10 @@ pub fn run_seeds(seeds: std::ops::Range<u64>, options: &Options, stop_at_first: 
     outcomes
 }
 
-/// A failing outcome as the `sentinel-sim` binary would print it.
+/// An outcome as the `sentinel-sim` binary would print a failing one, with its settings.
 pub fn describe(outcome: &SeedOutcome) -> String {
-    let Some(failure) = &outcome.violation else {
-        return format!("seed {}: ok", outcome.seed);
-    };
-    format!(
-        "seed {}: invariant {} violated at step {}: {}\nsettings {}\nlast trace lines:\n  {}\nreplay: {}",
-        outcome.seed,
-        failure.violation.invariant,
-        failure.step,
-        failure.violation.what,
-        outcome.settings,
-        failure.recent_trace.join("\n  "),
-        outcome.replay_command()
-    )
+    match outcome.failure_report() {
+        None => format!("seed {}: ok", outcome.seed),
+        Some(report) => format!("seed {}\nsettings {}\n{report}", outcome.seed, outcome.settings),
+    }
 }
