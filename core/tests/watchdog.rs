@@ -305,3 +305,62 @@ fn a_failed_control_write_exits_like_a_failed_commit() {
         "{effects:?}"
     );
 }
+
+/// Ingests a good reading observed at T0+1 s, then lets its deadline pass: the expiry's
+/// `quality_changed` event is handed to the store and not yet answered. Returns it.
+fn live_then_expired(core: &mut Core) -> sentinel_core::ControlEvent {
+    no_lag(core, T0);
+    ingest(core, temp_at(1, "71.6", T0.add_ms(1_000), T0));
+    core.handle(T0.add_ms(FRESHNESS_MS + 2_000), Input::Tick);
+    let events = controls(&drain(core));
+    assert_eq!(events.len(), 1, "the expiry's event");
+    events.into_iter().next().expect("one event")
+}
+
+#[test]
+fn a_point_whose_event_is_at_the_store_gets_no_second_one() {
+    let mut core = core();
+    live_then_expired(&mut core);
+    // A late row (observed before the latest) commits meanwhile: it arms the same deadline,
+    // which has passed, so the next tick finds it expired again.
+    let now = core.now();
+    let effects = ingest(&mut core, temp_at(2, "71.0", T0, now));
+    assert!(controls(&effects).is_empty(), "{effects:?}");
+    let now = core.now();
+    core.handle(now.add_ms(1_000), Input::Tick);
+    let effects = drain(&mut core);
+    assert!(
+        controls(&effects).is_empty(),
+        "one event per point at the store at a time: {effects:?}"
+    );
+}
+
+#[test]
+fn a_bad_row_that_lands_while_the_event_is_at_the_store_keeps_the_point_bad() {
+    let mut core = core();
+    let event = live_then_expired(&mut core);
+    // Out of range (500 °F), observed after the latest but already past its own deadline.
+    let observed = T0.add_ms(30_000);
+    core.handle(T0.add_ms(FRESHNESS_MS + 40_000), Input::Tick);
+    drain(&mut core);
+    let now = core.now();
+    ingest(&mut core, temp_at(2, "500", observed, now));
+    assert_eq!(
+        core.point_state("plant.temp").expect("point").quality,
+        Quality::Bad
+    );
+    let now = core.now();
+    core.handle(
+        now,
+        Input::ControlCommitted(ControlReport {
+            events: vec![event],
+            seqs: vec![1],
+        }),
+    );
+    drain(&mut core);
+    assert_eq!(
+        core.point_state("plant.temp").expect("point").quality,
+        Quality::Bad,
+        "the event from live to stale does not overwrite what the row said"
+    );
+}
