@@ -149,13 +149,19 @@ impl DiskQueue {
     /// Opens (or creates) the queue in `config.dir`, recovering what a previous run left.
     pub fn open(config: DiskQueueConfig) -> io::Result<DiskQueue> {
         fs::create_dir_all(&config.dir)?;
-        let (generation, head) = fs::read_to_string(config.dir.join(HEAD_FILE))
-            .ok()
-            .and_then(|text| {
-                let (generation, head) = text.trim().split_once(' ')?;
-                Some((generation.parse::<u64>().ok()?, head.parse::<u64>().ok()?))
-            })
-            .unwrap_or((0, 0));
+        // No head file is a new queue. An unreadable or garbled one is refused: starting
+        // over would leave the live records behind in a later generation's log.
+        let head_path = config.dir.join(HEAD_FILE);
+        let (generation, head) = match fs::read_to_string(&head_path) {
+            Ok(text) => parse_head(&text).ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{} is not '<generation> <offset>'", head_path.display()),
+                )
+            })?,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => (0, 0),
+            Err(e) => return Err(e),
+        };
         let mut file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -319,7 +325,13 @@ impl DiskQueue {
         file.write_all(&live)?;
         file.sync_data()?;
         write_head(&self.config.dir, next, 0)?;
-        let _ = fs::remove_file(self.config.dir.join(log_name(self.generation)));
+        // The rename must be durable before the old log goes: sync the folder.
+        File::open(&self.config.dir)?.sync_all()?;
+        let old = self.config.dir.join(log_name(self.generation));
+        if let Err(e) = fs::remove_file(&old) {
+            // Only space is lost: the head no longer names it.
+            tracing::warn!(error = %e, path = %old.display(), "removing a compacted queue log failed");
+        }
         self.generation = next;
         self.file = file;
         for entry in &mut self.entries {
@@ -330,7 +342,15 @@ impl DiskQueue {
     }
 }
 
-/// Replaces the head file atomically: written beside it, synced, renamed over it.
+/// `(generation, offset)` from the head file's text.
+fn parse_head(text: &str) -> Option<(u64, u64)> {
+    let (generation, head) = text.trim().split_once(' ')?;
+    Some((generation.parse().ok()?, head.parse().ok()?))
+}
+
+/// Replaces the head file atomically: written beside it, synced, renamed over it. (A rename
+/// lost to a crash leaves the previous head: records popped since come back, and the stream's
+/// duplicate window or the unique index drops them.)
 fn write_head(dir: &Path, generation: u64, offset: u64) -> io::Result<()> {
     let tmp = dir.join(format!("{HEAD_FILE}.tmp"));
     let mut file = File::create(&tmp)?;
@@ -484,6 +504,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("sentinel-queue-{name}-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         dir
+    }
+
+    #[test]
+    fn a_garbled_head_is_refused_rather_than_started_over() {
+        let dir = temp_dir("garbled");
+        {
+            let mut q = DiskQueue::open(config(&dir)).expect("open");
+            q.push(&message(1, T0), T0).expect("push");
+        }
+        fs::write(dir.join(HEAD_FILE), "not a head").expect("garble");
+        let error = DiskQueue::open(config(&dir)).err().expect("refused");
+        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        let _ = fs::remove_dir_all(&dir);
     }
 
     #[test]
