@@ -4,8 +4,8 @@
 //!
 //! Owns: overlapping fetches with commits (a fetcher task asked for at most the core's accept
 //! budget), running up to `inflight_batches_max` commits concurrently, writing checkpoints and
-//! control events one at a time in order, reading the consumer's lag for the core's watchdog,
-//! sending self-points, the periodic lock ownership check, and turning the core's `Exit` into
+//! control events one at a time in order, reading the consumer's lag for the core's watchdog
+//! (a task of its own), sending self-points, the periodic lock ownership check, and turning the core's `Exit` into
 //! a return value. It decides nothing about ordering: acks and publishes happen exactly where
 //! the core emitted them.
 
@@ -151,9 +151,14 @@ where
     let (control_tx, control_rx) = mpsc::unbounded_channel();
     let (control_done_tx, mut control_done_rx) = mpsc::unbounded_channel::<Input>();
     let controller = tokio::spawn(control_loop(store.clone(), control_rx, control_done_tx));
-    let lag_poll_period = Duration::from_millis(config.lag_poll_interval_ms.max(1));
-    let mut lag_poll = tokio::time::interval(lag_poll_period);
-    lag_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Lag readings come from their own task, so a slow consumer-info request never holds up
+    // commits, acks and lock checks.
+    let (lag_tx, mut lag_rx) = mpsc::channel::<Input>(1);
+    let lag_reader = tokio::spawn(lag_loop(
+        bus.clone(),
+        Duration::from_millis(config.lag_poll_interval_ms.max(1)),
+        lag_tx,
+    ));
 
     let mut lock_check = tokio::time::interval(Duration::from_millis(config.lock_check_interval_ms));
     lock_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -263,23 +268,7 @@ where
                     }
                 }
             },
-            // Bounded by the poll interval, so an unresponsive bus cannot hold up the loop.
-            _ = lag_poll.tick() => match tokio::time::timeout(lag_poll_period, bus.lag()).await {
-                Ok(Ok(lag)) => Input::Lag {
-                    pending: lag.pending,
-                    oldest_unacked_age_ms: lag.oldest_unacked_age_ms,
-                },
-                Ok(Err(e)) => {
-                    // Without a reading the suppression keeps its last state; fetch failures
-                    // are what decide whether the bus is gone.
-                    warn!(error = %e, "reading consumer lag failed");
-                    continue;
-                }
-                Err(_elapsed) => {
-                    warn!("reading consumer lag timed out");
-                    continue;
-                }
-            },
+            Some(lag) = lag_rx.recv() => lag,
             Some(message) = inbound.recv() => message.into(),
             _ = progress.tick() => {
                 let m = core.metrics();
@@ -303,6 +292,7 @@ where
     };
 
     fetcher.abort();
+    lag_reader.abort();
     commits.abort_all();
     controller.abort();
     // An orderly exit waits for its final checkpoint; a failure exit does not.
@@ -387,6 +377,30 @@ async fn fetch_loop<C: Consumer>(
         let result = consumer.fetch(max, wait_ms).await;
         if fetched.send(result).await.is_err() {
             return;
+        }
+    }
+}
+
+/// Reads the consumer's lag every `period` and hands it to the core as `Input::Lag`. Each read
+/// is bounded by the period; without a reading the watchdog's suppression keeps its last
+/// state, and fetch failures are what decide whether the bus is gone.
+async fn lag_loop<B: Bus>(bus: B, period: Duration, readings: mpsc::Sender<Input>) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match tokio::time::timeout(period, bus.lag()).await {
+            Ok(Ok(lag)) => {
+                let reading = Input::Lag {
+                    pending: lag.pending,
+                    oldest_unacked_age_ms: lag.oldest_unacked_age_ms,
+                };
+                if readings.send(reading).await.is_err() {
+                    return;
+                }
+            }
+            Ok(Err(e)) => warn!(error = %e, "reading consumer lag failed"),
+            Err(_elapsed) => warn!("reading consumer lag timed out"),
         }
     }
 }
