@@ -14,7 +14,9 @@
 //!   window for a driver the new core has no reason to command.
 //! - **ready**: connected, and an observation of the instance that was made after this core
 //!   started has committed. Replayed backlog does not count, for the same reason it does not
-//!   make a point `live` (Watchdog & Derived Points, the recovery rule).
+//!   make a point `live` (Watchdog & Derived Points, the recovery rule). The test is
+//!   deliberately coarser than that rule's per-point freshness: it asks whether the instance
+//!   is delivering now, not whether each of its points is current.
 //!
 //! Driver processes run on the driver hosts and are not started by the core; what the core
 //! "starts" is their relationship with this incarnation. The smallest real version of the
