@@ -248,7 +248,43 @@ fn only_io_links_nats_and_sql() {
     }
     fail_if_any(
         violations,
-        "only sentinel-io (and the cross-crate tests) may depend on async-nats or sqlx",
+        "only sentinel-io, sentinel-driver (async-nats only) and the cross-crate tests may depend on \
+         async-nats or sqlx",
+    );
+}
+
+#[test]
+fn the_driver_library_links_no_database_client_and_not_the_core_runtime() {
+    // A device driver links `sentinel-driver` alone: the wire types of `sentinel-core` and
+    // async-nats. PostgreSQL (or any database) and the core's runtime (`sentinel-io`) stay out.
+    let forbidden = |name: &str| {
+        let name = name.replace('_', "-");
+        name.starts_with("sqlx")
+            || name.starts_with("postgres")
+            || name.starts_with("tokio-postgres")
+            || name.starts_with("rusqlite")
+            || name == "sentinel-io"
+            || name == "sentinel-sim"
+    };
+    let linked = linked_dependencies("driver/Cargo.toml");
+    assert!(
+        linked.iter().any(|(_, n)| n == "sentinel-core") && linked.iter().any(|(_, n)| n == "async-nats"),
+        "the scanner must see the driver crate's real dependencies"
+    );
+    let violations = linked
+        .into_iter()
+        .filter(|(_, name)| forbidden(name))
+        .map(|(no, name)| format!("driver/Cargo.toml:{no}: depends on `{name}`"))
+        .collect();
+    fail_if_any(
+        violations,
+        "sentinel-driver depends on sentinel-core's wire types and async-nats, never on sqlx or sentinel-io",
+    );
+    confined(
+        &["driver/src"],
+        &["sqlx", "sentinel_io", "postgres"],
+        &[],
+        "driver/src names no database client and nothing of sentinel-io",
     );
 }
 
@@ -317,22 +353,22 @@ fn only_the_postgres_adapter_names_the_observation_tables() {
 #[test]
 fn only_the_nats_adapter_and_the_driver_library_name_async_nats() {
     confined(
-        &["core/src", "io/src", "sim/src"],
+        &["core/src", "io/src", "sim/src", "driver/src"],
         &["async_nats"],
         &[
             "io/src/bus/nats.rs",
-            "io/src/driver/mod.rs",
-            "io/src/driver/commands.rs",
+            "driver/src/lib.rs",
+            "driver/src/commands.rs",
         ],
-        "only io/src/bus/nats.rs (the Bus adapter) and io/src/driver/ (the driver-side publisher and \
-         command intake) use async_nats",
+        "only io/src/bus/nats.rs (the Bus adapter) and the driver crate's publisher and command \
+         intake use async_nats",
     );
 }
 
 #[test]
 fn only_the_postgres_adapter_names_sqlx() {
     confined(
-        &["core/src", "io/src", "sim/src"],
+        &["core/src", "io/src", "sim/src", "driver/src"],
         &["sqlx"],
         &["io/src/store/postgres.rs"],
         "only io/src/store/postgres.rs uses sqlx",
@@ -538,7 +574,7 @@ fn log_records_above_debug_carry_no_values_payloads_or_descriptors() {
         "error_span!(",
     ];
     let mut violations = Vec::new();
-    for dir in ["core/src", "io/src"] {
+    for dir in ["core/src", "io/src", "driver/src"] {
         for source in sources(dir, Scope::ProductionCode) {
             let (text, starts) = source.joined();
             let mut calls: Vec<(usize, &str)> = MACROS

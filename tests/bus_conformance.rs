@@ -14,9 +14,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 use sentinel_core::{Delivery, DeliveryTag, Micros};
+use sentinel_driver::{ObservationPublisher, ObservationSink, PublisherConfig, msg_id};
 use sentinel_io::bus::{MemoryBus, MemoryBusConfig, NatsBus, NatsBusConfig, PublishAck};
 use sentinel_io::clock::Clock;
-use sentinel_io::driver::{ObservationPublisher, ObservationSink, PublisherConfig, msg_id};
 use sentinel_io::ports::{Bus, BusError, Consumer, Lag};
 use sentinel_tests::nats::{NatsServer, subscribe_synced};
 

@@ -17,7 +17,7 @@ use sentinel_core::wire::{
     CommandEnvelope, CommandOutcome, CommandReply, CoreStarted, DriverHello, STALE_EPOCH, ToDriver,
     cmd_subject, driver_subject,
 };
-use sentinel_io::driver::commands::{CommandIntake, MALFORMED, Received};
+use sentinel_driver::commands::{CommandIntake, MALFORMED, Received};
 use sentinel_io::ports::{Lease, Store};
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
 use sentinel_tests::nats::{NatsServer, subscribe_synced};

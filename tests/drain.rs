@@ -17,7 +17,7 @@ use bytes::Bytes;
 use sentinel_core::Micros;
 use sentinel_core::registry::{CompiledPoint, Kind, Registry};
 use sentinel_core::wire::EnvelopeOut;
-use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
+use sentinel_driver::{ObservationPublisher, PublisherConfig};
 use sentinel_io::ports::Bus;
 use sentinel_tests::harness::{self, DRAIN_TIMEOUT_S, Env, Transitions, committed, now, pg, terminate};
 use sentinel_tests::traffic;

@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use sentinel_core::Config;
+use sentinel_driver::{ObservationPublisher, PublisherConfig};
 use sentinel_io::bus::nats::NatsBus;
 use sentinel_io::clock::SystemClock;
-use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
 use sentinel_io::ports::{Bus, BusError, Lag};
 use sentinel_io::startup;
 use sentinel_io::store::postgres::PgStore;

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use sentinel_io::driver::{ObservationPublisher, PublisherConfig};
+use sentinel_driver::{ObservationPublisher, PublisherConfig};
 use sentinel_io::ports::{ColdStart, lock_session_name};
 use sentinel_io::store::postgres::{LOCK_KEY, PgStore};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};

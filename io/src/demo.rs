@@ -19,11 +19,11 @@ use sentinel_core::{Config, Micros, QuarantineReason, RetentionClass};
 
 use crate::bus::memory::{MemoryBus, MemoryBusConfig};
 use crate::clock::{Clock, SystemClock};
-use crate::driver::disk_queue::queue_drops_point;
 use crate::ports::{Bus, Inbound};
 use crate::runtime::{self, RuntimeConfig};
 use crate::startup;
 use crate::store::memory::MemoryStore;
+use sentinel_driver::disk_queue::queue_drops_point;
 
 #[derive(Clone, Debug)]
 pub struct DemoConfig {

@@ -1,13 +1,12 @@
 //! `sentinel-io`: everything that touches the world. The ports ([`ports`]), the runtime loop
 //! that feeds the core and executes its effects, the bus adapters ([`bus`]: NATS JetStream and
 //! the in-memory model), the store adapters ([`store`]: PostgreSQL and the in-memory model),
-//! the driver-side publishing library ([`driver`]), reading a registry folder
+//! reading a registry folder
 //! ([`registry_dir`]) and the demo.
 
 pub mod bus;
 pub mod clock;
 pub mod demo;
-pub mod driver;
 pub mod ports;
 pub mod registry_dir;
 pub mod runtime;

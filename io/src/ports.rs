@@ -14,16 +14,8 @@ use sentinel_core::{
 };
 use tokio::sync::mpsc;
 
-#[derive(Debug, thiserror::Error)]
-pub enum BusError {
-    #[error("bus connection: {0}")]
-    Connection(String),
-    /// The stream is full and rejects new messages (discard-new).
-    #[error("stream full")]
-    StreamFull,
-    #[error("bus: {0}")]
-    Other(String),
-}
+/// The bus's errors are the driver library's: both sides of the bus speak the same ones.
+pub use sentinel_driver::BusError;
 
 /// Consumer lag, read from the durable consumer itself (core runtime spec, "Backpressure").
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]

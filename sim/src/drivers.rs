@@ -20,7 +20,7 @@ use bytes::Bytes;
 use sentinel_core::Micros;
 use sentinel_core::registry::Kind;
 use sentinel_core::wire::EnvelopeOut;
-use sentinel_io::driver::disk_queue::queue_drops_point;
+use sentinel_driver::disk_queue::queue_drops_point;
 use sentinel_io::ports::BusError;
 
 use crate::checker::Key3;

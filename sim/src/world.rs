@@ -107,7 +107,7 @@ pub struct Inner {
     /// the drivers' hellos reach it here.
     pub inbound_senders: BTreeMap<CoreId, tokio::sync::mpsc::Sender<Inbound>>,
     /// Each driver instance's epoch guard, by command subject.
-    pub driver_guards: BTreeMap<String, sentinel_io::driver::EpochGuard>,
+    pub driver_guards: BTreeMap<String, sentinel_driver::EpochGuard>,
     /// Each driver instance's source epoch, by command subject, once it has restarted (1
     /// before that).
     pub driver_source_epochs: BTreeMap<String, u32>,

@@ -427,6 +427,19 @@ impl State {
     }
 }
 
+/// Drivers in the demo and the simulator publish into the model through the driver library's
+/// one interface.
+impl sentinel_driver::ObservationSink for MemoryBus {
+    async fn publish_observation(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> Result<PublishAck, BusError> {
+        MemoryBus::publish_observation(self, subject, msg_id, payload)
+    }
+}
+
 impl Bus for MemoryBus {
     type Consumer = MemoryConsumer;
 

@@ -27,15 +27,8 @@ pub use nats::{NatsBus, NatsBusConfig, NatsConsumer, NatsSetupError};
 /// never hold more than a few batches' worth of messages in memory.
 pub const FETCH_MAX: usize = 10_000;
 
-/// What a stream answers to an accepted publish.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct PublishAck {
-    /// The stream sequence the message was stored at; for a duplicate, the original's.
-    pub seq: u64,
-    /// True when the stream's duplicate window dropped this publish (same `Nats-Msg-Id` seen
-    /// within the window). The message is stored once; the publisher may treat it as success.
-    pub duplicate: bool,
-}
+/// What a stream answers to an accepted publish (the driver library's type).
+pub use sentinel_driver::PublishAck;
 
 /// Maps delivery tags, issued in increasing order, to a bus's ack token.
 ///

@@ -157,7 +157,7 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// The driver library's publisher, for the core's self-points: message id set, ack
     /// awaited, retried inside the duplicate window.
-    self_points: crate::driver::ObservationPublisher,
+    self_points: sentinel_driver::ObservationPublisher,
 }
 
 /// The bound durable consumer, from [`NatsBus::bind`].
@@ -190,11 +190,11 @@ impl NatsBus {
         let jetstream = jetstream::new(client.clone());
         let tags = Mutex::new(TagTable::new(config.tags_max));
         // Built once, so a duplicate window too short for its retries fails here, at connect.
-        let self_points = crate::driver::ObservationPublisher::new(
+        let self_points = sentinel_driver::ObservationPublisher::new(
             jetstream.clone(),
-            crate::driver::PublisherConfig {
+            sentinel_driver::PublisherConfig {
                 duplicate_window_ms: config.duplicate_window_ms,
-                ..crate::driver::PublisherConfig::default()
+                ..sentinel_driver::PublisherConfig::default()
             },
         )
         .map_err(|error| NatsSetupError::Config(error.to_string()))?;

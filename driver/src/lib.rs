@@ -1,4 +1,6 @@
-//! Driver-side publishing library (driver contract v1, DESIGN.md §2).
+//! `sentinel-driver`: what a device driver links (driver contract v1, DESIGN.md §2). It depends
+//! on `sentinel-core`'s wire types and async-nats, never on a database client: a driver host
+//! needs no PostgreSQL library (checked by `tests/architecture.rs`).
 //!
 //! Owns: how a driver (or a test, benchmark or the demo fleet) puts observations on the bus —
 //! the message id (`Nats-Msg-Id: <driver_instance>:<source_epoch>:<source_seq>`) that lets
@@ -8,8 +10,8 @@
 //! inside the duplicate window, and pipelined publishing for loading large backlogs fast.
 //!
 //! [`ObservationSink`] is the one interface the demo fleet and tests publish through; it is
-//! implemented by [`ObservationPublisher`] (real JetStream) and by
-//! [`crate::bus::MemoryBus`] (the in-memory model).
+//! implemented by [`ObservationPublisher`] (real JetStream) and, in `sentinel-io`, by the
+//! in-memory bus model.
 //!
 //! [`EpochGuard`] is the driver's half of bus fencing (core runtime spec, "Fencing the bus"):
 //! it remembers the highest core epoch seen and refuses commands from a lower one with outcome
@@ -33,8 +35,27 @@ use bytes::Bytes;
 
 use sentinel_core::wire::{CommandEnvelope, CommandOutcome, CommandReply, STALE_EPOCH};
 
-use crate::bus::{MemoryBus, PublishAck};
-use crate::ports::BusError;
+/// Errors talking to the bus, shared with `sentinel-io`'s bus port (it re-exports this type).
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("bus connection: {0}")]
+    Connection(String),
+    /// The stream is full and rejects new messages (discard-new).
+    #[error("stream full")]
+    StreamFull,
+    #[error("bus: {0}")]
+    Other(String),
+}
+
+/// What a stream answers to an accepted publish.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PublishAck {
+    /// The stream sequence the message was stored at; for a duplicate, the original's.
+    pub seq: u64,
+    /// True when the stream's duplicate window dropped this publish (same `Nats-Msg-Id` seen
+    /// within the window). The message is stored once; the publisher may treat it as success.
+    pub duplicate: bool,
+}
 
 /// The message id of an observation: `"<driver_instance>:<source_epoch>:<source_seq>"`.
 pub use sentinel_core::wire::msg_id;
@@ -49,17 +70,6 @@ pub trait ObservationSink: Send + Sync {
         msg_id: &str,
         payload: Bytes,
     ) -> impl Future<Output = Result<PublishAck, BusError>> + Send;
-}
-
-impl ObservationSink for MemoryBus {
-    async fn publish_observation(
-        &self,
-        subject: &str,
-        msg_id: &str,
-        payload: Bytes,
-    ) -> Result<PublishAck, BusError> {
-        MemoryBus::publish_observation(self, subject, msg_id, payload)
-    }
 }
 
 /// Retry and timeout policy for [`ObservationPublisher`].

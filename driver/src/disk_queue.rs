@@ -29,9 +29,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use sentinel_core::Micros;
 
-use super::ObservationSink;
-use crate::bus::PublishAck;
-use crate::ports::BusError;
+use crate::{BusError, ObservationSink, PublishAck};
 
 const HEAD_FILE: &str = "head";
 /// Compaction is considered once this many consumed bytes sit before the head.

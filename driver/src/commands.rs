@@ -5,7 +5,7 @@
 //! Owns: subscribing a driver instance to its command subject, saying hello to the core (on
 //! subscribing and in answer to every `core_started` announcement), raising the instance's
 //! epoch floor on an announcement, refusing every command whose core epoch is lower than the
-//! highest the instance has seen ([`super::EpochGuard`]: outcome `rejected`, reason
+//! highest the instance has seen ([`crate::EpochGuard`]: outcome `rejected`, reason
 //! `stale_epoch`), answering each command on its reply subject, and handing the driver only
 //! what it may apply. A message that cannot be read is refused with reason `malformed` and
 //! never applied.
@@ -20,8 +20,7 @@ use sentinel_core::wire::{
     CommandEnvelope, CommandOutcome, CommandReply, DriverHello, ToDriver, cmd_subject, driver_subject,
 };
 
-use super::EpochGuard;
-use crate::ports::BusError;
+use crate::{BusError, EpochGuard};
 
 /// Reason for a command that could not be decoded.
 pub const MALFORMED: &str = "malformed";
