@@ -49,8 +49,8 @@ async fn lag(bus: &NatsBus) -> Lag {
 /// Starts a core in-process over real adapters; returns a stop switch and its outcome.
 async fn start_core<B: Bus>(bus: B, store: PgStore) -> InProcessCore {
     let started = startup::start(
-        &bus,
         &store,
+        startup::already_connected(&bus),
         Some(&traffic::sample_registry_dir()),
         // The exact-count oracle covers the traffic; self-points are tested on their own.
         Config {
@@ -61,7 +61,7 @@ async fn start_core<B: Bus>(bus: B, store: PgStore) -> InProcessCore {
     )
     .await
     .expect("core starts");
-    InProcessCore::spawn(started, bus, store)
+    InProcessCore::spawn(started, store)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

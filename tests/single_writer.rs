@@ -3,20 +3,17 @@
 //! criteria; DESIGN.md §5 invariants 6 and 7): the `sentinel` binary against a private
 //! nats-server and a private PostgreSQL database per test.
 //!
-//! Owns the exit criteria that need a process and a server to observe:
-//! - a second core exits non-zero at once and never touched the durable consumer, observed at
-//!   the server (JetStream API audit advisories, named by connection, and the monitoring
-//!   endpoint), not inferred from the exit code;
+//! Owns the exit criteria that need a process and a server to observe (a second core that
+//! touches neither the bus nor the schema is `tests/lock_first.rs`):
 //! - losing the lock session mid-stream stops the core within a few lock-check intervals, and
 //!   the next core finishes the stream with exact counts and no transition published twice;
 //! - the epoch increments only on acquisition, and each acquisition's cold start is recorded;
 //! - `sentinel status` shows the epoch, the lock holder and the cold-start step durations.
 
 use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
 use sentinel_io::ports::{ColdStart, lock_session_name};
 use sentinel_io::store::postgres::{LOCK_KEY, PgStore};
@@ -25,9 +22,7 @@ use sentinel_tests::harness::{
     self, DRAIN_TIMEOUT_S, Env, Transitions, assert_exact_counts, committed, now, pg, terminate,
     wait_drained, wait_exit, wait_ready,
 };
-use sentinel_tests::nats::subscribe_synced;
 use sentinel_tests::traffic::{self, Traffic};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// How often the cores under test check their lock; lock loss must be noticed within a few.
 const LOCK_CHECK_INTERVAL_MS: u64 = 200;
@@ -36,17 +31,18 @@ const LOCK_LOSS_EXIT_INTERVALS_MAX: u64 = 10;
 /// Exit codes of `sentinel run` (io/src/main.rs, runtime::RunOutcome::LOCK_LOST).
 const EXIT_LOCK_HELD: i32 = 10;
 const EXIT_LOCK_LOST: i32 = 5;
-/// "At once": the second core connects, migrates, finds the lock taken and exits.
+/// "At once": the second core connects to PostgreSQL, finds the lock taken and exits.
 const SECOND_CORE_EXIT_S: u64 = 10;
 /// Pacing of the lock-loss test's traffic: 8,000 messages over about four seconds.
 const PUBLISH_CHUNK: usize = 100;
 const PUBLISH_PAUSE_MS: u64 = 50;
 /// The startup steps `startup::start` records, in order: the core runtime spec's acquisition
 /// order, then the ingest spec's restart steps 4–8.
-const STARTUP_STEPS: [&str; 9] = [
+const STARTUP_STEPS: [&str; 10] = [
     "lock_and_epoch",
     "registry",
     "restore_projection",
+    "connect_bus",
     "bind_consumer",
     "replay_control_events",
     "rehydrate_derived_windows",
@@ -96,88 +92,6 @@ async fn lock_session_pid(url: &str) -> Option<i32> {
     .expect("pg_locks")
 }
 
-fn nats_name(child: &Child) -> String {
-    format!("sentinel-core pid {}", child.id())
-}
-
-/// A minimal HTTP/1.0 GET of the nats-server monitoring endpoint (the server closes the
-/// connection after the response, so reading to the end is the whole body).
-async fn monitor(env: &Env, path: &str) -> serde_json::Value {
-    let base = env.nats.monitor_url();
-    let authority = base.strip_prefix("http://").expect("monitor URL is http");
-    let mut stream = tokio::net::TcpStream::connect(authority)
-        .await
-        .expect("connect to the monitoring port");
-    let request = format!("GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("send request");
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response).await.expect("read response");
-    let text = String::from_utf8(response).expect("UTF-8 response");
-    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP head and body");
-    assert!(
-        head.lines().next().is_some_and(|status| status.contains(" 200 ")),
-        "GET {path}: {head}"
-    );
-    serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {body}"))
-}
-
-/// Every JetStream API request the server audits, with the requesting connection's name. The
-/// server publishes `io.nats.jetstream.advisory.v1.api_audit` on `$JS.EVENT.ADVISORY.API` for
-/// each request, including `$JS.API.CONSUMER.INFO|CREATE|DURABLE.CREATE...`, which is what
-/// binding the durable consumer starts with (NatsBus::bind asks for the consumer's info).
-#[derive(Clone, Default)]
-struct ApiAudit(Arc<Mutex<Vec<(String, String)>>>);
-
-const API_AUDIT_SUBJECT: &str = "$JS.EVENT.ADVISORY.API";
-
-impl ApiAudit {
-    async fn subscribe(url: &str) -> ApiAudit {
-        let client = async_nats::connect(url).await.expect("audit subscriber connects");
-        let mut sub =
-            subscribe_synced(&client, API_AUDIT_SUBJECT, API_AUDIT_SUBJECT, b"{\"probe\":true}").await;
-        let audit = ApiAudit::default();
-        let sink = audit.clone();
-        tokio::spawn(async move {
-            let _client = client;
-            while let Some(message) = sub.next().await {
-                let advisory: serde_json::Value =
-                    serde_json::from_slice(&message.payload).expect("advisory is JSON");
-                let name = advisory["client"]["name"].as_str().unwrap_or_default().to_owned();
-                let subject = advisory["subject"].as_str().unwrap_or_default().to_owned();
-                sink.0.lock().expect("lock").push((name, subject));
-            }
-        });
-        audit
-    }
-
-    fn requests_of(&self, connection_name: &str) -> Vec<String> {
-        self.0
-            .lock()
-            .expect("lock")
-            .iter()
-            .filter(|(name, _)| name == connection_name)
-            .map(|(_, subject)| subject.clone())
-            .collect()
-    }
-
-    /// Waits until `connection_name` has made a request starting with `prefix`.
-    async fn wait_for(&self, connection_name: &str, prefix: &str) {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while !self
-            .requests_of(connection_name)
-            .iter()
-            .any(|s| s.starts_with(prefix))
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no {prefix}… request audited from {connection_name:?}; seen: {:?}",
-                self.requests_of(connection_name)
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
-
 /// Publishes the traffic in chunks with a pause between them, so the stream keeps arriving
 /// while the lock is lost (a core drains a pre-published backlog too fast to interrupt it).
 async fn publish_paced(url: String, traffic: Arc<Traffic>) -> u64 {
@@ -199,80 +113,6 @@ async fn publish_paced(url: String, traffic: Arc<Traffic>) -> u64 {
         tokio::time::sleep(Duration::from_millis(PUBLISH_PAUSE_MS)).await;
     }
     stored
-}
-
-/// Exit criterion: "Start one core, start another, and assert not only that the second exits
-/// non-zero but that it never bound the JetStream consumer."
-///
-/// Observed at the server, per connection: binding starts with a `$JS.API.CONSUMER.INFO` (then
-/// possibly `CONSUMER.CREATE`) request, and the server audits every JetStream API request with
-/// the requesting connection's name, which carries the process id. The first core's bind is
-/// seen through exactly that channel (the positive control), and so is the second core's stream
-/// check (it reached this server); an implementation that bound before locking would show a
-/// `$JS.API.CONSUMER.` request from the second core and fail here.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_core_exits_at_once_and_never_touches_the_consumer() {
-    let bin = sentinel_bin();
-    assert!(bin.exists(), "{} was built", bin.display());
-    let env = Env::start(30_000).await;
-    let audit = ApiAudit::subscribe(&env.nats.url()).await;
-
-    let mut first = spawn_core(&env, 30_000);
-    wait_ready(&env.store, 1).await;
-    let first_name = nats_name(&first);
-    audit.wait_for(&first_name, "$JS.API.CONSUMER.INFO.OBS.").await;
-
-    let consumers_before = monitor(&env, "/jsz?consumers=true").await;
-    let started = tokio::time::Instant::now();
-    let mut second = spawn_core(&env, 30_000);
-    let second_name = nats_name(&second);
-    let status = wait_exit(&mut second, Duration::from_secs(SECOND_CORE_EXIT_S))
-        .await
-        .expect("the second core exits at once");
-    assert_eq!(status.code(), Some(EXIT_LOCK_HELD), "lock held: exit code 10");
-    let took = started.elapsed();
-
-    // Its stream check precedes the lock (main.rs), so its API requests did reach the server;
-    // wait for that one, then allow the rest of its advisories to arrive.
-    audit.wait_for(&second_name, "$JS.API.STREAM.INFO.OBS").await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let second_requests = audit.requests_of(&second_name);
-    let consumer_requests: Vec<&String> = second_requests
-        .iter()
-        .filter(|s| s.starts_with("$JS.API.CONSUMER."))
-        .collect();
-    assert!(
-        consumer_requests.is_empty(),
-        "the second core touched the consumer before finding the lock taken: {consumer_requests:?}"
-    );
-
-    // The monitoring endpoint agrees: the second connection was there (now closed), and the
-    // stream still has exactly the one durable consumer.
-    let closed = monitor(&env, "/connz?state=closed&limit=1024").await;
-    let names: Vec<&str> = closed["connections"]
-        .as_array()
-        .expect("connections")
-        .iter()
-        .filter_map(|c| c["name"].as_str())
-        .collect();
-    assert!(
-        names.contains(&second_name.as_str()),
-        "the second core's connection is among the closed ones: {names:?}"
-    );
-    let consumers_after = monitor(&env, "/jsz?consumers=true").await;
-    assert_eq!(consumers_after["consumers"], consumers_before["consumers"]);
-    assert_eq!(consumers_after["consumers"], serde_json::json!(1));
-
-    // The failed start neither took an epoch nor recorded a cold start.
-    assert_eq!(env.store.current_epoch().await.expect("epoch"), 1);
-    let epochs = recorded_epochs(&env.store).await;
-    assert_eq!(epochs, vec![1]);
-    assert!(
-        wait_exit(&mut first, Duration::from_millis(200)).await.is_none(),
-        "the first core keeps running"
-    );
-    eprintln!("second core exited with code 10 after {took:?}");
-    terminate(first).await;
 }
 
 /// Exit criterion: "Drop the advisory-lock connection and assert the core stops publishing
@@ -399,8 +239,9 @@ async fn the_epoch_moves_only_on_acquisition_and_status_shows_the_holder_and_col
         assert!(status.contains(&needle), "status shows {needle:?}:\n{status}");
     };
     expect_line("core epoch: 1\n".to_owned());
+    expect_line("schema: the database schema is at version ".to_owned());
     expect_line(format!(
-        "lock holder: pid {pid}, application_name {}, backend_start ",
+        "lock holder: pid {pid}, application_name {:?}, epoch 1\n",
         lock_session_name(1)
     ));
     expect_line("consumer lag: pending ".to_owned());
@@ -447,7 +288,7 @@ async fn the_epoch_moves_only_on_acquisition_and_status_shows_the_holder_and_col
     let status = status_output(&env).await;
     assert!(status.contains("core epoch: 2\n"), "{status}");
     assert!(
-        status.contains(&format!("application_name {}", lock_session_name(2))),
+        status.contains(&format!("application_name {:?}, epoch 2", lock_session_name(2))),
         "{status}"
     );
     terminate(next).await;

@@ -20,7 +20,7 @@ use sentinel_core::wire::{
     CommandEnvelope, CommandOutcome, CommandReply, DriverHello, ToDriver, cmd_subject, driver_subject,
 };
 
-use crate::{BusError, EpochGuard};
+use crate::{BusConnection, BusError, EpochGuard, RefusedOp};
 
 /// Reason for a command that could not be decoded.
 pub const MALFORMED: &str = "malformed";
@@ -100,6 +100,30 @@ impl CommandIntake {
         };
         // A running core answers with its announcement if this instance has not seen its epoch.
         intake.hello().await?;
+        Ok(intake)
+    }
+
+    /// [`Self::subscribe`] over a connection made as a principal, failing with
+    /// [`BusError::PermissionDenied`] when the server refuses the subscription (a host's
+    /// credentials used for another host's instance).
+    pub async fn subscribe_on(
+        connection: &BusConnection,
+        host: &str,
+        driver_instance: &str,
+        source_epoch: u32,
+        highest_seen: u32,
+    ) -> Result<CommandIntake, BusError> {
+        let subject = cmd_subject(host, driver_instance);
+        let seen = connection.refusals.count(RefusedOp::Subscribe, &subject);
+        let intake = CommandIntake::subscribe(
+            connection.client.clone(),
+            host,
+            driver_instance,
+            source_epoch,
+            highest_seen,
+        )
+        .await?;
+        connection.check_subscription(&subject, seen).await?;
         Ok(intake)
     }
 

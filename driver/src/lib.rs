@@ -24,6 +24,7 @@
 //! by size and age, with a drop count for the driver's `queue_drops` self-point.
 
 pub mod commands;
+pub mod connect;
 pub mod disk_queue;
 
 use std::collections::VecDeque;
@@ -43,6 +44,13 @@ pub enum BusError {
     /// The stream is full and rejects new messages (discard-new).
     #[error("stream full")]
     StreamFull,
+    /// The server refused the operation under this principal's permissions (a driver host
+    /// publishing outside `obs.<host>.>`, subscribing outside `cmd.<host>.>`, …).
+    #[error("the bus refused to let this principal {operation} on {subject}: not permitted")]
+    PermissionDenied {
+        operation: &'static str,
+        subject: String,
+    },
     #[error("bus: {0}")]
     Other(String),
 }
@@ -56,6 +64,8 @@ pub struct PublishAck {
     /// within the window). The message is stored once; the publisher may treat it as success.
     pub duplicate: bool,
 }
+
+pub use connect::{BusConnection, Credentials, Refusals, RefusedOp};
 
 /// The message id of an observation: `"<driver_instance>:<source_epoch>:<source_seq>"`.
 pub use sentinel_core::wire::msg_id;
@@ -128,6 +138,10 @@ pub struct PipelineReport {
 pub struct ObservationPublisher {
     jetstream: jetstream::Context,
     config: PublisherConfig,
+    /// The connection's permission refusals, when it was made through [`BusConnection`]: a
+    /// refused publish fails at once with [`BusError::PermissionDenied`] instead of looking
+    /// like a lost ack.
+    refusals: Option<Refusals>,
 }
 
 impl ObservationPublisher {
@@ -142,10 +156,21 @@ impl ObservationPublisher {
                 config.duplicate_window_ms
             )));
         }
-        Ok(ObservationPublisher { jetstream, config })
+        Ok(ObservationPublisher {
+            jetstream,
+            config,
+            refusals: None,
+        })
     }
 
-    /// Connects its own client to `url`.
+    /// Publishes over a connection made as a principal, whose refusals it reports.
+    pub fn on(connection: &BusConnection, config: PublisherConfig) -> Result<ObservationPublisher, BusError> {
+        let mut publisher = ObservationPublisher::new(jetstream::new(connection.client.clone()), config)?;
+        publisher.refusals = Some(connection.refusals.clone());
+        Ok(publisher)
+    }
+
+    /// Connects its own client to `url` (no credentials).
     pub async fn connect(url: &str, config: PublisherConfig) -> Result<ObservationPublisher, BusError> {
         let client = async_nats::connect(url)
             .await
@@ -169,17 +194,45 @@ impl ObservationPublisher {
             .map_err(map_publish_error)
     }
 
-    /// Awaits one ack with this publisher's timeout. `Ok(None)` means it timed out.
+    /// Refusals of publishes on `subject` so far (0 without a [`BusConnection`]).
+    fn refused_so_far(&self, subject: &str) -> u64 {
+        self.refusals
+            .as_ref()
+            .map_or(0, |r| r.count(RefusedOp::Publish, subject))
+    }
+
+    /// Awaits one ack with this publisher's timeout. `Ok(None)` means it timed out. A refusal
+    /// of a publish on `subject` reported after `refused_before` ends the wait at once.
     async fn await_ack(
         &self,
         ack: jetstream::context::PublishAckFuture,
+        subject: &str,
+        refused_before: u64,
     ) -> Result<Option<PublishAck>, BusError> {
-        match tokio::time::timeout(
+        let timed = tokio::time::timeout(
             Duration::from_millis(self.config.ack_timeout_ms),
             ack.into_future(),
-        )
-        .await
-        {
+        );
+        let refused = async {
+            match &self.refusals {
+                Some(refusals) => {
+                    refusals
+                        .refused_after(RefusedOp::Publish, subject, refused_before)
+                        .await
+                }
+                None => std::future::pending().await,
+            }
+        };
+        let outcome = tokio::select! {
+            outcome = timed => outcome,
+            () = refused => {
+                return Err(BusError::PermissionDenied {
+                    operation: "publish",
+                    subject: subject.to_owned(),
+                });
+            }
+        };
+        match outcome {
             Err(_elapsed) => Ok(None),
             Ok(Err(error)) if error.kind() == PublishErrorKind::TimedOut => Ok(None),
             Ok(Err(error)) => Err(map_publish_error(error)),
@@ -197,8 +250,9 @@ impl ObservationPublisher {
     pub async fn publish(&self, subject: &str, msg_id: &str, payload: Bytes) -> Result<PublishAck, BusError> {
         let attempts_max = self.config.attempts_max.max(1);
         for attempt in 1..=attempts_max {
+            let refused_before = self.refused_so_far(subject);
             let ack = self.send(subject, msg_id, payload.clone()).await?;
-            if let Some(ack) = self.await_ack(ack).await? {
+            if let Some(ack) = self.await_ack(ack, subject, refused_before).await? {
                 return Ok(ack);
             }
             tracing::debug!(
@@ -225,16 +279,22 @@ impl ObservationPublisher {
     {
         let window = window.clamp(1, PIPELINE_WINDOW_MAX);
         let mut report = PipelineReport::default();
-        let mut in_flight: VecDeque<(jetstream::context::PublishAckFuture, String, String, Bytes)> =
-            VecDeque::with_capacity(window);
+        let mut in_flight: VecDeque<InFlight> = VecDeque::with_capacity(window);
         for (subject, msg_id, payload) in items {
             if in_flight.len() >= window
                 && let Some(entry) = in_flight.pop_front()
             {
                 self.settle(entry, &mut report).await?;
             }
+            let refused_before = self.refused_so_far(&subject);
             let ack = self.send(&subject, &msg_id, payload.clone()).await?;
-            in_flight.push_back((ack, subject, msg_id, payload));
+            in_flight.push_back(InFlight {
+                ack,
+                subject,
+                msg_id,
+                payload,
+                refused_before,
+            });
         }
         while let Some(entry) = in_flight.pop_front() {
             self.settle(entry, &mut report).await?;
@@ -242,14 +302,13 @@ impl ObservationPublisher {
         Ok(report)
     }
 
-    async fn settle(
-        &self,
-        (ack, subject, msg_id, payload): (jetstream::context::PublishAckFuture, String, String, Bytes),
-        report: &mut PipelineReport,
-    ) -> Result<(), BusError> {
-        let ack = match self.await_ack(ack).await? {
+    async fn settle(&self, entry: InFlight, report: &mut PipelineReport) -> Result<(), BusError> {
+        let ack = match self
+            .await_ack(entry.ack, &entry.subject, entry.refused_before)
+            .await?
+        {
             Some(ack) => ack,
-            None => self.publish(&subject, &msg_id, payload).await?,
+            None => self.publish(&entry.subject, &entry.msg_id, entry.payload).await?,
         };
         if ack.duplicate {
             report.duplicates += 1;
@@ -258,6 +317,15 @@ impl ObservationPublisher {
         }
         Ok(())
     }
+}
+
+/// One pipelined publish whose ack is not yet settled.
+struct InFlight {
+    ack: jetstream::context::PublishAckFuture,
+    subject: String,
+    msg_id: String,
+    payload: Bytes,
+    refused_before: u64,
 }
 
 impl ObservationSink for ObservationPublisher {

@@ -224,8 +224,8 @@ pub async fn run(config: DemoConfig) -> anyhow::Result<DemoSummary> {
     let bus = MemoryBus::new(MemoryBusConfig::default(), clock.clone());
     let store = MemoryStore::new("OBS", clock.clone());
     let started = startup::start(
-        &bus,
         &store,
+        startup::already_connected(&bus),
         Some(&config.registry_dir),
         Config::default(),
         clock.as_ref(),

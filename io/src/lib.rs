@@ -1,12 +1,13 @@
 //! `sentinel-io`: everything that touches the world. The ports ([`ports`]), the runtime loop
 //! that feeds the core and executes its effects, the bus adapters ([`bus`]: NATS JetStream and
 //! the in-memory model), the store adapters ([`store`]: PostgreSQL and the in-memory model),
-//! reading a registry folder
+//! the bus permissions derived from the registry ([`nats_auth`]), reading a registry folder
 //! ([`registry_dir`]) and the demo.
 
 pub mod bus;
 pub mod clock;
 pub mod demo;
+pub mod nats_auth;
 pub mod ports;
 pub mod registry_dir;
 pub mod runtime;

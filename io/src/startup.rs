@@ -1,7 +1,10 @@
 //! The startup sequence (core runtime spec, "Acquisition order at startup"; ingest spec,
-//! "Restart" steps 1–3): take the lock, increment the epoch, load the registry, restore the
-//! projection, and only then bind the consumer. Shared by `sentinel run`, the demo and the
-//! simulator.
+//! "Restart" steps 1–3): take the lock (the store brings its schema up to date under it, then
+//! increments the epoch), load the registry, restore the projection, and only then connect to
+//! the bus and bind the consumer. Shared by `sentinel run`, the demo and the simulator.
+//!
+//! The bus arrives as a connector, called only once the store phase has succeeded: a core that
+//! cannot take the lock returns `LockHeld` having opened no connection to the bus at all.
 //!
 //! Then restart steps 4–8 (control-event replay, derived windows, durable timers, drivers,
 //! warmup), each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
@@ -9,12 +12,13 @@
 //! names, so each raises its epoch floor at the takeover rather than at this core's first
 //! command to it.
 //!
-//! Owns: the order of those steps and their timings. Nothing may bind the consumer before the
-//! lock is held; a core that cannot take the lock returns `LockHeld` without touching the bus.
+//! Owns: the order of those steps and their timings. Nothing may connect to the bus, let alone
+//! bind the consumer, before the lock is held.
 //! Once the consumer is bound the timings are recorded in the store against this acquisition's
 //! epoch (core runtime spec, exit criteria: cold-start duration per startup step, measured and
 //! recorded), so `sentinel status` can show the last cold start after the fact.
 
+use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -54,6 +58,8 @@ impl StartupTimings {
 
 pub struct Started<B: Bus, S: Store> {
     pub core: Core,
+    /// The bus, connected only after the store phase (lock, schema, epoch, registry, restore).
+    pub bus: B,
     pub consumer: B::Consumer,
     pub lease: S::Lease,
     /// Driver hellos and command requests, subscribed at step 7 (before the announcements, so
@@ -87,6 +93,15 @@ impl From<StoreError> for StartError {
     }
 }
 
+/// A connector for a bus that needs no connecting (the memory models, the simulator, tests
+/// that share one bus between cores): hands over a clone of it when startup asks.
+pub fn already_connected<B: Bus>(
+    bus: &B,
+) -> impl FnOnce() -> std::future::Ready<Result<B, BusError>> + use<B> {
+    let bus = bus.clone();
+    move || std::future::ready(Ok(bus))
+}
+
 /// Restart step 4: reads the control log from the core's lowest watermark to its end, in pages
 /// of at most `page_max` events, and replays each page. Returns `(read, replayed)`.
 async fn replay_control_log<S: Store>(
@@ -112,14 +127,21 @@ async fn replay_control_log<S: Store>(
 }
 
 /// Runs the startup sequence. `registry_dir`, when given, is loaded into the store first (a
-/// no-op when its content is unchanged).
-pub async fn start<B: Bus, S: Store>(
-    bus: &B,
+/// no-op when its content is unchanged). `connect_bus` is called once, after the projection is
+/// restored; for NATS it connects and ensures the stream.
+pub async fn start<B, S, C, F>(
     store: &S,
+    connect_bus: C,
     registry_dir: Option<&Path>,
     config: Config,
     clock: &dyn Clock,
-) -> Result<Started<B, S>, StartError> {
+) -> Result<Started<B, S>, StartError>
+where
+    B: Bus,
+    S: Store,
+    C: FnOnce() -> F,
+    F: Future<Output = Result<B, BusError>>,
+{
     let mut timings = StartupTimings::default();
 
     let step = Instant::now();
@@ -159,8 +181,12 @@ pub async fn start<B: Bus, S: Store>(
         .map_err(|e| StartError::Core(e.to_string()))?;
     timings.record("restore_projection", step);
 
-    // Only now, holding the lock, may the consumer be bound (restart step 3: it resumes from
-    // its ack position).
+    // Only now, holding the lock with the projection restored, does the core touch the bus.
+    let step = Instant::now();
+    let bus = connect_bus().await?;
+    timings.record("connect_bus", step);
+
+    // Restart step 3: the consumer resumes from its ack position.
     let step = Instant::now();
     let consumer = bus.bind().await?;
     timings.record("bind_consumer", step);
@@ -215,6 +241,7 @@ pub async fn start<B: Bus, S: Store>(
 
     Ok(Started {
         core,
+        bus,
         consumer,
         lease,
         inbound,

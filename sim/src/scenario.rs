@@ -415,7 +415,15 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
             self_points_interval_ms: 15_000,
             ..Config::default()
         };
-        match startup::start(&bus, &store, None, config, world.clock.as_ref()).await {
+        match startup::start(
+            &store,
+            startup::already_connected(&bus),
+            None,
+            config,
+            world.clock.as_ref(),
+        )
+        .await
+        {
             Ok(started) => {
                 #[allow(unused_mut)]
                 let mut core_machine = started.core;
@@ -437,7 +445,7 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
                 };
                 let outcome = runtime::run_observed(
                     core_machine,
-                    bus,
+                    started.bus,
                     started.consumer,
                     store,
                     started.lease,

@@ -61,7 +61,7 @@ fn reading(d: &Descriptor, seq: u64, now: sentinel_core::Micros) -> (String, Str
 /// writes the full checkpoint).
 async fn ingest_history(bus: &NatsBus, store: &PgStore, total: u64) {
     let started = start_when_free(bus, store).await;
-    let core = InProcessCore::spawn(started, bus.clone(), store.clone());
+    let core = InProcessCore::spawn(started, store.clone());
     loop {
         let lag = bus.lag().await.expect("lag");
         let rows = store.row_counts().await.expect("rows").total();
@@ -77,7 +77,15 @@ async fn ingest_history(bus: &NatsBus, store: &PgStore, total: u64) {
 async fn start_when_free(bus: &NatsBus, store: &PgStore) -> startup::Started<NatsBus, PgStore> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match startup::start(bus, store, None, Config::default(), &SystemClock).await {
+        match startup::start(
+            store,
+            startup::already_connected(bus),
+            None,
+            Config::default(),
+            &SystemClock,
+        )
+        .await
+        {
             Ok(started) => return started,
             Err(StartError::LockHeld) if Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(20)).await;

@@ -297,15 +297,15 @@ async fn sentinel_drain(nats: &NatsServer, store: &PgStore, messages: usize) -> 
     let cpu_before = cpu_seconds();
     let started_at = Instant::now();
     let started = startup::start(
-        &bus,
         store,
+        startup::already_connected(&bus),
         Some(&traffic::sample_registry_dir()),
         Config::default(),
         clock.as_ref(),
     )
     .await
     .expect("core starts");
-    let core = InProcessCore::spawn(started, bus.clone(), store.clone());
+    let core = InProcessCore::spawn(started, store.clone());
     loop {
         let lag = bus.lag().await.expect("lag");
         if lag.pending == 0 && lag.ack_pending == 0 {

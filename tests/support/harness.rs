@@ -43,13 +43,13 @@ pub struct InProcessCore {
 }
 
 impl InProcessCore {
-    pub fn spawn<B: Bus, S: Store>(started: Started<B, S>, bus: B, store: S) -> InProcessCore {
+    pub fn spawn<B: Bus, S: Store>(started: Started<B, S>, store: S) -> InProcessCore {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let epoch = started.core.epoch();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let handle = tokio::spawn(runtime::run(
             started.core,
-            bus,
+            started.bus,
             started.consumer,
             store,
             started.lease,
@@ -366,6 +366,33 @@ pub async fn assert_exact_counts(env: &Env, expected: &Expected) {
         states as u64, expected.points_with_rows,
         "a checkpointed state for every point that has rows"
     );
+}
+
+/// A minimal HTTP/1.0 GET of a nats-server monitoring endpoint (the server closes the
+/// connection after the response, so reading to the end is the whole body).
+pub async fn monitor(server: &NatsServer, path: &str) -> serde_json::Value {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let base = server.monitor_url();
+    let authority = base.strip_prefix("http://").expect("monitor URL is http");
+    let mut stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .expect("connect to the monitoring port");
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {authority}\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("send request");
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response).await.expect("read response");
+    let text = String::from_utf8(response).expect("UTF-8 response");
+    let (head, body) = text.split_once("\r\n\r\n").expect("HTTP head and body");
+    assert!(
+        head.lines().next().is_some_and(|status| status.contains(" 200 ")),
+        "GET {path}: {head}"
+    );
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("GET {path}: not JSON ({e}): {body}"))
+}
+
+/// The connection name `sentinel run` gives its NATS connection.
+pub fn nats_connection_name(child: &Child) -> String {
+    format!("sentinel-core pid {}", child.id())
 }
 
 /// A plain connection to the test database, for SQL the store does not offer.

@@ -33,6 +33,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use sentinel_core::{Delivery, DeliveryTag, Micros};
 
+use sentinel_driver::connect::{Credentials, Refusals, connect_options};
+
 use super::{FETCH_MAX, TagTable};
 use crate::clock::{Clock, SystemClock};
 use crate::ports::{Bus, BusError, Consumer, INBOUND_QUEUED_MAX, Inbound, Lag};
@@ -56,7 +58,14 @@ pub struct NatsBusConfig {
     pub request_timeout_ms: u64,
     /// Bound on issued, not yet acked delivery tags; see [`TagTable`].
     pub tags_max: usize,
+    /// Who the core is on the bus (ARCHITECTURE.md, "Security model"); `None` on a server
+    /// without an authorization block.
+    pub credentials: Credentials,
 }
+
+/// The core's principal on the bus: its reply inbox is `_INBOX_sentinel-core`, the only one its
+/// generated permissions let it subscribe below.
+pub const CORE_PRINCIPAL: &str = "sentinel-core";
 
 impl Default for NatsBusConfig {
     fn default() -> Self {
@@ -71,6 +80,7 @@ impl Default for NatsBusConfig {
             duplicate_window_ms: 120_000,
             request_timeout_ms: 10_000,
             tags_max: 2 * 20_000 + FETCH_MAX,
+            credentials: Credentials::None,
         }
     }
 }
@@ -158,6 +168,8 @@ struct Inner {
     /// The driver library's publisher, for the core's self-points: message id set, ack
     /// awaited, retried inside the duplicate window.
     self_points: sentinel_driver::ObservationPublisher,
+    /// What the server refused this connection (its permissions), counted.
+    refusals: Refusals,
 }
 
 /// The bound durable consumer, from [`NatsBus::bind`].
@@ -178,20 +190,28 @@ impl NatsBus {
         config: NatsBusConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<NatsBus, NatsSetupError> {
-        let client = async_nats::ConnectOptions::new()
-            .name(format!("sentinel-core pid {}", std::process::id()))
-            .request_timeout(Some(Duration::from_millis(config.request_timeout_ms)))
-            .connect(config.url.as_str())
-            .await
-            .map_err(|error| NatsSetupError::Connect {
-                url: config.url.clone(),
-                reason: error.to_string(),
-            })?;
+        let refusals = Refusals::default();
+        let client = connect_options(
+            &format!("sentinel-core pid {}", std::process::id()),
+            CORE_PRINCIPAL,
+            &config.credentials,
+            refusals.clone(),
+        )
+        .request_timeout(Some(Duration::from_millis(config.request_timeout_ms)))
+        .connect(config.url.as_str())
+        .await
+        .map_err(|error| NatsSetupError::Connect {
+            url: config.url.clone(),
+            reason: error.to_string(),
+        })?;
         let jetstream = jetstream::new(client.clone());
         let tags = Mutex::new(TagTable::new(config.tags_max));
         // Built once, so a duplicate window too short for its retries fails here, at connect.
-        let self_points = sentinel_driver::ObservationPublisher::new(
-            jetstream.clone(),
+        let self_points = sentinel_driver::ObservationPublisher::on(
+            &sentinel_driver::BusConnection {
+                client: client.clone(),
+                refusals: refusals.clone(),
+            },
             sentinel_driver::PublisherConfig {
                 duplicate_window_ms: config.duplicate_window_ms,
                 ..sentinel_driver::PublisherConfig::default()
@@ -206,12 +226,18 @@ impl NatsBus {
                 tags,
                 clock,
                 self_points,
+                refusals,
             }),
         })
     }
 
     pub fn config(&self) -> &NatsBusConfig {
         &self.inner.config
+    }
+
+    /// Operations the server refused this connection under its permissions.
+    pub fn refusals(&self) -> &Refusals {
+        &self.inner.refusals
     }
 
     /// The underlying client (for tests and tools; the runtime needs only the `Bus` methods).

@@ -49,6 +49,28 @@ pub struct LockHolder {
     pub backend_start: Option<Micros>,
 }
 
+impl LockHolder {
+    /// The epoch the holder took, read from the name it gave its session once it had one
+    /// ([`crate::ports::lock_session_name`]); `None` while it is still starting.
+    pub fn epoch(&self) -> Option<u32> {
+        self.application_name
+            .as_deref()?
+            .strip_prefix(LOCK_SESSION_NAME_PREFIX)?
+            .parse()
+            .ok()
+    }
+
+    /// "pid 4242, application_name \"sentinel-core epoch 7\", epoch 7" for messages.
+    pub fn describe(&self) -> String {
+        let name = self
+            .application_name
+            .as_deref()
+            .map_or("(not visible to this role)".to_owned(), |n| format!("{n:?}"));
+        let epoch = self.epoch().map_or("not yet taken".to_owned(), |e| e.to_string());
+        format!("pid {}, application_name {name}, epoch {epoch}", self.backend_pid)
+    }
+}
+
 /// Bound on the ensured-day cache; older days fall out first (they are never written again
 /// once ingested_at has moved on, and re-ensuring one is harmless).
 const ENSURED_DAYS_MAX: usize = 64;
@@ -111,6 +133,67 @@ pub struct MigrateReport {
     pub supported: i64,
 }
 
+impl std::fmt::Display for MigrateReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.applied.is_empty() {
+            return write!(
+                f,
+                "schema is up to date at version {}; nothing to apply",
+                self.version
+            );
+        }
+        let applied: Vec<String> = self.applied.iter().map(i64::to_string).collect();
+        write!(
+            f,
+            "applied migration{} {}; schema is now at version {} (this binary's)",
+            if self.applied.len() == 1 { "" } else { "s" },
+            applied.join(", "),
+            self.version
+        )
+    }
+}
+
+/// The database's schema version beside this binary's.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct SchemaState {
+    /// The newest applied migration; `None` on a database never migrated.
+    pub found: Option<i64>,
+    /// The newest migration this binary carries.
+    pub supported: i64,
+}
+
+impl SchemaState {
+    /// `older`, `current` or `newer` than this binary (`absent` before the first migration).
+    pub fn relation(&self) -> &'static str {
+        match self.found {
+            None => "absent",
+            Some(found) if found < self.supported => "older",
+            Some(found) if found > self.supported => "newer",
+            Some(_) => "current",
+        }
+    }
+
+    /// One sentence an operator can act on.
+    pub fn describe(&self) -> String {
+        match self.found {
+            None => format!(
+                "the database has no schema yet (this binary's is version {})",
+                self.supported
+            ),
+            Some(found) if found < self.supported => format!(
+                "the database schema is at version {found}, older than this binary's version {}",
+                self.supported
+            ),
+            Some(found) if found > self.supported => format!(
+                "the database schema is at version {found}, newer than this binary's version {}; \
+                 this binary must not run against it",
+                self.supported
+            ),
+            Some(found) => format!("the database schema is at version {found}, this binary's"),
+        }
+    }
+}
+
 /// The PostgreSQL store. Cheap to clone; clones share the pool.
 #[derive(Clone)]
 pub struct PgStore {
@@ -145,6 +228,16 @@ fn to_odt(t: Micros) -> Result<OffsetDateTime, StoreError> {
 /// Exact: PostgreSQL timestamps are whole microseconds.
 fn from_odt(t: OffsetDateTime) -> Micros {
     Micros::from_unix_nanos(t.unix_timestamp_nanos())
+}
+
+/// A UTC day number (days since 1970-01-01) as the date an operator reads, e.g. `2026-11-30`.
+fn day_date(day: i64) -> String {
+    /// The Julian day number of 1970-01-01.
+    const UNIX_EPOCH_JULIAN_DAY: i64 = 2_440_588;
+    i32::try_from(day + UNIX_EPOCH_JULIAN_DAY)
+        .ok()
+        .and_then(|julian| time::Date::from_julian_day(julian).ok())
+        .map_or_else(|| format!("day {day}"), |date| date.to_string())
 }
 
 fn epoch_to_db(epoch: u32) -> Result<i32, StoreError> {
@@ -408,51 +501,46 @@ impl PgStore {
         MIGRATOR.iter().map(|m| m.version).max().unwrap_or(0)
     }
 
-    /// Applies pending migrations. Refuses, before applying anything, a database whose newest
-    /// applied version is newer than this binary's (healthlog spec, "schema from the future").
+    /// Takes the single-writer lock and applies pending migrations under it, then releases it:
+    /// `sentinel migrate`. Fails with [`StoreError::LockHeld`] at once, applying nothing, while a
+    /// core holds the lock (an upgrade is "stop the old core, start the new one").
     pub async fn migrate(&self) -> Result<MigrateReport, StoreError> {
-        let supported = Self::supported_schema_version();
-        let mut conn = self
-            .pool
-            .acquire()
+        let mut lock = self.lock().await?;
+        let report = lock.migrate(self).await;
+        let released = lock.release().await;
+        let report = report?;
+        released?;
+        Ok(report)
+    }
+
+    /// Connects a dedicated session and takes the single-writer lock on it, or fails with
+    /// [`StoreError::LockHeld`] at once. Runs no DDL and touches no table: a second core that
+    /// loses here has changed nothing (core runtime spec, "Acquisition order at startup").
+    pub async fn lock(&self) -> Result<PgLock, StoreError> {
+        // Named apart from the pool's sessions so the lock holder is recognisable even before
+        // it has learned its epoch.
+        let lock_session_options = self
+            .connect_options
+            .clone()
+            .application_name(LOCK_SESSION_NAME_UNLOCKED);
+        let connect = PgConnection::connect_with(&lock_session_options);
+        let mut conn = tokio::time::timeout(Duration::from_millis(self.config.connect_timeout_ms), connect)
             .await
-            .map_err(db_error("acquiring a connection to migrate"))?;
-        // Hold sqlx's own migration lock across the check and the run (advisory locks are
-        // re-entrant within a session), so no other migrator can slip in between.
-        conn.lock()
-            .await
-            .map_err(migrate_error("taking the migration lock"))?;
-        let outcome = async {
-            let before = applied_versions(&mut conn).await?;
-            if let Some(&found) = before.iter().max()
-                && found > supported
-            {
-                return Err(StoreError::SchemaFromFuture { found, supported });
-            }
-            MIGRATOR
-                .run(&mut *conn)
+            .map_err(|_| StoreError::Other("connecting the lock session timed out".into()))?
+            .map_err(db_error("connecting the lock session"))?;
+        let (locked, backend_pid): (bool, i32) =
+            sqlx::query_as("SELECT pg_try_advisory_lock($1), pg_backend_pid()")
+                .bind(LOCK_KEY)
+                .fetch_one(&mut conn)
                 .await
-                .map_err(migrate_error("applying migrations"))?;
-            let after = applied_versions(&mut conn).await?;
-            Ok((before, after))
+                .map_err(db_error("trying the single-writer lock"))?;
+        if !locked {
+            // Best effort: the session holds nothing, so dropping it is as good as closing it.
+            let _ = conn.close().await;
+            return Err(StoreError::LockHeld);
         }
-        .await;
-        let unlocked = conn
-            .unlock()
-            .await
-            .map_err(migrate_error("releasing the migration lock"));
-        let (before, after) = outcome?;
-        unlocked?;
-        let before: BTreeSet<i64> = before.into_iter().collect();
-        let applied: Vec<i64> = after.iter().copied().filter(|v| !before.contains(v)).collect();
-        let version = after.iter().copied().max().unwrap_or(0);
-        tracing::info!(?applied, version, supported, "database schema migrated");
-        self.ensure_partitions_around_today().await?;
-        Ok(MigrateReport {
-            applied,
-            version,
-            supported,
-        })
+        tracing::info!(backend_pid, "single-writer lock taken");
+        Ok(PgLock { conn, backend_pid })
     }
 
     /// The newest applied migration version, `None` on a database never migrated.
@@ -463,6 +551,46 @@ impl PgStore {
             .await
             .map_err(db_error("acquiring a connection"))?;
         Ok(applied_versions(&mut conn).await?.into_iter().max())
+    }
+
+    /// Where this database's schema stands against this binary's, read without writing.
+    pub async fn schema_state(&self) -> Result<SchemaState, StoreError> {
+        let found = self.schema_version().await?;
+        Ok(SchemaState {
+            found,
+            supported: Self::supported_schema_version(),
+        })
+    }
+
+    /// Fails unless the schema is exactly this binary's: for commands that write without the
+    /// lock (`registry load`) and so must not migrate.
+    pub async fn require_current_schema(&self) -> Result<(), StoreError> {
+        let state = self.schema_state().await?;
+        match state.found {
+            Some(found) if found > state.supported => Err(StoreError::SchemaFromFuture {
+                found,
+                supported: state.supported,
+            }),
+            Some(found) if found == state.supported => Ok(()),
+            _ => Err(StoreError::Other(format!(
+                "{}; run `sentinel migrate` first",
+                state.describe()
+            ))),
+        }
+    }
+
+    /// Grants the core's writer role and the dashboards' reader role exactly what they use
+    /// (`migrations/0003_roles.sql`, `sentinel_apply_grants`). Run as the schema owner; both
+    /// roles must exist.
+    pub async fn apply_grants(&self, writer: &str, reader: &str) -> Result<(), StoreError> {
+        self.require_current_schema().await?;
+        sqlx::query("SELECT sentinel_apply_grants($1, $2)")
+            .bind(writer)
+            .bind(reader)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error("applying the role grants"))?;
+        Ok(())
     }
 
     /// The current core epoch.
@@ -572,7 +700,11 @@ impl PgStore {
             .await
             .map_err(db_error("ensuring daily partitions"))?;
         if created > 0 {
-            tracing::info!(created, first_day, "created daily observation partitions");
+            tracing::info!(
+                created,
+                from = %day_date(first_day),
+                "created daily observation partitions"
+            );
         }
         self.remember_days(first_day..first_day + i64::from(ahead) + 2);
         Ok(())
@@ -605,7 +737,11 @@ impl PgStore {
                 .await
                 .map_err(db_error("ensuring a daily partition"))?;
             if created > 0 {
-                tracing::info!(created, day, "created daily observation partitions on demand");
+                tracing::info!(
+                    created,
+                    day = %day_date(*day),
+                    "created daily observation partitions on demand"
+                );
             }
         }
         self.remember_days(missing);
@@ -1349,6 +1485,108 @@ fn cold_start_from_row(row: &PgRow) -> Result<ColdStart, StoreError> {
     })
 }
 
+/// Holding the single-writer advisory lock, before the epoch moves: what `sentinel migrate`
+/// works under, and the first half of an acquisition. Dropping it closes the session, which
+/// releases the lock.
+pub struct PgLock {
+    conn: PgConnection,
+    backend_pid: i32,
+}
+
+impl std::fmt::Debug for PgLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgLock")
+            .field("backend_pid", &self.backend_pid)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PgLock {
+    /// The PostgreSQL backend pid of the lock session.
+    pub fn backend_pid(&self) -> i32 {
+        self.backend_pid
+    }
+
+    /// Applies pending migrations on the lock session. Refuses, before applying anything, a
+    /// database whose newest applied version is newer than this binary's (healthlog spec,
+    /// "schema from the future"). When the schema is already current it runs no DDL at all
+    /// (sqlx's migrator would create its bookkeeping table "if not exists"), so a core
+    /// connected as the writer role, which may not create anything, starts on a current schema.
+    pub async fn migrate(&mut self, store: &PgStore) -> Result<MigrateReport, StoreError> {
+        let supported = PgStore::supported_schema_version();
+        let before = applied_versions(&mut self.conn).await?;
+        let found = before.iter().copied().max();
+        if let Some(found) = found
+            && found > supported
+        {
+            return Err(StoreError::SchemaFromFuture { found, supported });
+        }
+        let pending = MIGRATOR.iter().any(|m| !before.contains(&m.version));
+        let after = if pending {
+            // `run_direct` on the lock session itself (sqlx's documented way around the
+            // "`Acquire` is not general enough" error of `run` on a borrowed connection).
+            MIGRATOR
+                .run_direct(None, &mut self.conn, false)
+                .await
+                .map_err(migrate_error("applying migrations"))?;
+            applied_versions(&mut self.conn).await?
+        } else {
+            before.clone()
+        };
+        let before: BTreeSet<i64> = before.into_iter().collect();
+        let applied: Vec<i64> = after.iter().copied().filter(|v| !before.contains(v)).collect();
+        let version = after.iter().copied().max().unwrap_or(0);
+        tracing::info!(
+            applied = applied.len(),
+            version,
+            supported,
+            "database schema checked under the lock"
+        );
+        store.ensure_partitions_around_today().await?;
+        Ok(MigrateReport {
+            applied,
+            version,
+            supported,
+        })
+    }
+
+    /// Increments the core epoch on the lock session (so only while holding the lock), names
+    /// the session after it and records the acquisition.
+    pub async fn begin_epoch(mut self, store: &PgStore) -> Result<PgLease, StoreError> {
+        let epoch: i32 = sqlx::query_scalar(ACQUIRE_EPOCH)
+            .bind(LOCK_SESSION_NAME_PREFIX)
+            .fetch_one(&mut self.conn)
+            .await
+            .map_err(db_error("incrementing the core epoch"))?;
+        let epoch =
+            u32::try_from(epoch).map_err(|_| StoreError::Other(format!("negative core epoch {epoch}")))?;
+        tracing::info!(
+            epoch,
+            backend_pid = self.backend_pid,
+            "acquired single-writer lock"
+        );
+        Ok(PgLease {
+            conn: Some(self.conn),
+            epoch,
+            backend_pid: self.backend_pid,
+            alive_timeout_ms: store.config.alive_timeout_ms,
+        })
+    }
+
+    /// Unlocks and closes the session at once.
+    pub async fn release(mut self) -> Result<(), StoreError> {
+        sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(LOCK_KEY)
+            .execute(&mut self.conn)
+            .await
+            .map_err(db_error("releasing the single-writer lock"))?;
+        self.conn
+            .close()
+            .await
+            .map_err(db_error("closing the lock session"))
+    }
+}
+
 /// Holding the single-writer advisory lock on a dedicated session. Dropping it closes the
 /// session, which releases the lock; [`PgLease::release`] does so explicitly and at once.
 pub struct PgLease {
@@ -1434,45 +1672,19 @@ impl Lease for PgLease {
 impl Store for PgStore {
     type Lease = PgLease;
 
+    /// Lock, then bring the schema to this binary's version under the lock, then the epoch:
+    /// the order of core runtime spec, "Acquisition order at startup".
     async fn acquire(&self) -> Result<PgLease, StoreError> {
-        // Named apart from the pool's sessions so the lock holder is recognisable even before
-        // it has learned its epoch.
-        let lock_session_options = self
-            .connect_options
-            .clone()
-            .application_name(LOCK_SESSION_NAME_UNLOCKED);
-        let connect = PgConnection::connect_with(&lock_session_options);
-        let mut conn = tokio::time::timeout(Duration::from_millis(self.config.connect_timeout_ms), connect)
-            .await
-            .map_err(|_| StoreError::Other("connecting the lock session timed out".into()))?
-            .map_err(db_error("connecting the lock session"))?;
-        let (locked, backend_pid): (bool, i32) =
-            sqlx::query_as("SELECT pg_try_advisory_lock($1), pg_backend_pid()")
-                .bind(LOCK_KEY)
-                .fetch_one(&mut conn)
-                .await
-                .map_err(db_error("trying the single-writer lock"))?;
-        if !locked {
-            // Best effort: the session holds nothing, so dropping it is as good as closing it.
-            let _ = conn.close().await;
-            return Err(StoreError::LockHeld);
+        let mut lock = self.lock().await?;
+        let report = lock.migrate(self).await?;
+        if !report.applied.is_empty() {
+            tracing::info!(
+                applied = report.applied.len(),
+                version = report.version,
+                "schema migrated under the lock"
+            );
         }
-        // On the lock session itself, so the increment happens only while holding the lock.
-        let epoch: i32 = sqlx::query_scalar(ACQUIRE_EPOCH)
-            .bind(LOCK_SESSION_NAME_PREFIX)
-            .fetch_one(&mut conn)
-            .await
-            .map_err(db_error("incrementing the core epoch"))?;
-        let epoch =
-            u32::try_from(epoch).map_err(|_| StoreError::Other(format!("negative core epoch {epoch}")))?;
-        tracing::info!(epoch, backend_pid, "acquired single-writer lock");
-        self.ensure_partitions_around_today().await?;
-        Ok(PgLease {
-            conn: Some(conn),
-            epoch,
-            backend_pid,
-            alive_timeout_ms: self.config.alive_timeout_ms,
-        })
+        lock.begin_epoch(self).await
     }
 
     async fn store_registry(&self, snapshot: &RegistrySnapshot) -> Result<RegistryLoad, StoreError> {

@@ -1,23 +1,27 @@
 //! The `sentinel` binary: the CLI edge (clap). Errors become messages and exit codes here;
-//! everything else lives in the library.
+//! everything else lives in the library. `status.rs` gathers and prints `sentinel status`.
 
+mod status;
+
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
-use sentinel_core::{Config, QuarantineReason, RetentionClass};
+use clap::{Parser, Subcommand, ValueEnum};
+use sentinel_core::Config;
+use sentinel_driver::Credentials;
 use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
 use sentinel_io::clock::{Clock, SystemClock};
-use sentinel_io::ports::Bus;
+use sentinel_io::ports::{BusError, StoreError};
 use sentinel_io::runtime::{self, RuntimeConfig};
 use sentinel_io::startup::{self, StartError};
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
-use sentinel_io::{demo, registry_dir};
+use sentinel_io::{demo, nats_auth, registry_dir};
 use tracing::{error, info};
 
-/// Exit code of a core that could not take the single-writer lock.
+/// Exit code of a core (or `migrate`) that could not take the single-writer lock.
 const EXIT_LOCK_HELD: u8 = 10;
 
 #[derive(Parser)]
@@ -27,8 +31,18 @@ const EXIT_LOCK_HELD: u8 = 10;
     about = "Sentinel core: telemetry ingest, exactly once, one writer"
 )]
 struct Cli {
+    /// Log format on stderr: `text` (colour only on a terminal) or `json` (one object a line,
+    /// for production log shippers).
+    #[arg(long, global = true, env = "SENTINEL_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 /// The watchdog's suppression (core runtime spec, "A slow core must not look like a dead
@@ -52,7 +66,8 @@ struct CoreTuningArgs {
 
 #[derive(clap::Args, Clone)]
 struct DbArgs {
-    /// PostgreSQL connection URL.
+    /// PostgreSQL connection URL (`sentinel run` connects as the writer role, `migrate` and
+    /// `db grants` as the schema owner).
     #[arg(
         long,
         env = "SENTINEL_DATABASE_URL",
@@ -66,21 +81,47 @@ struct NatsArgs {
     /// NATS server URL.
     #[arg(long, env = "SENTINEL_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     nats_url: String,
+    /// NATS user, with --nats-password-file (a server with an authorization block).
+    #[arg(long, env = "SENTINEL_NATS_USER")]
+    nats_user: Option<String>,
+    /// File holding the NATS user's password.
+    #[arg(long, env = "SENTINEL_NATS_PASSWORD_FILE", requires = "nats_user")]
+    nats_password_file: Option<PathBuf>,
+    /// File holding an nkey seed (`SU…`), instead of a user and password.
+    #[arg(long, env = "SENTINEL_NATS_NKEY_SEED_FILE", conflicts_with = "nats_user")]
+    nats_nkey_seed_file: Option<PathBuf>,
+}
+
+impl NatsArgs {
+    fn credentials(&self) -> anyhow::Result<Credentials> {
+        Credentials::from_files(
+            self.nats_user.as_deref(),
+            self.nats_password_file.as_deref(),
+            self.nats_nkey_seed_file.as_deref(),
+        )
+        .context("NATS credentials")
+    }
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Apply pending migrations (refuses a database newer than this binary).
+    /// Take the single-writer lock and apply pending migrations under it (exit 10, applying
+    /// nothing, while a core runs; refuses a database newer than this binary).
     Migrate {
         #[command(flatten)]
         db: DbArgs,
     },
-    /// Check or load a registry folder.
+    /// Check, load or derive bus permissions from a registry folder.
     Registry {
         #[command(subcommand)]
         command: RegistryCommand,
     },
-    /// Run the core: lock, epoch, registry, projection, consumer, ingest until stopped.
+    /// Database roles.
+    Db {
+        #[command(subcommand)]
+        command: DbCommand,
+    },
+    /// Run the core: lock, schema, epoch, registry, projection, then NATS; ingest until stopped.
     Run {
         #[command(flatten)]
         db: DbArgs,
@@ -112,12 +153,16 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// Print the epoch, lock holder, consumer lag, quarantine and row counts, last cold start.
+    /// Print the schema version, epoch, lock holder, consumer lag, quarantine and row counts,
+    /// last cold start. Reads only: never migrates, never takes the lock.
     Status {
         #[command(flatten)]
         db: DbArgs,
         #[command(flatten)]
         nats: NatsArgs,
+        /// One JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -125,29 +170,63 @@ enum Command {
 enum RegistryCommand {
     /// Run every admission check; exit 1 and list the issues if any.
     Check { dir: PathBuf },
-    /// Check, then store as a new version if the content changed.
+    /// Check, then store as a new version if the content changed (the schema must be current).
     Load {
         dir: PathBuf,
         #[command(flatten)]
         db: DbArgs,
     },
+    /// Write the nats-server authorization block for the registry's driver hosts: each may
+    /// publish only `obs.<host>.>` and `drv.<host>.>` and subscribe only to `cmd.<host>.>`.
+    NatsConfig {
+        dir: PathBuf,
+        /// The operator's principals file (TOML: `core`, `reader`, optional `operator`, and
+        /// `[hosts.<host>]`, each with a password, password_file, password_env or nkey).
+        #[arg(long, env = "SENTINEL_NATS_PRINCIPALS")]
+        principals: PathBuf,
+        /// Where to write the block; stdout when absent.
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum DbCommand {
+    /// Grant the core's writer role and a read-only role exactly what they use (run as the
+    /// schema owner; both roles must exist). See ARCHITECTURE.md, "Security model".
+    Grants {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The role `sentinel run` connects as.
+        #[arg(long)]
+        writer: String,
+        /// The read-only role for dashboards.
+        #[arg(long)]
+        reader: String,
+    },
+}
+
+/// Logs go to stderr, coloured only on a terminal. Commands that print a report on stdout log
+/// only warnings by default, so library INFO lines never interleave with what they print.
+fn init_logging(format: LogFormat, command: &Command) {
+    let default_filter = match command {
+        Command::Run { .. } => "info",
+        _ => "warn",
+    };
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_env("SENTINEL_LOG").unwrap_or_else(|_| default_filter.into());
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        LogFormat::Json => builder.json().with_ansi(false).init(),
+    }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    // The demo prints its own progress; its logs stay at warnings unless asked for.
-    let default_filter = if matches!(cli.command, Command::Demo { .. }) {
-        "warn"
-    } else {
-        "info"
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SENTINEL_LOG")
-                .unwrap_or_else(|_| default_filter.into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(cli.log_format, &cli.command);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -167,10 +246,19 @@ fn main() -> ExitCode {
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
         Command::Migrate { db } => {
-            let store = PgStore::connect(&db.database_url, PgStoreConfig::default()).await?;
-            let report = store.migrate().await?;
-            println!("migrations: {report:?}");
-            Ok(ExitCode::SUCCESS)
+            let store = PgStore::connect(&db.database_url, PgStoreConfig::default())
+                .await
+                .context("connecting to PostgreSQL")?;
+            match store.migrate().await {
+                Ok(report) => {
+                    println!("{report}");
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(StoreError::LockHeld) => {
+                    lock_held(&store, "applying nothing (stop the running core, then migrate)").await
+                }
+                Err(e) => Err(e.into()),
+            }
         }
         Command::Registry {
             command: RegistryCommand::Check { dir },
@@ -192,13 +280,26 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             command: RegistryCommand::Load { dir, db },
         } => {
             let store = PgStore::connect(&db.database_url, PgStoreConfig::default()).await?;
-            store.migrate().await?;
+            store.require_current_schema().await?;
             let load = registry_dir::load_dir(&store, &dir).await?;
             if load.created {
                 println!("registry version {} stored", load.version);
             } else {
                 println!("registry unchanged; current version stays {}", load.version);
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Registry {
+            command: RegistryCommand::NatsConfig { dir, principals, out },
+        } => nats_config(&dir, &principals, out.as_deref()),
+        Command::Db {
+            command: DbCommand::Grants { db, writer, reader },
+        } => {
+            let store = PgStore::connect(&db.database_url, PgStoreConfig::default())
+                .await
+                .context("connecting to PostgreSQL")?;
+            store.apply_grants(&writer, &reader).await?;
+            println!("granted the writer role {writer} and the reader role {reader} their privileges");
             Ok(ExitCode::SUCCESS)
         }
         Command::Run {
@@ -245,8 +346,46 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ExitCode::FAILURE
             })
         }
-        Command::Status { db, nats } => status(db, nats).await,
+        Command::Status { db, nats, json } => status::status(db, nats, json).await,
     }
+}
+
+/// `sentinel registry nats-config`: the registry's driver hosts and the operator's principals
+/// into a nats-server authorization block.
+fn nats_config(
+    dir: &std::path::Path,
+    principals: &std::path::Path,
+    out: Option<&std::path::Path>,
+) -> anyhow::Result<ExitCode> {
+    let descriptors = match registry_dir::check_dir(dir) {
+        Ok(descriptors) => descriptors,
+        Err(report) => {
+            eprintln!("{report}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    let hosts = nats_auth::driver_hosts(&descriptors);
+    let principals = nats_auth::PrincipalsFile::read(principals)?;
+    let defaults = NatsBusConfig::default();
+    let block = nats_auth::authorization_block(
+        &hosts,
+        &principals,
+        &defaults.stream_name,
+        &defaults.consumer_name,
+        &|var| std::env::var(var).ok(),
+    )?;
+    match out {
+        Some(path) => {
+            std::fs::write(path, &block).with_context(|| format!("writing {}", path.display()))?;
+            eprintln!(
+                "wrote the authorization block for {} driver host(s) to {}",
+                hosts.len(),
+                path.display()
+            );
+        }
+        None => print!("{block}"),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 async fn run(
@@ -262,18 +401,6 @@ async fn run(
     let store = PgStore::connect(&db.database_url, PgStoreConfig::default())
         .await
         .context("connecting to PostgreSQL")?;
-    let report = store.migrate().await.context("migrating")?;
-    info!(?report, "schema ready");
-    let bus_config = NatsBusConfig {
-        url: nats.nats_url.clone(),
-        ack_wait_ms,
-        ..NatsBusConfig::default()
-    };
-    let bus = NatsBus::connect(bus_config).await.context("connecting to NATS")?;
-    // The stream may be created before the lock; the consumer may not be bound before it.
-    bus.ensure_stream()
-        .await
-        .context("ensuring the observation stream")?;
     let config = Config {
         inflight_batches_max,
         startup_grace_ms: i64::try_from(tuning.startup_grace_ms).context("--startup-grace-ms")?,
@@ -283,11 +410,28 @@ async fn run(
             .context("--self-points-interval-ms")?,
         ..Config::default()
     };
-    let started = match startup::start(&bus, &store, registry.as_deref(), config, clock.as_ref()).await {
+    let bus_config = NatsBusConfig {
+        url: nats.nats_url.clone(),
+        ack_wait_ms,
+        credentials: nats.credentials()?,
+        ..NatsBusConfig::default()
+    };
+    // Startup order (core runtime spec, "Acquisition order at startup"): the lock, then the
+    // schema under it, the epoch, the registry, the restored projection; only then NATS.
+    let connect_bus = || async move {
+        let bus = NatsBus::connect(bus_config)
+            .await
+            .map_err(|e| BusError::Connection(e.to_string()))?;
+        bus.ensure_stream()
+            .await
+            .map_err(|e| BusError::Other(format!("ensuring the observation stream: {e}")))?;
+        Ok(bus)
+    };
+    let started = match startup::start(&store, connect_bus, registry.as_deref(), config, clock.as_ref()).await
+    {
         Ok(started) => started,
         Err(StartError::LockHeld) => {
-            error!("another core holds the single-writer lock; exiting without binding the consumer");
-            return Ok(ExitCode::from(EXIT_LOCK_HELD));
+            return lock_held(&store, "exiting before touching the bus or the schema").await;
         }
         Err(e) => return Err(e.into()),
     };
@@ -311,7 +455,7 @@ async fn run(
     };
     let outcome = runtime::run_observed(
         started.core,
-        bus,
+        started.bus,
         started.consumer,
         store,
         started.lease,
@@ -335,84 +479,14 @@ async fn run(
     Ok(ExitCode::from(u8::try_from(outcome.exit.code).unwrap_or(1)))
 }
 
-/// Prints what an operator needs to see about the single writer and the backlog (core runtime
-/// spec, "Backpressure": lag is the consumer's pending count and its oldest unacked age; exit
-/// criteria: cold-start duration per step). Reads only; never binds the consumer.
-async fn status(db: DbArgs, nats: NatsArgs) -> anyhow::Result<ExitCode> {
-    let store = PgStore::connect(&db.database_url, PgStoreConfig::default())
-        .await
-        .context("connecting to PostgreSQL")?;
-    println!("core epoch: {}", store.current_epoch().await?);
-    match store.lock_holder().await? {
-        Some(holder) => println!(
-            "lock holder: pid {}, application_name {}, backend_start {}",
-            holder.backend_pid,
-            holder.application_name.as_deref().unwrap_or("(not visible)"),
-            holder
-                .backend_start
-                .map_or("(not visible)".to_owned(), |t| t.to_rfc3339())
-        ),
-        None => println!("lock holder: none"),
-    }
-    match NatsBus::connect(NatsBusConfig {
-        url: nats.nats_url,
-        ..NatsBusConfig::default()
-    })
-    .await
-    {
-        Ok(bus) => match bus.lag().await {
-            Ok(lag) => println!(
-                "consumer lag: pending {}, ack pending {}, oldest unacked age {}",
-                lag.pending,
-                lag.ack_pending,
-                lag.oldest_unacked_age_ms
-                    .map_or("n/a".to_owned(), |ms| format!("{ms} ms"))
-            ),
-            Err(e) => println!("consumer lag: unavailable ({e})"),
-        },
-        Err(e) => println!("consumer lag: NATS unreachable ({e})"),
-    }
-    let quarantine = store.quarantine_counts().await?;
-    println!("quarantine: {}", quarantine.iter().map(|(_, n)| n).sum::<u64>());
-    // wrong_instance is a misconfigured driver host, not bad data: always shown, so its absence
-    // reads as zero rather than as "not checked".
-    if !quarantine
-        .iter()
-        .any(|(reason, _)| *reason == QuarantineReason::WrongInstance)
-    {
-        println!("  {}: 0", QuarantineReason::WrongInstance.as_str());
-    }
-    for (reason, count) in quarantine {
-        println!("  {}: {count}", reason.as_str());
-    }
-    let rows = store.row_counts().await?;
-    for class in RetentionClass::ALL {
-        println!("rows in observation_{}: {}", class.as_str(), rows.get(class));
-    }
-    match store.cold_starts().await?.pop() {
-        None => println!("last cold start: none recorded"),
-        Some(start) => {
-            println!(
-                "last cold start: epoch {}, started_at {}, lock session pid {} ({}), {}",
-                start.epoch,
-                start.started_at.to_rfc3339(),
-                start.backend_pid,
-                start.application_name,
-                start
-                    .ready_at
-                    .map_or("never became ready".to_owned(), |t| format!(
-                        "ready_at {}",
-                        t.to_rfc3339()
-                    ))
-            );
-            for step in &start.steps {
-                println!("  {}: {} us", step.step, step.duration_us);
-            }
-            if !start.steps.is_empty() {
-                let total_us: u64 = start.steps.iter().map(|s| s.duration_us).sum();
-                println!("  total: {total_us} us");
-            }
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+/// Exit 10, naming the session that holds the lock so the operator can find the other core.
+async fn lock_held(store: &PgStore, what_now: &str) -> anyhow::Result<ExitCode> {
+    let holder = match store.lock_holder().await {
+        Ok(Some(holder)) => holder.describe(),
+        Ok(None) => "a session that has released it since".to_owned(),
+        Err(e) => format!("a session this role cannot see ({e})"),
+    };
+    error!(%holder, "another core holds the single-writer lock; {what_now}");
+    eprintln!("sentinel: another core holds the single-writer lock: {holder}");
+    Ok(ExitCode::from(EXIT_LOCK_HELD))
 }
