@@ -359,9 +359,10 @@ fn only_the_nats_adapter_and_the_driver_library_name_async_nats() {
             "io/src/bus/nats.rs",
             "driver/src/lib.rs",
             "driver/src/commands.rs",
+            "driver/src/connect.rs",
         ],
-        "only io/src/bus/nats.rs (the Bus adapter) and the driver crate's publisher and command \
-         intake use async_nats",
+        "only io/src/bus/nats.rs (the Bus adapter) and the driver crate's publisher, command \
+         intake and connection (credentials, refusals) use async_nats",
     );
 }
 

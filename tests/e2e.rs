@@ -70,7 +70,7 @@ async fn ten_thousand_observations_with_every_bad_kind_land_exactly_once() {
     let bus = env.bus.clone();
     let transitions = Transitions::subscribe(&env.nats.url()).await;
     let traffic = traffic::generate(&traffic::sample_registry(), 10_000, 1, now());
-    let core = start_core(bus.clone(), env.store.clone()).await;
+    let core = start_core(bus.clone(), env.writer_store.clone()).await;
     let epoch = core.epoch;
     publish(&env, &traffic).await;
     wait_drained(&env, &traffic.expected).await;
@@ -87,7 +87,7 @@ async fn ten_thousand_observations_with_every_bad_kind_land_exactly_once() {
     assert!(published_first > 0);
 
     // Restart: the epoch moves on, nothing is redelivered, nothing is re-published.
-    let core = start_core(bus.clone(), env.store.clone()).await;
+    let core = start_core(bus.clone(), env.writer_store.clone()).await;
     let epoch2 = core.epoch;
     assert_eq!(epoch2, epoch + 1, "the epoch increments on each acquisition");
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -151,7 +151,7 @@ async fn commit_without_ack_is_redelivered_and_swallowed_by_the_unique_index() {
     let bus = env.bus.clone();
     let transitions = Transitions::subscribe(&env.nats.url()).await;
     let traffic = traffic::generate(&traffic::sample_registry(), 2_000, 1, now());
-    let core = start_core(AckLosingBus(bus.clone()), env.store.clone()).await;
+    let core = start_core(AckLosingBus(bus.clone()), env.writer_store.clone()).await;
     publish(&env, &traffic).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(DRAIN_TIMEOUT_S);
     while committed(&env.store).await < traffic.expected.accepted() {
@@ -168,7 +168,7 @@ async fn commit_without_ack_is_redelivered_and_swallowed_by_the_unique_index() {
         "nothing was acked"
     );
 
-    let core = start_core(bus.clone(), env.store.clone()).await;
+    let core = start_core(bus.clone(), env.writer_store.clone()).await;
     wait_drained(&env, &traffic.expected).await;
     let second = core.stop().await;
     assert_exact_counts(&env, &traffic.expected).await;

@@ -27,8 +27,10 @@ use sentinel_io::startup::Started;
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
 
 use crate::bin::{sentinel_bin, workspace_root};
+use sentinel_driver::Credentials;
+
 use crate::nats::NatsServer;
-use crate::pg::TestDb;
+use crate::pg::{TestDb, TestRoles};
 use crate::traffic::Expected;
 
 /// How long a drain (everything accepted committed, nothing pending) may take.
@@ -106,30 +108,56 @@ pub async fn bus_with_stream(config: NatsBusConfig) -> NatsBus {
 }
 
 /// A private nats-server and a fresh migrated database, with a store and a bus over them.
+/// `store` is the schema owner's (tests read and arrange through it); cores run as the writer
+/// role, `sentinel db grants` having given it exactly what `migrations/0003_roles.sql` lists.
 pub struct Env {
     pub nats: NatsServer,
     pub db: TestDb,
     pub store: PgStore,
     pub bus: NatsBus,
+    pub roles: TestRoles,
+    /// The store as the core's writer role.
+    pub writer_store: PgStore,
 }
 
 impl Env {
     /// Starts the server, creates and migrates the database, connects a bus whose consumer
     /// redelivers after `ack_wait_ms` and ensures the stream.
     pub async fn start(ack_wait_ms: u64) -> Env {
-        let nats = NatsServer::start().await;
-        let db = TestDb::create().await.expect("test database");
+        Env::start_on(NatsServer::start().await, ack_wait_ms, Credentials::None).await
+    }
+
+    /// As [`Env::start`] over a server of the caller's; the test's own bus connects as
+    /// `bus_credentials`.
+    pub async fn start_on(nats: NatsServer, ack_wait_ms: u64, bus_credentials: Credentials) -> Env {
+        let mut db = TestDb::create().await.expect("test database");
         let store = PgStore::connect(&db.url, PgStoreConfig::default())
             .await
             .expect("connect store");
         store.migrate().await.expect("migrate");
+        let roles = db.create_roles().await.expect("roles");
+        store
+            .apply_grants(&roles.writer, &roles.reader)
+            .await
+            .expect("grants");
+        let writer_store = PgStore::connect(&roles.writer_url, PgStoreConfig::default())
+            .await
+            .expect("connect as the writer");
         let bus = bus_with_stream(NatsBusConfig {
             url: nats.url(),
             ack_wait_ms,
+            credentials: bus_credentials,
             ..NatsBusConfig::default()
         })
         .await;
-        Env { nats, db, store, bus }
+        Env {
+            nats,
+            db,
+            store,
+            bus,
+            roles,
+            writer_store,
+        }
     }
 }
 
@@ -165,12 +193,43 @@ impl Transitions {
     /// nothing published afterwards is missed.
     pub async fn subscribe(url: &str) -> Transitions {
         let client = async_nats::connect(url).await.expect("subscriber connects");
-        let mut sub = crate::nats::subscribe_synced(&client, "state.>", "state._sync", b"").await;
+        let sub = crate::nats::subscribe_synced(&client, "state.>", "state._sync", b"").await;
+        Transitions::collect(client, sub)
+    }
+
+    /// Subscribes `client` (which may only subscribe: a read-only principal) to `state.>`, made
+    /// sure of by a probe that `prober` (allowed to publish on `state.>`) sends.
+    pub async fn subscribe_on(client: async_nats::Client, prober: &async_nats::Client) -> Transitions {
+        let mut sub = client.subscribe("state.>").await.expect("subscribe to state.>");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            prober
+                .publish("state._sync", bytes::Bytes::new())
+                .await
+                .expect("probe");
+            match tokio::time::timeout(Duration::from_millis(100), sub.next()).await {
+                Ok(Some(message)) if message.subject.as_str() == "state._sync" => break,
+                Ok(Some(other)) => panic!("unexpected {} before the probe", other.subject),
+                Ok(None) => panic!("subscription closed"),
+                Err(_) => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the probe never came back"
+                ),
+            }
+        }
+        // Later probes may still be on their way: collect ignores them.
+        Transitions::collect(client, sub)
+    }
+
+    fn collect(client: async_nats::Client, mut sub: async_nats::Subscriber) -> Transitions {
         let transitions = Transitions::default();
         let sink = transitions.clone();
         tokio::spawn(async move {
             let _client = client;
             while let Some(message) = sub.next().await {
+                if message.subject.as_str() == "state._sync" {
+                    continue;
+                }
                 let t: serde_json::Value =
                     serde_json::from_slice(&message.payload).expect("transition is JSON");
                 let control_seq = t["control_seq"].as_i64();
@@ -414,7 +473,8 @@ pub fn spawn_core(env: &Env, ack_wait_ms: u64, extra_args: &[&str]) -> Child {
             &ack_wait_ms.to_string(),
         ])
         .args(extra_args)
-        .env("SENTINEL_DATABASE_URL", &env.db.url)
+        // As the writer role: the core needs no more than `sentinel db grants` gives it.
+        .env("SENTINEL_DATABASE_URL", &env.roles.writer_url)
         .env("SENTINEL_NATS_URL", env.nats.url())
         .env("SENTINEL_LOG", "warn")
         .stdin(Stdio::null())

@@ -12,6 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use sentinel_driver::connect::{Credentials, connect_options};
+use sentinel_io::bus::nats::CORE_PRINCIPAL;
+
 /// The oldest server version the bus semantics are checked against.
 pub const NATS_SERVER_VERSION_MIN: (u32, u32) = (2, 10);
 
@@ -79,6 +82,13 @@ impl NatsServer {
     /// process is alive and the server answering is the one with our name; on a lost race the
     /// start is retried with fresh ports.
     pub async fn start() -> NatsServer {
+        NatsServer::start_with_config("", &Credentials::None).await
+    }
+
+    /// Starts a server whose configuration file holds `config` (e.g. a generated
+    /// authorization block); readiness is checked as `ready_as`, who must be allowed to ask
+    /// for JetStream's account info.
+    pub async fn start_with_config(config: &str, ready_as: &Credentials) -> NatsServer {
         static STARTED: AtomicU64 = AtomicU64::new(0);
         const ATTEMPTS_MAX: u32 = 5;
         let binary = binary();
@@ -92,7 +102,11 @@ impl NatsServer {
             let dir = std::env::temp_dir().join(format!("sentinel-nats-{}-{n}-{port}", std::process::id()));
             std::fs::create_dir_all(&dir).expect("create the server's temporary store directory");
             let log = dir.join("server.log");
+            let config_file = dir.join("server.conf");
+            std::fs::write(&config_file, config).expect("write the server's configuration");
             let child = Command::new(&binary)
+                .arg("-c")
+                .arg(&config_file)
                 .arg("-js")
                 .arg("-sd")
                 .arg(&dir)
@@ -119,7 +133,7 @@ impl NatsServer {
                 port,
                 monitor_port,
             };
-            match server.wait_ready(&name).await {
+            match server.wait_ready(&name, ready_as).await {
                 Ok(()) => return server,
                 // Dropping the server kills the process and removes its directory.
                 Err(error) => last_error = error,
@@ -128,7 +142,7 @@ impl NatsServer {
         panic!("nats-server did not start after {ATTEMPTS_MAX} attempts: {last_error}");
     }
 
-    async fn wait_ready(&mut self, name: &str) -> Result<(), String> {
+    async fn wait_ready(&mut self, name: &str, ready_as: &Credentials) -> Result<(), String> {
         let mut last_error = String::new();
         for _ in 0..200 {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -138,7 +152,8 @@ impl NatsServer {
                     self.port
                 ));
             }
-            match async_nats::connect(self.url()).await {
+            let options = connect_options("readiness", CORE_PRINCIPAL, ready_as, Default::default());
+            match options.connect(self.url()).await {
                 Ok(client) => {
                     if client.server_info().server_name != name {
                         return Err(format!("port {} is served by another test's server", self.port));

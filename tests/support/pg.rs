@@ -21,10 +21,23 @@ static NEXT_DB: AtomicU64 = AtomicU64::new(0);
 /// A fresh, empty database (not migrated).
 #[derive(Debug)]
 pub struct TestDb {
-    /// Connect here to use the database.
+    /// Connect here to use the database (as the admin: the schema owner).
     pub url: String,
     pub name: String,
     admin_url: String,
+    /// The login roles made by [`TestDb::create_roles`], dropped with the database.
+    roles: Vec<String>,
+}
+
+/// A writer and a reader role for one test database (ARCHITECTURE.md, "Security model"), not
+/// yet granted anything.
+#[derive(Clone, Debug)]
+pub struct TestRoles {
+    pub writer: String,
+    pub reader: String,
+    /// The database as each role.
+    pub writer_url: String,
+    pub reader_url: String,
 }
 
 /// The admin URL with its database path replaced by `database` (query parameters kept).
@@ -64,16 +77,57 @@ impl TestDb {
             .with_context(|| format!("creating database {name}"))?;
         let _ = admin.close().await;
         let url = with_database(&admin_url, &name)?;
-        Ok(TestDb { url, name, admin_url })
+        Ok(TestDb {
+            url,
+            name,
+            admin_url,
+            roles: Vec::new(),
+        })
     }
 
-    async fn drop_database(admin_url: &str, name: &str) -> anyhow::Result<()> {
+    /// Creates two login roles named after the database (roles are cluster-wide, so the names
+    /// are unique per test), each allowed to connect to it only. Their privileges inside the
+    /// database are `sentinel db grants`'s job.
+    pub async fn create_roles(&mut self) -> anyhow::Result<TestRoles> {
+        let writer = format!("{}_w", self.name);
+        let reader = format!("{}_r", self.name);
+        let mut admin = PgConnection::connect(&self.admin_url).await?;
+        for role in [&writer, &reader] {
+            // Names derived from ours: only [a-z0-9_].
+            sqlx::query(AssertSqlSafe(format!("CREATE ROLE {role} LOGIN")))
+                .execute(&mut admin)
+                .await
+                .with_context(|| format!("creating role {role}"))?;
+            self.roles.push(role.clone());
+        }
+        let _ = admin.close().await;
+        let as_role = |role: &str| -> anyhow::Result<String> {
+            let url = with_database(&self.admin_url, &self.name)?;
+            let at = url.find("://").context("no scheme")? + 3;
+            let host_at = url[at..].find('@').map_or(at, |i| at + i + 1);
+            Ok(format!("{}{role}@{}", &url[..at], &url[host_at..]))
+        };
+        Ok(TestRoles {
+            writer_url: as_role(&writer)?,
+            reader_url: as_role(&reader)?,
+            writer,
+            reader,
+        })
+    }
+
+    async fn drop_database(admin_url: &str, name: &str, roles: &[String]) -> anyhow::Result<()> {
         let mut admin = PgConnection::connect(admin_url).await?;
         sqlx::query(AssertSqlSafe(format!(
             "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
         )))
         .execute(&mut admin)
         .await?;
+        // Their privileges went with the database, so nothing else holds them.
+        for role in roles {
+            sqlx::query(AssertSqlSafe(format!("DROP ROLE IF EXISTS {role}")))
+                .execute(&mut admin)
+                .await?;
+        }
         let _ = admin.close().await;
         Ok(())
     }
@@ -85,11 +139,12 @@ impl Drop for TestDb {
     fn drop(&mut self) {
         let admin_url = self.admin_url.clone();
         let name = self.name.clone();
+        let roles = std::mem::take(&mut self.roles);
         let dropper = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
             match runtime {
                 Ok(runtime) => {
-                    if let Err(e) = runtime.block_on(TestDb::drop_database(&admin_url, &name)) {
+                    if let Err(e) = runtime.block_on(TestDb::drop_database(&admin_url, &name, &roles)) {
                         eprintln!("could not drop test database {name}: {e:#}");
                     }
                 }

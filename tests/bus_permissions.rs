@@ -1,0 +1,312 @@
+//! Bus permissions from the registry (core runtime spec: "subject-scoped bus permissions [are]
+//! the real authorisation model"; ARCHITECTURE.md, "Security model"), against a real nats-server
+//! started with the block `sentinel registry nats-config` wrote from the sample registry.
+//!
+//! Owns: the whole ingest and command path works with the generated users (every driver host as
+//! itself, the core as itself, a reader on `state.>`, an operator asking for a command); a host's
+//! user is refused by the server when it publishes another host's observations or subscribes to
+//! another host's commands, and the refusal reaches the driver library as a clear
+//! `PermissionDenied` and is counted; a malformed subject (`obs.<host>` with no instance) never
+//! reaches the stream; the reader can neither publish observations nor command.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use sentinel_core::wire::COMMAND_REQUEST_SUBJECT;
+use sentinel_core::{CommandRequest, QuarantineReason};
+use sentinel_driver::commands::CommandIntake;
+use sentinel_driver::connect::{BusConnection, Credentials, RefusedOp};
+use sentinel_driver::{BusError, ObservationPublisher, PublisherConfig};
+use sentinel_io::bus::nats::CORE_PRINCIPAL;
+use sentinel_io::nats_auth::{OPERATOR_PRINCIPAL, READER_PRINCIPAL, host_principal};
+use sentinel_tests::bin::{sentinel_bin, workspace_root};
+use sentinel_tests::harness::{
+    Env, Transitions, assert_exact_counts, now, spawn_core, terminate, wait_drained, wait_ready,
+};
+use sentinel_tests::nats::NatsServer;
+use sentinel_tests::traffic;
+
+const HOSTS: [&str; 3] = ["ahu-east", "electrical", "plant-a"];
+
+/// One principal's nkey pair: the seed stays with the test (written to a file the process
+/// reads), the public key goes into the principals file.
+struct Keys {
+    seed_file: std::path::PathBuf,
+    public: String,
+    credentials: Credentials,
+}
+
+fn keys(dir: &Path, name: &str) -> Keys {
+    let pair = nkeys::KeyPair::new_user();
+    let seed = pair.seed().expect("a user key pair has a seed");
+    let seed_file = dir.join(format!("{name}.seed"));
+    std::fs::write(&seed_file, &seed).expect("write seed");
+    Keys {
+        seed_file,
+        public: pair.public_key(),
+        credentials: Credentials::NkeySeed(seed),
+    }
+}
+
+/// Writes the principals file and runs `sentinel registry nats-config` over the sample
+/// registry; returns the generated block.
+fn generate_block(
+    dir: &Path,
+    core: &Keys,
+    reader: &Keys,
+    operator: &Keys,
+    hosts: &BTreeMap<&str, Keys>,
+) -> String {
+    let mut principals = format!(
+        "core = {{ nkey = \"{}\" }}\nreader = {{ nkey = \"{}\" }}\noperator = {{ nkey = \"{}\" }}\n",
+        core.public, reader.public, operator.public
+    );
+    for (host, keys) in hosts {
+        principals.push_str(&format!("[hosts.{host}]\nnkey = \"{}\"\n", keys.public));
+    }
+    let principals_file = dir.join("principals.toml");
+    std::fs::write(&principals_file, principals).expect("write principals");
+    let out = dir.join("auth.conf");
+    let status = Command::new(sentinel_bin())
+        .current_dir(workspace_root())
+        .args(["registry", "nats-config", "registry", "--principals"])
+        .arg(&principals_file)
+        .arg("--out")
+        .arg(&out)
+        .stdin(Stdio::null())
+        .status()
+        .expect("run sentinel registry nats-config");
+    assert!(status.success(), "nats-config exits 0");
+    std::fs::read_to_string(out).expect("the block was written")
+}
+
+async fn connect(server: &NatsServer, principal: &str, keys: &Keys) -> BusConnection {
+    BusConnection::connect(&server.url(), principal, &keys.credentials)
+        .await
+        .unwrap_or_else(|e| panic!("{principal} connects: {e}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() {
+    let dir = tempdir();
+    let core = keys(&dir, "core");
+    let reader = keys(&dir, "reader");
+    let operator = keys(&dir, "operator");
+    let hosts: BTreeMap<&str, Keys> = HOSTS.iter().map(|h| (*h, keys(&dir, h))).collect();
+    let block = generate_block(&dir, &core, &reader, &operator, &hosts);
+    assert!(block.contains("\"obs.plant-a.>\""), "{block}");
+
+    let server = NatsServer::start_with_config(&block, &core.credentials).await;
+    let env = Env::start_on(server, 30_000, core.credentials.clone()).await;
+    let prober = connect(&env.nats, CORE_PRINCIPAL, &core).await;
+    let reader_connection = connect(&env.nats, READER_PRINCIPAL, &reader).await;
+    let transitions = Transitions::subscribe_on(reader_connection.client.clone(), &prober.client).await;
+
+    // Each host's command intake, as that host.
+    let connections: BTreeMap<&str, BusConnection> = {
+        let mut map = BTreeMap::new();
+        for (host, keys) in &hosts {
+            map.insert(*host, connect(&env.nats, &host_principal(host), keys).await);
+        }
+        map
+    };
+    let mut pump = CommandIntake::subscribe_on(&connections["plant-a"], "plant-a", "modbus-pumps", 1, 0)
+        .await
+        .expect("plant-a may subscribe to its own commands");
+
+    let mut first = spawn_core(
+        &env,
+        30_000,
+        &[
+            "--self-points-interval-ms",
+            "0",
+            "--nats-nkey-seed-file",
+            core.seed_file.to_str().expect("UTF-8 path"),
+        ],
+    );
+    wait_ready(&env.store, 1).await;
+
+    // Ingest: every message through the connection of the host its subject names.
+    let mut traffic = traffic::generate(&traffic::sample_registry(), 2_000, 1, now());
+    let mut publishers: BTreeMap<&str, Arc<ObservationPublisher>> = connections
+        .iter()
+        .map(|(host, c)| {
+            (
+                *host,
+                Arc::new(ObservationPublisher::on(c, PublisherConfig::default()).expect("publisher")),
+            )
+        })
+        .collect();
+    // The core's own host: only the core may publish its self-points.
+    publishers.insert(
+        sentinel_core::self_points::SELF_HOST,
+        Arc::new(ObservationPublisher::on(&prober, PublisherConfig::default()).expect("publisher")),
+    );
+    let mut refused_bad_subjects = 0;
+    for message in &traffic.messages {
+        let host = message.subject.split('.').nth(1).expect("obs.<host>...");
+        match publishers[host]
+            .publish(&message.subject, &message.msg_id, message.payload.clone())
+            .await
+        {
+            Ok(_) => {}
+            Err(BusError::PermissionDenied { operation, subject }) => {
+                assert_eq!(
+                    (operation, subject.as_str()),
+                    ("publish", message.subject.as_str())
+                );
+                assert_eq!(
+                    message.subject.split('.').count(),
+                    2,
+                    "only a subject outside obs.<host>.> is refused: {}",
+                    message.subject
+                );
+                refused_bad_subjects += 1;
+            }
+            Err(e) => panic!("publish {}: {e}", message.subject),
+        }
+    }
+    // `obs.<host>` without an instance is now stopped at the server rather than quarantined.
+    assert!(refused_bad_subjects > 0, "the traffic holds malformed subjects");
+    let reason = QuarantineReason::BadSubject.as_str();
+    let expected_bad = traffic
+        .expected
+        .quarantine
+        .remove(reason)
+        .expect("bad subjects expected");
+    assert_eq!(
+        refused_bad_subjects, expected_bad,
+        "every malformed subject was refused"
+    );
+    wait_drained(&env, &traffic.expected).await;
+    // Wrong-instance messages on a host's own subjects still reach the core and are quarantined:
+    // the second line of defence.
+    assert!(traffic.expected.quarantine[QuarantineReason::WrongInstance.as_str()] > 0);
+    assert_exact_counts(&env, &traffic.expected).await;
+    assert!(transitions.total() > 0, "the reader saw transitions on state.>");
+
+    // Commands: the operator asks, the core writes and sends, plant-a's driver admits it.
+    let operator_connection = connect(&env.nats, OPERATOR_PRINCIPAL, &operator).await;
+    let request = serde_json::to_vec(&CommandRequest {
+        command_id: "perm-1".into(),
+        point_id: "pump1.state".into(),
+        value: serde_json::json!(1),
+        principal: "operator:test".into(),
+    })
+    .expect("encode");
+    operator_connection
+        .client
+        .publish(COMMAND_REQUEST_SUBJECT, request.into())
+        .await
+        .expect("request");
+    let admitted = tokio::time::timeout(Duration::from_secs(20), async {
+        loop {
+            let received = pump.next().await.expect("open").expect("received");
+            if let Some(command) = received.admitted() {
+                return command.clone();
+            }
+        }
+    })
+    .await
+    .expect("the command reaches plant-a's driver");
+    assert_eq!((admitted.command_id.as_str(), admitted.core_epoch), ("perm-1", 1));
+
+    // plant-a's user may not speak for electrical, nor listen to its commands.
+    let plant_a = &connections["plant-a"];
+    let before = plant_a.refusals.total();
+    let err = publishers["plant-a"]
+        .publish(
+            "obs.electrical.mbus-meter",
+            "mbus-meter:1:999999",
+            bytes::Bytes::from_static(b"{}"),
+        )
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, BusError::PermissionDenied { operation: "publish", subject } if subject == "obs.electrical.mbus-meter"),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "the bus refused to let this principal publish on obs.electrical.mbus-meter: not permitted"
+    );
+    let err = CommandIntake::subscribe_on(plant_a, "electrical", "mbus-meter", 1, 0)
+        .await
+        .err()
+        .expect("subscribing to another host's commands is refused");
+    assert!(
+        matches!(&err, BusError::PermissionDenied { operation: "subscribe", subject } if subject == "cmd.electrical.mbus-meter"),
+        "{err}"
+    );
+    assert_eq!(plant_a.refusals.total(), before + 2, "each refusal is counted");
+    assert_eq!(
+        plant_a
+            .refusals
+            .count(RefusedOp::Publish, "obs.electrical.mbus-meter"),
+        1
+    );
+
+    // The reader reads only: it can neither inject observations nor ask for commands.
+    let reader_publisher =
+        ObservationPublisher::on(&reader_connection, PublisherConfig::default()).expect("publisher");
+    assert!(matches!(
+        reader_publisher
+            .publish(
+                "obs.plant-a.modbus-pumps",
+                "modbus-pumps:1:999999",
+                bytes::Bytes::from_static(b"{}")
+            )
+            .await,
+        Err(BusError::PermissionDenied { .. })
+    ));
+    let seen = reader_connection.refusals.total();
+    reader_connection
+        .client
+        .publish(COMMAND_REQUEST_SUBJECT, bytes::Bytes::from_static(b"{}"))
+        .await
+        .expect("sent");
+    reader_connection.client.flush().await.expect("flush");
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        reader_connection
+            .refusals
+            .refused_after(RefusedOp::Publish, COMMAND_REQUEST_SUBJECT, 0),
+    )
+    .await
+    .expect("the reader's command request is refused");
+    assert!(reader_connection.refusals.total() > seen);
+    // The operator may ask, but not listen to others' requests (it is not the core).
+    let _requests = operator_connection
+        .client
+        .subscribe(COMMAND_REQUEST_SUBJECT)
+        .await
+        .expect("the subscribe call itself returns");
+    assert!(matches!(
+        operator_connection
+            .check_subscription(COMMAND_REQUEST_SUBJECT, 0)
+            .await,
+        Err(BusError::PermissionDenied {
+            operation: "subscribe",
+            ..
+        })
+    ));
+
+    assert!(
+        first.try_wait().expect("try_wait").is_none(),
+        "the core ran throughout"
+    );
+    terminate(first).await;
+}
+
+fn tempdir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "sentinel-bus-permissions-{}-{}",
+        std::process::id(),
+        now().0
+    ));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}

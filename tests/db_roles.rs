@@ -1,0 +1,173 @@
+//! Database roles (ARCHITECTURE.md, "Security model"; `migrations/0003_roles.sql`), against real
+//! PostgreSQL: `sentinel db grants --writer W --reader R` gives the core's writer exactly what it
+//! uses and the dashboards' reader only reads. The log is append-only for the writer: it cannot
+//! drop, alter, truncate, delete or update observation rows, nor create anything; it makes
+//! partitions only through the SECURITY DEFINER function. (That the whole core runs as the
+//! writer is shown by every process and end-to-end test: `harness::Env` connects cores as it.)
+
+use std::process::{Command, Stdio};
+
+use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_tests::bin::{sentinel_bin, workspace_root};
+use sentinel_tests::harness::pg;
+use sentinel_tests::pg::{TestDb, TestRoles};
+
+/// A migrated database with its two roles granted by the binary itself.
+async fn granted() -> (TestDb, TestRoles) {
+    let mut db = TestDb::create().await.expect("test database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    let roles = db.create_roles().await.expect("roles");
+    let out = Command::new(sentinel_bin())
+        .current_dir(workspace_root())
+        .args([
+            "db",
+            "grants",
+            "--writer",
+            &roles.writer,
+            "--reader",
+            &roles.reader,
+        ])
+        .env("SENTINEL_DATABASE_URL", &db.url)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run sentinel db grants");
+    assert!(
+        out.status.success(),
+        "db grants: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (db, roles)
+}
+
+/// Runs `sql` as whoever `url` connects as; the error text when it is refused.
+async fn refused(url: &str, sql: &str) -> Option<String> {
+    match sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(&mut pg(url).await)
+        .await
+    {
+        Ok(_) => None,
+        Err(e) => Some(e.to_string()),
+    }
+}
+
+const ONE_ROW: &str = "INSERT INTO observation_measurement (ingested_at, point_id, observed_at, \
+     native_num, quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
+     VALUES (now(), 'p', now(), 1, 'live', true, 1, 'i', 1, 1)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
+    let (db, roles) = granted().await;
+    // What the core does: partitions through the function, insert, read back.
+    assert_eq!(
+        refused(
+            &roles.writer_url,
+            "SELECT sentinel_ensure_partitions(current_date, 2)"
+        )
+        .await,
+        None,
+        "the writer makes partitions through the SECURITY DEFINER function"
+    );
+    assert_eq!(
+        refused(&roles.writer_url, ONE_ROW).await,
+        None,
+        "the writer inserts"
+    );
+    assert_eq!(
+        refused(&roles.writer_url, "SELECT count(*) FROM observation").await,
+        None
+    );
+
+    for (what, sql) in [
+        ("DELETE", "DELETE FROM observation_measurement"),
+        ("UPDATE", "UPDATE observation_measurement SET quality = 'bad'"),
+        ("TRUNCATE", "TRUNCATE observation_measurement"),
+        ("DROP", "DROP TABLE observation_measurement"),
+        ("ALTER", "ALTER TABLE observation_measurement ADD COLUMN x int"),
+        ("DELETE from control_event", "DELETE FROM control_event"),
+        ("CREATE", "CREATE TABLE sneaky (x int)"),
+        (
+            "a partition by hand",
+            "CREATE TABLE observation_measurement_p20991231 PARTITION OF observation_measurement \
+             FOR VALUES FROM ('2099-12-31') TO ('2100-01-01')",
+        ),
+    ] {
+        let error = refused(&roles.writer_url, sql)
+            .await
+            .unwrap_or_else(|| panic!("the writer could {what}: {sql}"));
+        assert!(
+            error.contains("permission denied") || error.contains("must be owner"),
+            "{what} refused for lack of privilege, got: {error}"
+        );
+    }
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM observation_measurement")
+        .fetch_one(&mut pg(&db.url).await)
+        .await
+        .expect("count");
+    assert_eq!(rows, 1, "the row the writer inserted is still there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_reader_reads_and_cannot_write_or_see_payloads() {
+    let (db, roles) = granted().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "SELECT sentinel_ensure_partitions(current_date, 2); {ONE_ROW}"
+    )))
+    .execute(&mut pg(&db.url).await)
+    .await
+    .expect("arrange a row as the owner");
+    for sql in [
+        "SELECT count(*) FROM observation",
+        "SELECT count(*) FROM observation_measurement",
+        "SELECT * FROM point_state",
+        "SELECT * FROM control_event",
+        "SELECT epoch FROM core_epoch",
+        "SELECT reason, detail, payload_bytes FROM quarantine",
+    ] {
+        assert_eq!(
+            refused(&roles.reader_url, sql).await,
+            None,
+            "the reader may {sql}"
+        );
+    }
+    for sql in [
+        ONE_ROW,
+        "DELETE FROM observation_measurement",
+        "UPDATE point_state SET quality = 'bad'",
+        "INSERT INTO control_event (occurred_at, kind, principal, core_epoch, payload, registry_version) \
+         VALUES (now(), 'x', 'me', 1, '{}', 1)",
+        "UPDATE core_epoch SET epoch = 99",
+        "SELECT payload FROM quarantine",
+        "SELECT sentinel_ensure_partitions(current_date, 1)",
+    ] {
+        let error = refused(&roles.reader_url, sql)
+            .await
+            .unwrap_or_else(|| panic!("the reader could: {sql}"));
+        assert!(error.contains("permission denied"), "{sql}: {error}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grants_refuse_one_role_for_both_and_a_missing_role() {
+    let (db, roles) = granted().await;
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect");
+    let same = store
+        .apply_grants(&roles.writer, &roles.writer)
+        .await
+        .expect_err("one role cannot be both");
+    assert!(same.to_string().contains("two named roles"), "{same}");
+    let missing = store
+        .apply_grants("no_such_role_anywhere", &roles.reader)
+        .await
+        .expect_err("a missing role");
+    assert!(missing.to_string().contains("does not exist"), "{missing}");
+    // Idempotent: applying again changes nothing and succeeds.
+    store
+        .apply_grants(&roles.writer, &roles.reader)
+        .await
+        .expect("again");
+}
