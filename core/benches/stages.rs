@@ -75,7 +75,7 @@ fn deliveries(registry: &Registry, count: usize) -> Vec<Delivery> {
                     out.unit = Some("K".into()); // unit mismatch
                 }
             }
-            if roll % 4 == 0 {
+            if roll.is_multiple_of(4) {
                 out.device_time = Some(observed.add_ms(rng.below(3_000) as i64).to_rfc3339());
             }
             let mut payload = out.to_bytes();

@@ -274,6 +274,10 @@ impl Projection {
     /// Applies a committed watchdog control event: the point's quality becomes `to` (its
     /// value and `observed_at` stay; a degraded quality never nulls the value). Returns the
     /// transition to publish, identified by the event's `seq`.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one committed control event's fields plus the core's stamp; a struct would only rename them"
+    )]
     pub fn apply_quality_event(
         &mut self,
         point: PointIdx,

@@ -206,13 +206,13 @@ pub fn decode_envelope(payload: &[u8]) -> Result<Envelope<'_>, Refusal> {
             "field `driver_instance` is empty",
         ));
     }
-    if let Some(detail) = raw.detail {
-        if !detail.get().starts_with('{') {
-            return Err(refuse(
-                QuarantineReason::Malformed,
-                "field `detail` is not an object",
-            ));
-        }
+    if let Some(detail) = raw.detail
+        && !detail.get().starts_with('{')
+    {
+        return Err(refuse(
+            QuarantineReason::Malformed,
+            "field `detail` is not an object",
+        ));
     }
     let observed_at = Micros::parse_rfc3339(&raw.observed_at).ok_or_else(|| {
         refuse(
@@ -248,10 +248,10 @@ pub fn decode_envelope(payload: &[u8]) -> Result<Envelope<'_>, Refusal> {
 fn classify_decode_error(payload: &[u8], error: &serde_json::Error) -> Refusal {
     if error.is_data() {
         // A syntactically valid object: was it another envelope version?
-        if let Ok(VersionOnly { v: Some(v) }) = serde_json::from_slice::<VersionOnly>(payload) {
-            if v.as_u64() != Some(u64::from(ENVELOPE_VERSION)) {
-                return refuse(QuarantineReason::UnsupportedVersion, "envelope version is not 1");
-            }
+        if let Ok(VersionOnly { v: Some(v) }) = serde_json::from_slice::<VersionOnly>(payload)
+            && v.as_u64() != Some(u64::from(ENVELOPE_VERSION))
+        {
+            return refuse(QuarantineReason::UnsupportedVersion, "envelope version is not 1");
         }
         let message = error.to_string();
         if message.starts_with("missing field") {

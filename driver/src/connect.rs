@@ -273,11 +273,11 @@ pub fn connect_options(
         .event_callback(move |event| {
             let refusals = refusals.clone();
             async move {
-                if let Event::ServerError(error) = &event {
-                    if refusals.record(error) {
-                        tracing::warn!(%error, total = refusals.total(), "the bus refused an operation");
-                        return;
-                    }
+                if let Event::ServerError(error) = &event
+                    && refusals.record(error)
+                {
+                    tracing::warn!(%error, total = refusals.total(), "the bus refused an operation");
+                    return;
                 }
                 tracing::debug!(%event, "bus connection event");
             }

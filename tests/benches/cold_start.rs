@@ -43,7 +43,7 @@ const ROUNDS: usize = 7;
 fn reading(d: &Descriptor, seq: u64, now: sentinel_core::Micros) -> (String, String, Bytes) {
     let value = match d.kind {
         Kind::Number => serde_json::json!(20.0 + (seq % 10) as f64),
-        Kind::Bool => serde_json::json!(seq % 2 == 0),
+        Kind::Bool => serde_json::json!(seq.is_multiple_of(2)),
         Kind::Enum => serde_json::json!(seq % 3),
         Kind::Text => serde_json::json!("ok"),
     };

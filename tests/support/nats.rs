@@ -200,19 +200,6 @@ impl Drop for NatsServer {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::parse_version;
-
-    #[test]
-    fn parses_server_versions() {
-        assert_eq!(parse_version("nats-server: v2.9.10\n"), Some((2, 9)));
-        assert_eq!(parse_version("nats-server: v2.15.1"), Some((2, 15)));
-        assert_eq!(parse_version("nats-server: v2.11.0-RC.1"), Some((2, 11)));
-        assert_eq!(parse_version("garbage"), None);
-    }
-}
-
 /// Subscribes `client` to `subject` and returns once the server has registered the
 /// subscription, so nothing published afterwards by any connection is missed.
 ///
@@ -239,4 +226,17 @@ pub async fn subscribe_synced(
     assert_eq!(probe.subject.as_str(), probe_subject);
     assert_eq!(&probe.payload[..], probe_payload);
     subscriber
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_version;
+
+    #[test]
+    fn parses_server_versions() {
+        assert_eq!(parse_version("nats-server: v2.9.10\n"), Some((2, 9)));
+        assert_eq!(parse_version("nats-server: v2.15.1"), Some((2, 15)));
+        assert_eq!(parse_version("nats-server: v2.11.0-RC.1"), Some((2, 11)));
+        assert_eq!(parse_version("garbage"), None);
+    }
 }
