@@ -143,7 +143,8 @@ async fn a_second_core_exits_at_once_touching_neither_the_bus_nor_the_schema() {
     std::io::Read::read_to_string(&mut second.stderr.take().expect("stderr"), &mut stderr).expect("stderr");
     assert!(
         stderr.contains(&format!(
-            "another core holds the single-writer lock: pid {}, application_name \"sentinel-core epoch 1\", epoch 1",
+            "another core holds the single-writer lock: pid {}, application_name \"sentinel-core epoch 1\", epoch 1; \
+             exiting before touching the bus or the schema",
             holder.backend_pid
         )),
         "the refusal names the holder: {stderr}"

@@ -19,7 +19,7 @@ use sentinel_io::runtime::{self, RuntimeConfig};
 use sentinel_io::startup::{self, StartError};
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
 use sentinel_io::{demo, nats_auth, registry_dir};
-use tracing::{error, info};
+use tracing::info;
 
 /// Exit code of a core (or `migrate`) that could not take the single-writer lock.
 const EXIT_LOCK_HELD: u8 = 10;
@@ -486,7 +486,6 @@ async fn lock_held(store: &PgStore, what_now: &str) -> anyhow::Result<ExitCode> 
         Ok(None) => "a session that has released it since".to_owned(),
         Err(e) => format!("a session this role cannot see ({e})"),
     };
-    error!(%holder, "another core holds the single-writer lock; {what_now}");
-    eprintln!("sentinel: another core holds the single-writer lock: {holder}");
+    eprintln!("sentinel: another core holds the single-writer lock: {holder}; {what_now}");
     Ok(ExitCode::from(EXIT_LOCK_HELD))
 }
