@@ -241,7 +241,15 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
         matches!(&err, BusError::PermissionDenied { operation: "subscribe", subject } if subject == "cmd.electrical.mbus-meter"),
         "{err}"
     );
-    assert_eq!(plant_a.refusals.total(), before + 2, "each refusal is counted");
+    // Each refusal is counted: these two, and possibly the intake's hello on
+    // drv.electrical.mbus-meter, refused too, whose report may still be on its way.
+    assert!(plant_a.refusals.total() >= before + 2, "each refusal is counted");
+    assert_eq!(
+        plant_a
+            .refusals
+            .count(RefusedOp::Subscribe, "cmd.electrical.mbus-meter"),
+        1
+    );
     assert_eq!(
         plant_a
             .refusals

@@ -17,6 +17,15 @@ pub fn sentinel_bin() -> PathBuf {
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
             let release = !cfg!(debug_assertions);
             let mut build = Command::new(cargo);
+            // The test harness's own CARGO_* variables (package name, manifest dir, …) would
+            // reach the build scripts of this nested build and make them rerun, rebuilding
+            // ring, rustls and async-nats on every test binary's first spawn.
+            for (key, _) in std::env::vars_os() {
+                let key = key.to_string_lossy().into_owned();
+                if key.starts_with("CARGO_") && key != "CARGO_HOME" && key != "CARGO_TARGET_DIR" {
+                    build.env_remove(&key);
+                }
+            }
             build
                 .current_dir(workspace_root())
                 .args(["build", "-p", "sentinel-io", "--bin", "sentinel"]);
