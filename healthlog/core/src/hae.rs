@@ -17,8 +17,8 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::limits::{
-    BODY_BYTES_MAX, METRIC_NAME_BYTES_MAX, METRICS_MAX, POINTS_PER_DELIVERY_MAX, POINTS_PER_METRIC_MAX,
-    SECTION_NAME_BYTES_MAX, UNCOVERED_NAMES_MAX, UNITS_BYTES_MAX,
+    BODY_BYTES_MAX, LAYER_BYTES_MAX, METRIC_NAME_BYTES_MAX, METRICS_MAX, POINTS_PER_DELIVERY_MAX,
+    POINTS_PER_METRIC_MAX, SECTION_NAME_BYTES_MAX, UNCOVERED_NAMES_MAX, UNITS_BYTES_MAX,
 };
 use crate::points::Candidate;
 use crate::time::parse_timestamp_us;
@@ -104,6 +104,16 @@ fn cut_at_char_boundary(s: &str, max: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// Whether `layer` is a valid layer name: 1..=[`LAYER_BYTES_MAX`] bytes of `[a-z0-9_-]`. The layer
+/// comes from the receiving endpoint or `--layer` (HEALTHLOG.md "Decided"), never from the body.
+pub fn valid_layer(layer: &str) -> bool {
+    !layer.is_empty()
+        && layer.len() <= LAYER_BYTES_MAX
+        && layer
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
 }
 
 /// One metric's points in a body.

@@ -6,6 +6,7 @@
 //! - [`canon`]: the one canonical form and the one emptiness dictionary;
 //! - [`points`]: coordinates and the completeness rule as a function of the set;
 //! - [`object`]: the hourly object: gzip codec, merge, canonical hash;
+//! - [`fold`]: one delivery's fold as a pure plan (what to load, what to write, counters);
 //! - [`status`]: the parse status and which failures leave a delivery pending;
 //! - [`fingerprint`]: the store's fingerprint, fed rows in a query-defined order;
 //! - [`sample`]: the deterministic corpus generator and its oracle;
@@ -15,10 +16,11 @@
 
 pub mod canon;
 pub mod fingerprint;
+pub mod fold;
 pub mod hae;
 pub mod limits;
 pub mod object;
 pub mod points;
-// pub mod sample;
+pub mod sample;
 pub mod status;
 pub mod time;
