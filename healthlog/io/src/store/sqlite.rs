@@ -206,10 +206,10 @@ const OBJECT_COLUMNS: &str =
 
 /// The catalog query: layers of a metric with bounds and point counts (covering index only).
 pub const CATALOG_SQL: &str = "SELECT layer, count(*), min(first_us), max(last_us), sum(point_count) \
-     FROM bucket WHERE metric = ?1 GROUP BY layer ORDER BY layer";
+     FROM bucket INDEXED BY bucket_catalog WHERE metric = ?1 GROUP BY layer ORDER BY layer";
 /// The freshest hours a metric has objects in both layers (covering index only).
-pub const COMMON_HOURS_SQL: &str = "SELECT a.hour_us FROM bucket AS a \
-     JOIN bucket AS b ON b.metric = a.metric AND b.layer = ?3 AND b.hour_us = a.hour_us \
+pub const COMMON_HOURS_SQL: &str = "SELECT a.hour_us FROM bucket AS a INDEXED BY bucket_catalog \
+     JOIN bucket AS b INDEXED BY bucket_catalog ON b.metric = a.metric AND b.layer = ?3 AND b.hour_us = a.hour_us \
      WHERE a.metric = ?1 AND a.layer = ?2 ORDER BY a.hour_us DESC LIMIT ?4";
 /// The same catalog question answered by reading every row of the table (the benchmark's baseline).
 pub const CATALOG_FULL_SCAN_SQL: &str = "SELECT layer, count(*), min(first_us), max(last_us), sum(point_count) \
@@ -282,7 +282,11 @@ impl Store {
         if !path.exists() {
             return Err(StoreError::Missing(path.to_path_buf()));
         }
-        let connect = connect_options(path, options).read_only(true);
+        // No journal-mode pragma: setting it writes, which a read-only connection cannot.
+        let connect = SqliteConnectOptions::new()
+            .filename(path)
+            .read_only(true)
+            .busy_timeout(Duration::from_millis(options.busy_timeout_ms));
         let mut conn = SqliteConnection::connect_with(&connect)
             .await
             .map_err(db("opening the database read-only"))?;
@@ -705,6 +709,82 @@ impl Store {
         tx.commit().await.map_err(db("ending the fingerprint snapshot"))?;
         let rows = fp.rows();
         Ok((fp.finish(), rows))
+    }
+}
+
+/// Test and benchmark support, kept here because it names sqlx. Not used by the binary.
+#[doc(hidden)]
+pub mod support {
+    use super::*;
+
+    /// Creates sqlx's bookkeeping table (if missing) in the database at `path` and, with
+    /// `Some(version)`, records that version as applied: a database "from the future" or
+    /// "from the past" without building one.
+    pub async fn stamp_schema_version(path: &Path, version: Option<i64>) -> Result<(), StoreError> {
+        let connect = SqliteConnectOptions::new().filename(path).create_if_missing(true);
+        let mut conn = SqliteConnection::connect_with(&connect)
+            .await
+            .map_err(db("opening to stamp"))?;
+        conn.ensure_migrations_table(MIGRATIONS_TABLE)
+            .await
+            .map_err(|source| StoreError::Migrate {
+                context: "creating the migrations table",
+                source,
+            })?;
+        if let Some(v) = version {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {MIGRATIONS_TABLE} (version, description, success, checksum, execution_time) \
+                 VALUES (?1, 'stamped by a test', 1, x'00', 0)"
+            )))
+            .bind(v)
+            .execute(&mut conn)
+            .await
+            .map_err(db("stamping a schema version"))?;
+        }
+        conn.close().await.map_err(db("closing after stamping"))
+    }
+
+    /// The applied version and the user tables of the database at `path`.
+    pub async fn inspect(path: &Path) -> Result<(i64, Vec<String>), StoreError> {
+        let connect = SqliteConnectOptions::new().filename(path).read_only(true);
+        let mut conn = SqliteConnection::connect_with(&connect)
+            .await
+            .map_err(db("opening to inspect"))?;
+        let version = applied_version(&mut conn).await?;
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .map_err(db("listing tables"))?;
+        conn.close().await.map_err(db("closing after inspecting"))?;
+        Ok((version, tables))
+    }
+
+    /// Inserts objects with one plain `INSERT` each in one transaction: the benchmark's baseline
+    /// for the fold's write path, and the way to build a year of objects quickly.
+    pub async fn insert_objects_plain(store: &Store, rows: &[ObjectRow]) -> Result<(), StoreError> {
+        let mut tx = store.pool.begin().await.map_err(db("beginning a plain insert"))?;
+        for r in rows {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO bucket ({OBJECT_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)"
+            )))
+            .bind(&r.metric)
+            .bind(&r.layer)
+            .bind(r.hour_us)
+            .bind(&r.units)
+            .bind(r.first_us)
+            .bind(r.last_us)
+            .bind(r.point_count)
+            .bind(&r.hash)
+            .bind(r.sealed)
+            .bind(r.delivery_id)
+            .bind(&r.payload)
+            .execute(&mut *tx)
+            .await
+            .map_err(db("inserting an object"))?;
+        }
+        tx.commit().await.map_err(db("committing a plain insert"))
     }
 }
 
