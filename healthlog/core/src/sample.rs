@@ -221,6 +221,9 @@ fn jitter(v: &str) -> String {
     }
 }
 
+/// A metric's units and its points in a re-send, with the noise each copy gets.
+type Resent<'a> = (String, Vec<(&'a Point, Noise)>);
+
 struct Metric {
     name: &'static str,
     units: String,
@@ -313,7 +316,7 @@ pub fn generate(seed: u64, days: u32) -> Corpus {
         // The deep pass: the last week again, with noise, after the day's own delivery.
         if (day + 1) % RESEND_DAYS == 0 {
             let first = day + 1 - RESEND_DAYS;
-            let mut merged: BTreeMap<&'static str, (String, Vec<(&Point, Noise)>)> = BTreeMap::new();
+            let mut merged: BTreeMap<&'static str, Resent<'_>> = BTreeMap::new();
             for d in first..=day {
                 for m in &per_day[d as usize] {
                     let entry = merged
