@@ -309,7 +309,7 @@ async fn serialisation_jitter_is_not_a_collision() {
                 HR,
                 "count/min",
                 &[&format!(
-                    r#"{{ "Min" : 60.0, "qty":72.53400000000001,"date":"{T0}"}}"#
+                    r#"{{ "Min" : 60.0, "qty":72.53400000000002,"date":"{T0}"}}"#
                 )],
             )]),
         )
