@@ -1,5 +1,5 @@
 //! healthlog's edge (HEALTHLOG.md "Layout"): the SQLite store ([`store::sqlite`], the only file
-//! naming sqlx), the content-addressed [`archive`], taking deliveries into the [`journal`], the
+//! naming the SQL library), the content-addressed [`archive`], taking deliveries into the [`journal`], the
 //! [`fold`] worker, and the pieces of the `healthlog` binary ([`cli`]).
 
 pub mod archive;

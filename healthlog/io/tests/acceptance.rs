@@ -24,7 +24,7 @@ const SEED: u64 = 20_261_130;
 fn days() -> u32 {
     match std::env::var("HEALTHLOG_ACCEPTANCE_DAYS") {
         Ok(v) => v.parse().expect("HEALTHLOG_ACCEPTANCE_DAYS is a number of days"),
-        Err(_) if cfg!(debug_assertions) => 21,
+        Err(_) if cfg!(debug_assertions) => 14,
         Err(_) => 92,
     }
 }
