@@ -6,8 +6,9 @@
 //! Size: the full corpus is 92 days (~118 deliveries, ~400,000 coordinates), which a release
 //! build runs in seconds. A debug build (`scripts/test`) runs 21 days by default to keep CI
 //! short; `HEALTHLOG_ACCEPTANCE_DAYS` sets it, e.g. the full size in debug:
-//! `HEALTHLOG_ACCEPTANCE_DAYS=92 cargo test -p healthlog --test acceptance`, or in release:
-//! `cargo test --release -p healthlog --test acceptance`.
+//! `HEALTHLOG_ACCEPTANCE_DAYS=92 cargo test -p healthlog --test acceptance`, or optimised:
+//! `cargo test --release -p healthlog --test acceptance` (or `--profile bench`, reusing the
+//! benchmark's build).
 
 mod common;
 

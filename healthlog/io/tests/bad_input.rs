@@ -291,6 +291,9 @@ fn the_binary_samples_ingests_rebuilds_and_agrees() {
     let out = healthlog(p, &["deliveries", "--status", "sideways"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown parse status"));
+    let out = healthlog(p, &["ingest", "--layer", "Minute Layer", &minute[0]]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not 1..=32 bytes of [a-z0-9_-]"));
     let out = healthlog(p, &["--json", "catalog", "--metric", "heart_rate"]);
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(rows.len(), 1);
