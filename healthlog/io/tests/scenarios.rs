@@ -683,7 +683,7 @@ async fn a_busy_database_does_not_take_the_delivery_out_of_the_queue() {
     let r = env.fold_result(j.id).await;
     assert!(matches!(r, DeliveryResult::LeftPending { .. }), "{r:?}");
     assert_eq!(status_of(&env, r.id()).await.0, "pending");
-    drop(holder);
+    holder.rollback().await.expect("releases the write lock");
     let done = env.fold_result(r.id()).await;
     assert_eq!(done.status(), "parsed");
 }

@@ -848,6 +848,12 @@ impl FoldTx {
         Ok(())
     }
 
+    /// Abandons the transaction: nothing of it is written.
+    pub async fn rollback(self) -> Result<(), StoreError> {
+        self.count();
+        self.tx.rollback().await.map_err(db("rolling back a fold"))
+    }
+
     /// Records the delivery's outcome in the same transaction and commits.
     pub async fn finish(
         mut self,
