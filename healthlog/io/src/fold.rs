@@ -1,0 +1,381 @@
+//! The fold worker (HEALTHLOG.md "A delivery's life"; spec: "Учёт частично разобранной
+//! доставки", "Хранение часовыми объектами"): takes pending deliveries in journal order and
+//! folds each in one transaction, recording its status, uncovered names and counters.
+//!
+//! Outcomes: success → `parsed`/`partial` with counters, in the fold's own transaction; a parse
+//! failure, an undecodable stored object or a failed write → `failed` (uncovered list kept when
+//! it was collected); a busy database, an injected fault or an unreadable archive → left
+//! `pending`, decided by the one predicate [`StoreError::is_circumstance`].
+//!
+//! Logs carry coordinates (delivery id, metric, layer, hour) and counters, never values.
+
+use std::sync::Arc;
+
+use healthlog_core::fold::{Counters, DeliveryPlan, ExistingObject, HourOutcome, merge_metric};
+use healthlog_core::hae::{Coverage, ParseFailure, parse};
+use healthlog_core::status::ParseStatus;
+use healthlog_core::time::format_utc;
+use indicatif::ProgressBar;
+
+use crate::archive::Archive;
+use crate::store::{JournalEntry, Store, StoreError};
+
+/// A clock in microseconds since the epoch (the binary passes the system clock; tests a fixed one).
+pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
+
+/// How to fold.
+#[derive(Clone)]
+pub struct FoldOptions {
+    pub coverage: Coverage,
+    /// Inject a fault after this many object writes in every delivery (tests).
+    pub fail_after_objects: Option<usize>,
+    pub clock: Clock,
+}
+
+impl FoldOptions {
+    pub fn new(clock: Clock) -> Self {
+        Self {
+            coverage: Coverage::current(),
+            fail_after_objects: None,
+            clock,
+        }
+    }
+}
+
+/// What folding one delivery did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum DeliveryResult {
+    Folded {
+        id: i64,
+        status: String,
+        uncovered: Vec<String>,
+        counters: Counters,
+    },
+    Failed {
+        id: i64,
+        error: String,
+    },
+    LeftPending {
+        id: i64,
+        reason: String,
+    },
+    /// Refused at ingest (no body): nothing to fold.
+    Refused {
+        id: i64,
+    },
+}
+
+impl DeliveryResult {
+    pub fn id(&self) -> i64 {
+        match self {
+            Self::Folded { id, .. }
+            | Self::Failed { id, .. }
+            | Self::LeftPending { id, .. }
+            | Self::Refused { id } => *id,
+        }
+    }
+
+    pub fn status(&self) -> &str {
+        match self {
+            Self::Folded { status, .. } => status,
+            Self::Failed { .. } | Self::Refused { .. } => "failed",
+            Self::LeftPending { .. } => "pending",
+        }
+    }
+}
+
+/// Totals over a fold run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FoldSummary {
+    pub deliveries: u64,
+    pub parsed: u64,
+    pub partial: u64,
+    pub failed: u64,
+    pub left_pending: u64,
+    pub totals: Counters,
+}
+
+impl FoldSummary {
+    fn add(&mut self, r: &DeliveryResult) {
+        self.deliveries += 1;
+        match r {
+            DeliveryResult::Folded { status, counters, .. } => {
+                if status == "partial" {
+                    self.partial += 1;
+                } else {
+                    self.parsed += 1;
+                }
+                let t = &mut self.totals;
+                t.metrics += counters.metrics;
+                t.points += counters.points;
+                t.coordinates += counters.coordinates;
+                t.objects_written += counters.objects_written;
+                t.objects_unchanged += counters.objects_unchanged;
+                t.collisions += counters.collisions;
+                t.incomparable += counters.incomparable;
+                t.unit_mismatches += counters.unit_mismatches;
+                t.sealed_changes += counters.sealed_changes;
+            }
+            DeliveryResult::Failed { .. } | DeliveryResult::Refused { .. } => self.failed += 1,
+            DeliveryResult::LeftPending { .. } => self.left_pending += 1,
+        }
+    }
+}
+
+/// Folds every pending delivery in journal order.
+pub async fn fold_pending(
+    store: &Store,
+    archive: &Archive,
+    options: &FoldOptions,
+    progress: &ProgressBar,
+) -> Result<(FoldSummary, Vec<DeliveryResult>), StoreError> {
+    let pending = store.journal(Some(ParseStatus::Pending)).await?;
+    progress.set_length(pending.len() as u64);
+    let mut summary = FoldSummary::default();
+    let mut results = Vec::with_capacity(pending.len());
+    for entry in &pending {
+        let result = fold_one(store, archive, entry, options).await?;
+        summary.add(&result);
+        results.push(result);
+        progress.inc(1);
+    }
+    progress.finish_and_clear();
+    Ok((summary, results))
+}
+
+/// Folds one journal entry. Errors only when the outcome itself cannot be recorded.
+pub async fn fold_one(
+    store: &Store,
+    archive: &Archive,
+    entry: &JournalEntry,
+    options: &FoldOptions,
+) -> Result<DeliveryResult, StoreError> {
+    let id = entry.id;
+    let Some(sha) = entry.body_sha256.as_deref() else {
+        return Ok(DeliveryResult::Refused { id });
+    };
+    let body = match archive.get(sha) {
+        Ok(body) => body,
+        Err(e) => {
+            // Before the body was read: nothing can be recorded about it; it stays pending.
+            tracing::error!(delivery_id = id, error = %e, "archived body unreadable; delivery left pending");
+            return Ok(DeliveryResult::LeftPending {
+                id,
+                reason: e.to_string(),
+            });
+        }
+    };
+    let parsed = match parse(&body, &options.coverage) {
+        Ok(parsed) => parsed,
+        Err(ParseFailure { error, uncovered }) => {
+            let text = error.to_string();
+            store
+                .record_failure(id, &text, uncovered.as_ref(), (options.clock)())
+                .await?;
+            tracing::warn!(delivery_id = id, error = %text, "delivery failed to parse");
+            return Ok(DeliveryResult::Failed { id, error: text });
+        }
+    };
+    drop(body);
+    let uncovered = parsed.uncovered.clone();
+    let plan = DeliveryPlan::new(parsed, &entry.layer);
+    match fold_plan(store, id, &plan, &uncovered, options).await {
+        Ok((counters, events)) => {
+            let status = ParseStatus::derive(false, uncovered.is_empty());
+            log_events(id, &plan.layer, &events);
+            if uncovered.limits_tripped() {
+                tracing::warn!(
+                    delivery_id = id,
+                    uncovered = ?uncovered.names,
+                    uncovered_dropped = uncovered.dropped,
+                    uncovered_truncated = uncovered.truncated,
+                    "uncovered section list over its limits: names dropped or cut"
+                );
+            }
+            tracing::info!(
+                delivery_id = id,
+                status = status.as_str(),
+                metrics = counters.metrics,
+                points = counters.points,
+                coordinates = counters.coordinates,
+                objects_written = counters.objects_written,
+                objects_unchanged = counters.objects_unchanged,
+                collisions = counters.collisions,
+                incomparable = counters.incomparable,
+                unit_mismatches = counters.unit_mismatches,
+                sealed_changes = counters.sealed_changes,
+                uncovered = ?uncovered.names,
+                "delivery folded"
+            );
+            Ok(DeliveryResult::Folded {
+                id,
+                status: status.as_str().to_string(),
+                uncovered: uncovered.names,
+                counters,
+            })
+        }
+        Err(e) if e.is_circumstance() => {
+            tracing::warn!(delivery_id = id, error = %e, "fold not done; delivery left pending");
+            Ok(DeliveryResult::LeftPending {
+                id,
+                reason: e.to_string(),
+            })
+        }
+        Err(e) => {
+            let text = e.to_string();
+            store
+                .record_failure(id, &text, Some(&uncovered), (options.clock)())
+                .await?;
+            tracing::warn!(delivery_id = id, error = %text, "delivery failed to fold");
+            Ok(DeliveryResult::Failed { id, error: text })
+        }
+    }
+}
+
+/// A WARN-worthy finding on one object, logged after the commit that made it true.
+struct Event {
+    metric: String,
+    outcome: HourOutcome,
+}
+
+async fn fold_plan(
+    store: &Store,
+    id: i64,
+    plan: &DeliveryPlan,
+    uncovered: &healthlog_core::hae::Uncovered,
+    options: &FoldOptions,
+) -> Result<(Counters, Vec<Event>), StoreError> {
+    let mut counters = Counters {
+        metrics: plan.metrics.len() as u64,
+        points: plan.points,
+        coordinates: plan.coordinates,
+        ..Counters::default()
+    };
+    let mut events = Vec::new();
+    let mut tx = store.begin_fold(options.fail_after_objects).await?;
+    for metric in &plan.metrics {
+        let rows = tx.load(&metric.metric, &plan.layer, &metric.hour_keys()).await?;
+        let existing: Vec<ExistingObject> = rows.iter().map(|r| r.existing()).collect();
+        let outcomes = merge_metric(metric, &existing).map_err(|e| {
+            StoreError::Invalid(format!(
+                "stored object of metric `{}` does not decode: {e}",
+                metric.metric
+            ))
+        })?;
+        for outcome in outcomes {
+            if let Some(write) = &outcome.write {
+                tx.put(&metric.metric, &plan.layer, id, write).await?;
+            }
+            counters.add_hour(&outcome);
+            if outcome.collisions > 0 || outcome.units_mismatch || outcome.sealed_changed {
+                events.push(Event {
+                    metric: metric.metric.clone(),
+                    outcome,
+                });
+            }
+        }
+    }
+    let status = ParseStatus::derive(false, uncovered.is_empty());
+    tx.finish(id, status, uncovered, &counters, (options.clock)())
+        .await?;
+    Ok((counters, events))
+}
+
+fn log_events(id: i64, layer: &str, events: &[Event]) {
+    for Event { metric, outcome: o } in events {
+        let hour = format_utc(o.hour_us);
+        if o.collisions > 0 {
+            tracing::warn!(
+                delivery_id = id,
+                metric = metric.as_str(),
+                layer,
+                hour = hour.as_str(),
+                collisions = o.collisions,
+                incomparable = o.incomparable,
+                "points at the same coordinates differ canonically; the most complete was kept"
+            );
+        }
+        if o.incomparable > 0 {
+            tracing::warn!(
+                delivery_id = id,
+                metric = metric.as_str(),
+                layer,
+                hour = hour.as_str(),
+                incomparable = o.incomparable,
+                "incomparable key sets at the same coordinates; one kept by the total order, not merged"
+            );
+        }
+        if o.units_mismatch {
+            tracing::warn!(
+                delivery_id = id,
+                metric = metric.as_str(),
+                layer,
+                hour = hour.as_str(),
+                "arriving units differ from the object's; the stored units stay"
+            );
+        }
+        if o.sealed_changed {
+            tracing::warn!(
+                delivery_id = id,
+                metric = metric.as_str(),
+                layer,
+                hour = hour.as_str(),
+                "a sealed hour changed; the points are saved all the same"
+            );
+        }
+    }
+}
+
+/// Refolds the whole journal of `source` into a fresh store at `dest` (derived counters start
+/// empty; journal rows keep their layer, body address and receipt time). `order`, when given,
+/// is the journal ids in the order to append them (tests: a shuffled journal).
+pub async fn rebuild_into(
+    source: &Store,
+    dest: &Store,
+    archive: &Archive,
+    options: &FoldOptions,
+    order: Option<&[i64]>,
+    progress: &ProgressBar,
+) -> Result<(FoldSummary, Vec<DeliveryResult>), StoreError> {
+    if !dest.journal(None).await?.is_empty() {
+        return Err(StoreError::Invalid(format!(
+            "{} already has a journal: rebuild needs a fresh store",
+            dest.path().display()
+        )));
+    }
+    let journal = source.journal(None).await?;
+    let entries: Vec<&JournalEntry> = match order {
+        None => journal.iter().collect(),
+        Some(ids) => {
+            assert_eq!(
+                ids.len(),
+                journal.len(),
+                "invariant: a rebuild order is a permutation of the journal"
+            );
+            ids.iter()
+                .map(|id| {
+                    journal
+                        .iter()
+                        .find(|e| e.id == *id)
+                        .expect("invariant: the order names journal ids")
+                })
+                .collect()
+        }
+    };
+    for e in entries {
+        let refused = e
+            .body_sha256
+            .is_none()
+            .then(|| e.error.clone().unwrap_or_else(|| "refused at ingest".into()));
+        dest.journal_insert(&crate::store::NewDelivery {
+            received_at_us: e.received_at_us,
+            layer: &e.layer,
+            body_sha256: e.body_sha256.as_deref(),
+            body_bytes: e.body_bytes,
+            refused: refused.as_deref(),
+        })
+        .await?;
+    }
+    fold_pending(dest, archive, options, progress).await
+}

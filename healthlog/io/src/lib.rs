@@ -1,0 +1,9 @@
+//! healthlog's edge (HEALTHLOG.md "Layout"): the SQLite store ([`store::sqlite`], the only file
+//! naming the SQL library), the content-addressed [`archive`], taking deliveries into the [`journal`], the
+//! [`fold`] worker, and the pieces of the `healthlog` binary ([`cli`]).
+
+pub mod archive;
+pub mod cli;
+pub mod fold;
+pub mod journal;
+pub mod store;
