@@ -300,11 +300,36 @@ fn map_publish_error(error: jetstream::context::PublishError) -> BusError {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EpochGuard {
     highest_seen: u32,
+    /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
+    #[cfg(feature = "planted-bugs")]
+    planted: Option<sentinel_core::PlantedBug>,
 }
 
 impl EpochGuard {
     pub fn new(highest_seen: u32) -> EpochGuard {
-        EpochGuard { highest_seen }
+        EpochGuard {
+            highest_seen,
+            #[cfg(feature = "planted-bugs")]
+            planted: None,
+        }
+    }
+
+    /// Plants a known bug (simulator tests only): only
+    /// [`sentinel_core::PlantedBug::GuardIgnoresAnnouncements`] lives here.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bug: sentinel_core::PlantedBug) {
+        self.planted = Some(bug);
+    }
+
+    fn ignores_announcements(&self) -> bool {
+        #[cfg(feature = "planted-bugs")]
+        {
+            self.planted == Some(sentinel_core::PlantedBug::GuardIgnoresAnnouncements)
+        }
+        #[cfg(not(feature = "planted-bugs"))]
+        {
+            false
+        }
     }
 
     pub fn highest_seen(&self) -> u32 {
@@ -314,6 +339,13 @@ impl EpochGuard {
     /// Takes note of a core's epoch (its `core_started` announcement, or a command): a newer
     /// one raises the floor. Returns whether `core_epoch` is current, i.e. not below the floor.
     pub fn observe(&mut self, core_epoch: u32) -> bool {
+        if self.ignores_announcements() {
+            return core_epoch >= self.highest_seen;
+        }
+        self.raise(core_epoch)
+    }
+
+    fn raise(&mut self, core_epoch: u32) -> bool {
         let current = core_epoch >= self.highest_seen;
         if current {
             self.highest_seen = core_epoch;
@@ -324,7 +356,7 @@ impl EpochGuard {
     /// Admits a command from the current or a newer core (a newer one raises the floor) and
     /// refuses one from an older core. Epochs never go backwards, so equal is current.
     pub fn check(&mut self, command: &CommandEnvelope) -> CommandReply {
-        let admitted = self.observe(command.core_epoch);
+        let admitted = self.raise(command.core_epoch);
         CommandReply {
             command_id: command.command_id.clone(),
             outcome: if admitted {
