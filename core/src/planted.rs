@@ -32,9 +32,11 @@ pub enum PlantedBug {
     /// The runtime carries on when its lock ownership check says the lock is gone (planted in
     /// `sentinel-io`'s runtime). Caught by invariant 15.
     LockLossIgnored,
-    /// A driver's epoch guard ignores `core_started` announcements (only commands raise its
-    /// floor), so a replaced core's late command is applied (planted in `sentinel-driver`).
-    /// Caught by invariant 16.
+    /// A driver's epoch guard checks commands against the highest epoch among commands only:
+    /// `core_started` announcements raise the floor it reports in its hellos but not the one
+    /// it checks, so a replaced core's late command is applied (planted in `sentinel-driver`).
+    /// Caught by invariant 16. (Ignoring announcements altogether is a livelock instead: the
+    /// core answers every hello below its epoch with the announcement again.)
     GuardIgnoresAnnouncements,
     /// A livelock: the core asks to be woken at a freshness deadline the watchdog is holding
     /// back, so the runtime spins at one simulated instant. Caught by invariant 9's bound on

@@ -303,6 +303,9 @@ pub struct EpochGuard {
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
     #[cfg(feature = "planted-bugs")]
     planted: Option<sentinel_core::PlantedBug>,
+    /// The planted bug's floor: the highest epoch among commands only.
+    #[cfg(feature = "planted-bugs")]
+    planted_command_floor: u32,
 }
 
 impl EpochGuard {
@@ -311,6 +314,8 @@ impl EpochGuard {
             highest_seen,
             #[cfg(feature = "planted-bugs")]
             planted: None,
+            #[cfg(feature = "planted-bugs")]
+            planted_command_floor: highest_seen,
         }
     }
 
@@ -321,15 +326,25 @@ impl EpochGuard {
         self.planted = Some(bug);
     }
 
-    fn ignores_announcements(&self) -> bool {
-        #[cfg(feature = "planted-bugs")]
-        {
-            self.planted == Some(sentinel_core::PlantedBug::GuardIgnoresAnnouncements)
+    /// The planted bug's check: against the highest epoch among commands only, as if
+    /// announcements raised the floor the driver reports but not the one it checks. `None`
+    /// when the bug is not planted.
+    #[cfg(feature = "planted-bugs")]
+    fn planted_check(&mut self, core_epoch: u32) -> Option<bool> {
+        if self.planted != Some(sentinel_core::PlantedBug::GuardIgnoresAnnouncements) {
+            return None;
         }
-        #[cfg(not(feature = "planted-bugs"))]
-        {
-            false
+        let admitted = core_epoch >= self.planted_command_floor;
+        if admitted {
+            self.planted_command_floor = core_epoch;
+            self.highest_seen = self.highest_seen.max(core_epoch);
         }
+        Some(admitted)
+    }
+
+    #[cfg(not(feature = "planted-bugs"))]
+    fn planted_check(&mut self, _core_epoch: u32) -> Option<bool> {
+        None
     }
 
     pub fn highest_seen(&self) -> u32 {
@@ -339,13 +354,6 @@ impl EpochGuard {
     /// Takes note of a core's epoch (its `core_started` announcement, or a command): a newer
     /// one raises the floor. Returns whether `core_epoch` is current, i.e. not below the floor.
     pub fn observe(&mut self, core_epoch: u32) -> bool {
-        if self.ignores_announcements() {
-            return core_epoch >= self.highest_seen;
-        }
-        self.raise(core_epoch)
-    }
-
-    fn raise(&mut self, core_epoch: u32) -> bool {
         let current = core_epoch >= self.highest_seen;
         if current {
             self.highest_seen = core_epoch;
@@ -356,7 +364,10 @@ impl EpochGuard {
     /// Admits a command from the current or a newer core (a newer one raises the floor) and
     /// refuses one from an older core. Epochs never go backwards, so equal is current.
     pub fn check(&mut self, command: &CommandEnvelope) -> CommandReply {
-        let admitted = self.raise(command.core_epoch);
+        let admitted = match self.planted_check(command.core_epoch) {
+            Some(admitted) => admitted,
+            None => self.observe(command.core_epoch),
+        };
         CommandReply {
             command_id: command.command_id.clone(),
             outcome: if admitted {

@@ -300,8 +300,8 @@ impl HostDriver {
             self.world.driver_restarted(&self.host, &p.instance, source_epoch);
         }
 
-        let observation =
-            (!malformed && envelope.point_id == own_point).then(|| (Arc::from(own_point.as_str()), observed_at));
+        let observation = (!malformed && envelope.point_id == own_point)
+            .then(|| (Arc::from(own_point.as_str()), observed_at));
         let msg_id = envelope.msg_id();
         let key: Key3 = (Arc::from(p.instance.as_str()), source_epoch, seq);
         let payload = if malformed {

@@ -79,7 +79,12 @@ impl SimRegistry {
         let v2 = canonical::snapshot("sim-v2", &v2_descriptors);
         let freshness_us = v2_descriptors
             .iter()
-            .map(|d| (std::sync::Arc::from(d.id.as_str()), i64::from(d.freshness_s) * 1_000_000))
+            .map(|d| {
+                (
+                    std::sync::Arc::from(d.id.as_str()),
+                    i64::from(d.freshness_s) * 1_000_000,
+                )
+            })
             .collect();
 
         Ok(SimRegistry {

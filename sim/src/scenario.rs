@@ -377,7 +377,10 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
                 next_fault_at = now.add_ms(1_000);
                 controller_faults(&world, &cores, now, &mut scheduled, registry, &mut reloaded);
                 if standby_down_fault(&world, &cores, now, &mut scheduled) {
-                    let standby = cores.iter().copied().find(|&c| Some(c) != lock_holder(&world, &cores));
+                    let standby = cores
+                        .iter()
+                        .copied()
+                        .find(|&c| Some(c) != lock_holder(&world, &cores));
                     if let Some(standby) = standby {
                         crash(&mut sim, &world, standby, now);
                     }

@@ -191,7 +191,13 @@ impl Checker {
 
     /// The stream accepted message `seq` at `at`. `observation` is the point and
     /// `observed_at` of a message that will be a row of a registered point.
-    pub fn on_accepted(&mut self, seq: u64, key: Option<Key3>, observation: Option<(Arc<str>, Micros)>, at: Micros) {
+    pub fn on_accepted(
+        &mut self,
+        seq: u64,
+        key: Option<Key3>,
+        observation: Option<(Arc<str>, Micros)>,
+        at: Micros,
+    ) {
         self.accepted.insert(
             seq,
             Accepted {
@@ -492,11 +498,9 @@ pub fn transition_facts(payload: &[u8]) -> Option<TransitionFacts> {
     }
     let wire: Wire<'_> = serde_json::from_slice(payload).ok()?;
     let identity = match (wire.key, wire.control_seq) {
-        (Some(key), None) => Identity::Row((
-            Arc::from(key.driver_instance),
-            key.source_epoch,
-            key.source_seq,
-        )),
+        (Some(key), None) => {
+            Identity::Row((Arc::from(key.driver_instance), key.source_epoch, key.source_seq))
+        }
         (None, Some(seq)) => Identity::Control(seq),
         _ => return None,
     };

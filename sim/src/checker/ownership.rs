@@ -84,7 +84,9 @@ impl Checker {
             .ownership
             .lost_at
             .iter()
-            .find(|(id, lost_at)| !self.ownership.ended.contains(id) && now.saturating_sub(**lost_at) > bound_us)
+            .find(|(id, lost_at)| {
+                !self.ownership.ended.contains(id) && now.saturating_sub(**lost_at) > bound_us
+            })
             .map(|(&id, &lost_at)| (id, lost_at));
         if let Some((incarnation, lost_at)) = running {
             self.fail(

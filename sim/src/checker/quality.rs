@@ -72,7 +72,13 @@ fn seconds(at: Micros) -> f64 {
 
 impl Checker {
     /// A lag reading epoch `epoch`'s bus returned at `at`.
-    pub fn on_lag_reading(&mut self, epoch: u32, pending: u64, oldest_unacked_age_ms: Option<u64>, at: Micros) {
+    pub fn on_lag_reading(
+        &mut self,
+        epoch: u32,
+        pending: u64,
+        oldest_unacked_age_ms: Option<u64>,
+        at: Micros,
+    ) {
         let readings = self.quality.lag.entry(epoch).or_default();
         if readings.len() == LAG_READINGS_KEPT_MAX {
             readings.pop_front();
@@ -126,7 +132,13 @@ impl Checker {
 
     /// Returns the transition's point, or `None` when the row is not committed (invariant 4
     /// judges that).
-    fn check_row_transition(&mut self, key: &Key3, quality: Quality, epoch: u32, at: Micros) -> Option<Arc<str>> {
+    fn check_row_transition(
+        &mut self,
+        key: &Key3,
+        quality: Quality,
+        epoch: u32,
+        at: Micros,
+    ) -> Option<Arc<str>> {
         let row = self.committed.get(key)?.clone();
         let previous = self.quality.last.get(&(epoch, row.point.clone())).copied();
         let current_until = Micros(row.observed_at.0.saturating_add(self.freshness_us(&row.point)));
