@@ -272,10 +272,14 @@ impl Checker {
             );
             return;
         }
-        let in_reach: Vec<LagReading> = self
-            .quality
-            .lag
-            .get(&epoch)
+        let readings = self.quality.lag.get(&epoch);
+        if readings
+            .is_some_and(|r| r.len() == LAG_READINGS_KEPT_MAX && r.front().is_some_and(|f| f.at > decided))
+        {
+            // Decided before the oldest reading kept: which one the core held is unknown.
+            return;
+        }
+        let in_reach: Vec<LagReading> = readings
             .map(|readings| {
                 let taken = readings.iter().filter(|r| r.at <= decided).count();
                 let first = taken.saturating_sub(LAG_READINGS_IN_REACH);
