@@ -173,7 +173,7 @@ fn row(class: RetentionClass, instance: &str, seq: u64, ingest_offset_us: i64) -
     let ingested_at = Micros(DAY1_US + ingest_offset_us);
     let (point, value) = match class {
         RetentionClass::Measurement => ("ahu.supply_temp", CanonicalValue::Num(20.0 + seq as f64)),
-        RetentionClass::State => ("pump.running", CanonicalValue::Bool(seq % 2 == 0)),
+        RetentionClass::State => ("pump.running", CanonicalValue::Bool(seq.is_multiple_of(2))),
         RetentionClass::Diagnostic => ("plc.status", CanonicalValue::Text(format!("status {seq}").into())),
     };
     ObsRow {

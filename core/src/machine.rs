@@ -674,10 +674,10 @@ impl Core {
             }
         }
 
-        if let Some(open) = &self.open {
-            if self.now >= open.opened_at.add_ms(self.config.flush_interval_ms) {
-                self.try_flush();
-            }
+        if let Some(open) = &self.open
+            && self.now >= open.opened_at.add_ms(self.config.flush_interval_ms)
+        {
+            self.try_flush();
         }
         if self.projection.has_dirty()
             && self.now >= self.last_checkpoint_scan_at.add_ms(CHECKPOINT_SCAN_INTERVAL_MS)

@@ -73,6 +73,7 @@ fn a_driver_applying_a_command_below_an_announced_epoch_is_caught_by_invariant_1
 /// back (its startup grace), in every seed: the run must end, within the wall-clock guard, as
 /// a violation of invariant 9 that names the instant and prints the replay command.
 #[test]
+#[allow(clippy::disallowed_methods)] // reports the wall-clock time the run took; asserts none
 fn a_planted_livelock_ends_in_a_liveness_violation_with_its_replay_command() {
     let options = Options {
         plant: Some(PlantedBug::WakeForSuppressedDeadline),

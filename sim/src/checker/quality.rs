@@ -316,14 +316,22 @@ impl Checker {
         }
         let freshness_us = self.freshness_us(point);
         let waited_us = self.waited_us();
-        let waiting = stream_seqs().into_iter().find(|seq| {
-            self.accepted.get(seq).is_some_and(|message| {
-                decided.saturating_sub(message.accepted_at) >= waited_us
-                    && message.observation.as_ref().is_some_and(|(p, observed_at)| {
-                        p == point && observed_at.0.saturating_add(freshness_us) > decided.0
-                    })
+        if freshness_us <= waited_us {
+            // An observation accepted that long ago was observed no later, so it is no longer
+            // current: nothing in the stream can count.
+            return;
+        }
+        // Stream sequences ascend with acceptance time: stop at the first one too recent.
+        let waiting = stream_seqs()
+            .into_iter()
+            .filter_map(|seq| self.accepted.get(&seq).map(|message| (seq, message)))
+            .take_while(|(_, message)| decided.saturating_sub(message.accepted_at) >= waited_us)
+            .find(|(_, message)| {
+                message.observation.as_ref().is_some_and(|(p, observed_at)| {
+                    p == point && observed_at.0.saturating_add(freshness_us) > decided.0
+                })
             })
-        });
+            .map(|(seq, _)| seq);
         if let Some(seq) = waiting {
             let accepted_at = self.accepted[&seq].accepted_at;
             self.fail(
