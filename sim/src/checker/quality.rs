@@ -321,7 +321,8 @@ impl Checker {
             // current: nothing in the stream can count.
             return;
         }
-        // Stream sequences ascend with acceptance time: stop at the first one too recent.
+        // Stream sequences ascend with acceptance time (up to the hosts' skew inside one step):
+        // stop at the first one too recent.
         let waiting = stream_seqs()
             .into_iter()
             .filter_map(|seq| self.accepted.get(&seq).map(|message| (seq, message)))
