@@ -85,22 +85,28 @@ impl SimClock {
 
     /// The most events any one simulated instant has held so far.
     pub fn events_peak(&self) -> u64 {
-        self.events_peak.load(Ordering::Relaxed)
+        self.events_peak
+            .load(Ordering::Relaxed)
+            .max(self.events_at_instant.load(Ordering::Relaxed))
     }
 
     /// One event inside a host at `now`. Past the bound, unwinds the caller (see [`Livelock`]).
+    /// On every clock read, so kept to loads and stores: one run is one thread, and these
+    /// atomics are only shared by `Arc`, never contended.
     fn count_event(&self, now: Micros) {
-        // One run is one thread: these atomics are never contended, only shared by `Arc`.
         let events = if self.instant_us.load(Ordering::Relaxed) == now.0 {
-            self.events_at_instant.fetch_add(1, Ordering::Relaxed) + 1
+            let events = self.events_at_instant.load(Ordering::Relaxed) + 1;
+            self.events_at_instant.store(events, Ordering::Relaxed);
+            events
         } else {
+            let finished = self.events_at_instant.load(Ordering::Relaxed);
+            if finished > self.events_peak.load(Ordering::Relaxed) {
+                self.events_peak.store(finished, Ordering::Relaxed);
+            }
             self.instant_us.store(now.0, Ordering::Relaxed);
             self.events_at_instant.store(1, Ordering::Relaxed);
             1
         };
-        if events > self.events_peak.load(Ordering::Relaxed) {
-            self.events_peak.store(events, Ordering::Relaxed);
-        }
         if events > EVENTS_PER_INSTANT_MAX {
             if self.livelocked_at_us.load(Ordering::Relaxed) == i64::MIN {
                 self.livelocked_at_us.store(now.0, Ordering::Relaxed);
