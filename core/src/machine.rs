@@ -189,6 +189,12 @@ impl Core {
         self.planted = Some(bug);
     }
 
+    /// Whether `bug` is planted (the runtime reads its own planted bug here).
+    #[cfg(feature = "planted-bugs")]
+    pub fn is_planted(&self, bug: PlantedBug) -> bool {
+        self.planted(bug)
+    }
+
     /// Whether `bug` is planted. Always false without the `planted-bugs` feature, so a
     /// release build compiles the checks away.
     fn planted(&self, bug: PlantedBug) -> bool {
@@ -257,6 +263,12 @@ impl Core {
         }
         if self.mode == Mode::Running
             && let Some(at) = self.watchdog.next_deadline()
+        {
+            consider(at);
+        }
+        if self.mode == Mode::Running
+            && self.planted(PlantedBug::WakeForSuppressedDeadline)
+            && let Some(at) = self.watchdog.earliest()
         {
             consider(at);
         }
@@ -453,7 +465,13 @@ impl Core {
             if row.quality == Quality::Bad {
                 self.metrics.rows_bad += 1;
             }
-            let published = self.projection.apply(row, self.epoch, self.now);
+            // Planted: a time before every row, so every row looks current.
+            let apply_now = if self.planted(PlantedBug::LiveFromReplayedRow) {
+                Micros(i64::MIN)
+            } else {
+                self.now
+            };
+            let published = self.projection.apply(row, self.epoch, apply_now);
             if self.drivers.on_row(row.point, row.observed_at) {
                 self.count_drivers();
             }
@@ -482,7 +500,12 @@ impl Core {
             .watchdog_expiries_per_tick_max
             .min(CONTROL_EVENTS_PER_WRITE_MAX);
         let mut events = Vec::new();
-        for (point, deadline) in self.watchdog.expired(self.now, max) {
+        let expired = if self.planted(PlantedBug::StaleWhileSuppressed) {
+            self.watchdog.pop_due(self.now, max)
+        } else {
+            self.watchdog.expired(self.now, max)
+        };
+        for (point, deadline) in expired {
             let state = self.projection.state(point);
             if !matches!(
                 state.quality,

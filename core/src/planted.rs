@@ -2,8 +2,10 @@
 //! checker catches each one (simulator issue: "The checker must be able to fail").
 //!
 //! Owns: the list of planted bugs. The switch that turns one on ([`crate::Core::plant`] here,
-//! `MemoryStore::plant` in `sentinel-io`) only exists with the `planted-bugs` feature, which no
-//! production build enables; without it a core can never carry a planted bug.
+//! `MemoryStore::plant` in `sentinel-io`, `EpochGuard::plant` in `sentinel-driver`) only
+//! exists with the `planted-bugs` feature, which no production build enables; without it a
+//! core, a store or a driver can never carry a planted bug. The runtime's planted bug is read
+//! from the core it runs ([`crate::Core::is_planted`]).
 
 /// One deliberately wrong behaviour, each breaking one ordering rule or fence.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -21,14 +23,38 @@ pub enum PlantedBug {
     /// The store commits without checking the epoch fence (planted in the store model).
     /// Caught by invariant 6.
     CommitWithoutFence,
+    /// The recovery rule dropped: a `live` row raises its point to `live` even when it is no
+    /// longer current (replayed backlog). Caught by invariant 13.
+    LiveFromReplayedRow,
+    /// The watchdog's suppression ignored: deadlines expire during the startup grace, before
+    /// the first lag reading and while lag is high. Caught by invariant 14.
+    StaleWhileSuppressed,
+    /// The runtime carries on when its lock ownership check says the lock is gone (planted in
+    /// `sentinel-io`'s runtime). Caught by invariant 15.
+    LockLossIgnored,
+    /// A driver's epoch guard checks commands against the highest epoch among commands only:
+    /// `core_started` announcements raise the floor it reports in its hellos but not the one
+    /// it checks, so a replaced core's late command is applied (planted in `sentinel-driver`).
+    /// Caught by invariant 16. (Ignoring announcements altogether is a livelock instead: the
+    /// core answers every hello below its epoch with the announcement again.)
+    GuardIgnoresAnnouncements,
+    /// A livelock: the core asks to be woken at a freshness deadline the watchdog is holding
+    /// back, so the runtime spins at one simulated instant. Caught by invariant 9's bound on
+    /// events per instant.
+    WakeForSuppressedDeadline,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 4] = [
+    pub const ALL: [PlantedBug; 9] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
         PlantedBug::CommitWithoutFence,
+        PlantedBug::LiveFromReplayedRow,
+        PlantedBug::StaleWhileSuppressed,
+        PlantedBug::LockLossIgnored,
+        PlantedBug::GuardIgnoresAnnouncements,
+        PlantedBug::WakeForSuppressedDeadline,
     ];
 
     pub fn name(self) -> &'static str {
@@ -37,6 +63,11 @@ impl PlantedBug {
             PlantedBug::IngestedAtFromCoreClock => "ingested-at-from-core-clock",
             PlantedBug::ProjectSubmittedBatch => "project-submitted-batch",
             PlantedBug::CommitWithoutFence => "commit-without-fence",
+            PlantedBug::LiveFromReplayedRow => "live-from-replayed-row",
+            PlantedBug::StaleWhileSuppressed => "stale-while-suppressed",
+            PlantedBug::LockLossIgnored => "lock-loss-ignored",
+            PlantedBug::GuardIgnoresAnnouncements => "guard-ignores-announcements",
+            PlantedBug::WakeForSuppressedDeadline => "wake-for-suppressed-deadline",
         }
     }
 

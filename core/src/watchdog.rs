@@ -82,10 +82,21 @@ impl Watchdog {
     /// Pops every deadline due at `now`, unless expiry is suppressed. At most `max` at once,
     /// so one tick's work is bounded; the rest stay due for the next tick.
     pub fn expired(&mut self, now: Micros, max: usize) -> Vec<(PointIdx, Micros)> {
-        let mut out = Vec::new();
         if self.suppressed(now) {
-            return out;
+            return Vec::new();
         }
+        self.pop_due(now, max)
+    }
+
+    /// The earliest deadline armed, suppressed or not.
+    pub fn earliest(&self) -> Option<Micros> {
+        self.deadlines.first().map(|(deadline, _)| *deadline)
+    }
+
+    /// Pops every deadline due at `now`, at most `max`, whether or not expiry is suppressed
+    /// ([`Self::expired`] is the suppressed-aware caller; a planted bug calls this directly).
+    pub(crate) fn pop_due(&mut self, now: Micros, max: usize) -> Vec<(PointIdx, Micros)> {
+        let mut out = Vec::new();
         while out.len() < max {
             let Some(&(deadline, point)) = self.deadlines.first() else {
                 break;

@@ -368,11 +368,51 @@ fn map_publish_error(error: jetstream::context::PublishError) -> BusError {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EpochGuard {
     highest_seen: u32,
+    /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
+    #[cfg(feature = "planted-bugs")]
+    planted: Option<sentinel_core::PlantedBug>,
+    /// The planted bug's floor: the highest epoch among commands only.
+    #[cfg(feature = "planted-bugs")]
+    planted_command_floor: u32,
 }
 
 impl EpochGuard {
     pub fn new(highest_seen: u32) -> EpochGuard {
-        EpochGuard { highest_seen }
+        EpochGuard {
+            highest_seen,
+            #[cfg(feature = "planted-bugs")]
+            planted: None,
+            #[cfg(feature = "planted-bugs")]
+            planted_command_floor: highest_seen,
+        }
+    }
+
+    /// Plants a known bug (simulator tests only): only
+    /// [`sentinel_core::PlantedBug::GuardIgnoresAnnouncements`] lives here.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&mut self, bug: sentinel_core::PlantedBug) {
+        self.planted = Some(bug);
+    }
+
+    /// The planted bug's check: against the highest epoch among commands only, as if
+    /// announcements raised the floor the driver reports but not the one it checks. `None`
+    /// when the bug is not planted.
+    #[cfg(feature = "planted-bugs")]
+    fn planted_check(&mut self, core_epoch: u32) -> Option<bool> {
+        if self.planted != Some(sentinel_core::PlantedBug::GuardIgnoresAnnouncements) {
+            return None;
+        }
+        let admitted = core_epoch >= self.planted_command_floor;
+        if admitted {
+            self.planted_command_floor = core_epoch;
+            self.highest_seen = self.highest_seen.max(core_epoch);
+        }
+        Some(admitted)
+    }
+
+    #[cfg(not(feature = "planted-bugs"))]
+    fn planted_check(&mut self, _core_epoch: u32) -> Option<bool> {
+        None
     }
 
     pub fn highest_seen(&self) -> u32 {
@@ -392,7 +432,10 @@ impl EpochGuard {
     /// Admits a command from the current or a newer core (a newer one raises the floor) and
     /// refuses one from an older core. Epochs never go backwards, so equal is current.
     pub fn check(&mut self, command: &CommandEnvelope) -> CommandReply {
-        let admitted = self.observe(command.core_epoch);
+        let admitted = match self.planted_check(command.core_epoch) {
+            Some(admitted) => admitted,
+            None => self.observe(command.core_epoch),
+        };
         CommandReply {
             command_id: command.command_id.clone(),
             outcome: if admitted {

@@ -237,6 +237,7 @@ where
             _ = lock_check.tick() => {
                 match lease.alive().await {
                     Ok(true) => continue,
+                    _ if lock_loss_ignored(&core) => continue,
                     Ok(false) => error!("the single-writer lock is gone; stopping at once"),
                     Err(e) => error!(error = %e, "lock ownership check failed; stopping at once"),
                 }
@@ -305,6 +306,20 @@ where
     RunOutcome {
         exit,
         metrics: core.metrics().clone(),
+    }
+}
+
+/// The planted bug that carries on after losing the lock (simulator tests only; always false
+/// without the `planted-bugs` feature).
+fn lock_loss_ignored(core: &Core) -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        core.is_planted(sentinel_core::PlantedBug::LockLossIgnored)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        let _ = core;
+        false
     }
 }
 

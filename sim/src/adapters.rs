@@ -25,6 +25,7 @@ use sentinel_io::ports::{
 };
 use sentinel_io::store::MemoryLease;
 
+use crate::checker::quality::ControlFacts;
 use crate::settings::Site;
 use crate::world::{Incarnation, World};
 
@@ -39,6 +40,20 @@ fn self_point_key(msg_id: &str) -> Option<crate::checker::Key3> {
     let seq = parts.next()?.parse().ok()?;
     let epoch = parts.next()?.parse().ok()?;
     Some((std::sync::Arc::from(parts.next()?), epoch, seq))
+}
+
+/// The point and `observed_at` a self-point's payload carries.
+fn self_point_observation(payload: &[u8]) -> Option<(Arc<str>, sentinel_core::Micros)> {
+    #[derive(serde::Deserialize)]
+    struct Wire<'a> {
+        point_id: &'a str,
+        observed_at: &'a str,
+    }
+    let wire: Wire<'_> = serde_json::from_slice(payload).ok()?;
+    Some((
+        Arc::from(wire.point_id),
+        sentinel_core::Micros::parse_rfc3339(wire.observed_at)?,
+    ))
 }
 
 /// The bus as one core incarnation sees it.
@@ -59,10 +74,23 @@ impl SimBus {
         }
     }
 
-    async fn enter(&self) -> Result<(), BusError> {
+    /// Every call of this incarnation's: a zombie's hangs; `action` (ack, publish, bind) is
+    /// reported for invariant 15; a cut link fails it.
+    async fn enter(&self, action: Option<&str>) -> Result<(), BusError> {
+        self.alive(action).await;
+        self.link()
+    }
+
+    async fn alive(&self, action: Option<&str>) {
         if self.world.is_dying(&self.incarnation) {
             return hang().await;
         }
+        if let Some(what) = action {
+            self.world.core_action(&self.incarnation, what);
+        }
+    }
+
+    fn link(&self) -> Result<(), BusError> {
         if self.world.links(self.incarnation.core).bus_cut {
             return Err(BusError::Connection("partitioned from the bus".into()));
         }
@@ -79,7 +107,7 @@ impl Bus for SimBus {
     type Consumer = SimConsumer;
 
     async fn bind(&self) -> Result<SimConsumer, BusError> {
-        self.enter().await?;
+        self.enter(Some("binds the consumer")).await?;
         let holder = self.world.store.lock_holder();
         let session = self.incarnation.session();
         let now = self.world.now();
@@ -114,7 +142,7 @@ impl Bus for SimBus {
     }
 
     async fn ack(&self, tags: Vec<DeliveryTag>) -> Result<(), BusError> {
-        self.enter().await?;
+        self.enter(Some("acks")).await?;
         if self.world.fires(Site::LostAck) {
             self.world.trace(format_args!(
                 "fault lost_ack {} ({} tags)",
@@ -153,8 +181,8 @@ impl Bus for SimBus {
     }
 
     async fn publish(&self, subject: String, payload: Bytes) -> Result<(), BusError> {
-        self.enter().await?;
         if subject.starts_with("cmd.") {
+            self.enter(Some("publishes to a driver")).await?;
             // To a driver: the bus carries it to the instance subscribed to the subject, late
             // if this core's link to the drivers is slow.
             let delay_ms = self.world.links(self.incarnation.core).driver_delay_ms;
@@ -173,10 +201,21 @@ impl Bus for SimBus {
             }
             return Ok(());
         }
+        // A transition: the projection changed whether or not the bus takes it (invariants 13
+        // and 14 judge the change), and only a published one counts for invariant 4.
+        self.alive(Some("publishes a transition")).await;
+        let facts = crate::checker::transition_facts(&payload);
         let now = self.world.now();
+        if let Some(facts) = &facts {
+            self.world
+                .lock()
+                .checker
+                .on_transition_emitted(facts, now, || self.world.bus.stream_seqs());
+        }
+        self.link()?;
         {
             let mut inner = self.world.lock();
-            inner.checker.on_transition(&payload, now);
+            inner.checker.on_transition(facts.as_ref(), now);
             inner.trace.event(
                 now,
                 format_args!("{} transition {subject}", self.incarnation.core.host()),
@@ -191,13 +230,14 @@ impl Bus for SimBus {
         msg_id: String,
         payload: Bytes,
     ) -> Result<PublishAck, BusError> {
-        self.enter().await?;
+        self.enter(Some("publishes a self-point")).await?;
         let key = self_point_key(&msg_id);
+        let observation = self_point_observation(&payload);
         let ack = self.world.bus.publish_observation(&subject, &msg_id, payload)?;
         if !ack.duplicate {
             let now = self.world.now();
             let mut inner = self.world.lock();
-            inner.checker.on_accepted(ack.seq, key);
+            inner.checker.on_accepted(ack.seq, key, observation, now);
             inner.trace.event(
                 now,
                 format_args!("{} self-point seq {}", self.incarnation.core.host(), ack.seq),
@@ -207,12 +247,20 @@ impl Bus for SimBus {
     }
 
     async fn lag(&self) -> Result<Lag, BusError> {
-        self.enter().await?;
-        self.world.bus.lag().await
+        self.enter(None).await?;
+        let lag = self.world.bus.lag().await?;
+        if let Some(epoch) = self.incarnation.epoch() {
+            let now = self.world.now();
+            self.world
+                .lock()
+                .checker
+                .on_lag_reading(epoch, lag.pending, lag.oldest_unacked_age_ms, now);
+        }
+        Ok(lag)
     }
 
     async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
-        self.enter().await?;
+        self.enter(None).await?;
         let (tx, rx) = tokio::sync::mpsc::channel(INBOUND_QUEUED_MAX);
         // The operator's requests and the drivers' hellos reach this incarnation from now on.
         self.world
@@ -225,7 +273,7 @@ impl Bus for SimBus {
 
 impl Consumer for SimConsumer {
     async fn fetch(&mut self, max: usize, wait_ms: u64) -> Result<Vec<Delivery>, BusError> {
-        if let Err(e) = self.bus.enter().await {
+        if let Err(e) = self.bus.enter(None).await {
             // A dead connection does not answer at once; the runtime's retry pacing applies.
             tokio::time::sleep(Duration::from_millis(wait_ms)).await;
             return Err(e);
@@ -264,9 +312,14 @@ impl SimStore {
         SimStore { world, incarnation }
     }
 
-    async fn enter(&self) -> Result<(), StoreError> {
+    /// Every call of this incarnation's: a zombie's hangs; `action` (a commit or another
+    /// write) is reported for invariant 15; a cut link fails it.
+    async fn enter(&self, action: Option<&str>) -> Result<(), StoreError> {
         if self.world.is_dying(&self.incarnation) {
             return hang().await;
+        }
+        if let Some(what) = action {
+            self.world.core_action(&self.incarnation, what);
         }
         if self.world.links(self.incarnation.core).store_cut {
             return Err(StoreError::Other("partitioned from the store".into()));
@@ -286,7 +339,7 @@ impl Lease for SimLease {
     }
 
     async fn alive(&mut self) -> Result<bool, StoreError> {
-        self.store.enter().await?;
+        self.store.enter(None).await?;
         self.inner.alive().await
     }
 }
@@ -295,14 +348,15 @@ impl Store for SimStore {
     type Lease = SimLease;
 
     async fn acquire(&self) -> Result<SimLease, StoreError> {
-        self.enter().await?;
+        self.enter(None).await?;
         let result = self.world.store.acquire().await;
         let now = self.world.now();
         let host = self.incarnation.core.host();
         let mut inner = self.world.lock();
         match result {
             Ok(lease) => {
-                *self.incarnation.session.lock().unwrap_or_else(|p| p.into_inner()) = Some(lease.session());
+                *self.incarnation.session.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some((lease.session(), lease.epoch()));
                 inner.checker.on_acquire(lease.epoch(), now);
                 inner.trace.event(
                     now,
@@ -328,24 +382,25 @@ impl Store for SimStore {
     }
 
     async fn store_registry(&self, snapshot: &RegistrySnapshot) -> Result<RegistryLoad, StoreError> {
-        self.enter().await?;
+        self.enter(None).await?;
         self.world.store.store_registry(snapshot).await
     }
 
     async fn load_registry(&self, version: Option<i32>) -> Result<Option<StoredRegistry>, StoreError> {
-        self.enter().await?;
+        self.enter(None).await?;
         self.world.store.load_registry(version).await
     }
 
     async fn load_state(&self, points: &[(String, RetentionClass)]) -> Result<RestoredState, StoreError> {
-        self.enter().await?;
+        self.enter(None).await?;
         self.world.store.load_state(points).await
     }
 
     async fn commit(&self, batch: Batch) -> Result<CommitReport, CommitError> {
         let fail = |id, source| CommitError { batch: id, source };
         let id = batch.id;
-        self.enter().await.map_err(|e| fail(id, e))?;
+        // A commit made within the bound and still in flight past it is not judged again.
+        self.enter(Some("commits")).await.map_err(|e| fail(id, e))?;
         if self.world.fires(Site::CrashBeforeCommit) {
             self.world
                 .request_crash(self.incarnation.core, Site::CrashBeforeCommit);
@@ -356,7 +411,7 @@ impl Store for SimStore {
             self.world
                 .trace(format_args!("fault slow_commit batch {} for {delay_ms} ms", id.0));
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-            self.enter().await.map_err(|e| fail(id, e))?;
+            self.enter(None).await.map_err(|e| fail(id, e))?;
         }
         let epoch_at_commit = self.world.store.current_epoch();
         let report = self.world.store.commit(batch).await?;
@@ -386,7 +441,7 @@ impl Store for SimStore {
     }
 
     async fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
-        self.enter().await?;
+        self.enter(Some("writes a checkpoint")).await?;
         let epoch_at_write = self.world.store.current_epoch();
         self.world.store.checkpoint(epoch, states).await?;
         let now = self.world.now();
@@ -405,7 +460,7 @@ impl Store for SimStore {
         let issues_command = events
             .iter()
             .any(|e| matches!(e.detail, ControlDetail::CommandIssued { .. }));
-        if let Err(e) = self.enter().await {
+        if let Err(e) = self.enter(Some("writes control events")).await {
             if issues_command {
                 self.world.lock().checker.command_writes_refused += 1;
                 self.world.trace(format_args!(
@@ -424,12 +479,23 @@ impl Store for SimStore {
                 ControlDetail::QualityChanged { .. } => None,
             })
             .collect();
+        let qualities: Vec<Option<ControlFacts>> = events
+            .iter()
+            .map(|e| match &e.detail {
+                ControlDetail::QualityChanged { to, .. } => Some(ControlFacts {
+                    point: e.point_id.clone(),
+                    to: *to,
+                    occurred_at: e.occurred_at,
+                }),
+                ControlDetail::CommandIssued { .. } => None,
+            })
+            .collect();
         let seqs = self.world.store.write_control_events(epoch, events).await?;
         let now = self.world.now();
         let mut inner = self.world.lock();
         inner
             .checker
-            .on_control_events(epoch, &stamps, &commands, &seqs, epoch_at_write, now);
+            .on_control_events(epoch, &stamps, &commands, &qualities, &seqs, epoch_at_write, now);
         inner.trace.event(
             now,
             format_args!(
@@ -446,12 +512,12 @@ impl Store for SimStore {
         after_seq: i64,
         limit: usize,
     ) -> Result<Vec<StoredControlEvent>, StoreError> {
-        self.enter().await?;
+        self.enter(None).await?;
         self.world.store.load_control_events(after_seq, limit).await
     }
 
     async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
-        self.enter().await?;
+        self.enter(Some("writes its cold start")).await?;
         let epoch_at_write = self.world.store.current_epoch();
         self.world.store.record_cold_start(epoch, steps).await?;
         let now = self.world.now();

@@ -40,6 +40,8 @@ struct Outgoing {
     msg_id: String,
     payload: Bytes,
     key: Option<Key3>,
+    /// The point and `observed_at` of a well-formed message for its own registered point.
+    observation: Option<(Arc<str>, Micros)>,
 }
 
 struct Instance {
@@ -193,7 +195,9 @@ impl HostDriver {
                 true
             }
             Ok(ack) => {
-                inner.checker.on_accepted(ack.seq, message.key.clone());
+                inner
+                    .checker
+                    .on_accepted(ack.seq, message.key.clone(), message.observation.clone(), now);
                 inner.trace.event(
                     now,
                     format_args!("{} pub seq {} {}", self.host, ack.seq, message.msg_id),
@@ -278,6 +282,7 @@ impl HostDriver {
             let skew_ms = rng.between(3, 120) as i64 * 1_000;
             envelope.device_time = Some(observed_at.add_ms(-skew_ms).to_rfc3339());
         }
+        let own_point = envelope.point_id.clone();
         cut += settings.unknown_permille;
         if (cut - settings.unknown_permille..cut).contains(&kind) {
             envelope.point_id = format!("{}.decommissioned", p.id);
@@ -295,6 +300,8 @@ impl HostDriver {
             self.world.driver_restarted(&self.host, &p.instance, source_epoch);
         }
 
+        let observation = (!malformed && envelope.point_id == own_point)
+            .then(|| (Arc::from(own_point.as_str()), observed_at));
         let msg_id = envelope.msg_id();
         let key: Key3 = (Arc::from(p.instance.as_str()), source_epoch, seq);
         let payload = if malformed {
@@ -307,6 +314,7 @@ impl HostDriver {
             msg_id,
             payload,
             key: (!malformed).then_some(key),
+            observation,
         }
     }
 }

@@ -7,7 +7,9 @@
 //!   seed's settings, violation, last trace lines and replay command.
 //! - `--plant BUG` plants a known bug (needs `--features planted-bugs`).
 //!
-//! Exits 1 when any seed violated an invariant.
+//! Exits 1 when any seed violated an invariant. No seed hangs: a livelock (too many events at
+//! one simulated instant) or a run past its step bound is a violation of invariant 9, printed
+//! with its replay command like any other.
 
 use std::io::Write as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -48,7 +50,9 @@ struct Cli {
     #[arg(long)]
     dangerous_window: bool,
     /// Plant a known bug: ack-before-commit, ingested-at-from-core-clock,
-    /// project-submitted-batch, commit-without-fence.
+    /// project-submitted-batch, commit-without-fence, live-from-replayed-row,
+    /// stale-while-suppressed, lock-loss-ignored, guard-ignores-announcements,
+    /// wake-for-suppressed-deadline (a livelock).
     #[arg(long)]
     plant: Option<String>,
 }
@@ -192,7 +196,7 @@ fn main() -> anyhow::Result<()> {
 fn result_line(outcome: &SeedOutcome) -> String {
     let s = &outcome.stats;
     format!(
-        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} | commands applied {} (from a deposed core {}), refused {} | {} steps, {} s simulated | trace {} lines, hash {}",
+        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} | commands applied {} (from a deposed core {}), refused {} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
         outcome.seed,
         match &outcome.violation {
             None => "ok".to_owned(),
@@ -208,6 +212,7 @@ fn result_line(outcome: &SeedOutcome) -> String {
         s.commands_refused,
         s.steps,
         s.simulated_ms / 1_000,
+        s.events_peak,
         outcome.trace_lines,
         outcome.trace_hash
     )

@@ -33,6 +33,8 @@ pub struct SimRegistry {
     pub hosts: BTreeMap<String, Vec<DriverPoint>>,
     /// The point only version 2 knows: `unknown_point` until a core runs that version.
     pub added_point: DriverPoint,
+    /// `freshness_s` of every point of either version, in µs (for the checker).
+    pub freshness_us: std::sync::Arc<BTreeMap<std::sync::Arc<str>, i64>>,
 }
 
 /// The host that owns the core's self-points; no simulated driver publishes for it.
@@ -75,12 +77,22 @@ impl SimRegistry {
         let added_point = driver_point(&added);
         v2_descriptors.push(added);
         let v2 = canonical::snapshot("sim-v2", &v2_descriptors);
+        let freshness_us = v2_descriptors
+            .iter()
+            .map(|d| {
+                (
+                    std::sync::Arc::from(d.id.as_str()),
+                    i64::from(d.freshness_s) * 1_000_000,
+                )
+            })
+            .collect();
 
         Ok(SimRegistry {
             v1,
             v2,
             hosts,
             added_point,
+            freshness_us: std::sync::Arc::new(freshness_us),
         })
     }
 }

@@ -23,13 +23,13 @@ use sentinel_io::startup::{self, StartError};
 use sentinel_io::store::MemoryStore;
 
 use crate::adapters::{SimBus, SimStore};
-use crate::checker::{Checker, Violation};
+use crate::checker::{Checker, CheckerConfig, Violation};
 use crate::drivers::HostDriver;
 use crate::registry::SimRegistry;
 use crate::rng::SimRng;
 use crate::settings::{CONTROLLER_FIRE_P, Settings, Site};
 use crate::trace::Trace;
-use crate::world::{CoreId, Inner, Links, SimClock, World};
+use crate::world::{CoreId, EVENTS_PER_INSTANT_MAX, Incarnation, Inner, Links, SimClock, World};
 
 /// How often the simulated operator asks every running core to command a point.
 const COMMAND_INTERVAL_MS: i64 = 5_000;
@@ -42,6 +42,13 @@ const DANGEROUS_WINDOW_MS: i64 = 60_000;
 /// other core has taken over.
 const LATE_COMMAND_LEAD_MS: i64 = 2_000;
 const LATE_COMMAND_DELAY_MS: u64 = 10_000;
+
+/// The `slow_driver_link` fault: how long the bus holds the core's messages to drivers, and
+/// for how long it does.
+const SLOW_DRIVER_LINK_DELAY_MS: (u64, u64) = (2_000, 15_000);
+const SLOW_DRIVER_LINK_FOR_MS: (u64, u64) = (5_000, 30_000);
+/// The `lock_session_killed_alone` fault: how long a two-core run's standby is held down.
+const STANDBY_DOWN_MS: (u64, u64) = (2_000, 15_000);
 
 /// Simulated wall-clock start of every run: 2026-01-01T00:00:00Z.
 pub const START_UNIX_S: u64 = 1_767_225_600;
@@ -94,6 +101,9 @@ pub struct Stats {
     pub commands_refused: u64,
     /// Command writes a core could not make (cut off from the store), so never sent.
     pub command_writes_refused: u64,
+    /// The most events one simulated instant held (invariant 9's bound is
+    /// [`EVENTS_PER_INSTANT_MAX`]).
+    pub events_peak: u64,
 }
 
 impl SeedOutcome {
@@ -176,10 +186,18 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     } else {
         vec![CoreId(0)]
     };
+    let core_config = core_config(&settings);
     let inner = Inner {
         rng,
         trace: Trace::new(options.echo_trace, start),
-        checker: Checker::default(),
+        checker: Checker::new(CheckerConfig {
+            freshness_us: registry.freshness_us.clone(),
+            startup_grace_us: core_config.startup_grace_ms * 1_000,
+            lag_high_pending: core_config.lag_high_pending,
+            lag_high_age_ms: core_config.lag_high_age_ms,
+            lag_poll_interval_us: runtime_config(&settings).lag_poll_interval_ms as i64 * 1_000,
+            lock_loss_bound_us: (settings.lock_check_interval_ms + settings.tick_ms) as i64 * 1_000,
+        }),
         links: cores.iter().map(|&c| (c, Links::default())).collect(),
         incarnations: Default::default(),
         faults_on: true,
@@ -190,19 +208,22 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         inbound_senders: Default::default(),
         driver_source_epochs: Default::default(),
         driver_guards: Default::default(),
+        driver_plant: options.plant,
     };
     let world = Arc::new(World::new(settings.clone(), bus, store, clock.clone(), inner));
     world.trace(format_args!("settings {settings}"));
 
+    // Invariant 9's bound on a run: every phase's simulated time plus a minute, in steps.
+    // turmoil's own duration limit sits one step later, so the bound is what a run meets.
+    let duration_ms = settings
+        .run_min_ms
+        .max(settings.safety_ms + settings.drain_bound_ms)
+        + 60_000;
+    let steps_max = duration_ms / settings.tick_ms;
     let mut sim = turmoil::Builder::new()
         .epoch(UNIX_EPOCH + Duration::from_secs(START_UNIX_S))
         .tick_duration(Duration::from_millis(settings.tick_ms))
-        .simulation_duration(Duration::from_millis(
-            settings
-                .run_min_ms
-                .max(settings.safety_ms + settings.drain_bound_ms)
-                + 60_000,
-        ))
+        .simulation_duration(Duration::from_millis(duration_ms + settings.tick_ms))
         .rng_seed(seed)
         .build();
 
@@ -263,14 +284,33 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let mut steps = 0u64;
 
     let failure = loop {
-        if let Err(e) = sim.step() {
+        if steps >= steps_max {
             let now = clock.now();
-            world.lock().checker.fail(0, now, format!("a host failed: {e}"));
+            world.lock().checker.fail(
+                9,
+                now,
+                format!("the run did not end within {steps_max} steps ({duration_ms} ms simulated)"),
+            );
+            break world.lock().checker.violation().cloned();
         }
+        let stepped = sim.step();
         steps += 1;
         let now = start.add_ms(sim.elapsed().as_millis() as i64);
         clock.set_controller_now(now);
         world.lock().step = steps;
+        if let Some(at) = clock.livelocked_at() {
+            let simulated_s = at.saturating_sub(start) as f64 / 1e6;
+            world.lock().checker.fail(
+                9,
+                at,
+                format!(
+                    "livelock: more than {EVENTS_PER_INSTANT_MAX} events at the simulated instant \
+                     {simulated_s:.6} s; a host never let simulated time advance"
+                ),
+            );
+        } else if let Err(e) = stepped {
+            world.lock().checker.fail(0, now, format!("a host failed: {e}"));
+        }
 
         if let Some(violation) = world.lock().checker.violation().cloned() {
             break Some(violation);
@@ -279,7 +319,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         // Crash requests from the port sites: kill the process now, restart it later.
         let crashes: Vec<CoreId> = std::mem::take(&mut world.lock().crash_requests);
         for core in crashes {
-            sim.crash(core.host());
+            crash(&mut sim, &world, core, now);
             let delay_ms = world.between(100, settings.restart_delay_max_ms) as i64;
             world.trace(format_args!("crash {} (restart in {delay_ms} ms)", core.host()));
             scheduled.push((now.add_ms(delay_ms), Scheduled::Bounce(core)));
@@ -290,6 +330,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             match change {
                 Scheduled::Bounce(core) => {
                     world.trace(format_args!("restart {}", core.host()));
+                    // A bounce ends whatever runs on the host (usually nothing: it crashed).
+                    crash(&mut sim, &world, core, now);
                     sim.bounce(core.host());
                 }
                 Scheduled::Heal(core, links) => {
@@ -298,6 +340,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
                 }
             }
         }
+        // Invariant 15: every incarnation that lost its lock session has ended in time.
+        world.lock().checker.check_lock_losers_ended(now);
 
         if now >= traffic_end && !world.lock().traffic_done {
             world.lock().traffic_done = true;
@@ -332,6 +376,15 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             if now >= next_fault_at {
                 next_fault_at = now.add_ms(1_000);
                 controller_faults(&world, &cores, now, &mut scheduled, registry, &mut reloaded);
+                if standby_down_fault(&world, &cores, now, &mut scheduled) {
+                    let standby = cores
+                        .iter()
+                        .copied()
+                        .find(|&c| Some(c) != lock_holder(&world, &cores));
+                    if let Some(standby) = standby {
+                        crash(&mut sim, &world, standby, now);
+                    }
+                }
             }
         } else if world.lock().faults_on {
             // Liveness phase: heal everything, faults stop firing.
@@ -396,7 +449,46 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             commands_applied_deposed: inner.checker.commands_applied_deposed,
             commands_refused: inner.checker.commands_refused,
             command_writes_refused: inner.checker.command_writes_refused,
+            events_peak: clock.events_peak(),
         },
+    }
+}
+
+/// The configuration of every core of a run.
+fn core_config(settings: &Settings) -> Config {
+    Config {
+        dedup_keys_max: settings.dedup_keys_max,
+        // Self-points still flow through ingest (and go stale between readings, which
+        // exercises the watchdog), at a third of production's rate to keep seeds cheap.
+        self_points_interval_ms: 15_000,
+        ..Config::default()
+    }
+}
+
+/// The runtime configuration of every core of a run.
+fn runtime_config(settings: &Settings) -> RuntimeConfig {
+    RuntimeConfig {
+        lock_check_interval_ms: settings.lock_check_interval_ms,
+        progress_interval_ms: 3_600_000,
+        // A waiting fetch wakes on every publish; a long wait only saves idle wake-ups, which
+        // dominate a sparse simulated run.
+        fetch_wait_ms: 1_000,
+        ..RuntimeConfig::default()
+    }
+}
+
+/// Tells the checker `incarnation` ended: with its exit code, or (`None`) without running.
+fn core_ended(world: &World, incarnation: &Incarnation, code: Option<i32>) {
+    let now = world.now();
+    world.lock().checker.on_core_end(incarnation.id(), code, now);
+}
+
+/// Kills `core`'s process now and schedules its restart.
+fn crash(sim: &mut turmoil::Sim<'_>, world: &World, core: CoreId, now: Micros) {
+    sim.crash(core.host());
+    let incarnation = world.lock().incarnations.get(&core).cloned();
+    if let Some(incarnation) = incarnation {
+        world.lock().checker.on_core_end(incarnation.id(), None, now);
     }
 }
 
@@ -408,13 +500,7 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
         let incarnation = world.new_incarnation(core);
         let bus = SimBus::new(world.clone(), incarnation.clone());
         let store = SimStore::new(world.clone(), incarnation.clone());
-        let config = Config {
-            dedup_keys_max: world.settings.dedup_keys_max,
-            // Self-points still flow through ingest (and go stale between readings, which
-            // exercises the watchdog), at a third of production's rate to keep seeds cheap.
-            self_points_interval_ms: 15_000,
-            ..Config::default()
-        };
+        let config = core_config(&world.settings);
         match startup::start(
             &store,
             startup::already_connected(&bus),
@@ -431,14 +517,7 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
                 if let Some(bug) = plant {
                     core_machine.plant(bug);
                 }
-                let runtime_config = RuntimeConfig {
-                    lock_check_interval_ms: world.settings.lock_check_interval_ms,
-                    progress_interval_ms: 3_600_000,
-                    // A waiting fetch wakes on every publish; a long wait only saves idle
-                    // wake-ups, which dominate a sparse simulated run.
-                    fetch_wait_ms: 1_000,
-                    ..RuntimeConfig::default()
-                };
+                let runtime_config = runtime_config(&world.settings);
                 let observer = {
                     let world = world.clone();
                     move |c: &sentinel_core::Core| world.observe(c)
@@ -463,6 +542,7 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
                     outcome.exit.code,
                     outcome.exit.why
                 ));
+                core_ended(&world, &incarnation, Some(outcome.exit.code));
             }
             Err(StartError::LockHeld) => {
                 world.trace(format_args!(
@@ -470,6 +550,7 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
                     core.host(),
                     incarnation.number
                 ));
+                core_ended(&world, &incarnation, None);
             }
             Err(e) => {
                 world.trace(format_args!(
@@ -477,6 +558,7 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
                     core.host(),
                     incarnation.number
                 ));
+                core_ended(&world, &incarnation, None);
             }
         }
         let delay_ms = world.between(100, world.settings.restart_delay_max_ms);
@@ -588,7 +670,7 @@ fn open_dangerous_window(
         },
     );
     if let Some(session) = holder {
-        world.store.kill_session_id(session);
+        world.kill_lock_session(session);
     }
     world.trace(format_args!(
         "dangerous window: {} cut off from the store, still on the bus",
@@ -627,7 +709,7 @@ fn controller_faults(
     reloaded: &mut bool,
 ) {
     let fires = |site: Site| world.settings.is_active(site) && world.lock().rng.chance(CONTROLLER_FIRE_P);
-    if fires(Site::LockSessionKilled) && world.store.kill_lock_holder() {
+    if fires(Site::LockSessionKilled) && world.kill_lock_holder() {
         world.trace(format_args!("fault lock_session_killed"));
     }
     for site in [Site::PartitionStore, Site::PartitionBus] {
@@ -651,7 +733,7 @@ fn controller_faults(
             // The database notices the dead connection and frees the session's lock.
             let session = world.lock().incarnations.get(&core).and_then(|i| i.session());
             if let Some(session) = session {
-                world.store.kill_session_id(session);
+                world.kill_lock_session(session);
             }
         }
         world.trace(format_args!(
@@ -660,6 +742,27 @@ fn controller_faults(
             core.host()
         ));
         scheduled.push((now.add_ms(duration_ms), Scheduled::Heal(core, before)));
+    }
+    if fires(Site::SlowDriverLink) {
+        let core = *world.lock().rng.pick(cores);
+        let before = world.links(core);
+        if before.driver_delay_ms == 0 {
+            let delay_ms = world.between(SLOW_DRIVER_LINK_DELAY_MS.0, SLOW_DRIVER_LINK_DELAY_MS.1);
+            let for_ms = world.between(SLOW_DRIVER_LINK_FOR_MS.0, SLOW_DRIVER_LINK_FOR_MS.1) as i64;
+            world.lock().links.insert(
+                core,
+                Links {
+                    driver_delay_ms: delay_ms,
+                    ..before
+                },
+            );
+            world.trace(format_args!(
+                "fault {} {}: messages to drivers take {delay_ms} ms for {for_ms} ms",
+                Site::SlowDriverLink.name(),
+                core.host()
+            ));
+            scheduled.push((now.add_ms(for_ms), Scheduled::Heal(core, before)));
+        }
     }
     if fires(Site::AckWaitExpiry) {
         world.bus.expire_in_flight();
@@ -676,6 +779,39 @@ fn controller_faults(
             load.map(|l| l.version)
         ));
     }
+}
+
+/// The `lock_session_killed_alone` site: when it fires and a core holds the lock, its session
+/// dies; in a two-core run the standby is held down for a while first (returns true: the
+/// caller crashes it; its restart is scheduled here), so no takeover's fence stops the holder.
+fn standby_down_fault(
+    world: &World,
+    cores: &[CoreId],
+    now: Micros,
+    scheduled: &mut Vec<(Micros, Scheduled)>,
+) -> bool {
+    let fires =
+        world.settings.is_active(Site::LockSessionKilledAlone) && world.lock().rng.chance(CONTROLLER_FIRE_P);
+    let Some(holder) = fires.then(|| lock_holder(world, cores)).flatten() else {
+        return false;
+    };
+    let standby = cores.iter().copied().find(|&c| c != holder);
+    if let Some(standby) = standby {
+        let down_ms = world.between(STANDBY_DOWN_MS.0, STANDBY_DOWN_MS.1) as i64;
+        world.trace(format_args!(
+            "fault {}: standby {} down for {down_ms} ms",
+            Site::LockSessionKilledAlone.name(),
+            standby.host()
+        ));
+        scheduled.push((now.add_ms(down_ms), Scheduled::Bounce(standby)));
+    }
+    world.kill_lock_holder();
+    world.trace(format_args!(
+        "fault {} {}",
+        Site::LockSessionKilledAlone.name(),
+        holder.host()
+    ));
+    standby.is_some()
 }
 
 /// Runs a future that cannot wait (the memory store's operations never do) to completion.

@@ -35,10 +35,16 @@ pub enum Site {
     FullStream,
     /// A new registry version is stored mid-stream; the next core to start uses it.
     RegistryReload,
+    /// The bus holds one core's messages to drivers for seconds (as in the dangerous window),
+    /// so a command can reach its driver after a newer core's announcement.
+    SlowDriverLink,
+    /// The lock holder's session dies while no other core runs (in a two-core run the
+    /// standby is held down for a while), so only the holder's own lock check can stop it.
+    LockSessionKilledAlone,
 }
 
 impl Site {
-    pub const ALL: [Site; 12] = [
+    pub const ALL: [Site; 14] = [
         Site::CrashBeforeCommit,
         Site::CrashAfterCommit,
         Site::CrashAfterAck,
@@ -51,7 +57,12 @@ impl Site {
         Site::SlowCommit,
         Site::FullStream,
         Site::RegistryReload,
+        Site::SlowDriverLink,
+        Site::LockSessionKilledAlone,
     ];
+    /// Sites added after the first twelve are drawn from a generator of their own, so the
+    /// seeds of `sim/tests/regressions.rs` keep the settings and runs they failed with.
+    const DRAWN_FIRST: usize = 12;
 
     pub fn name(self) -> &'static str {
         match self {
@@ -67,6 +78,8 @@ impl Site {
             Site::SlowCommit => "slow_commit",
             Site::FullStream => "full_stream",
             Site::RegistryReload => "registry_reload",
+            Site::SlowDriverLink => "slow_driver_link",
+            Site::LockSessionKilledAlone => "lock_session_killed_alone",
         }
     }
 }
@@ -77,6 +90,9 @@ pub const SITE_ACTIVE_P: f64 = 0.25;
 /// the ports get an opportunity per call; the controller's sites one per simulated second.
 pub const PORT_FIRE_P: f64 = 0.05;
 pub const CONTROLLER_FIRE_P: f64 = 0.04;
+
+/// Mixed into the seed for the generator that draws the later sites' activity.
+const LATER_SITES_STREAM: u64 = 0x5eed_0000_0000_0d0d;
 
 /// Everything a run draws from its seed before it starts.
 #[derive(Clone, Debug, PartialEq)]
@@ -116,13 +132,13 @@ impl Settings {
     /// Draws a run's settings: the first values of the run's one generator.
     pub fn draw(seed: u64, rng: &mut SimRng) -> Settings {
         let mut active = BTreeSet::new();
-        for site in Site::ALL {
+        for site in &Site::ALL[..Site::DRAWN_FIRST] {
             if rng.chance(SITE_ACTIVE_P) {
-                active.insert(site);
+                active.insert(*site);
             }
         }
         let ack_wait_ms = rng.between(2, 10) * 1_000;
-        Settings {
+        let mut settings = Settings {
             seed,
             two_cores: rng.chance(0.5),
             messages: rng.between(2_000, 2_600),
@@ -147,7 +163,16 @@ impl Settings {
             misassigned_permille: rng.between(0, 10),
             tick_ms: 500,
             active,
+        };
+        // From a generator of their own, so the run's draws after the settings stay as they
+        // were too.
+        let mut later = SimRng::new(seed ^ LATER_SITES_STREAM);
+        for site in &Site::ALL[Site::DRAWN_FIRST..] {
+            if later.chance(SITE_ACTIVE_P) {
+                settings.active.insert(*site);
+            }
         }
+        settings
     }
 
     pub fn is_active(&self, site: Site) -> bool {

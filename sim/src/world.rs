@@ -9,7 +9,7 @@
 //! `Mutex` around [`Inner`] is never contended; it is never held across an `.await`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use sentinel_core::wire::{DriverHello, ToDriver};
@@ -37,28 +37,94 @@ impl CoreId {
     }
 }
 
+/// Invariant 9's bound on one simulated instant: clock reads inside hosts at the same
+/// simulated microsecond. Every port call, trace line and runtime wake-up reads the clock, so
+/// a host that never lets simulated time advance (a livelock) crosses it within a fraction of
+/// a wall-clock second; the busiest legitimate instant of a run stays far below it (`peak` in
+/// `--verbose` output).
+pub const EVENTS_PER_INSTANT_MAX: u64 = 200_000;
+
+/// The unwind payload that ends a livelocked host: the simulated clock refuses to be read
+/// again at an instant past [`EVENTS_PER_INSTANT_MAX`], so the task spinning there ends (tokio
+/// and turmoil treat it as a failed task) and the controller reports invariant 9.
+#[derive(Debug)]
+pub struct Livelock;
+
 /// Simulated time. Inside a host it is that host's turmoil clock (which advances within a
-/// step); outside, the controller's last reading.
+/// step); outside, the controller's last reading. Counts the reads inside hosts per instant
+/// (invariant 9).
 pub struct SimClock {
     controller_now_us: AtomicI64,
+    instant_us: AtomicI64,
+    events_at_instant: AtomicU64,
+    events_peak: AtomicU64,
+    /// The instant at which a host crossed [`EVENTS_PER_INSTANT_MAX`] (`i64::MIN`: never).
+    livelocked_at_us: AtomicI64,
 }
 
 impl SimClock {
     pub fn new(start: Micros) -> SimClock {
         SimClock {
             controller_now_us: AtomicI64::new(start.0),
+            instant_us: AtomicI64::new(i64::MIN),
+            events_at_instant: AtomicU64::new(0),
+            events_peak: AtomicU64::new(0),
+            livelocked_at_us: AtomicI64::new(i64::MIN),
         }
     }
 
     pub fn set_controller_now(&self, now: Micros) {
         self.controller_now_us.store(now.0, Ordering::Relaxed);
     }
+
+    /// The instant at which a host livelocked, if one did.
+    pub fn livelocked_at(&self) -> Option<Micros> {
+        let at = self.livelocked_at_us.load(Ordering::Relaxed);
+        (at != i64::MIN).then_some(Micros(at))
+    }
+
+    /// The most events any one simulated instant has held so far.
+    pub fn events_peak(&self) -> u64 {
+        self.events_peak
+            .load(Ordering::Relaxed)
+            .max(self.events_at_instant.load(Ordering::Relaxed))
+    }
+
+    /// One event inside a host at `now`. Past the bound, unwinds the caller (see [`Livelock`]).
+    /// On every clock read, so kept to loads and stores: one run is one thread, and these
+    /// atomics are only shared by `Arc`, never contended.
+    fn count_event(&self, now: Micros) {
+        let events = if self.instant_us.load(Ordering::Relaxed) == now.0 {
+            let events = self.events_at_instant.load(Ordering::Relaxed) + 1;
+            self.events_at_instant.store(events, Ordering::Relaxed);
+            events
+        } else {
+            let finished = self.events_at_instant.load(Ordering::Relaxed);
+            if finished > self.events_peak.load(Ordering::Relaxed) {
+                self.events_peak.store(finished, Ordering::Relaxed);
+            }
+            self.instant_us.store(now.0, Ordering::Relaxed);
+            self.events_at_instant.store(1, Ordering::Relaxed);
+            1
+        };
+        if events > EVENTS_PER_INSTANT_MAX {
+            if self.livelocked_at_us.load(Ordering::Relaxed) == i64::MIN {
+                self.livelocked_at_us.store(now.0, Ordering::Relaxed);
+            }
+            // Not `panic!`: no panic hook, no message; the controller reports it.
+            std::panic::resume_unwind(Box::new(Livelock));
+        }
+    }
 }
 
 impl Clock for SimClock {
     fn now(&self) -> Micros {
         match turmoil::since_epoch() {
-            Some(since) => Micros(since.as_micros() as i64),
+            Some(since) => {
+                let now = Micros(since.as_micros() as i64);
+                self.count_event(now);
+                now
+            }
             None => Micros(self.controller_now_us.load(Ordering::Relaxed)),
         }
     }
@@ -78,13 +144,27 @@ pub struct Links {
 pub struct Incarnation {
     pub core: CoreId,
     pub number: u32,
-    /// The model session that took the lock, once it has.
-    pub session: Mutex<Option<u64>>,
+    /// The model session that took the lock and the epoch it got, once it has.
+    pub session: Mutex<Option<(u64, u32)>>,
 }
 
 impl Incarnation {
     pub fn session(&self) -> Option<u64> {
+        self.lease().map(|(session, _)| session)
+    }
+
+    /// The epoch this incarnation's lock acquisition got, once it has one.
+    pub fn epoch(&self) -> Option<u32> {
+        self.lease().map(|(_, epoch)| epoch)
+    }
+
+    fn lease(&self) -> Option<(u64, u32)> {
         *self.session.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The checker's name for it.
+    pub fn id(&self) -> crate::checker::IncarnationId {
+        (self.core.0, self.number)
     }
 }
 
@@ -111,6 +191,25 @@ pub struct Inner {
     /// Each driver instance's source epoch, by command subject, once it has restarted (1
     /// before that).
     pub driver_source_epochs: BTreeMap<String, u32>,
+    /// A bug planted in every driver's epoch guard (feature `planted-bugs`).
+    pub driver_plant: Option<sentinel_core::PlantedBug>,
+}
+
+impl Inner {
+    /// The epoch guard of the driver instance of command subject `subject`.
+    fn driver_guard(&mut self, subject: &str) -> &mut sentinel_driver::EpochGuard {
+        let plant = self.driver_plant;
+        self.driver_guards.entry(subject.to_owned()).or_insert_with(|| {
+            #[allow(unused_mut)]
+            let mut guard = sentinel_driver::EpochGuard::default();
+            #[cfg(feature = "planted-bugs")]
+            if let Some(bug) = plant {
+                guard.plant(bug);
+            }
+            let _ = plant; // used only with the planted-bugs feature
+            guard
+        })
+    }
 }
 
 pub struct World {
@@ -219,11 +318,8 @@ impl World {
         let command = match message {
             ToDriver::Command(command) => command,
             ToDriver::CoreStarted(started) => {
-                let current = inner
-                    .driver_guards
-                    .entry(subject.to_owned())
-                    .or_default()
-                    .observe(started.core_epoch);
+                inner.checker.on_announcement(subject, started.core_epoch);
+                let current = inner.driver_guard(subject).observe(started.core_epoch);
                 inner.trace.event(
                     now,
                     format_args!(
@@ -236,14 +332,12 @@ impl World {
                 return;
             }
         };
-        let reply = inner
-            .driver_guards
-            .entry(subject.to_owned())
-            .or_default()
-            .check(&command);
+        let reply = inner.driver_guard(subject).check(&command);
         let applied = reply.outcome == sentinel_core::wire::CommandOutcome::Accepted;
         if applied {
-            inner.checker.on_command_applied(&command, current_epoch, now);
+            inner
+                .checker
+                .on_command_applied(subject, &command, current_epoch, now);
         } else {
             inner.checker.commands_refused += 1;
         }
@@ -265,6 +359,40 @@ impl World {
         let mut inner = self.lock();
         inner.driver_source_epochs.insert(subject.clone(), source_epoch);
         say_hello(&mut inner, &subject, now);
+    }
+
+    /// Kills the lock session `session` (as PostgreSQL does when its connection dies) and
+    /// tells the checker which incarnation lost its lock (invariant 15). Returns whether the
+    /// session held the lock.
+    pub fn kill_lock_session(&self, session: u64) -> bool {
+        let held = self.store.kill_session_id(session);
+        if !held {
+            return false;
+        }
+        let now = self.now();
+        let mut inner = self.lock();
+        let owner = inner
+            .incarnations
+            .values()
+            .find(|i| i.session() == Some(session))
+            .map(|i| i.id());
+        if let Some(owner) = owner {
+            inner.checker.on_lock_lost(owner, now);
+        }
+        true
+    }
+
+    /// Kills the lock holder's session, if a session holds the lock.
+    pub fn kill_lock_holder(&self) -> bool {
+        self.store
+            .lock_holder()
+            .is_some_and(|session| self.kill_lock_session(session))
+    }
+
+    /// `incarnation` is about to `what` (invariant 15).
+    pub fn core_action(&self, incarnation: &Incarnation, what: &str) {
+        let now = self.now();
+        self.lock().checker.on_core_action(incarnation.id(), what, now);
     }
 
     /// Invariant 5 from the runtime's observer: a core that is the current writer and has no

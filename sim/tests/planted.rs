@@ -1,5 +1,6 @@
-//! The checker can fail (simulator issue): each planted bug, alone, must be caught within
-//! 500 seeds, by the invariant it breaks. Needs `--features planted-bugs`.
+//! The checker can fail (simulator issue, issue 11): each planted bug, alone, must be caught
+//! within 500 seeds, by the invariant it breaks; a planted livelock must end in a liveness
+//! violation with its replay command, not a hang. Needs `--features planted-bugs`.
 
 mod common;
 
@@ -46,4 +47,55 @@ fn projecting_the_submitted_batch_is_caught_by_invariant_4() {
 #[test]
 fn commit_without_the_epoch_fence_is_caught_by_invariant_6() {
     caught_by(PlantedBug::CommitWithoutFence, 6);
+}
+
+#[test]
+fn a_replayed_row_raising_its_point_to_live_is_caught_by_invariant_13() {
+    caught_by(PlantedBug::LiveFromReplayedRow, 13);
+}
+
+#[test]
+fn staleness_during_the_grace_or_high_lag_is_caught_by_invariant_14() {
+    caught_by(PlantedBug::StaleWhileSuppressed, 14);
+}
+
+#[test]
+fn a_core_carrying_on_after_losing_its_lock_is_caught_by_invariant_15() {
+    caught_by(PlantedBug::LockLossIgnored, 15);
+}
+
+#[test]
+fn a_driver_applying_a_command_below_an_announced_epoch_is_caught_by_invariant_16() {
+    caught_by(PlantedBug::GuardIgnoresAnnouncements, 16);
+}
+
+/// The livelock spins at one simulated instant from the first freshness deadline a core holds
+/// back (its startup grace), in every seed: the run must end, within the wall-clock guard, as
+/// a violation of invariant 9 that names the instant and prints the replay command.
+#[test]
+#[allow(clippy::disallowed_methods)] // reports the wall-clock time the run took; asserts none
+fn a_planted_livelock_ends_in_a_liveness_violation_with_its_replay_command() {
+    let options = Options {
+        plant: Some(PlantedBug::WakeForSuppressedDeadline),
+        ..Options::default()
+    };
+    let started = std::time::Instant::now();
+    let outcome = common::run_guarded(0, &options);
+    let report = outcome
+        .failure_report()
+        .expect("the livelocked seed ends in a violation");
+    println!(
+        "ended after {:.1} s of wall time:\n{report}",
+        started.elapsed().as_secs_f64()
+    );
+    let failure = outcome
+        .violation
+        .as_ref()
+        .expect("a failure report has a violation");
+    assert_eq!(failure.violation.invariant, 9, "{report}");
+    assert!(failure.violation.what.contains("livelock"), "{report}");
+    assert!(
+        report.contains("replay: cargo run --release -p sentinel-sim --features planted-bugs -- --seed 0 --plant wake-for-suppressed-deadline"),
+        "{report}"
+    );
 }

@@ -3,10 +3,10 @@
 
 mod common;
 
-use sentinel_sim::{Options, run_seed};
+use sentinel_sim::Options;
 
 fn passes(seed: u64) {
-    let outcome = run_seed(seed, common::registry(), &Options::default());
+    let outcome = common::run_guarded(seed, &Options::default());
     assert!(outcome.violation.is_none(), "{}", common::describe(&outcome));
 }
 

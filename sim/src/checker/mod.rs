@@ -1,6 +1,7 @@
-//! The invariant checker (DESIGN.md §5). The adapters and the controller report every event
-//! that matters — a message accepted by the stream, a commit's RETURNING set, an ack, a
-//! transition, a lock acquisition, a consumer bind — and the checker tests the invariants
+//! The invariant checker (DESIGN.md §5; ARCHITECTURE.md, "sim/"). The adapters and the
+//! controller report every event that matters — a message accepted by the stream, a commit's
+//! RETURNING set, an ack, a transition, a lock acquisition or loss, a consumer bind, a lag
+//! reading, a command reaching a driver, a core's exit — and the checker tests the invariants
 //! against what it has seen, at the moment it happens:
 //!
 //! 1. no two rows share `(driver_instance, source_epoch, source_seq)` — on every commit;
@@ -11,19 +12,40 @@
 //! 5. the projection's value and observed_at equal the fold of the log — from the runtime's
 //!    observer whenever the current writer has no batch at the store (at most once per
 //!    simulated second per core; idle wake-ups included, so the settled state is checked);
-//! 6. epochs strictly increase with each acquisition, no write by a deposed epoch lands, and
-//!    every control event carries its writer's epoch — on every acquisition and every write
-//!    (the command half waits for the command plane);
+//! 6. epochs strictly increase with each acquisition, no write by a deposed epoch lands, every
+//!    control event carries its writer's epoch, and a driver applies only commands committed
+//!    under the epoch they carry — on every acquisition, write and applied command;
 //! 7. a core that never took the lock never binds the consumer — on every bind;
 //! 8. checked by the determinism test (same seed, same trace hash);
-//! 9. everything drains within a bounded time once faults stop — by the controller.
+//! 9. liveness: everything drains within a bounded time once faults stop, a run ends within
+//!    its step bound, and no simulated instant holds more than its event bound — by the
+//!    controller and the simulated clock ([`crate::world::SimClock`]);
+//! 13. quality ([`quality`]): a point becomes `live` only from a row that was current when
+//!     applied, unless it was live already; every transition's quality is the fold's — on
+//!     every transition a core emits;
+//! 14. staleness ([`quality`]): a point goes stale only past its core's startup grace, after
+//!     its first lag reading, with lag below both thresholds, and with no accepted, unacked,
+//!     current observation for it waiting in the stream — on every stale transition;
+//! 15. lock ownership ([`ownership`]): an incarnation whose lock session is gone commits,
+//!     acks, publishes and binds nothing later than the lock-check interval plus one tick
+//!     after losing it, and exits with code 5 (3 or 4 when a failed write stopped it first) —
+//!     on every such call, every exit and every controller step;
+//! 16. command epochs: a driver never applies a command whose epoch is below one already
+//!     announced to it, by the checker's own record of announcements — on every command a
+//!     driver applies.
 //!
+//! (10–12 are DESIGN.md's rollup, derived-point and rules invariants, not built yet.)
 //! The first violation is kept; the controller stops the run on it.
+
+pub mod ownership;
+pub mod quality;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use sentinel_core::{CanonicalValue, CommitReport, Core, Micros, ObsKey};
+use sentinel_core::{CanonicalValue, CommitReport, Core, Micros, ObsKey, Quality};
+
+pub use ownership::IncarnationId;
 
 /// `(driver_instance, source_epoch, source_seq)`.
 pub type Key3 = (Arc<str>, u32, u64);
@@ -39,6 +61,23 @@ pub struct Violation {
     pub at: Micros,
 }
 
+/// The figures the checker judges against: the registry's freshness per point and the core
+/// and runtime configuration every core of the run uses.
+#[derive(Clone, Debug)]
+pub struct CheckerConfig {
+    /// `freshness_s` of every point any registry version of the run knows, in µs.
+    pub freshness_us: Arc<BTreeMap<Arc<str>, i64>>,
+    /// The cores' `startup_grace_ms`, in µs.
+    pub startup_grace_us: i64,
+    /// The cores' `lag_high_pending` and `lag_high_age_ms`.
+    pub lag_high_pending: u64,
+    pub lag_high_age_ms: u64,
+    /// The runtime's `lag_poll_interval_ms`, in µs.
+    pub lag_poll_interval_us: i64,
+    /// Invariant 15's bound: the lock-check interval plus one turmoil tick, in µs.
+    pub lock_loss_bound_us: i64,
+}
+
 /// The fold of the log for one point (invariant 5's total order: observed_at, ingested_at,
 /// key).
 #[derive(Clone, Debug, Default)]
@@ -47,11 +86,46 @@ struct FoldHead {
     valued: Option<((Micros, Micros, ObsKey), CanonicalValue)>,
 }
 
-#[derive(Default)]
+/// What the checker keeps of a committed row.
+#[derive(Clone, Debug)]
+struct RowFacts {
+    point: Arc<str>,
+    observed_at: Micros,
+    quality: Quality,
+    /// When the store committed it: the core applied it at this time or later.
+    committed_at: Micros,
+}
+
+/// A message the stream accepted.
+#[derive(Clone, Debug)]
+struct Accepted {
+    /// `None`: no parseable key.
+    key: Option<Key3>,
+    /// The point and `observed_at` of a message that is an observation of a registered point
+    /// (not malformed, not for an unknown or misassigned point).
+    observation: Option<(Arc<str>, Micros)>,
+    accepted_at: Micros,
+}
+
+/// What a transition says about itself (DESIGN.md §2), read once per publish.
+#[derive(Clone, Debug)]
+pub struct TransitionFacts {
+    identity: Identity,
+    quality: Option<Quality>,
+    core_epoch: u32,
+}
+
+#[derive(Clone, Debug)]
+enum Identity {
+    Row(Key3),
+    Control(i64),
+}
+
 pub struct Checker {
-    /// Stream sequence → the key its message carries (`None`: no parseable key).
-    accepted: BTreeMap<u64, Option<Key3>>,
-    committed_keys: BTreeSet<Key3>,
+    config: CheckerConfig,
+    /// Stream sequence → what the message carries.
+    accepted: BTreeMap<u64, Accepted>,
+    committed: BTreeMap<Key3, RowFacts>,
     quarantined_seqs: BTreeSet<u64>,
     published_keys: BTreeSet<Key3>,
     /// `seq`s of committed control events, and those a transition was published for.
@@ -65,9 +139,14 @@ pub struct Checker {
     pub transitions: u64,
     /// `(command_id, epoch)` of every committed `command_issued` event.
     committed_commands: BTreeSet<(String, u32)>,
+    /// Per driver command subject, the highest core epoch announced to it (invariant 16),
+    /// from the announcements the bus delivered, not from the driver's guard.
+    announced: BTreeMap<String, u32>,
+    quality: quality::QualityModel,
+    ownership: ownership::Ownership,
     pub commands_applied: u64,
     /// Applied while a newer epoch held the lock (committed before the takeover, delivered
-    /// before the driver saw the new epoch).
+    /// before the driver heard the new epoch: allowed).
     pub commands_applied_deposed: u64,
     pub commands_refused: u64,
     /// `command_issued` writes that never reached the store (a core cut off from it).
@@ -75,6 +154,31 @@ pub struct Checker {
 }
 
 impl Checker {
+    pub fn new(config: CheckerConfig) -> Checker {
+        Checker {
+            config,
+            accepted: BTreeMap::new(),
+            committed: BTreeMap::new(),
+            quarantined_seqs: BTreeSet::new(),
+            published_keys: BTreeSet::new(),
+            committed_controls: BTreeSet::new(),
+            published_controls: BTreeSet::new(),
+            fold: BTreeMap::new(),
+            last_epoch: 0,
+            last_full_check: BTreeMap::new(),
+            violation: None,
+            transitions: 0,
+            committed_commands: BTreeSet::new(),
+            announced: BTreeMap::new(),
+            quality: quality::QualityModel::default(),
+            ownership: ownership::Ownership::default(),
+            commands_applied: 0,
+            commands_applied_deposed: 0,
+            commands_refused: 0,
+            command_writes_refused: 0,
+        }
+    }
+
     pub fn violation(&self) -> Option<&Violation> {
         self.violation.as_ref()
     }
@@ -85,12 +189,32 @@ impl Checker {
         }
     }
 
-    pub fn on_accepted(&mut self, seq: u64, key: Option<Key3>) {
-        self.accepted.insert(seq, key);
+    /// The stream accepted message `seq` at `at`. `observation` is the point and
+    /// `observed_at` of a message that will be a row of a registered point.
+    pub fn on_accepted(
+        &mut self,
+        seq: u64,
+        key: Option<Key3>,
+        observation: Option<(Arc<str>, Micros)>,
+        at: Micros,
+    ) {
+        self.accepted.insert(
+            seq,
+            Accepted {
+                key,
+                observation,
+                accepted_at: at,
+            },
+        );
     }
 
     pub fn accepted_total(&self) -> u64 {
         self.accepted.len() as u64
+    }
+
+    fn freshness_us(&self, point: &str) -> i64 {
+        // Every point a row or control event can name is in a registry version of the run.
+        self.config.freshness_us.get(point).copied().unwrap_or(i64::MAX)
     }
 
     /// A message is covered once its own quarantine entry or a row with its key is committed
@@ -99,7 +223,7 @@ impl Checker {
         if self.quarantined_seqs.contains(&seq) {
             return true;
         }
-        matches!(self.accepted.get(&seq), Some(Some(key)) if self.committed_keys.contains(key))
+        matches!(self.accepted.get(&seq), Some(Accepted { key: Some(key), .. }) if self.committed.contains_key(key))
     }
 
     /// Invariant 3, at the moment an ack reaches the stream.
@@ -128,7 +252,13 @@ impl Checker {
         for &ordinal in &report.inserted {
             let row = &report.batch.rows[ordinal as usize];
             let key = key3(&row.key);
-            if !self.committed_keys.insert(key.clone()) {
+            let facts = RowFacts {
+                point: row.point_id.clone(),
+                observed_at: row.observed_at,
+                quality: row.quality,
+                committed_at: at,
+            };
+            if self.committed.insert(key.clone(), facts).is_some() {
                 self.fail(
                     1,
                     at,
@@ -151,6 +281,14 @@ impl Checker {
         }
     }
 
+    /// Whether `key` is the latest committed row of `point` under the fold's order.
+    fn is_latest(&self, point: &str, key: &Key3) -> bool {
+        self.fold
+            .get(point)
+            .and_then(|head| head.latest.as_ref())
+            .is_some_and(|(_, _, latest)| key3(latest) == *key)
+    }
+
     /// Invariant 6 for checkpoints and other fenced writes.
     pub fn on_write(&mut self, what: &str, epoch: u32, epoch_at_write: u32, at: Micros) {
         if epoch != epoch_at_write {
@@ -163,12 +301,15 @@ impl Checker {
     }
 
     /// Invariant 6 for control events: written under the current epoch, each stamped with
-    /// its writer's epoch.
+    /// its writer's epoch. `qualities` are the watchdog's `quality_changed` events among them
+    /// (by position), for invariants 13 and 14.
+    #[allow(clippy::too_many_arguments)] // one write's whole record, each part one thing
     pub fn on_control_events(
         &mut self,
         epoch: u32,
         stamps: &[u32],
         commands: &[String],
+        qualities: &[Option<quality::ControlFacts>],
         seqs: &[i64],
         epoch_at_write: u32,
         at: Micros,
@@ -184,13 +325,27 @@ impl Checker {
         self.committed_controls.extend(seqs.iter().copied());
         self.committed_commands
             .extend(commands.iter().map(|id| (id.clone(), epoch)));
+        for (facts, &seq) in qualities.iter().zip(seqs) {
+            if let Some(facts) = facts {
+                self.quality.controls.insert(seq, facts.clone());
+            }
+        }
     }
 
-    /// Invariant 6 for commands: a driver applies only a command whose `command_issued`
-    /// event its core committed under the epoch the command carries, i.e. while that core
-    /// held the lock (the fence saw to that).
+    /// Invariant 16's record: a core's `core_started` announcement reached the driver
+    /// instance of command subject `subject`.
+    pub fn on_announcement(&mut self, subject: &str, core_epoch: u32) {
+        let floor = self.announced.entry(subject.to_owned()).or_default();
+        *floor = (*floor).max(core_epoch);
+    }
+
+    /// Invariants 6 and 16 for commands: a driver applies only a command whose
+    /// `command_issued` event its core committed under the epoch the command carries (i.e.
+    /// while that core held the lock; the fence saw to that), and never one whose epoch is
+    /// below one already announced to it.
     pub fn on_command_applied(
         &mut self,
+        subject: &str,
         command: &sentinel_core::wire::CommandEnvelope,
         current_epoch: u32,
         at: Micros,
@@ -198,6 +353,19 @@ impl Checker {
         self.commands_applied += 1;
         if command.core_epoch < current_epoch {
             self.commands_applied_deposed += 1;
+        }
+        if let Some(&floor) = self.announced.get(subject)
+            && command.core_epoch < floor
+        {
+            self.fail(
+                16,
+                at,
+                format!(
+                    "driver {subject} applied command {} of epoch {} after epoch {floor} had been \
+                     announced to it",
+                    command.command_id, command.core_epoch
+                ),
+            );
         }
         if !self
             .committed_commands
@@ -214,12 +382,14 @@ impl Checker {
         }
     }
 
-    /// Invariant 4, as a transition reaches the bus.
-    pub fn on_transition(&mut self, payload: &[u8], at: Micros) {
+    /// Invariant 4, as a transition reaches the bus. `facts` is `None` for a payload that is
+    /// not a transition.
+    pub fn on_transition(&mut self, facts: Option<&TransitionFacts>, at: Micros) {
         self.transitions += 1;
-        let key = match transition_identity(payload) {
+        let key = match facts.map(|f| &f.identity) {
             Some(Identity::Row(key)) => key,
             Some(Identity::Control(seq)) => {
+                let seq = *seq;
                 if !self.committed_controls.contains(&seq) {
                     self.fail(
                         4,
@@ -236,7 +406,7 @@ impl Checker {
                 return;
             }
         };
-        if !self.committed_keys.contains(&key) {
+        if !self.committed.contains_key(key) {
             self.fail(
                 4,
                 at,
@@ -257,6 +427,7 @@ impl Checker {
             );
         }
         self.last_epoch = self.last_epoch.max(epoch);
+        self.quality.acquired_at.insert(epoch, at);
     }
 
     /// Invariant 5 for the current writer, at most once per simulated second per epoch.
@@ -306,18 +477,18 @@ impl Checker {
     }
 }
 
-enum Identity {
-    Row(Key3),
-    Control(i64),
-}
-
-/// What caused a transition: a row's message key or a control event's seq (DESIGN.md §2).
-fn transition_identity(payload: &[u8]) -> Option<Identity> {
+/// Reads what a transition says about itself: what caused it (a row's message key or a
+/// control event's seq, DESIGN.md §2), its quality and its core's epoch. `None` for a payload
+/// that names neither or both causes.
+pub fn transition_facts(payload: &[u8]) -> Option<TransitionFacts> {
     #[derive(serde::Deserialize)]
     struct Wire<'a> {
         #[serde(borrow)]
         key: Option<KeyWire<'a>>,
         control_seq: Option<i64>,
+        #[serde(borrow)]
+        quality: &'a str,
+        core_epoch: u32,
     }
     #[derive(serde::Deserialize)]
     struct KeyWire<'a> {
@@ -326,13 +497,16 @@ fn transition_identity(payload: &[u8]) -> Option<Identity> {
         source_seq: u64,
     }
     let wire: Wire<'_> = serde_json::from_slice(payload).ok()?;
-    match (wire.key, wire.control_seq) {
-        (Some(key), None) => Some(Identity::Row((
-            Arc::from(key.driver_instance),
-            key.source_epoch,
-            key.source_seq,
-        ))),
-        (None, Some(seq)) => Some(Identity::Control(seq)),
-        _ => None,
-    }
+    let identity = match (wire.key, wire.control_seq) {
+        (Some(key), None) => {
+            Identity::Row((Arc::from(key.driver_instance), key.source_epoch, key.source_seq))
+        }
+        (None, Some(seq)) => Identity::Control(seq),
+        _ => return None,
+    };
+    Some(TransitionFacts {
+        identity,
+        quality: Quality::parse(wire.quality),
+        core_epoch: wire.core_epoch,
+    })
 }
