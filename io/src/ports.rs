@@ -244,8 +244,9 @@ pub trait Store: Clone + Send + Sync + 'static {
         points: &[(String, RetentionClass)],
     ) -> impl Future<Output = Result<RestoredState, StoreError>> + Send;
 
-    /// Commits a batch in one transaction fenced on `batch.epoch`, inserting with
-    /// `ON CONFLICT DO NOTHING` and reporting the RETURNING set.
+    /// Commits a batch in one transaction fenced on `batch.epoch`, with the semantics of
+    /// `ON CONFLICT DO NOTHING`, and reports the RETURNING set: exactly the rows and entries
+    /// this commit inserted.
     fn commit(&self, batch: Batch) -> impl Future<Output = Result<CommitReport, CommitError>> + Send;
 
     /// Upserts point states, fenced on `epoch`.

@@ -1,45 +1,82 @@
-//! End-to-end benchmark against a private nats-server and PostgreSQL database (issue: "an
+//! End-to-end benchmark against a private nats-server and PostgreSQL database (issues: "an
 //! end-to-end benchmark command ... that also measures raw COPY into the same table and raw
-//! JetStream fetch+ack in the same run and prints the ratios").
+//! JetStream fetch+ack in the same run and prints the ratios"; issue 13: "measured against the
+//! bridge a user would otherwise run").
 //!
 //! Run: `cargo bench -p sentinel-tests --bench e2e` (after `scripts/test` has installed a
-//! current nats-server, or with SENTINEL_NATS_SERVER set); `-- --messages N` changes the size.
+//! current nats-server, or with SENTINEL_NATS_SERVER set); `-- --messages N` changes the size
+//! of every measurement, `-- --rounds R` the number of drain rounds.
 //!
-//! `-- --drain-only --messages 7200000` measures only the third: the drain of a four-hour
-//! backlog at 500 obs/s (core runtime spec, "Buffer sizing"), against the spec's one hour at
-//! 20% utilisation and the issue's ten-minute target.
-//!
-//! Three measurements, one run, same machine:
+//! One run, one private nats-server, one database, the same machine:
 //! 1. raw JetStream: fetch(500) + plain ack of N messages on a stream of our shape;
 //! 2. raw COPY of N rows of the observation shape into `observation_measurement`;
-//! 3. Sentinel: a backlog of N synthetic observations (the demo's fleet over the sample
-//!    registry) drained by the production startup and runtime loop over the real adapters.
+//! 3. the store's commit path alone, in both insert forms ([`CommitInsert`]);
+//! 4. drains, in R rounds (the order rotated each round): a backlog of N synthetic
+//!    observations (the demo's fleet over the sample registry) loaded into a fresh `OBS`
+//!    stream while nothing consumes it, then drained by
+//!    - the naive bridge a user would otherwise run ([`bridge_drain`]): fetch 500, one
+//!      `INSERT … SELECT FROM UNNEST … ON CONFLICT DO NOTHING` into the class table, commit,
+//!      ack, four batches in flight; no validation, projection or transitions;
+//!    - Sentinel: `sentinel run`'s startup and runtime over the real adapters, once with each
+//!      insert form.
+//!
+//! Every drain starts from empty observation tables, quarantine, checkpoints and control log,
+//! right after a CHECKPOINT, so no drain inherits another's rows or WAL debt.
+//!
+//! `-- --drain-only --messages 7200000` measures only Sentinel's drain of a four-hour backlog
+//! at 500 obs/s (core runtime spec, "Buffer sizing"), against the spec's one hour at 20%
+//! utilisation and the ten-minute target; `--commit-insert on-conflict` selects the old form.
+//!
+//! CPU is attributed per process from /proc: PostgreSQL (every `postgres` process), nats-server,
+//! and this process (the bridge, or the in-process Sentinel core).
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock
 
+use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use async_nats::jetstream;
 use bytes::Bytes;
 use futures::StreamExt;
-use sentinel_core::Config;
+use sentinel_core::{Config, Micros};
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
 use sentinel_io::bus::nats::NatsBusConfig;
 use sentinel_io::clock::{Clock, SystemClock};
 use sentinel_io::demo::Fleet;
 use sentinel_io::ports::{Bus, Store};
 use sentinel_io::startup;
-use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
-use sentinel_tests::harness::{InProcessCore, bus_with_stream};
+use sentinel_io::store::postgres::{CommitInsert, PgStore, PgStoreConfig};
+use sentinel_tests::harness::{InProcessCore, bus_with_stream, pg};
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg::TestDb;
 use sentinel_tests::traffic;
+use serde_json::value::RawValue;
 
-/// CPU seconds used so far by processes named `postgres`, `nats-server`, and this process:
-/// read from /proc so the drain's CPU can be attributed per component.
-fn cpu_seconds() -> [f64; 3] {
+/// Messages per fetch and rows per transaction of the naive bridge, as the core's batches.
+const BRIDGE_BATCH: usize = 500;
+/// Batches the naive bridge keeps in flight, as the core's runtime.
+const BRIDGE_IN_FLIGHT: usize = 4;
+/// The drain backlogs' source epochs start here: far above any core epoch this benchmark
+/// reaches, so a backlog's keys never meet the core's own self-points (keyed by its epoch).
+const BACKLOG_EPOCH_BASE: u32 = 1_000;
+/// The fleet seed of every backlog, so every drain gets the same mix.
+const BACKLOG_SEED: u64 = 7;
+/// Published in chunks, so a multi-million backlog is never all in memory at once.
+const LOAD_CHUNK: usize = 100_000;
+/// How often a drain's end is polled.
+const DRAIN_POLL_MS: u64 = 20;
+
+/// CPU seconds used so far per process, with the slot it counts in: 0 for processes named
+/// `postgres`, 1 for `nats-server`, 2 for this process. Read from /proc so a measurement's CPU
+/// can be attributed per component.
+#[derive(Clone, Default)]
+struct CpuReading(std::collections::HashMap<u32, (usize, f64)>);
+
+fn cpu_seconds() -> CpuReading {
     let ticks_per_s = 100.0; // USER_HZ on Linux
     let me = std::process::id();
-    let mut out = [0.0f64; 3];
+    let mut out = CpuReading::default();
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return out;
     };
@@ -68,9 +105,56 @@ fn cpu_seconds() -> [f64; 3] {
         } else {
             continue;
         };
-        out[slot] += secs;
+        out.0.insert(pid, (slot, secs));
     }
     out
+}
+
+impl CpuReading {
+    /// CPU seconds per slot used between `before` and `self`, per process: a process that
+    /// started in between counts whole, one that exited in between is lost (short-lived
+    /// backends and autovacuum workers; the store's pooled backends and the servers live on).
+    fn since(&self, before: &CpuReading) -> [f64; 3] {
+        let mut used = [0.0; 3];
+        for (pid, &(slot, secs)) in &self.0 {
+            let earlier = before.0.get(pid).map_or(0.0, |&(_, s)| s);
+            used[slot] += (secs - earlier).max(0.0);
+        }
+        used
+    }
+}
+
+/// CPU per message of each process over one measurement.
+#[derive(Clone, Copy, Debug, Default)]
+struct CpuSplit {
+    /// µs per message: PostgreSQL, nats-server, this process.
+    us: [f64; 3],
+    /// Cores busy on average (of the machine's two).
+    cores: f64,
+}
+
+impl CpuSplit {
+    fn over(before: &CpuReading, after: &CpuReading, messages: u64, secs: f64) -> CpuSplit {
+        let used = after.since(before);
+        CpuSplit {
+            us: [0, 1, 2].map(|i| used[i] * 1e6 / messages.max(1) as f64),
+            cores: used.iter().sum::<f64>() / secs,
+        }
+    }
+
+    fn total_us(&self) -> f64 {
+        self.us.iter().sum()
+    }
+}
+
+impl std::fmt::Display for CpuSplit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "postgres {:.1} / nats-server {:.1} / own {:.1} us per msg ({:.2} of 2 cores busy)",
+            self.us[0], self.us[1], self.us[2], self.cores
+        )
+    }
 }
 
 fn arg(name: &str, default: usize) -> usize {
@@ -82,6 +166,24 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
+fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => 0.0,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
 /// `work_queue`: the OBS stream's retention (an ack deletes the message), or plain limits
 /// retention (an ack only moves the ack floor).
 async fn raw_fetch_ack(url: &str, messages: usize, work_queue: bool) -> f64 {
@@ -257,20 +359,30 @@ async fn commit_path(store: &PgStore, messages: usize, concurrency: usize, sourc
     rows as f64 / started.elapsed().as_secs_f64()
 }
 
-async fn sentinel_drain(nats: &NatsServer, store: &PgStore, messages: usize) -> (f64, u64) {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let bus = bus_with_stream(NatsBusConfig {
-        url: nats.url(),
-        ..NatsBusConfig::default()
-    })
-    .await;
+/// A backlog loaded into a fresh `OBS` stream while nothing consumes it.
+struct Backlog {
+    /// Messages the stream stored (publisher retries dropped by its duplicate window).
+    accepted: u64,
+    /// The keys' source epoch; unique per backlog.
+    source_epoch: u32,
+}
+
+/// Creates `OBS` as the bus creates it and loads `messages` fleet messages into it.
+async fn load_backlog(nats: &NatsServer, messages: usize, source_epoch: u32) -> Backlog {
+    let clock = SystemClock;
+    // Ensures the stream exactly as `sentinel run` does; dropped before anything consumes.
+    drop(
+        bus_with_stream(NatsBusConfig {
+            url: nats.url(),
+            ..NatsBusConfig::default()
+        })
+        .await,
+    );
     let registry = traffic::sample_registry();
-    let mut fleet = Fleet::new(&registry, 7, 1);
+    let mut fleet = Fleet::new(&registry, BACKLOG_SEED, source_epoch);
     let publisher = ObservationPublisher::connect(&nats.url(), PublisherConfig::default())
         .await
         .expect("publisher");
-    // In chunks, so a multi-million backlog is never all in memory at once.
-    const LOAD_CHUNK: usize = 100_000;
     let load_started = Instant::now();
     let mut accepted = 0;
     let mut remaining = messages;
@@ -290,10 +402,58 @@ async fn sentinel_drain(nats: &NatsServer, store: &PgStore, messages: usize) -> 
         accepted += report.stored;
     }
     println!(
-        "  backlog of {accepted} accepted messages loaded in {:.1} s",
+        "    backlog of {accepted} accepted messages (source epoch {source_epoch}) loaded in {:.1} s",
         load_started.elapsed().as_secs_f64()
     );
+    Backlog {
+        accepted,
+        source_epoch,
+    }
+}
 
+/// Deletes `OBS` (a work-queue stream takes one unfiltered consumer; the next drain brings
+/// its own) and empties what a drain writes, then checkpoints so the next drain starts with
+/// no WAL debt of this one.
+async fn reset(nats: &NatsServer, db_url: &str) {
+    let client = async_nats::connect(nats.url()).await.expect("connect");
+    let js = jetstream::new(client);
+    match js.delete_stream("OBS").await {
+        Ok(_) => {}
+        Err(e) if e.to_string().contains("not found") => {}
+        Err(e) => panic!("delete stream: {e}"),
+    }
+    let mut conn = pg(db_url).await;
+    sqlx::query(
+        "TRUNCATE observation_measurement, observation_state, observation_diagnostic, quarantine, \
+         point_state, control_event",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("truncate");
+    sqlx::query("CHECKPOINT")
+        .execute(&mut conn)
+        .await
+        .expect("checkpoint");
+}
+
+/// One drain's figures.
+struct Drain {
+    rate: f64,
+    secs: f64,
+    cpu: CpuSplit,
+    /// What else the drain wrote or did, for the report.
+    note: String,
+}
+
+/// Sentinel drains `backlog` through the production startup and runtime over the real adapters.
+async fn sentinel_drain(nats: &NatsServer, store: &PgStore, db_url: &str, backlog: &Backlog) -> Drain {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let bus = bus_with_stream(NatsBusConfig {
+        url: nats.url(),
+        ..NatsBusConfig::default()
+    })
+    .await;
+    let fallbacks_before = store.commit_fallbacks();
     let cpu_before = cpu_seconds();
     let started_at = Instant::now();
     let started = startup::start(
@@ -311,54 +471,340 @@ async fn sentinel_drain(nats: &NatsServer, store: &PgStore, messages: usize) -> 
         if lag.pending == 0 && lag.ack_pending == 0 {
             break;
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        tokio::time::sleep(Duration::from_millis(DRAIN_POLL_MS)).await;
     }
     let secs = started_at.elapsed().as_secs_f64();
-    println!("  drained {accepted} messages in {secs:.1} s (startup included)");
-    let cpu_after = cpu_seconds();
-    let per_msg_us = |i: usize| (cpu_after[i] - cpu_before[i]) * 1e6 / accepted.max(1) as f64;
-    println!(
-        "  drain CPU per message: postgres {:.1} us, nats-server {:.1} us, sentinel {:.1} us ({:.2} of 2 cores busy)",
-        per_msg_us(0),
-        per_msg_us(1),
-        per_msg_us(2),
-        cpu_after
-            .iter()
-            .zip(cpu_before.iter())
-            .map(|(a, b)| a - b)
-            .sum::<f64>()
-            / secs
-    );
+    let cpu = CpuSplit::over(&cpu_before, &cpu_seconds(), backlog.accepted, secs);
+    let core_epoch = core.epoch;
     let outcome = core.stop().await;
-    let committed = outcome.metrics.rows_inserted.iter().sum::<u64>() + outcome.metrics.quarantined_total();
+
+    // The check counts the loaded messages' own keys: the core's self-points (keyed by its
+    // epoch, published after the backlog) become rows too, one tick every few seconds.
+    let mut conn = pg(db_url).await;
+    let (loaded_rows, loaded_keys, self_rows, all_rows): (i64, i64, i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE source_epoch = $1), \
+         count(DISTINCT (driver_instance, source_epoch, source_seq)) FILTER (WHERE source_epoch = $1), \
+         count(*) FILTER (WHERE driver_instance = 'core' AND source_epoch = $2), count(*) \
+         FROM observation",
+    )
+    .bind(backlog.source_epoch as i32)
+    .bind(core_epoch as i32)
+    .fetch_one(&mut conn)
+    .await
+    .expect("count rows");
+    // The backlog holds stream sequences 1..=accepted of the fresh stream; the self-points
+    // come after it.
+    let (loaded_quarantined, later_quarantined): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE stream_seq <= $1), count(*) FILTER (WHERE stream_seq > $1) \
+         FROM quarantine",
+    )
+    .bind(backlog.accepted as i64)
+    .fetch_one(&mut conn)
+    .await
+    .expect("count quarantine");
+    assert_eq!(loaded_rows, loaded_keys, "no loaded message became two rows");
     assert_eq!(
-        committed, accepted,
+        (loaded_rows + loaded_quarantined) as u64,
+        backlog.accepted,
         "every accepted message became a row or a quarantine entry"
     );
-    (accepted as f64 / secs, accepted)
+    assert_eq!(
+        all_rows,
+        loaded_rows + self_rows,
+        "no rows besides the backlog's and the core's own self-points"
+    );
+    let core_committed =
+        outcome.metrics.rows_inserted.iter().sum::<u64>() + outcome.metrics.quarantined_total();
+    assert_eq!(
+        core_committed,
+        (all_rows + loaded_quarantined + later_quarantined) as u64,
+        "the core's RETURNING-based count equals the database's"
+    );
+    Drain {
+        rate: backlog.accepted as f64 / secs,
+        secs,
+        cpu,
+        note: format!(
+            "{self_rows} self-point rows and {later_quarantined} later quarantine entries besides; \
+             {} transitions published; {} plain inserts fell back to ON CONFLICT",
+            outcome.metrics.transitions_published,
+            store.commit_fallbacks() - fallbacks_before
+        ),
+    }
+}
+
+/// The envelope fields a generic connector maps onto the class table's columns.
+#[derive(serde::Deserialize)]
+struct BridgeEnvelope<'a> {
+    #[serde(borrow)]
+    point_id: Cow<'a, str>,
+    #[serde(borrow)]
+    driver_instance: Cow<'a, str>,
+    source_epoch: i32,
+    source_seq: i64,
+    #[serde(borrow)]
+    observed_at: Cow<'a, str>,
+    #[serde(borrow)]
+    value: &'a RawValue,
+    #[serde(borrow, default)]
+    unit: Option<Cow<'a, str>>,
+}
+
+/// The naive bridge's one statement: the message's fields as they come, no conversion, every
+/// row `live`.
+const BRIDGE_INSERT: &str = "INSERT INTO observation_measurement (ingested_at, point_id, observed_at, \
+     value_num, value_bool, value_text, unit_native, quality, changed, registry_version, driver_instance, \
+     source_epoch, source_seq) \
+     SELECT ingested_at, point_id, observed_at, value_num, value_bool, value_text, unit_native, 'live', \
+     true, 0, driver_instance, source_epoch, source_seq \
+     FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], $4::float8[], $5::bool[], $6::text[], \
+     $7::text[], $8::text[], $9::integer[], $10::bigint[]) \
+     AS u(ingested_at, point_id, observed_at, value_num, value_bool, value_text, unit_native, \
+     driver_instance, source_epoch, source_seq) \
+     ON CONFLICT DO NOTHING";
+
+fn to_odt(t: Micros) -> time::OffsetDateTime {
+    time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(t.0) * 1_000).expect("timestamp in range")
+}
+
+fn as_str<'a>(v: &'a [Cow<'_, str>]) -> Vec<&'a str> {
+    v.iter().map(|s| s.as_ref()).collect()
+}
+
+fn as_opt_str<'a>(v: &'a [Option<Cow<'_, str>>]) -> Vec<Option<&'a str>> {
+    v.iter().map(|s| s.as_deref()).collect()
+}
+
+/// What the bridge wrote: rows, and messages it could not map (not JSON, or fields missing).
+#[derive(Default)]
+struct BridgeCounts {
+    rows: AtomicU64,
+    dropped: AtomicU64,
+}
+
+/// One batch of the naive bridge: map, insert (autocommit: the statement is the transaction),
+/// ack. Holds its in-flight slot until the acks are sent.
+async fn bridge_batch(
+    pool: sqlx::PgPool,
+    messages: Vec<jetstream::Message>,
+    counts: Arc<BridgeCounts>,
+    _slot: tokio::sync::OwnedSemaphorePermit,
+) {
+    let n = messages.len();
+    let mut ingested_at = Vec::with_capacity(n);
+    let mut point_id = Vec::with_capacity(n);
+    let mut observed_at = Vec::with_capacity(n);
+    let mut value_num = Vec::with_capacity(n);
+    let mut value_bool = Vec::with_capacity(n);
+    let mut value_text: Vec<Option<Cow<'_, str>>> = Vec::with_capacity(n);
+    let mut unit = Vec::with_capacity(n);
+    let mut driver_instance = Vec::with_capacity(n);
+    let mut source_epoch = Vec::with_capacity(n);
+    let mut source_seq = Vec::with_capacity(n);
+    let mut dropped = 0u64;
+    for message in &messages {
+        let published = message.info().expect("a JetStream message").published;
+        let Ok(e) = serde_json::from_slice::<BridgeEnvelope<'_>>(&message.payload) else {
+            dropped += 1;
+            continue;
+        };
+        let Some(observed) = Micros::parse_rfc3339(&e.observed_at) else {
+            dropped += 1;
+            continue;
+        };
+        let raw = e.value.get();
+        let (num, boolean, text) = match raw.as_bytes().first() {
+            Some(b't') => (None, Some(true), None),
+            Some(b'f') => (None, Some(false), None),
+            Some(b'"') => (None, None, serde_json::from_str::<Cow<'_, str>>(raw).ok()),
+            _ => (raw.parse::<f64>().ok(), None, None),
+        };
+        ingested_at.push(published);
+        point_id.push(e.point_id);
+        observed_at.push(to_odt(observed));
+        value_num.push(num);
+        value_bool.push(boolean);
+        value_text.push(text);
+        unit.push(e.unit);
+        driver_instance.push(e.driver_instance);
+        source_epoch.push(e.source_epoch);
+        source_seq.push(e.source_seq);
+    }
+    let rows = ingested_at.len() as u64;
+    sqlx::query(BRIDGE_INSERT)
+        .bind(ingested_at)
+        .bind(as_str(&point_id))
+        .bind(observed_at)
+        .bind(value_num)
+        .bind(value_bool)
+        .bind(as_opt_str(&value_text))
+        .bind(as_opt_str(&unit))
+        .bind(as_str(&driver_instance))
+        .bind(source_epoch)
+        .bind(source_seq)
+        .execute(&pool)
+        .await
+        .expect("bridge insert");
+    for message in &messages {
+        message.ack().await.expect("ack");
+    }
+    counts.rows.fetch_add(rows, Ordering::Relaxed);
+    counts.dropped.fetch_add(dropped, Ordering::Relaxed);
+}
+
+/// The naive bridge a user would otherwise run, over the same stream and table: fetch 500 →
+/// one `INSERT … SELECT FROM UNNEST … ON CONFLICT DO NOTHING` → commit → ack, four batches in
+/// flight; no validation, projection or transitions.
+async fn bridge_drain(nats: &NatsServer, db_url: &str, backlog: &Backlog) -> Drain {
+    let cpu_before = cpu_seconds();
+    let started_at = Instant::now();
+    let client = async_nats::connect(nats.url()).await.expect("connect");
+    let js = jetstream::new(client.clone());
+    let stream = js.get_stream("OBS").await.expect("stream");
+    let consumer = stream
+        .create_consumer(jetstream::consumer::pull::Config {
+            durable_name: Some("bridge".into()),
+            ack_policy: jetstream::consumer::AckPolicy::Explicit,
+            ack_wait: Duration::from_secs(30),
+            max_ack_pending: 20_000,
+            ..Default::default()
+        })
+        .await
+        .expect("bridge consumer");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(BRIDGE_IN_FLIGHT as u32)
+        .connect(db_url)
+        .await
+        .expect("bridge pool");
+    let slots = Arc::new(tokio::sync::Semaphore::new(BRIDGE_IN_FLIGHT));
+    let counts = Arc::new(BridgeCounts::default());
+    let mut fetched = 0u64;
+    while fetched < backlog.accepted {
+        let slot = slots.clone().acquire_owned().await.expect("slot");
+        let mut messages = Vec::with_capacity(BRIDGE_BATCH);
+        let mut pull = consumer
+            .fetch()
+            .max_messages(BRIDGE_BATCH)
+            .messages()
+            .await
+            .expect("fetch");
+        while let Some(message) = pull.next().await {
+            messages.push(message.expect("message"));
+        }
+        fetched += messages.len() as u64;
+        if !messages.is_empty() {
+            tokio::spawn(bridge_batch(pool.clone(), messages, counts.clone(), slot));
+        }
+    }
+    // Every batch committed and acked once all slots are free again.
+    let _all = slots.acquire_many(BRIDGE_IN_FLIGHT as u32).await.expect("slots");
+    client.flush().await.expect("flush acks");
+    let mut consumer = consumer;
+    loop {
+        let info = consumer.info().await.expect("consumer info");
+        if info.num_pending == 0 && info.num_ack_pending == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(DRAIN_POLL_MS)).await;
+    }
+    let secs = started_at.elapsed().as_secs_f64();
+    let cpu = CpuSplit::over(&cpu_before, &cpu_seconds(), backlog.accepted, secs);
+    let rows = counts.rows.load(Ordering::Relaxed);
+    let dropped = counts.dropped.load(Ordering::Relaxed);
+    let mut conn = pg(db_url).await;
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM observation_measurement")
+        .fetch_one(&mut conn)
+        .await
+        .expect("count");
+    assert_eq!(
+        rows + dropped,
+        backlog.accepted,
+        "the bridge saw every message once"
+    );
+    assert_eq!(
+        stored as u64, rows,
+        "the bridge stored every message it could map"
+    );
+    pool.close().await;
+    Drain {
+        rate: backlog.accepted as f64 / secs,
+        secs,
+        cpu,
+        note: format!("{rows} rows; {dropped} messages it could not map, acked and dropped"),
+    }
+}
+
+/// The three contestants of a drain round.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Contestant {
+    Bridge,
+    SentinelOnConflict,
+    SentinelOptimistic,
+}
+
+impl Contestant {
+    const ALL: [Contestant; 3] = [
+        Contestant::Bridge,
+        Contestant::SentinelOnConflict,
+        Contestant::SentinelOptimistic,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Contestant::Bridge => "naive bridge",
+            Contestant::SentinelOnConflict => "sentinel, ON CONFLICT form (old)",
+            Contestant::SentinelOptimistic => "sentinel, optimistic form (new)",
+        }
+    }
+}
+
+async fn connect_store(url: &str, commit_insert: CommitInsert) -> PgStore {
+    PgStore::connect(
+        url,
+        PgStoreConfig {
+            commit_insert,
+            ..PgStoreConfig::default()
+        },
+    )
+    .await
+    .expect("store")
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let messages = arg("--messages", 200_000);
+    let rounds = arg("--rounds", 3).max(1);
     let nats = NatsServer::start().await;
     let db = TestDb::create().await.expect("database");
-    let store = PgStore::connect(&db.url, PgStoreConfig::default())
-        .await
-        .expect("store");
-    store.migrate().await.expect("migrate");
+    let optimistic = connect_store(&db.url, CommitInsert::Optimistic).await;
+    let on_conflict = connect_store(&db.url, CommitInsert::OnConflict).await;
+    optimistic.migrate().await.expect("migrate");
     println!(
-        "e2e bench: {messages} messages; nats-server {} and PostgreSQL on this machine",
-        nats.url()
+        "e2e bench: {messages} messages; nats-server {} and PostgreSQL on this machine; load {}",
+        nats.url(),
+        load_average()
     );
-    if std::env::args().any(|a| a == "--drain-only") {
+    if flag("--drain-only") {
+        let (store, form) = if std::env::args().any(|a| a == "on-conflict") {
+            (&on_conflict, "ON CONFLICT form")
+        } else {
+            (&optimistic, "optimistic form")
+        };
         let started = Instant::now();
-        let (rate, accepted) = sentinel_drain(&nats, &store, messages).await;
-        let drain_s = accepted as f64 / rate;
+        reset(&nats, &db.url).await;
+        let backlog = load_backlog(&nats, messages, BACKLOG_EPOCH_BASE).await;
+        println!("  load before the drain: {}", load_average());
+        let drain = sentinel_drain(&nats, store, &db.url, &backlog).await;
+        println!("  drain CPU: {}", drain.cpu);
+        println!("  {}", drain.note);
         println!(
-            "RESULT drain of {accepted} messages: {drain_s:.0} s ({rate:.0} obs/s); target < 600 s; \
-             spec: 3600 s at 20% utilisation; whole run with loading {:.0} s",
-            started.elapsed().as_secs_f64()
+            "RESULT drain of {} messages ({form}): {:.0} s ({:.0} obs/s); target < 600 s; \
+             spec: 3600 s at 20% utilisation; whole run with loading {:.0} s; load after {}",
+            backlog.accepted,
+            drain.secs,
+            drain.rate,
+            started.elapsed().as_secs_f64(),
+            load_average()
         );
         return;
     }
@@ -367,7 +813,7 @@ async fn main() {
     println!("  raw JetStream fetch(500)+ack, limits retention     {fetch_ack_limits:>10.0} msg/s");
     let before = cpu_seconds();
     let fetch_ack = raw_fetch_ack(&nats.url(), messages, true).await;
-    let nats_us = (cpu_seconds()[1] - before[1]) * 1e6 / messages as f64;
+    let nats_us = cpu_seconds().since(&before)[1] * 1e6 / messages as f64;
     println!(
         "  raw JetStream fetch(500)+ack, work-queue (as OBS)  {fetch_ack:>10.0} msg/s \
          (nats-server {nats_us:.1} us/msg, publishing the messages included)"
@@ -376,27 +822,101 @@ async fn main() {
     println!("  raw COPY, one transaction                          {copy_one_tx:>10.0} rows/s");
     let copy = raw_copy(&db.url, messages, 500, 4, "copy-500").await;
     println!("  raw COPY, 500-row transactions, 4 in flight        {copy:>10.0} rows/s");
-    let commit_1 = commit_path(&store, messages / 2, 1, 101).await;
-    println!("  store commit path, 1 in flight {commit_1:>10.0} rows/s");
-    // PostgreSQL CPU is read from /proc, so only long-lived backends count: the store's pooled
-    // connections do, the raw COPY's short-lived ones would not (they exit before the reading).
-    let before = cpu_seconds();
-    let commit_4 = commit_path(&store, messages / 2, 4, 102).await;
-    let pg_us = (cpu_seconds()[0] - before[0]) * 1e6 / (messages / 2) as f64;
-    println!("  store commit path, 4 in flight {commit_4:>10.0} rows/s (postgres {pg_us:.1} us/row)");
-    let commit_8 = commit_path(&store, messages / 2, 8, 103).await;
-    println!("  store commit path, 8 in flight {commit_8:>10.0} rows/s");
-    let commit_16 = commit_path(&store, messages / 2, 16, 104).await;
-    println!("  store commit path, 16 in flight{commit_16:>10.0} rows/s");
-    let (sentinel, accepted) = sentinel_drain(&nats, &store, messages).await;
-    println!("  sentinel end to end            {sentinel:>10.0} obs/s ({accepted} accepted)");
-    let ceiling = fetch_ack.min(copy);
-    let strict = fetch_ack_limits.min(copy_one_tx);
+
+    // The commit path alone, both forms back to back at each concurrency. PostgreSQL CPU is
+    // read from /proc, so only long-lived backends count: the store's pooled connections do,
+    // the raw COPY's short-lived ones would not (they exit before the reading).
+    let mut source_epoch = 100;
+    for concurrency in [1, 4, 8, 16] {
+        for (form, store) in [("ON CONFLICT", &on_conflict), ("optimistic ", &optimistic)] {
+            source_epoch += 1;
+            let before = cpu_seconds();
+            let rate = commit_path(store, messages / 2, concurrency, source_epoch).await;
+            let pg_us = cpu_seconds().since(&before)[0] * 1e6 / (messages / 2) as f64;
+            println!(
+                "  store commit path, {form}, {concurrency:>2} in flight {rate:>10.0} rows/s \
+                 (postgres {pg_us:.1} us/row)"
+            );
+        }
+    }
+
+    let mut figures: Vec<(Contestant, Drain)> = Vec::new();
+    let mut epoch = BACKLOG_EPOCH_BASE;
+    for round in 0..rounds {
+        for i in 0..Contestant::ALL.len() {
+            let contestant = Contestant::ALL[(i + round) % Contestant::ALL.len()];
+            reset(&nats, &db.url).await;
+            epoch += 1;
+            let backlog = load_backlog(&nats, messages, epoch).await;
+            let load = load_average();
+            let drain = match contestant {
+                Contestant::Bridge => bridge_drain(&nats, &db.url, &backlog).await,
+                Contestant::SentinelOnConflict => {
+                    sentinel_drain(&nats, &on_conflict, &db.url, &backlog).await
+                }
+                Contestant::SentinelOptimistic => sentinel_drain(&nats, &optimistic, &db.url, &backlog).await,
+            };
+            println!(
+                "  round {} {:<34} {:>8.0} obs/s ({:.1} s; load {load}); {}; {}",
+                round + 1,
+                contestant.label(),
+                drain.rate,
+                drain.secs,
+                drain.cpu,
+                drain.note
+            );
+            figures.push((contestant, drain));
+        }
+    }
+
+    let of = |c: Contestant| figures.iter().filter(move |(k, _)| *k == c).map(|(_, d)| d);
+    let rate = |c: Contestant| median(of(c).map(|d| d.rate).collect());
+    let cpu = |c: Contestant, i: usize| median(of(c).map(|d| d.cpu.us[i]).collect());
+    let cpu_total = |c: Contestant| median(of(c).map(|d| d.cpu.total_us()).collect());
+    println!("  medians of {rounds} rounds:");
+    for c in Contestant::ALL {
+        println!(
+            "    {:<34} {:>8.0} obs/s; postgres {:.1} / nats-server {:.1} / own {:.1} us per msg (sum {:.1})",
+            c.label(),
+            rate(c),
+            cpu(c, 0),
+            cpu(c, 1),
+            cpu(c, 2),
+            cpu_total(c)
+        );
+    }
+    let bridge = rate(Contestant::Bridge);
+    let old = rate(Contestant::SentinelOnConflict);
+    let new = rate(Contestant::SentinelOptimistic);
+    // Per round too: the three of a round ran back to back, so their ratio is the least noisy.
+    let per_round = |c: Contestant| -> Vec<String> {
+        (0..rounds)
+            .map(|r| {
+                let round = &figures[r * 3..r * 3 + 3];
+                let get = |k: Contestant| {
+                    round
+                        .iter()
+                        .find(|(x, _)| *x == k)
+                        .map(|(_, d)| d.rate)
+                        .unwrap_or(0.0)
+                };
+                format!("{:.2}", get(c) / get(Contestant::Bridge))
+            })
+            .collect()
+    };
     println!(
-        "RESULT e2e={sentinel:.0} obs/s; same-durability ceilings: fetch_ack(work-queue)={fetch_ack:.0}, \
-         copy(500/tx)={copy:.0} -> {:.0}% of the slower (target 60%); \
-         best-case ceilings: fetch_ack(limits)={fetch_ack_limits:.0}, copy(one tx)={copy_one_tx:.0} -> {:.0}%",
-        100.0 * sentinel / ceiling,
-        100.0 * sentinel / strict
+        "RESULT sentinel/bridge: new {:.2} (rounds {}), old {:.2} (rounds {}); target >= 1.0, stretch 1.3; \
+         new/old {:.2}; sentinel new {new:.0}, old {old:.0}, bridge {bridge:.0} obs/s; \
+         ceilings: fetch_ack(work-queue) {fetch_ack:.0}, fetch_ack(limits) {fetch_ack_limits:.0}, \
+         copy(500/tx, 4) {copy:.0}, copy(one tx) {copy_one_tx:.0}; sentinel new = {:.0}% of the slower \
+         same-durability ceiling; own CPU new {:.1} us/msg (target <= 3); load {}",
+        new / bridge,
+        per_round(Contestant::SentinelOptimistic).join(" "),
+        old / bridge,
+        per_round(Contestant::SentinelOnConflict).join(" "),
+        new / old,
+        100.0 * new / fetch_ack.min(copy),
+        cpu(Contestant::SentinelOptimistic, 2),
+        load_average()
     );
 }

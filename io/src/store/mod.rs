@@ -11,7 +11,7 @@ pub mod memory;
 pub mod postgres;
 
 pub use memory::{MemoryLease, MemoryStore, StoredQuarantine};
-pub use postgres::{LOCK_KEY, LockHolder, MigrateReport, PgLease, PgStore, PgStoreConfig};
+pub use postgres::{CommitInsert, LOCK_KEY, LockHolder, MigrateReport, PgLease, PgStore, PgStoreConfig};
 
 use sentinel_core::{ControlEvent, RetentionClass};
 

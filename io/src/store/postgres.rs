@@ -2,7 +2,9 @@
 //! "The registry is versioned data", stages 11–12; core runtime spec, single writer and epoch).
 //!
 //! Owns: the only SQL that names the observation tables (architecture invariant), the
-//! single-writer lock on a dedicated connection, the fenced commit, the checkpoint upsert, the
+//! single-writer lock on a dedicated connection, the fenced commit (a plain insert first, the
+//! spec's `ON CONFLICT DO NOTHING` form only when the unique index refuses it: issue 13,
+//! [`CommitInsert`]), the checkpoint upsert, the
 //! log-head queries of restart, registry storage, migrations with the "schema from the future"
 //! refusal (healthlog spec), keeping daily partitions ahead of need, and the `core_start`
 //! record of each acquisition and its cold-start timings (core runtime spec, "Restart time").
@@ -12,6 +14,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -100,6 +103,25 @@ pub struct PgStoreConfig {
     pub checkpoint_rows_max: usize,
     /// Daily partitions created ahead of today at migrate and acquire.
     pub partition_days_ahead: u32,
+    /// How a batch is inserted; both forms are fenced and report the same RETURNING set.
+    pub commit_insert: CommitInsert,
+}
+
+/// How [`PgStore`] inserts a batch (issue 13). Both are one fenced statement per attempt and
+/// report exactly the rows and entries the database inserted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommitInsert {
+    /// A plain `INSERT … RETURNING` first, which pays for no speculative insertion. Only when
+    /// the unique index refuses it (a redelivery after a crash, or a key twice in one batch)
+    /// is the batch committed again with `ON CONFLICT DO NOTHING`, in a fresh implicit
+    /// transaction that takes the fence again: the refused statement left nothing behind, and
+    /// an epoch that moved in between refuses the retry.
+    #[default]
+    Optimistic,
+    /// Always `ON CONFLICT DO NOTHING RETURNING` (the form before issue 13). Kept so the
+    /// benchmark compares both in one run and the conformance suite checks the fallback's
+    /// statement on its own.
+    OnConflict,
 }
 
 impl Default for PgStoreConfig {
@@ -118,6 +140,7 @@ impl Default for PgStoreConfig {
             commit_rows_max: 65_536,
             checkpoint_rows_max: 1 << 20,
             partition_days_ahead: 3,
+            commit_insert: CommitInsert::Optimistic,
         }
     }
 }
@@ -202,6 +225,8 @@ pub struct PgStore {
     config: Arc<PgStoreConfig>,
     /// Days (since the Unix epoch, UTC) whose partitions are known to exist.
     ensured_days: Arc<Mutex<BTreeSet<i64>>>,
+    /// Optimistic commits the unique index refused, each then committed with ON CONFLICT.
+    commit_fallbacks: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -290,10 +315,12 @@ fn quality_from_db(text: &str) -> Result<Quality, StoreError> {
 /// and COMMIT. Data-modifying CTEs run with one snapshot and commit or roll back together.
 /// The fence locks the epoch row FOR SHARE, so a new core's epoch increment waits for this
 /// batch and every later batch of ours sees the new epoch and inserts nothing; the statement
-/// always returns one `kind = 2` row carrying the current epoch so the caller can tell a
-/// refused batch from an all-conflict one. Rows are routed by `class` (0 measurement,
-/// 1 state, 2 diagnostic); RETURNING keys (`kind = 0`) and quarantine sequences (`kind = 1`)
-/// come back in one result.
+/// always returns the current epoch so the caller can tell a refused batch from an
+/// all-conflict one. Rows are routed by `class` (0 measurement, 1 state, 2 diagnostic).
+///
+/// Two forms share the fence and the source (issue 13, [`CommitInsert`]): `COMMIT_BATCH`, the
+/// spec's `ON CONFLICT DO NOTHING RETURNING`, and `COMMIT_BATCH_PLAIN`, plain inserts that
+/// either insert every row and entry of the batch or fail as a whole on the unique index.
 macro_rules! observation_columns {
     () => {
         "ingested_at, point_id, observed_at, device_time, value_num, value_bool, value_text, \
@@ -302,8 +329,25 @@ macro_rules! observation_columns {
     };
 }
 
+/// The fence and the batch's rows (`src`, empty when the fence refuses); `$1`–`$21`.
+macro_rules! fenced_source {
+    () => {
+        concat!(
+            "WITH fence AS (SELECT epoch FROM core_epoch WHERE singleton FOR SHARE), \
+             allowed AS (SELECT 1 FROM fence WHERE epoch = $20), \
+             src AS (SELECT u.* FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], \
+               $4::timestamptz[], $5::float8[], $6::bool[], $7::text[], $8::float8[], $9::text[], \
+               $10::text[], $11::text[]::quality[], $12::text[], $13::text[]::jsonb[], $14::bool[], \
+               $15::integer[], $16::text[], $17::integer[], $18::bigint[], $19::bool[], $21::smallint[]) \
+               AS u(",
+            observation_columns!(),
+            ", class) WHERE EXISTS (SELECT 1 FROM allowed))"
+        )
+    };
+}
+
 macro_rules! insert_class {
-    ($table:literal, $class:literal) => {
+    ($table:literal, $class:literal, $tail:literal) => {
         concat!(
             "INSERT INTO ",
             $table,
@@ -313,41 +357,73 @@ macro_rules! insert_class {
             observation_columns!(),
             " FROM src WHERE class = ",
             $class,
-            " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+            $tail
         )
     };
 }
 
+/// The quarantine entries (`$22`–`$29`), fenced by the same `allowed`.
+macro_rules! insert_quarantine {
+    ($tail:literal) => {
+        concat!(
+            "INSERT INTO quarantine \
+             (stream, stream_seq, ingested_at, subject, reason, detail, payload, payload_bytes, core_epoch) \
+             SELECT $22::text, u.*, $20::integer FROM UNNEST($23::bigint[], $24::timestamptz[], $25::text[], \
+             $26::text[], $27::text[], $28::bytea[], $29::integer[]) AS u \
+             WHERE EXISTS (SELECT 1 FROM allowed)",
+            $tail
+        )
+    };
+}
+
+/// The redelivery-safe form: what the unique index refuses is skipped, and RETURNING keys
+/// (`kind = 0`), quarantine sequences (`kind = 1`) and the current epoch (`kind = 2`) come
+/// back in one result.
 const COMMIT_BATCH: &str = concat!(
-    "WITH fence AS (SELECT epoch FROM core_epoch WHERE singleton FOR SHARE), \
-     allowed AS (SELECT 1 FROM fence WHERE epoch = $20), \
-     src AS (SELECT u.* FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], $4::timestamptz[], \
-       $5::float8[], $6::bool[], $7::text[], $8::float8[], $9::text[], $10::text[], \
-       $11::text[]::quality[], $12::text[], $13::text[]::jsonb[], $14::bool[], $15::integer[], \
-       $16::text[], $17::integer[], $18::bigint[], $19::bool[], $21::smallint[]) \
-       AS u(",
-    observation_columns!(),
-    ", class) WHERE EXISTS (SELECT 1 FROM allowed)), \
-     m AS (",
-    insert_class!("observation_measurement", "0"),
-    "), \
-     s AS (",
-    insert_class!("observation_state", "1"),
-    "), \
-     d AS (",
-    insert_class!("observation_diagnostic", "2"),
-    "), \
-     q AS (INSERT INTO quarantine \
-       (stream, stream_seq, ingested_at, subject, reason, detail, payload, payload_bytes, core_epoch) \
-       SELECT $22::text, u.*, $20::integer FROM UNNEST($23::bigint[], $24::timestamptz[], $25::text[], \
-       $26::text[], $27::text[], $28::bytea[], $29::integer[]) AS u \
-       WHERE EXISTS (SELECT 1 FROM allowed) \
-       ON CONFLICT (stream, stream_seq) DO NOTHING RETURNING stream_seq) \
-     SELECT 0::smallint AS kind, driver_instance, source_epoch, source_seq, ingested_at FROM m \
+    fenced_source!(),
+    ", m AS (",
+    insert_class!(
+        "observation_measurement",
+        "0",
+        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+    ),
+    "), s AS (",
+    insert_class!(
+        "observation_state",
+        "1",
+        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+    ),
+    "), d AS (",
+    insert_class!(
+        "observation_diagnostic",
+        "2",
+        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+    ),
+    "), q AS (",
+    insert_quarantine!(" ON CONFLICT (stream, stream_seq) DO NOTHING RETURNING stream_seq"),
+    ") SELECT 0::smallint AS kind, driver_instance, source_epoch, source_seq, ingested_at FROM m \
      UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM s \
      UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM d \
      UNION ALL SELECT 1::smallint, NULL::text, NULL::integer, stream_seq, NULL::timestamptz FROM q \
      UNION ALL SELECT 2::smallint, NULL::text, epoch, NULL::bigint, NULL::timestamptz FROM fence"
+);
+
+/// The optimistic form: no speculative insertion, so a unique violation (SQLSTATE 23505)
+/// aborts the whole statement and nothing of it stays. When it succeeds every row and entry
+/// was inserted, so RETURNING only has to be counted per table: one row back with the four
+/// counts and the current epoch (none when the epoch row is missing).
+const COMMIT_BATCH_PLAIN: &str = concat!(
+    fenced_source!(),
+    ", m AS (",
+    insert_class!("observation_measurement", "0", " RETURNING 1"),
+    "), s AS (",
+    insert_class!("observation_state", "1", " RETURNING 1"),
+    "), d AS (",
+    insert_class!("observation_diagnostic", "2", " RETURNING 1"),
+    "), q AS (",
+    insert_quarantine!(" RETURNING 1"),
+    ") SELECT (SELECT count(*) FROM m), (SELECT count(*) FROM s), (SELECT count(*) FROM d), \
+     (SELECT count(*) FROM q), epoch FROM fence"
 );
 
 /// The invariant-5 order, newest first. `COLLATE "C"` makes text compare bytewise, as Rust's
@@ -488,12 +564,19 @@ impl PgStore {
             connect_options,
             config: Arc::new(config),
             ensured_days: Default::default(),
+            commit_fallbacks: Default::default(),
         })
     }
 
     /// Closes the pool. Leases hold their own connections and are unaffected.
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+
+    /// How many optimistic commits the unique index refused since connecting (each was then
+    /// committed with `ON CONFLICT DO NOTHING`). For the benchmark and the tests.
+    pub fn commit_fallbacks(&self) -> u64 {
+        self.commit_fallbacks.load(Ordering::Relaxed)
     }
 
     /// The newest migration version this binary carries.
@@ -761,40 +844,108 @@ impl PgStore {
 
         let rows = ObservationColumns::new(&batch.rows)?;
         let quarantine = QuarantineColumns::new(&batch.quarantine)?;
-        let returned = sqlx::query(COMMIT_BATCH)
-            .bind(rows.ingested_at)
-            .bind(rows.point_id)
-            .bind(rows.observed_at)
-            .bind(rows.device_time)
-            .bind(rows.value_num)
-            .bind(rows.value_bool)
-            .bind(rows.value_text)
-            .bind(rows.native_num)
-            .bind(rows.native_text)
-            .bind(rows.unit_native)
-            .bind(rows.quality)
-            .bind(rows.reason)
-            .bind(rows.detail)
-            .bind(rows.changed)
-            .bind(rows.registry_version)
-            .bind(rows.driver_instance)
-            .bind(rows.source_epoch)
-            .bind(rows.source_seq)
-            .bind(rows.skew_flagged)
-            .bind(epoch)
-            .bind(rows.class)
-            .bind(self.config.stream_name.as_str())
-            .bind(quarantine.stream_seq)
-            .bind(quarantine.ingested_at)
-            .bind(quarantine.subject)
-            .bind(quarantine.reason)
-            .bind(quarantine.detail)
-            .bind(quarantine.payload)
-            .bind(quarantine.payload_bytes)
+        let (inserted, quarantine_inserted) = match self.config.commit_insert {
+            CommitInsert::OnConflict => self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?,
+            CommitInsert::Optimistic => match self.commit_plain(batch, epoch, &rows, &quarantine).await? {
+                Some(report) => report,
+                None => {
+                    self.commit_fallbacks.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(
+                        batch = batch.id.0,
+                        rows = batch.rows.len(),
+                        quarantine = batch.quarantine.len(),
+                        "unique index refused the plain insert; committing with ON CONFLICT DO NOTHING"
+                    );
+                    self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?
+                }
+            },
+        };
+        tracing::debug!(
+            batch = batch.id.0,
+            rows = batch.rows.len(),
+            inserted = inserted.len(),
+            quarantine = batch.quarantine.len(),
+            quarantine_inserted,
+            "batch committed"
+        );
+        Ok((inserted, quarantine_inserted))
+    }
+
+    /// `COMMIT_BATCH_PLAIN`. `Ok(None)` when the unique index refused the statement: it was
+    /// rolled back as a whole, so nothing of the batch is in the database.
+    async fn commit_plain(
+        &self,
+        batch: &Batch,
+        epoch: i32,
+        rows: &ObservationColumns<'_>,
+        quarantine: &QuarantineColumns<'_>,
+    ) -> Result<Option<(Vec<u32>, u32)>, StoreError> {
+        let answer = match bind_batch(
+            COMMIT_BATCH_PLAIN,
+            epoch,
+            &self.config.stream_name,
+            rows,
+            quarantine,
+        )
+        .fetch_optional(&self.pool)
+        .await
+        {
+            Ok(answer) => answer,
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
+            Err(e) => return Err(db_error("committing the batch")(e)),
+        };
+        let answer = answer.ok_or_else(|| StoreError::Other("the core_epoch row is missing".into()))?;
+        let decode = || -> Result<([i64; 4], i32), sqlx::Error> {
+            Ok((
+                [
+                    answer.try_get(0)?,
+                    answer.try_get(1)?,
+                    answer.try_get(2)?,
+                    answer.try_get(3)?,
+                ],
+                answer.try_get(4)?,
+            ))
+        };
+        let (counts, current) = decode().map_err(db_error("decoding the commit counts"))?;
+        if current != epoch {
+            // The fence refused: nothing was inserted (every INSERT reads `allowed`).
+            debug_assert_eq!(counts, [0; 4]);
+            return Err(StoreError::Fenced {
+                epoch: batch.epoch,
+                current: current.max(0) as u32,
+            });
+        }
+        // A plain INSERT inserts every row it selects or fails, so the counts must be the
+        // batch's own; anything else means a row matched no class table.
+        let expected = [
+            rows.class_rows[0] as i64,
+            rows.class_rows[1] as i64,
+            rows.class_rows[2] as i64,
+            batch.quarantine.len() as i64,
+        ];
+        if counts != expected {
+            return Err(StoreError::Other(format!(
+                "the plain insert wrote {counts:?} rows per table and quarantine entries, the batch holds {expected:?}"
+            )));
+        }
+        let inserted = (0..batch.rows.len() as u32).collect();
+        Ok(Some((inserted, batch.quarantine.len() as u32)))
+    }
+
+    /// `COMMIT_BATCH`: what is already there is skipped, and RETURNING names what was inserted.
+    async fn commit_on_conflict(
+        &self,
+        batch: &Batch,
+        epoch: i32,
+        rows: &ObservationColumns<'_>,
+        quarantine: &QuarantineColumns<'_>,
+    ) -> Result<(Vec<u32>, u32), StoreError> {
+        let returned = bind_batch(COMMIT_BATCH, epoch, &self.config.stream_name, rows, quarantine)
             .fetch_all(&self.pool)
             .await
             .map_err(db_error("committing the batch"))?;
 
+        let by_key = ordinals_by_key(&batch.rows)?;
         let mut inserted = Vec::with_capacity(returned.len());
         let mut quarantine_inserted = 0u32;
         let mut current_epoch = None;
@@ -806,8 +957,7 @@ impl PgStore {
                     let source_epoch: i32 = row.try_get(2).map_err(db_error("decoding RETURNING"))?;
                     let seq: i64 = row.try_get(3).map_err(db_error("decoding RETURNING"))?;
                     let at: OffsetDateTime = row.try_get(4).map_err(db_error("decoding RETURNING"))?;
-                    let ordinal = rows
-                        .by_key
+                    let ordinal = by_key
                         .get(&(instance, source_epoch, seq, from_odt(at).0))
                         .ok_or_else(|| {
                             StoreError::Other(format!(
@@ -831,14 +981,6 @@ impl PgStore {
             });
         }
         inserted.sort_unstable();
-        tracing::debug!(
-            batch = batch.id.0,
-            rows = batch.rows.len(),
-            inserted = inserted.len(),
-            quarantine = batch.quarantine.len(),
-            quarantine_inserted,
-            "batch committed"
-        );
         Ok((inserted, quarantine_inserted))
     }
 
@@ -1219,7 +1361,65 @@ async fn fence(tx: &mut PgConnection, epoch: u32) -> Result<(), StoreError> {
     }
 }
 
-/// A batch's rows as the column arrays `COMMIT_BATCH` binds, built in one pass.
+/// A row's full unique key as the database returns it: driver_instance, source_epoch,
+/// source_seq, ingested_at in µs.
+type DbKey<'a> = (&'a str, i32, i64, i64);
+
+/// The full unique key → the first ordinal carrying it (a key repeated within a batch inserts
+/// once; the first occurrence is the one reported). Only the `ON CONFLICT` form needs it.
+fn ordinals_by_key(rows: &[ObsRow]) -> Result<HashMap<DbKey<'_>, u32>, StoreError> {
+    let mut by_key = HashMap::with_capacity(rows.len());
+    for (ordinal, row) in rows.iter().enumerate() {
+        let (epoch, seq) = key_to_db(&row.key)?;
+        by_key
+            .entry((&*row.key.driver_instance, epoch, seq, row.ingested_at.0))
+            .or_insert(ordinal as u32);
+    }
+    Ok(by_key)
+}
+
+/// Binds a batch to either commit statement (both take the same 29 parameters). The values
+/// are encoded here, so a fallback binds the same columns again.
+fn bind_batch<'q>(
+    sql: &'static str,
+    epoch: i32,
+    stream_name: &str,
+    rows: &ObservationColumns<'_>,
+    quarantine: &QuarantineColumns<'_>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
+        .bind(&rows.ingested_at)
+        .bind(&rows.point_id)
+        .bind(&rows.observed_at)
+        .bind(&rows.device_time)
+        .bind(&rows.value_num)
+        .bind(&rows.value_bool)
+        .bind(&rows.value_text)
+        .bind(&rows.native_num)
+        .bind(&rows.native_text)
+        .bind(&rows.unit_native)
+        .bind(&rows.quality)
+        .bind(&rows.reason)
+        .bind(&rows.detail)
+        .bind(&rows.changed)
+        .bind(&rows.registry_version)
+        .bind(&rows.driver_instance)
+        .bind(&rows.source_epoch)
+        .bind(&rows.source_seq)
+        .bind(&rows.skew_flagged)
+        .bind(epoch)
+        .bind(&rows.class)
+        .bind(stream_name)
+        .bind(&quarantine.stream_seq)
+        .bind(&quarantine.ingested_at)
+        .bind(&quarantine.subject)
+        .bind(&quarantine.reason)
+        .bind(&quarantine.detail)
+        .bind(&quarantine.payload)
+        .bind(&quarantine.payload_bytes)
+}
+
+/// A batch's rows as the column arrays the commit statements bind, built in one pass.
 struct ObservationColumns<'a> {
     ingested_at: Vec<OffsetDateTime>,
     point_id: Vec<&'a str>,
@@ -1241,9 +1441,8 @@ struct ObservationColumns<'a> {
     source_seq: Vec<i64>,
     skew_flagged: Vec<bool>,
     class: Vec<i16>,
-    /// The full unique key → the first ordinal carrying it (a key repeated within a batch
-    /// inserts once; the first occurrence is the one reported).
-    by_key: HashMap<(&'a str, i32, i64, i64), u32>,
+    /// Rows per class, indexed like `class`.
+    class_rows: [usize; 3],
 }
 
 impl<'a> ObservationColumns<'a> {
@@ -1270,13 +1469,10 @@ impl<'a> ObservationColumns<'a> {
             source_seq: Vec::with_capacity(n),
             skew_flagged: Vec::with_capacity(n),
             class: Vec::with_capacity(n),
-            by_key: HashMap::with_capacity(n),
+            class_rows: [0; 3],
         };
-        for (ordinal, row) in rows.iter().enumerate() {
+        for row in rows {
             let (epoch, seq) = key_to_db(&row.key)?;
-            c.by_key
-                .entry((&row.key.driver_instance, epoch, seq, row.ingested_at.0))
-                .or_insert(ordinal as u32);
             c.ingested_at.push(to_odt(row.ingested_at)?);
             c.point_id.push(&row.point_id);
             c.observed_at.push(to_odt(row.observed_at)?);
@@ -1298,6 +1494,7 @@ impl<'a> ObservationColumns<'a> {
             c.source_seq.push(seq);
             c.skew_flagged.push(row.skew_flagged);
             c.class.push(row.class.index() as i16);
+            c.class_rows[row.class.index()] += 1;
         }
         Ok(c)
     }
