@@ -16,6 +16,7 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 use sentinel_core::RegistrySnapshot;
 use sentinel_core::registry::canonical::{self, StoredDescriptorError};
@@ -303,6 +304,37 @@ pub fn compile_stored(stored: StoredRegistry) -> Result<Registry, RegistryDirErr
     )?)
 }
 
+/// How many compiled versions [`compile_stored_shared`] remembers.
+const COMPILED_CACHE_ENTRIES_MAX: usize = 4;
+
+/// The versions compiled in this process, newest last, each with the exact stored input it was
+/// compiled from.
+static COMPILED: std::sync::Mutex<Vec<(StoredRegistry, Arc<Registry>)>> = std::sync::Mutex::new(Vec::new());
+
+/// [`compile_stored`], remembered for a restart in the same process.
+///
+/// A core that restarts inside one process (the simulator restarts cores dozens of times per
+/// seed; a production process starts one core) reads the same stored version again. Compiling
+/// is a pure function of the stored input, so an input equal in every byte (version, hashes and
+/// every descriptor's text) gets the registry compiled before; anything else is compiled and
+/// verified afresh. A refused version is never remembered.
+pub fn compile_stored_shared(stored: StoredRegistry) -> Result<Arc<Registry>, RegistryDirError> {
+    {
+        let cache = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, registry)) = cache.iter().find(|(input, _)| *input == stored) {
+            return Ok(Arc::clone(registry));
+        }
+    }
+    let registry = Arc::new(compile_stored(stored.clone())?);
+    let mut cache = COMPILED.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.len() == COMPILED_CACHE_ENTRIES_MAX {
+        cache.remove(0);
+    }
+    cache.push((stored, Arc::clone(&registry)));
+    assert!(cache.len() <= COMPILED_CACHE_ENTRIES_MAX);
+    Ok(registry)
+}
+
 /// The sample registry shipped with the repository, for the demo and tests.
 pub fn sample_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../registry")
@@ -560,6 +592,36 @@ mod tests {
         assert!(matches!(
             compile_stored(garbage),
             Err(RegistryDirError::StoredDescriptor { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_restart_reuses_the_compiled_version_but_a_tampered_one_is_still_refused() {
+        let store = memory_store();
+        let load = load_dir(&store, &sample_dir()).await.unwrap();
+        let stored = store.load_registry(Some(load.version)).await.unwrap().unwrap();
+
+        let first = compile_stored_shared(stored.clone()).unwrap();
+        let again = compile_stored_shared(stored.clone()).unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "an identical stored input is compiled once"
+        );
+        assert_eq!(first.content_hash, stored.content_hash);
+
+        // The same version and hashes with one descriptor's text changed is a different
+        // input: it is verified afresh and refused, not served from memory.
+        let mut tampered = stored;
+        tampered.descriptors[0].1 = tampered.descriptors[0]
+            .1
+            .replace("\"freshness_s\":", "\"freshness_s\":1");
+        assert!(matches!(
+            compile_stored_shared(tampered.clone()),
+            Err(RegistryDirError::ContentHashMismatch { .. })
+        ));
+        assert!(matches!(
+            compile_stored_shared(tampered),
+            Err(RegistryDirError::ContentHashMismatch { .. })
         ));
     }
 }

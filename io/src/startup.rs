@@ -20,7 +20,6 @@
 
 use std::future::Future;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
 use sentinel_core::{Config, Core, RetentionClass};
@@ -163,7 +162,7 @@ where
     }
     let stored = store.load_registry(None).await?.ok_or(StartError::NoRegistry)?;
     let registry =
-        Arc::new(registry_dir::compile_stored(stored).map_err(|e| StartError::Registry(e.to_string()))?);
+        registry_dir::compile_stored_shared(stored).map_err(|e| StartError::Registry(e.to_string()))?;
     timings.record("registry", step);
     info!(
         version = registry.version,

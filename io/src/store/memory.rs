@@ -23,6 +23,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
+use rustc_hash::{FxHashMap, FxHashSet};
 use sentinel_core::{
     Batch, CommitReport, ControlEvent, LogHead, Micros, ObsKey, ObsRow, PointState, QuarantineReason,
     RegistrySnapshot, RestoredState, RetentionClass,
@@ -434,7 +435,9 @@ impl Store for MemoryStore {
 
     async fn load_state(&self, points: &[(String, RetentionClass)]) -> Result<RestoredState, StoreError> {
         let model = lock(&self.model);
-        let wanted: BTreeSet<(&str, RetentionClass)> =
+        // A hash set, not an ordered one: every row of every class table is looked up here,
+        // on every restart (the simulator restarts cores dozens of times per seed).
+        let wanted: FxHashSet<(&str, RetentionClass)> =
             points.iter().map(|(id, c)| (id.as_str(), *c)).collect();
         let ids: BTreeSet<&str> = wanted.iter().map(|(id, _)| *id).collect();
         let checkpoints = ids
@@ -442,8 +445,8 @@ impl Store for MemoryStore {
             .filter_map(|id| model.point_state.get(*id).cloned())
             .collect();
         // One pass per class table, grouping rows by point: restarts must not cost
-        // points × rows (the simulator restarts cores often).
-        let mut per_point: BTreeMap<(&str, RetentionClass), Vec<&ObsRow>> = BTreeMap::new();
+        // points × rows.
+        let mut per_point: FxHashMap<(&str, RetentionClass), Vec<&ObsRow>> = FxHashMap::default();
         for class in RetentionClass::ALL {
             for row in &model.tables[class.index()].rows {
                 if wanted.contains(&(&*row.point_id, class)) {
@@ -451,9 +454,13 @@ impl Store for MemoryStore {
                 }
             }
         }
-        let mut log_heads: Vec<LogHead> = per_point
-            .into_values()
-            .filter_map(|rows| log_head(rows.into_iter()))
+        // In (point, class) order, as the ordered map this replaced gave: the heads' order
+        // must not depend on hashing.
+        let mut groups: Vec<_> = per_point.into_iter().collect();
+        groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut log_heads: Vec<LogHead> = groups
+            .into_iter()
+            .filter_map(|(_, rows)| log_head(rows.into_iter()))
             .collect();
         log_heads.sort_by(|a, b| a.state.point_id.cmp(&b.state.point_id));
         Ok(RestoredState {
