@@ -11,7 +11,7 @@
 //! one simulated instant) or a run past its step bound is a violation of invariant 9, printed
 //! with its replay command like any other.
 
-use std::io::Write as _;
+use std::io::IsTerminal as _;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -155,14 +155,14 @@ fn main() -> anyhow::Result<()> {
         })
         .collect();
 
-    let mut last_done = u64::MAX;
+    let mut progress = Progress::new(total, verbose);
     while workers.iter().any(|w| !w.is_finished()) {
         std::thread::sleep(std::time::Duration::from_millis(250));
-        let n = done.load(Ordering::Relaxed);
-        if n != last_done && !verbose {
-            last_done = n;
-            progress(n, total, failures.lock().map_or(0, |f| f.len()), started);
-        }
+        progress.update(
+            done.load(Ordering::Relaxed),
+            failures.lock().map_or(0, |f| f.len()),
+            started,
+        );
     }
     for worker in workers {
         if worker.join().is_err() {
@@ -171,8 +171,7 @@ fn main() -> anyhow::Result<()> {
         }
     }
     let n = done.load(Ordering::Relaxed);
-    progress(n, total, failures.lock().map_or(0, |f| f.len()), started);
-    eprintln!();
+    progress.finish(n, failures.lock().map_or(0, |f| f.len()), started);
     let elapsed_s = started.elapsed().as_secs_f64();
     let mut failures = std::mem::take(&mut *failures.lock().unwrap_or_else(|p| p.into_inner()));
     failures.sort_by_key(|f| f.seed);
@@ -225,20 +224,57 @@ fn print_outcome(outcome: &SeedOutcome) {
     }
 }
 
-fn progress(done: u64, total: Option<u64>, failures: usize, started: Instant) {
-    let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9) * 60.0;
-    let line = match total {
-        Some(total) => {
-            let width = 30;
-            let filled = (done * width / total.max(1)) as usize;
-            format!(
-                "\r[{}{}] {done}/{total} seeds, {failures} failing, {rate:.0} seeds/min",
-                "#".repeat(filled),
-                " ".repeat(width as usize - filled)
-            )
+/// Progress of a multi-seed run on stderr: a bar on a terminal (indicatif hides it otherwise),
+/// and off a terminal, where a log file would collect every redraw, one plain line per tenth
+/// of the seeds (or per 1,000 seeds in a `--minutes` run).
+struct Progress {
+    bar: Option<indicatif::ProgressBar>,
+    plain: bool,
+    plain_step: u64,
+    next_plain: u64,
+}
+
+impl Progress {
+    fn new(total: Option<u64>, verbose: bool) -> Progress {
+        let terminal = std::io::stderr().is_terminal();
+        let bar = (terminal && !verbose).then(|| {
+            let bar = match total {
+                Some(total) => indicatif::ProgressBar::new(total),
+                None => indicatif::ProgressBar::new_spinner(),
+            };
+            bar.set_style(
+                indicatif::ProgressStyle::with_template("[{bar:30}] {pos}/{len} seeds, {msg} ({elapsed})")
+                    .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                    .progress_chars("#>-"),
+            );
+            bar
+        });
+        let plain_step = total.map_or(1_000, |t| (t / 10).max(1));
+        Progress {
+            bar,
+            plain: !terminal && !verbose,
+            plain_step,
+            next_plain: plain_step,
         }
-        None => format!("\r{done} seeds, {failures} failing, {rate:.0} seeds/min"),
-    };
-    eprint!("{line}");
-    let _ = std::io::stderr().flush();
+    }
+
+    fn update(&mut self, done: u64, failures: usize, started: Instant) {
+        let rate = done as f64 / started.elapsed().as_secs_f64().max(1e-9) * 60.0;
+        if let Some(bar) = &self.bar {
+            bar.set_position(done);
+            bar.set_message(format!("{failures} failing, {rate:.0} seeds/min"));
+        } else if self.plain && done >= self.next_plain {
+            eprintln!("{done} seeds done, {failures} failing, {rate:.0} seeds/min");
+            while self.next_plain <= done {
+                self.next_plain += self.plain_step;
+            }
+        }
+    }
+
+    fn finish(mut self, done: u64, failures: usize, started: Instant) {
+        self.update(done, failures, started);
+        if let Some(bar) = self.bar.take() {
+            bar.finish();
+        }
+    }
 }
