@@ -56,16 +56,28 @@ impl Rollups {
         agg_safe: &BTreeSet<String>,
     ) -> u64 {
         debug_assert!(grain.floor(from) == from && grain.floor(to) == to && from <= to);
+        self.recompute_where(grain, |bucket| bucket >= from && bucket < to, tables, agg_safe)
+    }
+
+    /// Recomputes every bucket of `grain` that `chosen` picks, in one pass over the rows (the
+    /// simulator runs this often: a step's range and its invalidated buckets go together).
+    fn recompute_where(
+        &mut self,
+        grain: RollupGrain,
+        chosen: impl Fn(Micros) -> bool,
+        tables: [&[ObsRow]; 3],
+        agg_safe: &BTreeSet<String>,
+    ) -> u64 {
         let table = self.table(grain);
-        table.retain(|(_, bucket), _| *bucket < from || *bucket >= to);
+        table.retain(|(_, bucket), _| !chosen(*bucket));
         // (point, bucket) → (observed_at of the newest row, whose class names the bucket; row)
         let mut built: BTreeMap<(String, Micros), (Micros, RollupRow)> = BTreeMap::new();
         for class in RetentionClass::ALL {
             for row in tables[class.index()] {
-                if row.observed_at < from || row.observed_at >= to {
+                let bucket = grain.floor(row.observed_at);
+                if !chosen(bucket) {
                     continue;
                 }
-                let bucket = grain.floor(row.observed_at);
                 let (newest, entry) = built
                     .entry((row.point_id.to_string(), bucket))
                     .or_insert_with(|| {
@@ -161,38 +173,30 @@ impl Rollups {
         let claimed = self.invalidations.len().min(limits.invalidations_max as usize);
         let minutes: BTreeSet<Micros> = self.invalidations.drain(..claimed).collect();
 
-        let mut written = 0;
-        let mut advanced_hours = None;
-        if claimed_to > w.refreshed_to {
-            written += self.recompute(
-                RollupGrain::Minute,
-                (w.refreshed_to, claimed_to),
-                tables,
-                agg_safe,
-            );
-            let hours = (
-                RollupGrain::Hour.floor(w.refreshed_to),
-                RollupGrain::Hour.floor(claimed_to),
-            );
-            if hours.0 < hours.1 {
-                written += self.recompute(RollupGrain::Hour, hours, tables, agg_safe);
-            }
-            advanced_hours = Some(hours);
-        }
-        for &minute in &minutes {
-            if !(minute >= w.refreshed_to && minute < claimed_to) {
-                let range = (minute, Micros(minute.0 + MINUTE_US));
-                written += self.recompute(RollupGrain::Minute, range, tables, agg_safe);
-            }
-        }
-        let hours: BTreeSet<Micros> = minutes.iter().map(|m| RollupGrain::Hour.floor(*m)).collect();
-        for hour in hours {
-            let end = Micros(hour.0 + RollupGrain::Hour.width_us());
-            let advanced = advanced_hours.is_some_and(|(from_h, to_h)| hour >= from_h && hour < to_h);
-            if end <= claimed_to && !advanced {
-                written += self.recompute(RollupGrain::Hour, (hour, end), tables, agg_safe);
-            }
-        }
+        // The range moved over, and the claimed invalidations: every minute in either, and
+        // every hour that closed in the range or holds an invalidated minute and is closed.
+        let advanced = (w.refreshed_to, claimed_to);
+        let hours = (
+            RollupGrain::Hour.floor(w.refreshed_to),
+            RollupGrain::Hour.floor(claimed_to),
+        );
+        let invalidated_hours: BTreeSet<Micros> = minutes
+            .iter()
+            .map(|m| RollupGrain::Hour.floor(*m))
+            .filter(|h| Micros(h.0 + RollupGrain::Hour.width_us()) <= claimed_to)
+            .collect();
+        let mut written = self.recompute_where(
+            RollupGrain::Minute,
+            |m| (m >= advanced.0 && m < advanced.1) || minutes.contains(&m),
+            tables,
+            agg_safe,
+        );
+        written += self.recompute_where(
+            RollupGrain::Hour,
+            |h| (advanced.0 < advanced.1 && h >= hours.0 && h < hours.1) || invalidated_hours.contains(&h),
+            tables,
+            agg_safe,
+        );
         let watermark = RollupWatermark {
             refreshed_from: w.refreshed_from,
             refreshed_to: claimed_to,
