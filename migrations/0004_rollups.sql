@@ -147,12 +147,14 @@ BEGIN
   END IF;
   EXECUTE format('DELETE FROM %I WHERE bucket >= $1 AND bucket < $2', tbl) USING from_ts, to_ts;
   EXECUTE format($q$
-    WITH safe AS (
-      SELECT pd.point_id
+    WITH reg AS (
+      SELECT pd.point_id,
+             CASE WHEN jsonb_typeof(b.descriptor -> 'agg_safe') = 'boolean'
+                  THEN (b.descriptor ->> 'agg_safe')::boolean ELSE false END AS safe,
+             CASE WHEN b.descriptor ->> 'retention' IN ('measurement', 'state', 'diagnostic')
+                  THEN b.descriptor ->> 'retention' END AS cls
       FROM point_descriptor pd JOIN descriptor_blob b ON b.hash = pd.hash
       WHERE pd.version = (SELECT max(version) FROM registry_version)
-        AND jsonb_typeof(b.descriptor -> 'agg_safe') = 'boolean'
-        AND (b.descriptor ->> 'agg_safe')::boolean
     ),
     raw AS (
       SELECT 'measurement'::text AS cls, point_id, observed_at, quality, value_num
@@ -167,9 +169,9 @@ BEGIN
     agg AS (
       SELECT point_id,
              date_bin($3, observed_at, TIMESTAMPTZ '1970-01-01 00:00:00+00') AS bucket,
-             -- A point moved between classes lives in one table once its history moved;
-             -- until then the newest row's class names the bucket.
-             (array_agg(cls ORDER BY observed_at DESC))[1] AS cls,
+             -- The class is the newest registry version's; a point it does not name keeps
+             -- the first of its rows' class names (a point lives in one table).
+             min(cls) AS cls,
              count(*) AS n,
              count(*) FILTER (WHERE quality = 'live') AS live_n,
              sum(value_num) FILTER (WHERE quality = 'live') AS s,
@@ -179,11 +181,11 @@ BEGIN
       GROUP BY 1, 2
     )
     INSERT INTO %I (point_id, bucket, retention_class, count, live_count, sum, min, max)
-    SELECT a.point_id, a.bucket, a.cls, a.n, a.live_n,
-           CASE WHEN s.point_id IS NOT NULL THEN a.s END,
-           CASE WHEN s.point_id IS NOT NULL THEN a.lo END,
-           CASE WHEN s.point_id IS NOT NULL THEN a.hi END
-    FROM agg a LEFT JOIN safe s ON s.point_id = a.point_id
+    SELECT a.point_id, a.bucket, COALESCE(r.cls, a.cls), a.n, a.live_n,
+           CASE WHEN r.safe THEN a.s END,
+           CASE WHEN r.safe THEN a.lo END,
+           CASE WHEN r.safe THEN a.hi END
+    FROM agg a LEFT JOIN reg r ON r.point_id = a.point_id
   $q$, tbl) USING from_ts, to_ts, width;
   GET DIAGNOSTICS written = ROW_COUNT;
   RETURN written;

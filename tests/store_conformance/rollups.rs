@@ -118,10 +118,14 @@ fn oracle(rows: &[ObsRow], grain: RollupGrain) -> BTreeMap<(String, Micros), Rol
                 max: None,
             },
         ));
+        // The class is the registry's (every generated row is written to its point's class).
         if r.observed_at >= *newest {
             *newest = r.observed_at;
-            e.class = r.class;
         }
+        e.class = POINTS
+            .iter()
+            .find(|(id, _, _)| *id == &*r.point_id)
+            .map_or(r.class, |(_, _, class)| *class);
         e.count += 1;
         if r.quality == Quality::Live {
             e.live_count += 1;

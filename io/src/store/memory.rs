@@ -99,12 +99,12 @@ struct Model {
 }
 
 impl Model {
-    /// The points the newest registry version calls `agg_safe`.
-    fn agg_safe_points(&self) -> BTreeSet<String> {
+    /// What the rollups read from the newest registry version (agg_safe, retention class).
+    fn rollup_info(&self) -> rollup::PointRollupInfo {
         let Some(newest) = self.registry_versions.last() else {
-            return BTreeSet::new();
+            return rollup::PointRollupInfo::new();
         };
-        rollup::agg_safe_points(newest.descriptors.iter().filter_map(|(point, hash)| {
+        rollup::rollup_info(newest.descriptors.iter().filter_map(|(point, hash)| {
             self.blobs
                 .get(hash)
                 .map(|canonical| (point.as_str(), canonical.as_str()))
@@ -625,11 +625,11 @@ impl Store for MemoryStore {
     ) -> Result<RollupRefresh, StoreError> {
         let mut guard = lock(&self.model);
         guard.fence(epoch)?;
-        let agg_safe = guard.agg_safe_points();
+        let registry = guard.rollup_info();
         let model = &mut *guard;
         model
             .rollups
-            .refresh_range((from, to), class_rows(&model.tables), &agg_safe)
+            .refresh_range((from, to), class_rows(&model.tables), &registry)
     }
 
     async fn refresh_closed_rollups(
@@ -640,11 +640,11 @@ impl Store for MemoryStore {
     ) -> Result<RollupStep, StoreError> {
         let mut guard = lock(&self.model);
         guard.fence(epoch)?;
-        let agg_safe = guard.agg_safe_points();
+        let registry = guard.rollup_info();
         let model = &mut *guard;
         model
             .rollups
-            .step(closed_before, limits, class_rows(&model.tables), &agg_safe)
+            .step(closed_before, limits, class_rows(&model.tables), &registry)
     }
 
     async fn rollup_watermark(&self) -> Result<Option<RollupWatermark>, StoreError> {

@@ -53,10 +53,10 @@ impl Rollups {
         grain: RollupGrain,
         (from, to): (Micros, Micros),
         tables: [&[ObsRow]; 3],
-        agg_safe: &BTreeSet<String>,
+        registry: &PointRollupInfo,
     ) -> u64 {
         debug_assert!(grain.floor(from) == from && grain.floor(to) == to && from <= to);
-        self.recompute_where(grain, |bucket| bucket >= from && bucket < to, tables, agg_safe)
+        self.recompute_where(grain, |bucket| bucket >= from && bucket < to, tables, registry)
     }
 
     /// Recomputes every bucket of `grain` that `chosen` picks, in one pass over the rows (the
@@ -66,37 +66,31 @@ impl Rollups {
         grain: RollupGrain,
         chosen: impl Fn(Micros) -> bool,
         tables: [&[ObsRow]; 3],
-        agg_safe: &BTreeSet<String>,
+        registry: &PointRollupInfo,
     ) -> u64 {
         let table = self.table(grain);
         table.retain(|(_, bucket), _| !chosen(*bucket));
-        // (point, bucket) → (observed_at of the newest row, whose class names the bucket; row)
-        let mut built: BTreeMap<(String, Micros), (Micros, RollupRow)> = BTreeMap::new();
+        let mut built: BTreeMap<(String, Micros), RollupRow> = BTreeMap::new();
         for class in RetentionClass::ALL {
             for row in tables[class.index()] {
                 let bucket = grain.floor(row.observed_at);
                 if !chosen(bucket) {
                     continue;
                 }
-                let (newest, entry) = built
+                let entry = built
                     .entry((row.point_id.to_string(), bucket))
-                    .or_insert_with(|| {
-                        (
-                            row.observed_at,
-                            RollupRow {
-                                point_id: row.point_id.to_string(),
-                                bucket,
-                                class,
-                                count: 0,
-                                live_count: 0,
-                                sum: None,
-                                min: None,
-                                max: None,
-                            },
-                        )
+                    .or_insert_with(|| RollupRow {
+                        point_id: row.point_id.to_string(),
+                        bucket,
+                        class,
+                        count: 0,
+                        live_count: 0,
+                        sum: None,
+                        min: None,
+                        max: None,
                     });
-                if row.observed_at > *newest {
-                    *newest = row.observed_at;
+                // A point the registry does not name keeps the first of its rows' class names.
+                if class.as_str() < entry.class.as_str() {
                     entry.class = class;
                 }
                 entry.count += 1;
@@ -111,9 +105,13 @@ impl Rollups {
             }
         }
         let written = built.len() as u64;
-        for (key, (_, mut row)) in built {
+        for (key, mut row) in built {
+            let (safe, class) = registry.get(&row.point_id).copied().unwrap_or((false, None));
+            if let Some(class) = class {
+                row.class = class;
+            }
             // agg_safe is enforced here, in the refresh, whatever the rows hold.
-            if !agg_safe.contains(&row.point_id) {
+            if !safe {
                 row.sum = None;
                 row.min = None;
                 row.max = None;
@@ -127,7 +125,7 @@ impl Rollups {
         &mut self,
         (from, to): (Micros, Micros),
         tables: [&[ObsRow]; 3],
-        agg_safe: &BTreeSet<String>,
+        registry: &PointRollupInfo,
     ) -> Result<RollupRefresh, StoreError> {
         if from >= to || to.0 - from.0 > REFRESH_RANGE_MAX_US {
             return Err(StoreError::Other(format!(
@@ -136,8 +134,8 @@ impl Rollups {
         }
         let minute_range = (RollupGrain::Minute.floor(from), RollupGrain::Minute.ceil(to));
         let hour_range = (RollupGrain::Hour.floor(from), RollupGrain::Hour.ceil(to));
-        let minute_buckets = self.recompute(RollupGrain::Minute, minute_range, tables, agg_safe);
-        let hour_buckets = self.recompute(RollupGrain::Hour, hour_range, tables, agg_safe);
+        let minute_buckets = self.recompute(RollupGrain::Minute, minute_range, tables, registry);
+        let hour_buckets = self.recompute(RollupGrain::Hour, hour_range, tables, registry);
         Ok(RollupRefresh {
             minute_range,
             minute_buckets,
@@ -152,7 +150,7 @@ impl Rollups {
         closed_before: Micros,
         limits: RollupStepLimits,
         tables: [&[ObsRow]; 3],
-        agg_safe: &BTreeSet<String>,
+        registry: &PointRollupInfo,
     ) -> Result<RollupStep, StoreError> {
         if !(1..=1440).contains(&limits.step_minutes_max)
             || !(1..=100_000).contains(&limits.invalidations_max)
@@ -189,13 +187,13 @@ impl Rollups {
             RollupGrain::Minute,
             |m| (m >= advanced.0 && m < advanced.1) || minutes.contains(&m),
             tables,
-            agg_safe,
+            registry,
         );
         written += self.recompute_where(
             RollupGrain::Hour,
             |h| (advanced.0 < advanced.1 && h >= hours.0 && h < hours.1) || invalidated_hours.contains(&h),
             tables,
-            agg_safe,
+            registry,
         );
         let watermark = RollupWatermark {
             refreshed_from: w.refreshed_from,
@@ -235,15 +233,23 @@ impl Rollups {
     }
 }
 
-/// The points whose descriptor in the newest registry version says `agg_safe: true`.
-pub(super) fn agg_safe_points<'a>(descriptors: impl Iterator<Item = (&'a str, &'a str)>) -> BTreeSet<String> {
+/// Per point of the newest registry version: whether it is `agg_safe`, and its retention class.
+pub(super) type PointRollupInfo = BTreeMap<String, (bool, Option<RetentionClass>)>;
+
+/// What the refresh reads from the newest registry version's descriptors.
+pub(super) fn rollup_info<'a>(descriptors: impl Iterator<Item = (&'a str, &'a str)>) -> PointRollupInfo {
     descriptors
-        .filter(|(_, canonical)| {
-            serde_json::from_str::<serde_json::Value>(canonical)
-                .ok()
+        .map(|(point, canonical)| {
+            let d = serde_json::from_str::<serde_json::Value>(canonical).ok();
+            let safe = d
+                .as_ref()
                 .and_then(|d| d.get("agg_safe").and_then(serde_json::Value::as_bool))
-                .unwrap_or(false)
+                .unwrap_or(false);
+            let class = d
+                .as_ref()
+                .and_then(|d| d.get("retention").and_then(serde_json::Value::as_str))
+                .and_then(|c| RetentionClass::ALL.into_iter().find(|k| k.as_str() == c));
+            (point.to_owned(), (safe, class))
         })
-        .map(|(point, _)| point.to_owned())
         .collect()
 }
