@@ -80,7 +80,45 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         None
     );
 
+    // Rollups (migrations/0004_rollups.sql): only through the functions, fenced on the epoch
+    // (0 in a database no core has locked yet); the insert above went through the
+    // invalidation trigger, which the writer cannot write to either.
+    for sql in [
+        "SELECT * FROM sentinel_rollup_refresh_range(0, now() - interval '1 hour', now())",
+        "SELECT sentinel_rollup_claim(0, now(), 60, 1000)",
+        "SELECT * FROM sentinel_rollup_apply(0)",
+        "SELECT count(*) FROM rollup_1m_avg",
+        "SELECT count(*) FROM rollup_1h",
+        "SELECT refreshed_to FROM rollup_watermark",
+    ] {
+        assert_eq!(
+            refused(&roles.writer_url, sql).await,
+            None,
+            "the writer may {sql}"
+        );
+    }
+    let rollups: i64 = sqlx::query_scalar("SELECT count(*) FROM rollup_1m")
+        .fetch_one(&mut pg(&db.url).await)
+        .await
+        .expect("count rollups");
+    assert_eq!(rollups, 1, "the writer's refresh wrote the row's minute");
+
     for (what, sql) in [
+        ("DELETE rollups", "DELETE FROM rollup_1m"),
+        (
+            "INSERT rollups",
+            "INSERT INTO rollup_1h (point_id, bucket, retention_class, count, live_count) \
+          VALUES ('p', now(), 'measurement', 1, 1)",
+        ),
+        (
+            "UPDATE the watermark",
+            "UPDATE rollup_watermark SET refreshed_to = now()",
+        ),
+        ("DELETE invalidations", "DELETE FROM rollup_invalidation"),
+        (
+            "recompute without the fence",
+            "SELECT sentinel_rollup_recompute('1m', '2026-01-01', '2026-01-02')",
+        ),
         ("DELETE", "DELETE FROM observation_measurement"),
         ("UPDATE", "UPDATE observation_measurement SET quality = 'bad'"),
         ("TRUNCATE", "TRUNCATE observation_measurement"),
@@ -125,6 +163,9 @@ async fn the_reader_reads_and_cannot_write_or_see_payloads() {
         "SELECT * FROM control_event",
         "SELECT epoch FROM core_epoch",
         "SELECT reason, detail, payload_bytes FROM quarantine",
+        "SELECT avg FROM rollup_1h_avg",
+        "SELECT sum, live_count FROM rollup_1m",
+        "SELECT refreshed_to FROM rollup_watermark",
     ] {
         assert_eq!(
             refused(&roles.reader_url, sql).await,
@@ -141,6 +182,8 @@ async fn the_reader_reads_and_cannot_write_or_see_payloads() {
         "UPDATE core_epoch SET epoch = 99",
         "SELECT payload FROM quarantine",
         "SELECT sentinel_ensure_partitions(current_date, 1)",
+        "SELECT * FROM sentinel_rollup_refresh_range(0, now() - interval '1 hour', now())",
+        "DELETE FROM rollup_1m",
     ] {
         let error = refused(&roles.reader_url, sql)
             .await

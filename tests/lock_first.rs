@@ -226,6 +226,88 @@ async fn migrate_while_the_lock_is_held_exits_10_and_applies_nothing() {
     );
 }
 
+/// `sentinel rollup refresh` is a write: it runs only under the lock it takes itself, exits 10
+/// naming the holder (refreshing nothing) while a core holds it, and refuses a backwards range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollup_refresh_runs_only_under_the_lock_it_takes() {
+    use sentinel_io::ports::{Lease, Store};
+    let db = TestDb::create().await.expect("test database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    sqlx::raw_sql(
+        "SELECT sentinel_ensure_partitions('2026-01-15', 1); \
+         INSERT INTO observation_measurement (ingested_at, point_id, observed_at, value_num, \
+           quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
+         VALUES ('2026-01-15T10:00:05Z', 'p', '2026-01-15T10:00:01Z', 1, 'live', true, 1, 'i', 1, 1), \
+                ('2026-01-15T10:00:06Z', 'p', '2026-01-15T10:00:02Z', 2, 'bad', true, 1, 'i', 1, 2)",
+    )
+    .execute(&mut pg(&db.url).await)
+    .await
+    .expect("arrange rows");
+    let rollups = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM rollup_1m")
+            .fetch_one(&mut pg(&db.url).await)
+            .await
+            .expect("count rollups")
+    };
+    let args = [
+        "rollup",
+        "refresh",
+        "--from",
+        "2026-01-15T10:00:30Z",
+        "--to",
+        "2026-01-15T10:00:31Z",
+        "--json",
+    ];
+
+    let core = store.acquire().await.expect("a core holds the lock");
+    let (code, stdout, stderr) = output(&mut sentinel(&args, &db.url, "nats://127.0.0.1:1"));
+    assert_eq!(code, Some(EXIT_LOCK_HELD), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("refreshing nothing"), "{stderr}");
+    assert_eq!(rollups().await, 0, "nothing refreshed beside a running core");
+    let epoch = core.epoch();
+    core.release().await.expect("release");
+
+    let (code, stdout, stderr) = output(&mut sentinel(&args, &db.url, "nats://127.0.0.1:1"));
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(
+        report["minute"]["from"], "2026-01-15T10:00:00.000000Z",
+        "rounded outward: {report}"
+    );
+    assert_eq!(report["minute"]["to"], "2026-01-15T10:01:00.000000Z");
+    assert_eq!(report["hour"]["to"], "2026-01-15T11:00:00.000000Z");
+    assert_eq!(report["minute"]["buckets"], 1);
+    let (count, live): (i64, i64) =
+        sqlx::query_as("SELECT count, live_count FROM rollup_1m WHERE point_id = 'p'")
+            .fetch_one(&mut pg(&db.url).await)
+            .await
+            .expect("the bucket");
+    assert_eq!((count, live), (2, 1));
+    assert_eq!(
+        store.current_epoch().await.expect("epoch"),
+        epoch + 1,
+        "the command took the lock and its own epoch"
+    );
+
+    let backwards = ["rollup", "refresh", "--from", "2026-01-16", "--to", "2026-01-15"];
+    let (code, _, stderr) = output(&mut sentinel(&backwards, &db.url, "nats://127.0.0.1:1"));
+    assert_eq!(code, Some(1));
+    assert!(stderr.contains("must be before"), "{stderr}");
+    let (code, _, stderr) = output(&mut sentinel(
+        &["rollup", "refresh", "--from", "yesterday", "--to", "2026-01-15"],
+        &db.url,
+        "nats://127.0.0.1:1",
+    ));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("neither an RFC 3339 instant nor a date"),
+        "{stderr}"
+    );
+}
+
 fn status_json(db_url: &str, nats_url: &str) -> serde_json::Value {
     let (code, stdout, stderr) = output(&mut sentinel(&["status", "--json"], db_url, nats_url));
     assert_eq!(code, Some(0), "status --json: {stderr}");

@@ -29,6 +29,10 @@ use sentinel_io::store::{
 use sentinel_tests::pg::TestDb;
 use sqlx::PgPool;
 
+#[path = "store_conformance/rollups.rs"]
+mod rollups;
+use rollups::{rollup_writes_are_fenced, rollups_keep_counts_only_for_points_not_agg_safe};
+
 // ---------------------------------------------------------------------------------------------
 // The two backends.
 
@@ -219,6 +223,8 @@ conformance!(
     log_heads_follow_the_total_order,
     registry_versions_are_content_addressed,
     control_events_are_sequenced_fenced_and_carry_the_epoch,
+    rollups_keep_counts_only_for_points_not_agg_safe,
+    rollup_writes_are_fenced,
 );
 
 on_conflict_form!(

@@ -37,6 +37,8 @@ pub struct Config {
     /// How often the core publishes its self-points (0: never). Below the self-points'
     /// `freshness_s` (10 s in the sample registry), or they would go stale between readings.
     pub self_points_interval_ms: i64,
+    /// The running core's refresh of closed rollup buckets (`rollup.rs`).
+    pub rollups: crate::rollup::RollupConfig,
 }
 
 impl Default for Config {
@@ -58,6 +60,7 @@ impl Default for Config {
             lag_high_pending: 5_000,
             watchdog_expiries_per_tick_max: 1_000,
             self_points_interval_ms: 5_000,
+            rollups: crate::rollup::RollupConfig::default(),
         }
     }
 }
@@ -92,6 +95,7 @@ impl Config {
         if self.self_points_interval_ms < 0 {
             return Err("self_points_interval_ms must not be negative (0 turns them off)".into());
         }
+        self.rollups.validate()?;
         if self.startup_grace_ms < 0 {
             return Err("startup_grace_ms must not be negative".into());
         }

@@ -39,6 +39,10 @@ pub enum Input {
         host: String,
         hello: crate::wire::DriverHello,
     },
+    /// A rollup refresh step answered (`Effect::RefreshRollups`).
+    RollupStepped(crate::rollup::RollupStepOutcome),
+    /// The epoch fence refused a rollup step: a newer core holds the lock.
+    RollupStepFenced,
     /// Time passed; due flushes and checkpoints happen.
     Tick,
     /// Orderly stop: flush, wait for in-flight batches, write a final checkpoint, exit 0.
@@ -68,6 +72,10 @@ pub enum Effect {
         msg_id: String,
         payload: Bytes,
     },
+    /// Run one bounded step of the refresh of closed rollup buckets, fenced on the request's
+    /// epoch, and answer with `Input::RollupStepped` (or `RollupStepFenced`). Not ordered with
+    /// commits: the store's watermark and invalidations make any interleaving correct.
+    RefreshRollups(crate::rollup::RollupStepRequest),
     /// Stop the process with this code.
     Exit(ExitReason),
 }

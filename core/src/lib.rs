@@ -34,6 +34,7 @@ pub mod pipeline;
 pub mod planted;
 pub mod projection;
 pub mod registry;
+pub mod rollup;
 pub mod self_points;
 pub mod state;
 pub mod time;

@@ -24,6 +24,7 @@ use crate::pipeline::{self, Outcome};
 use crate::planted::PlantedBug;
 use crate::projection::Projection;
 use crate::registry::Registry;
+use crate::rollup::RollupSchedule;
 use crate::self_points::SelfPoints;
 use crate::state::{PointState, RestoredState};
 use crate::time::Micros;
@@ -82,6 +83,10 @@ pub struct Core {
     /// When the next self-point readings are due, and their sequence.
     self_points: SelfPoints,
     drivers: Drivers,
+    /// When the next step of the rollup refresh is due (`rollup.rs`).
+    rollups: RollupSchedule,
+    /// The last lag reading was high: rollup steps wait.
+    lag_high: bool,
     /// Points with a `quality_changed` event at the store, not yet answered.
     control_pending: std::collections::BTreeSet<crate::registry::PointIdx>,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
@@ -103,6 +108,7 @@ impl Core {
         let watchdog = Watchdog::new(registry.len(), now.add_ms(config.startup_grace_ms));
         let self_points = SelfPoints::new(config.self_points_interval_ms, &registry, now);
         let drivers = Drivers::new(&registry, crate::self_points::SELF_HOST, epoch, now);
+        let rollups = RollupSchedule::new(config.rollups.clone(), now);
         let mut core = Core {
             dedup: DedupSet::new(config.dedup_keys_max),
             projection,
@@ -120,6 +126,8 @@ impl Core {
             watchdog,
             self_points,
             drivers,
+            rollups,
+            lag_high: false,
             control_pending: std::collections::BTreeSet::new(),
             planted: None,
         };
@@ -228,9 +236,15 @@ impl Core {
                 self.metrics.lag_pending = pending;
                 self.metrics.lag_oldest_unacked_age_ms = oldest_unacked_age_ms.unwrap_or(0);
                 self.watchdog.set_lag_high(high);
+                self.lag_high = high;
                 self.on_tick();
             }
             Input::DriverHello { host, hello } => self.on_driver_hello(&host, &hello),
+            Input::RollupStepped(outcome) => {
+                self.rollups.on_step(self.now, outcome);
+                self.on_tick();
+            }
+            Input::RollupStepFenced => self.exit(ExitReason::FENCED),
             Input::Tick => self.on_tick(),
             Input::Shutdown => {
                 self.mode = Mode::Draining;
@@ -277,11 +291,23 @@ impl Core {
         {
             consider(at);
         }
+        if self.mode == Mode::Running
+            && !self.ingest_behind()
+            && let Some(at) = self.rollups.next_deadline()
+        {
+            consider(at);
+        }
         deadline
     }
 
     /// How many deliveries the core can take now without exceeding its in-flight bound. The
     /// runtime fetches no more than this.
+    /// Ingest needs the database more than the rollups do: the lag is high or every in-flight
+    /// slot is taken. Rollup steps wait then, so they never starve ingest.
+    fn ingest_behind(&self) -> bool {
+        self.lag_high || self.in_flight.len() >= self.config.inflight_batches_max
+    }
+
     pub fn accept_budget(&self) -> usize {
         if self.mode != Mode::Running {
             return 0;
@@ -671,6 +697,10 @@ impl Core {
                     msg_id: o.msg_id,
                     payload: o.payload,
                 });
+            }
+            let behind = self.ingest_behind();
+            if let Some(step) = self.rollups.poll(self.now, self.epoch, behind) {
+                self.effects.push_back(Effect::RefreshRollups(step));
             }
         }
 

@@ -245,7 +245,10 @@ impl World {
                 }
                 // Watchdog control events are never answered here, so no point goes stale.
                 // Self-points would come back as deliveries; this model leaves them out.
-                Effect::Checkpoint { .. } | Effect::Control { .. } | Effect::PublishObservation { .. } => {}
+                Effect::Checkpoint { .. }
+                | Effect::Control { .. }
+                | Effect::PublishObservation { .. }
+                | Effect::RefreshRollups(_) => {}
                 Effect::Exit(reason) => panic!("unexpected exit: {reason:?}"),
             }
         }

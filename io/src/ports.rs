@@ -209,6 +209,106 @@ pub struct StoredControlEvent {
 /// step 4 reads page after page to the end of the log).
 pub const CONTROL_EVENTS_LOAD_MAX: usize = 100_000;
 
+/// A rollup's bucket width (ingest spec, "Retention and rollups"; DESIGN.md §3). Both are
+/// computed directly from the raw class tables, never one from the other.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RollupGrain {
+    Minute,
+    Hour,
+}
+
+impl RollupGrain {
+    pub const ALL: [RollupGrain; 2] = [RollupGrain::Minute, RollupGrain::Hour];
+
+    pub fn width_us(self) -> i64 {
+        match self {
+            RollupGrain::Minute => 60 * sentinel_core::time::US_PER_S,
+            RollupGrain::Hour => 3_600 * sentinel_core::time::US_PER_S,
+        }
+    }
+
+    /// The start of the bucket holding `at` (UTC, from the Unix epoch).
+    pub fn floor(self, at: Micros) -> Micros {
+        Micros(at.0.div_euclid(self.width_us()) * self.width_us())
+    }
+
+    /// The smallest bucket boundary at or after `at`.
+    pub fn ceil(self, at: Micros) -> Micros {
+        let floor = self.floor(at);
+        if floor == at {
+            at
+        } else {
+            Micros(floor.0 + self.width_us())
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RollupGrain::Minute => "1m",
+            RollupGrain::Hour => "1h",
+        }
+    }
+}
+
+/// One rollup bucket of one point, as stored. `sum`, `min` and `max` are over the live rows'
+/// canonical numbers and are `None` for a point that is not `agg_safe` (or has no live number);
+/// there is no average: a reader divides `sum` by `live_count`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RollupRow {
+    pub point_id: String,
+    pub bucket: Micros,
+    pub class: RetentionClass,
+    pub count: u64,
+    pub live_count: u64,
+    pub sum: Option<f64>,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+}
+
+/// What an on-demand refresh did: each grain's range, rounded outward to its buckets, and the
+/// buckets (point × bucket) it wrote.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RollupRefresh {
+    pub minute_range: (Micros, Micros),
+    pub minute_buckets: u64,
+    pub hour_range: (Micros, Micros),
+    pub hour_buckets: u64,
+}
+
+/// The refresh watermark (migrations/0004_rollups.sql): every minute bucket in
+/// `[refreshed_from, refreshed_to)`, and every hour bucket there that ends by `refreshed_to`,
+/// has been computed, and a row committed since with `observed_at` below `claimed_to` left an
+/// invalidation that the next step recomputes.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RollupWatermark {
+    pub refreshed_from: Micros,
+    pub refreshed_to: Micros,
+    pub claimed_to: Micros,
+}
+
+/// Bounds of one step of the running core's refresh of closed buckets.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RollupStepLimits {
+    /// How far past the watermark one step may go (1..=1440).
+    pub step_minutes_max: u32,
+    /// Most invalidations (late rows' minutes) one step recomputes (1..=100,000).
+    pub invalidations_max: u32,
+}
+
+/// What one step did.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RollupStep {
+    pub watermark: RollupWatermark,
+    pub minutes_advanced: u32,
+    pub invalidated_minutes: u32,
+    pub buckets_written: u64,
+    /// Invalidations are already waiting for another step.
+    pub more: bool,
+}
+
+/// Most rollup rows one [`Store::load_rollups`] call returns.
+pub const ROLLUPS_LOAD_MAX: usize = 1_000_000;
+
 /// Holding the single-writer lock. Dropping it releases the lock.
 pub trait Lease: Send + 'static {
     /// The epoch this acquisition incremented to.
@@ -278,6 +378,41 @@ pub trait Store: Clone + Send + Sync + 'static {
         epoch: u32,
         steps: Vec<StartupStep>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Recomputes both rollups over `[from, to)`, each rounded outward to its own bucket
+    /// boundaries, from the raw rows, fenced on `epoch` (`sentinel rollup refresh`, reprocess).
+    /// Idempotent; moves no watermark. At most 400 days.
+    fn refresh_rollups(
+        &self,
+        epoch: u32,
+        from: Micros,
+        to: Micros,
+    ) -> impl Future<Output = Result<RollupRefresh, StoreError>> + Send;
+
+    /// One bounded step of the running core's refresh of closed buckets: claims up to
+    /// `closed_before` (at most `limits.step_minutes_max` past the watermark) and the waiting
+    /// invalidations, recomputes them, and moves the watermark, fenced on `epoch`. A step
+    /// interrupted between its claim and its apply is finished by the next one. The first step
+    /// ever only starts the watermark at `closed_before`.
+    fn refresh_closed_rollups(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+    ) -> impl Future<Output = Result<RollupStep, StoreError>> + Send;
+
+    /// The refresh watermark; `None` before the first step.
+    fn rollup_watermark(&self) -> impl Future<Output = Result<Option<RollupWatermark>, StoreError>> + Send;
+
+    /// Rollup rows of `grain` with `bucket` in `[from, to)`, ordered by `(point_id, bucket)`, at
+    /// most [`ROLLUPS_LOAD_MAX`]; only `point_id`'s when given.
+    fn load_rollups(
+        &self,
+        grain: RollupGrain,
+        from: Micros,
+        to: Micros,
+        point_id: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<RollupRow>, StoreError>> + Send;
 }
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //!
 //! Owns: overlapping fetches with commits (a fetcher task asked for at most the core's accept
 //! budget), running up to `inflight_batches_max` commits concurrently, writing checkpoints and
-//! control events one at a time in order, reading the consumer's lag for the core's watchdog
+//! control events one at a time in order, running the core's rollup steps off the loop, reading the consumer's lag for the core's watchdog
 //! (a task of its own), sending self-points, the periodic lock ownership check, and turning the core's `Exit` into
 //! a return value. It decides nothing about ordering: acks and publishes happen exactly where
 //! the core emitted them.
@@ -13,13 +13,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sentinel_core::{Core, Effect, ExitReason, Input, Metrics};
+use sentinel_core::rollup::RollupStepOutcome;
+use sentinel_core::{Core, Effect, ExitReason, Input, Metrics, Micros};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
-use crate::ports::{Bus, BusError, CommitError, Consumer, Inbound, Lease, Store, StoreError};
+use crate::ports::{
+    Bus, BusError, CommitError, Consumer, Inbound, Lease, RollupStepLimits, Store, StoreError,
+};
 
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
@@ -144,6 +147,8 @@ where
     // Commits in flight. A failure exit aborts them: no finishing the batch in flight (the
     // epoch fence refuses them anyway once another core has taken over).
     let mut commits: JoinSet<CommitResult> = JoinSet::new();
+    // The rollup step in flight (at most one: the core asks for the next after the answer).
+    let mut rollup_steps: JoinSet<Input> = JoinSet::new();
     let (checkpoint_tx, checkpoint_rx) = mpsc::unbounded_channel();
     let (checkpoint_done_tx, mut checkpoint_done_rx) = mpsc::unbounded_channel::<Result<(), StoreError>>();
     let checkpointer = tokio::spawn(checkpoint_loop(store.clone(), checkpoint_rx, checkpoint_done_tx));
@@ -177,8 +182,16 @@ where
         if let Some(input) = input.take() {
             core.handle(clock.now(), input);
             while let Some(effect) = core.poll_effect() {
-                if let Some(reason) =
-                    execute(effect, &bus, &store, &mut commits, &checkpoint_tx, &control_tx).await
+                if let Some(reason) = execute(
+                    effect,
+                    &bus,
+                    &store,
+                    &mut commits,
+                    &mut rollup_steps,
+                    &checkpoint_tx,
+                    &control_tx,
+                )
+                .await
                 {
                     break 'run reason;
                 }
@@ -227,6 +240,13 @@ where
                 }
             },
             Some(answer) = control_done_rx.recv() => answer,
+            Some(joined) = rollup_steps.join_next() => match joined {
+                Ok(answer) => answer,
+                Err(join_error) => {
+                    error!(error = %join_error, "rollup step task failed");
+                    Input::RollupStepped(RollupStepOutcome::Failed)
+                }
+            },
             Some(result) = checkpoint_done_rx.recv() => match result {
                 Ok(()) => continue,
                 Err(e) => {
@@ -295,6 +315,7 @@ where
     fetcher.abort();
     lag_reader.abort();
     commits.abort_all();
+    rollup_steps.abort_all();
     controller.abort();
     // An orderly exit waits for its final checkpoint; a failure exit does not.
     drop(checkpoint_tx);
@@ -329,6 +350,7 @@ async fn execute<B: Bus, S: Store>(
     bus: &B,
     store: &S,
     commits: &mut JoinSet<CommitResult>,
+    rollup_steps: &mut JoinSet<Input>,
     checkpoints: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::PointState>)>,
     controls: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::ControlEvent>)>,
 ) -> Option<ExitReason> {
@@ -374,6 +396,43 @@ async fn execute<B: Bus, S: Store>(
             tokio::spawn(async move {
                 if let Err(e) = bus.publish_observation(subject, msg_id, payload).await {
                     warn!(error = %e, "self-point publish failed");
+                }
+            });
+        }
+        Effect::RefreshRollups(step) => {
+            // Off the loop: a step may take a while, and the store's watermark makes it safe
+            // beside commits. The core asks for one at a time.
+            let store = store.clone();
+            rollup_steps.spawn(async move {
+                let limits = RollupStepLimits {
+                    step_minutes_max: step.step_minutes_max,
+                    invalidations_max: step.invalidations_max,
+                };
+                match store
+                    .refresh_closed_rollups(step.epoch, step.closed_before, limits)
+                    .await
+                {
+                    Ok(done) => {
+                        debug!(
+                            minutes_advanced = done.minutes_advanced,
+                            invalidated_minutes = done.invalidated_minutes,
+                            buckets = done.buckets_written,
+                            "rollup step"
+                        );
+                        let behind = done.more
+                            || done.watermark.refreshed_to
+                                < Micros(step.closed_before.0.div_euclid(60_000_000) * 60_000_000);
+                        Input::RollupStepped(RollupStepOutcome::Done { behind })
+                    }
+                    Err(StoreError::Fenced { epoch, current }) => {
+                        error!(epoch, current, "rollup step fenced");
+                        Input::RollupStepFenced
+                    }
+                    Err(e) => {
+                        // Idempotent, and an unfinished claim is finished by the next step.
+                        warn!(error = %e, "rollup step failed; retrying after the interval");
+                        Input::RollupStepped(RollupStepOutcome::Failed)
+                    }
                 }
             });
         }

@@ -15,13 +15,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use sentinel_core::{
-    Batch, CommitReport, ControlDetail, ControlEvent, Delivery, DeliveryTag, PointState, RegistrySnapshot,
-    RestoredState, RetentionClass,
+    Batch, CommitReport, ControlDetail, ControlEvent, Delivery, DeliveryTag, Micros, PointState,
+    RegistrySnapshot, RestoredState, RetentionClass,
 };
 use sentinel_io::bus::{MemoryConsumer, PublishAck};
 use sentinel_io::ports::{
-    Bus, BusError, CommitError, Consumer, INBOUND_QUEUED_MAX, Inbound, Lag, Lease, RegistryLoad, StartupStep,
-    Store, StoreError, StoredControlEvent, StoredRegistry,
+    Bus, BusError, CommitError, Consumer, INBOUND_QUEUED_MAX, Inbound, Lag, Lease, RegistryLoad, RollupGrain,
+    RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError,
+    StoredControlEvent, StoredRegistry,
 };
 use sentinel_io::store::MemoryLease;
 
@@ -526,5 +527,59 @@ impl Store for SimStore {
             .checker
             .on_write("a cold-start record", epoch, epoch_at_write, now);
         Ok(())
+    }
+
+    async fn refresh_rollups(
+        &self,
+        epoch: u32,
+        from: Micros,
+        to: Micros,
+    ) -> Result<RollupRefresh, StoreError> {
+        self.enter(Some("refreshes rollups")).await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        let refresh = self.world.store.refresh_rollups(epoch, from, to).await?;
+        let now = self.world.now();
+        self.world
+            .lock()
+            .checker
+            .on_write("a rollup refresh", epoch, epoch_at_write, now);
+        Ok(refresh)
+    }
+
+    async fn refresh_closed_rollups(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+    ) -> Result<RollupStep, StoreError> {
+        self.enter(Some("refreshes rollups")).await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        let step = self
+            .world
+            .store
+            .refresh_closed_rollups(epoch, closed_before, limits)
+            .await?;
+        let now = self.world.now();
+        self.world
+            .lock()
+            .checker
+            .on_write("a rollup step", epoch, epoch_at_write, now);
+        Ok(step)
+    }
+
+    async fn rollup_watermark(&self) -> Result<Option<RollupWatermark>, StoreError> {
+        self.enter(None).await?;
+        self.world.store.rollup_watermark().await
+    }
+
+    async fn load_rollups(
+        &self,
+        grain: RollupGrain,
+        from: Micros,
+        to: Micros,
+        point_id: Option<&str>,
+    ) -> Result<Vec<RollupRow>, StoreError> {
+        self.enter(None).await?;
+        self.world.store.load_rollups(grain, from, to, point_id).await
     }
 }

@@ -369,6 +369,9 @@ impl Harness {
                 Effect::Checkpoint { epoch, .. } => {
                     assert_eq!(epoch, EPOCH, "checkpoint on the wrong epoch");
                 }
+                Effect::RefreshRollups(step) => {
+                    assert_eq!(step.epoch, EPOCH, "rollup step on the wrong epoch");
+                }
                 Effect::PublishObservation { msg_id, .. } => {
                     // A self-point: keyed by the core's own instance and epoch.
                     assert!(

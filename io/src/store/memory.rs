@@ -30,10 +30,13 @@ use sentinel_core::{
 };
 
 use super::ClassCounts;
+
+mod rollup;
 use crate::clock::{Clock, SystemClock};
 use crate::ports::{
-    ColdStart, CommitError, Lease, RegistryLoad, StartupStep, Store, StoreError, StoredControlEvent,
-    StoredRegistry, lock_session_name,
+    ColdStart, CommitError, Lease, RegistryLoad, RollupGrain, RollupRefresh, RollupRow, RollupStep,
+    RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError, StoredControlEvent, StoredRegistry,
+    lock_session_name,
 };
 
 /// A quarantine entry as the model stores it (the `quarantine` table's columns).
@@ -92,9 +95,23 @@ struct Model {
     commit_unfenced: bool,
     /// The `control_event` table, ascending by `seq`.
     control_events: Vec<StoredControlEvent>,
+    /// The rollup tables, their watermark and invalidations (`rollup.rs`).
+    rollups: rollup::Rollups,
 }
 
 impl Model {
+    /// What the rollups read from the newest registry version (agg_safe, retention class).
+    fn rollup_info(&self) -> rollup::PointRollupInfo {
+        let Some(newest) = self.registry_versions.last() else {
+            return rollup::PointRollupInfo::new();
+        };
+        rollup::rollup_info(newest.descriptors.iter().filter_map(|(point, hash)| {
+            self.blobs
+                .get(hash)
+                .map(|canonical| (point.as_str(), canonical.as_str()))
+        }))
+    }
+
     fn fence(&self, epoch: u32) -> Result<(), StoreError> {
         if epoch == self.epoch {
             Ok(())
@@ -105,6 +122,11 @@ impl Model {
             })
         }
     }
+}
+
+/// The class tables' rows, for the rollups.
+fn class_rows(tables: &[ClassTable; 3]) -> [&[ObsRow]; 3] {
+    std::array::from_fn(|i| tables[i].rows.as_slice())
 }
 
 /// The in-memory store. Cheap to clone; clones share one model.
@@ -150,6 +172,7 @@ impl MemoryStore {
                 cold_starts: BTreeMap::new(),
                 commit_unfenced: false,
                 control_events: Vec::new(),
+                rollups: rollup::Rollups::default(),
             })),
             clock,
         }
@@ -496,6 +519,10 @@ impl Store for MemoryStore {
                 inserted.push(ordinal as u32);
             }
         }
+        // The rollup invalidation trigger sees exactly the rows inserted.
+        model
+            .rollups
+            .rows_inserted(inserted.iter().map(|&ordinal| &batch.rows[ordinal as usize]));
         let mut quarantine_inserted = 0u32;
         let stream = model.stream_name.clone();
         for entry in &batch.quarantine {
@@ -595,5 +622,49 @@ impl Store for MemoryStore {
         row.ready_at = Some(ready_at);
         row.steps = steps;
         Ok(())
+    }
+
+    async fn refresh_rollups(
+        &self,
+        epoch: u32,
+        from: Micros,
+        to: Micros,
+    ) -> Result<RollupRefresh, StoreError> {
+        let mut guard = lock(&self.model);
+        guard.fence(epoch)?;
+        let registry = guard.rollup_info();
+        let model = &mut *guard;
+        model
+            .rollups
+            .refresh_range((from, to), class_rows(&model.tables), &registry)
+    }
+
+    async fn refresh_closed_rollups(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+    ) -> Result<RollupStep, StoreError> {
+        let mut guard = lock(&self.model);
+        guard.fence(epoch)?;
+        let registry = guard.rollup_info();
+        let model = &mut *guard;
+        model
+            .rollups
+            .step(closed_before, limits, class_rows(&model.tables), &registry)
+    }
+
+    async fn rollup_watermark(&self) -> Result<Option<RollupWatermark>, StoreError> {
+        Ok(lock(&self.model).rollups.watermark())
+    }
+
+    async fn load_rollups(
+        &self,
+        grain: RollupGrain,
+        from: Micros,
+        to: Micros,
+        point_id: Option<&str>,
+    ) -> Result<Vec<RollupRow>, StoreError> {
+        Ok(lock(&self.model).rollups.load(grain, (from, to), point_id))
     }
 }

@@ -28,9 +28,12 @@ use sqlx::{Connection, Row};
 use time::OffsetDateTime;
 
 use super::ClassCounts;
+
+mod rollup;
 use crate::ports::{
     ColdStart, CommitError, LOCK_SESSION_NAME_PREFIX, LOCK_SESSION_NAME_UNLOCKED, Lease, RegistryLoad,
-    StartupStep, Store, StoreError, StoredControlEvent, StoredRegistry,
+    RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store,
+    StoreError, StoredControlEvent, StoredRegistry,
 };
 
 /// The single-writer advisory lock key: ASCII "SENTINEL". The partition function uses a
@@ -1932,5 +1935,38 @@ impl Store for PgStore {
 
     async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
         self.record_cold_start_inner(epoch, steps).await
+    }
+
+    async fn refresh_rollups(
+        &self,
+        epoch: u32,
+        from: Micros,
+        to: Micros,
+    ) -> Result<RollupRefresh, StoreError> {
+        self.refresh_rollups_inner(epoch, from, to).await
+    }
+
+    async fn refresh_closed_rollups(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+    ) -> Result<RollupStep, StoreError> {
+        self.refresh_closed_rollups_inner(epoch, closed_before, limits)
+            .await
+    }
+
+    async fn rollup_watermark(&self) -> Result<Option<RollupWatermark>, StoreError> {
+        self.rollup_watermark_inner().await
+    }
+
+    async fn load_rollups(
+        &self,
+        grain: RollupGrain,
+        from: Micros,
+        to: Micros,
+        point_id: Option<&str>,
+    ) -> Result<Vec<RollupRow>, StoreError> {
+        self.load_rollups_inner(grain, from, to, point_id).await
     }
 }

@@ -1,6 +1,7 @@
 //! The `sentinel` binary: the CLI edge (clap). Errors become messages and exit codes here;
 //! everything else lives in the library. `status.rs` gathers and prints `sentinel status`.
 
+mod rollup;
 mod status;
 
 use std::io::IsTerminal;
@@ -153,6 +154,11 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
+    /// Rollups (1 minute, 1 hour) over the raw class tables.
+    Rollup {
+        #[command(subcommand)]
+        command: RollupCommand,
+    },
     /// Print the schema version, epoch, lock holder, consumer lag, quarantine and row counts,
     /// last cold start. Reads only: never migrates, never takes the lock.
     Status {
@@ -187,6 +193,25 @@ enum RegistryCommand {
         /// Where to write the block; stdout when absent.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum RollupCommand {
+    /// Recompute both rollups over [--from, --to), each rounded outward to its buckets, under
+    /// the single-writer lock (exit 10 while a core runs: it refreshes closed buckets itself).
+    Refresh {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Start: an RFC 3339 instant or a UTC date (YYYY-MM-DD).
+        #[arg(long)]
+        from: String,
+        /// End (exclusive), as --from; at most 400 days after it.
+        #[arg(long)]
+        to: String,
+        /// One JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -292,6 +317,9 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Registry {
             command: RegistryCommand::NatsConfig { dir, principals, out },
         } => nats_config(&dir, &principals, out.as_deref()),
+        Command::Rollup {
+            command: RollupCommand::Refresh { db, from, to, json },
+        } => rollup::refresh(&db.database_url, &from, &to, json).await,
         Command::Db {
             command: DbCommand::Grants { db, writer, reader },
         } => {

@@ -1,0 +1,255 @@
+//! The memory model's rollups: the same definition as `migrations/0004_rollups.sql` (ingest
+//! spec, "Retention and rollups"), evaluated over the model's class tables.
+//!
+//! Owns: the 1-minute and 1-hour tables, the refresh watermark and the late-row invalidations
+//! of the model. Everything happens under the model's one mutex, so a step's claim and apply
+//! are one atomic action here; the SQL splits them only to keep commits from waiting.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sentinel_core::{Micros, ObsRow, Quality, RetentionClass};
+
+use crate::ports::{
+    RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StoreError,
+};
+
+/// The rollup half of the modelled database.
+#[derive(Default)]
+pub(super) struct Rollups {
+    minute: BTreeMap<(String, Micros), RollupRow>,
+    hour: BTreeMap<(String, Micros), RollupRow>,
+    watermark: Option<RollupWatermark>,
+    /// Minutes of rows committed below `claimed_to` since the last step, in commit order.
+    invalidations: Vec<Micros>,
+}
+
+/// Longest on-demand refresh, as in `sentinel_rollup_refresh_range`.
+const REFRESH_RANGE_MAX_US: i64 = 400 * sentinel_core::time::US_PER_DAY;
+
+const MINUTE_US: i64 = 60 * sentinel_core::time::US_PER_S;
+
+impl Rollups {
+    fn table(&mut self, grain: RollupGrain) -> &mut BTreeMap<(String, Micros), RollupRow> {
+        match grain {
+            RollupGrain::Minute => &mut self.minute,
+            RollupGrain::Hour => &mut self.hour,
+        }
+    }
+
+    /// The statement trigger: called with the rows a commit actually inserted.
+    pub(super) fn rows_inserted<'a>(&mut self, rows: impl Iterator<Item = &'a ObsRow>) {
+        // Before the first step every row is invalidated: the first step recomputes them.
+        let mark = self.watermark.map(|w| w.claimed_to);
+        let minutes: BTreeSet<Micros> = rows
+            .filter(|r| mark.is_none_or(|mark| r.observed_at < mark))
+            .map(|r| RollupGrain::Minute.floor(r.observed_at))
+            .collect();
+        self.invalidations.extend(minutes);
+    }
+
+    /// `sentinel_rollup_recompute`: `[from, to)` on `grain`'s boundaries.
+    fn recompute(
+        &mut self,
+        grain: RollupGrain,
+        (from, to): (Micros, Micros),
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+    ) -> u64 {
+        debug_assert!(grain.floor(from) == from && grain.floor(to) == to && from <= to);
+        self.recompute_where(grain, |bucket| bucket >= from && bucket < to, tables, registry)
+    }
+
+    /// Recomputes every bucket of `grain` that `chosen` picks, in one pass over the rows (the
+    /// simulator runs this often: a step's range and its invalidated buckets go together).
+    fn recompute_where(
+        &mut self,
+        grain: RollupGrain,
+        chosen: impl Fn(Micros) -> bool,
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+    ) -> u64 {
+        let table = self.table(grain);
+        table.retain(|(_, bucket), _| !chosen(*bucket));
+        let mut built: BTreeMap<(String, Micros), RollupRow> = BTreeMap::new();
+        for class in RetentionClass::ALL {
+            for row in tables[class.index()] {
+                let bucket = grain.floor(row.observed_at);
+                if !chosen(bucket) {
+                    continue;
+                }
+                let entry = built
+                    .entry((row.point_id.to_string(), bucket))
+                    .or_insert_with(|| RollupRow {
+                        point_id: row.point_id.to_string(),
+                        bucket,
+                        class,
+                        count: 0,
+                        live_count: 0,
+                        sum: None,
+                        min: None,
+                        max: None,
+                    });
+                // A point the registry does not name keeps the first of its rows' class names.
+                if class.as_str() < entry.class.as_str() {
+                    entry.class = class;
+                }
+                entry.count += 1;
+                if row.quality == Quality::Live {
+                    entry.live_count += 1;
+                    if let Some(v) = row.value.as_ref().and_then(|v| v.num()) {
+                        entry.sum = Some(entry.sum.unwrap_or(0.0) + v);
+                        entry.min = Some(entry.min.map_or(v, |m| m.min(v)));
+                        entry.max = Some(entry.max.map_or(v, |m| m.max(v)));
+                    }
+                }
+            }
+        }
+        let written = built.len() as u64;
+        for (key, mut row) in built {
+            let (safe, class) = registry.get(&row.point_id).copied().unwrap_or((false, None));
+            if let Some(class) = class {
+                row.class = class;
+            }
+            // agg_safe is enforced here, in the refresh, whatever the rows hold.
+            if !safe {
+                row.sum = None;
+                row.min = None;
+                row.max = None;
+            }
+            table.insert(key, row);
+        }
+        written
+    }
+
+    pub(super) fn refresh_range(
+        &mut self,
+        (from, to): (Micros, Micros),
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+    ) -> Result<RollupRefresh, StoreError> {
+        if from >= to || to.0 - from.0 > REFRESH_RANGE_MAX_US {
+            return Err(StoreError::Other(format!(
+                "a rollup refresh needs a non-empty range of at most 400 days, got [{from}, {to})"
+            )));
+        }
+        let minute_range = (RollupGrain::Minute.floor(from), RollupGrain::Minute.ceil(to));
+        let hour_range = (RollupGrain::Hour.floor(from), RollupGrain::Hour.ceil(to));
+        let minute_buckets = self.recompute(RollupGrain::Minute, minute_range, tables, registry);
+        let hour_buckets = self.recompute(RollupGrain::Hour, hour_range, tables, registry);
+        Ok(RollupRefresh {
+            minute_range,
+            minute_buckets,
+            hour_range,
+            hour_buckets,
+        })
+    }
+
+    /// `sentinel_rollup_claim` followed by `sentinel_rollup_apply`.
+    pub(super) fn step(
+        &mut self,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+    ) -> Result<RollupStep, StoreError> {
+        if !(1..=1440).contains(&limits.step_minutes_max)
+            || !(1..=100_000).contains(&limits.invalidations_max)
+        {
+            return Err(StoreError::Other(
+                "rollup step limits: step_minutes_max within 1..1440, invalidations_max within 1..100000"
+                    .into(),
+            ));
+        }
+        let closed = RollupGrain::Minute.floor(closed_before);
+        let w = *self.watermark.get_or_insert(RollupWatermark {
+            refreshed_from: closed,
+            refreshed_to: closed,
+            claimed_to: closed,
+        });
+        let step_end = Micros(w.refreshed_to.0 + i64::from(limits.step_minutes_max) * MINUTE_US);
+        let claimed_to = w.refreshed_to.max(closed.min(step_end));
+        let claimed = self.invalidations.len().min(limits.invalidations_max as usize);
+        let minutes: BTreeSet<Micros> = self.invalidations.drain(..claimed).collect();
+
+        // The range moved over, and the claimed invalidations: every minute in either, and
+        // every hour that closed in the range or holds an invalidated minute and is closed.
+        let advanced = (w.refreshed_to, claimed_to);
+        let hours = (
+            RollupGrain::Hour.floor(w.refreshed_to),
+            RollupGrain::Hour.floor(claimed_to),
+        );
+        let invalidated_hours: BTreeSet<Micros> = minutes
+            .iter()
+            .map(|m| RollupGrain::Hour.floor(*m))
+            .filter(|h| Micros(h.0 + RollupGrain::Hour.width_us()) <= claimed_to)
+            .collect();
+        let mut written = self.recompute_where(
+            RollupGrain::Minute,
+            |m| (m >= advanced.0 && m < advanced.1) || minutes.contains(&m),
+            tables,
+            registry,
+        );
+        written += self.recompute_where(
+            RollupGrain::Hour,
+            |h| (advanced.0 < advanced.1 && h >= hours.0 && h < hours.1) || invalidated_hours.contains(&h),
+            tables,
+            registry,
+        );
+        let watermark = RollupWatermark {
+            refreshed_from: w.refreshed_from,
+            refreshed_to: claimed_to,
+            claimed_to,
+        };
+        self.watermark = Some(watermark);
+        Ok(RollupStep {
+            watermark,
+            minutes_advanced: ((claimed_to.0 - w.refreshed_to.0) / MINUTE_US) as u32,
+            invalidated_minutes: minutes.len() as u32,
+            buckets_written: written,
+            more: !self.invalidations.is_empty(),
+        })
+    }
+
+    pub(super) fn watermark(&self) -> Option<RollupWatermark> {
+        self.watermark
+    }
+
+    pub(super) fn load(
+        &self,
+        grain: RollupGrain,
+        (from, to): (Micros, Micros),
+        point_id: Option<&str>,
+    ) -> Vec<RollupRow> {
+        let table = match grain {
+            RollupGrain::Minute => &self.minute,
+            RollupGrain::Hour => &self.hour,
+        };
+        table
+            .values()
+            .filter(|r| r.bucket >= from && r.bucket < to && point_id.is_none_or(|p| r.point_id == p))
+            .take(crate::ports::ROLLUPS_LOAD_MAX)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Per point of the newest registry version: whether it is `agg_safe`, and its retention class.
+pub(super) type PointRollupInfo = BTreeMap<String, (bool, Option<RetentionClass>)>;
+
+/// What the refresh reads from the newest registry version's descriptors.
+pub(super) fn rollup_info<'a>(descriptors: impl Iterator<Item = (&'a str, &'a str)>) -> PointRollupInfo {
+    descriptors
+        .map(|(point, canonical)| {
+            let d = serde_json::from_str::<serde_json::Value>(canonical).ok();
+            let safe = d
+                .as_ref()
+                .and_then(|d| d.get("agg_safe").and_then(serde_json::Value::as_bool))
+                .unwrap_or(false);
+            let class = d
+                .as_ref()
+                .and_then(|d| d.get("retention").and_then(serde_json::Value::as_str))
+                .and_then(|c| RetentionClass::ALL.into_iter().find(|k| k.as_str() == c));
+            (point.to_owned(), (safe, class))
+        })
+        .collect()
+}

@@ -1,0 +1,169 @@
+//! Rollup refresh cost (issue 9; DESIGN.md §8), against a private PostgreSQL database.
+//!
+//! Run: `cargo bench -p sentinel-tests --bench rollups [-- --hours H] [--rounds R]`
+//!
+//! Fills `observation_measurement` with `--hours` hours (default 1) at the design rate of 500
+//! observations a second (1.8M rows an hour; 4,000 points, one reading every 8 s each, 95% live,
+//! half the points agg_safe), in ingest order, with both indexes, the BRIN on observed_at and the
+//! invalidation trigger in place, then VACUUM ANALYZE. Each round then measures, on the same
+//! rows:
+//!   * `refresh`: `Store::refresh_rollups` over the first hour — both rollups, 1m and 1h, from
+//!     raw, deleting what was there (every round after the first replaces a full hour);
+//!   * `scan`: the comparison, a plain aggregate of the same hour's rows grouped by point
+//!     (`count`, `sum`, `min`, `max` over `observed_at` in the hour): what one rollup's
+//!     computation costs without writing anything.
+//!     And with `--hours 24`, the same pair over the whole day.
+//!
+//! Prints each measurement's median, minimum and maximum and the load average.
+#![allow(clippy::disallowed_methods)] // a benchmark reads the clock
+
+use std::time::{Duration, Instant};
+
+use sentinel_core::Micros;
+use sentinel_io::ports::{Lease, Store};
+use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_tests::pg::TestDb;
+use sqlx::{Connection, PgConnection};
+
+const POINTS: i64 = 4_000;
+const RATE_PER_S: i64 = 500;
+const START: &str = "2026-01-15T00:00:00Z";
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+fn summary(name: &str, rows: i64, samples: &mut [Duration]) {
+    samples.sort();
+    let median = samples[samples.len() / 2];
+    println!(
+        "{name:<28} median {:>8.3} s  min {:>8.3} s  max {:>8.3} s  ({:.0} rows/s at the median)",
+        median.as_secs_f64(),
+        samples[0].as_secs_f64(),
+        samples[samples.len() - 1].as_secs_f64(),
+        rows as f64 / median.as_secs_f64()
+    );
+}
+
+/// The rows of `[START + from_h, START + to_h)` hours, in ingest order, one statement per hour.
+async fn fill(conn: &mut PgConnection, hours: u64) {
+    sqlx::query("SELECT sentinel_ensure_partitions(DATE '2026-01-15', $1)")
+        .bind(i32::try_from(hours / 24 + 2).expect("days"))
+        .execute(&mut *conn)
+        .await
+        .expect("partitions");
+    // Registry: half the points agg_safe.
+    sqlx::raw_sql(
+        "INSERT INTO registry_version VALUES (1, now(), 'bench', 'bench'); \
+         INSERT INTO descriptor_blob VALUES ('safe', '{\"agg_safe\":true}', '{}'), \
+                                            ('raw', '{\"agg_safe\":false}', '{}'); \
+         INSERT INTO point_descriptor \
+           SELECT 1, 'bench.p' || i, CASE WHEN i % 2 = 0 THEN 'safe' ELSE 'raw' END \
+           FROM generate_series(0, 3999) i;",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("registry");
+    let per_hour = RATE_PER_S * 3_600;
+    for hour in 0..hours as i64 {
+        let started = Instant::now();
+        sqlx::query(
+            "INSERT INTO observation_measurement (ingested_at, point_id, observed_at, value_num, \
+               native_num, quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
+             SELECT t + interval '150 milliseconds', 'bench.p' || (n % $3), t, \
+                    20 + (n % 97) * 0.25, 20 + (n % 97) * 0.25, \
+                    CASE WHEN n % 20 = 0 THEN 'stale'::quality ELSE 'live'::quality END, \
+                    true, 1, 'bench-' || (n % 16), 1, n \
+             FROM (SELECT n, $1::text::timestamptz + n * interval '2 milliseconds' AS t \
+                   FROM generate_series($2::bigint, $2::bigint + $4::bigint - 1) n) s",
+        )
+        .bind(START)
+        .bind(hour * per_hour)
+        .bind(POINTS)
+        .bind(per_hour)
+        .execute(&mut *conn)
+        .await
+        .expect("fill an hour");
+        eprintln!(
+            "filled hour {hour} ({per_hour} rows) in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    sqlx::raw_sql("VACUUM ANALYZE observation_measurement")
+        .execute(&mut *conn)
+        .await
+        .expect("vacuum");
+}
+
+async fn scan(conn: &mut PgConnection, from: Micros, to: Micros) -> i64 {
+    let rows: Vec<(String, i64, Option<f64>)> = sqlx::query_as(
+        "SELECT point_id, count(*), sum(value_num) FILTER (WHERE quality = 'live') \
+         FROM observation_measurement \
+         WHERE observed_at >= to_timestamp($1 / 1e6) AND observed_at < to_timestamp($2 / 1e6) \
+         GROUP BY point_id",
+    )
+    .bind(from.0 as f64)
+    .bind(to.0 as f64)
+    .fetch_all(&mut *conn)
+    .await
+    .expect("scan");
+    rows.iter().map(|r| r.1).sum()
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let hours = arg("--hours", 1).clamp(1, 24 * 7);
+    let rounds = arg("--rounds", 5).clamp(1, 50) as usize;
+    let db = TestDb::create().await.expect("test database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    let mut conn = PgConnection::connect(&db.url).await.expect("connect raw");
+    println!(
+        "rollups bench: {hours} h at {RATE_PER_S}/s ({} rows), {rounds} rounds, load before filling {}",
+        hours as i64 * RATE_PER_S * 3_600,
+        load_average()
+    );
+    fill(&mut conn, hours).await;
+    let lease = store.acquire().await.expect("acquire");
+    let start = Micros::parse_rfc3339(START).expect("start");
+    let mut ranges = vec![("one hour", start, Micros(start.0 + 3_600_000_000))];
+    if hours >= 24 {
+        ranges.push(("one day", start, Micros(start.0 + 86_400_000_000)));
+    }
+    println!("load before measuring {}", load_average());
+    for (name, from, to) in ranges {
+        let mut refresh = Vec::new();
+        let mut scans = Vec::new();
+        let mut rows = 0;
+        for _ in 0..rounds {
+            let started = Instant::now();
+            let done = store
+                .refresh_rollups(lease.epoch(), from, to)
+                .await
+                .expect("refresh");
+            refresh.push(started.elapsed());
+            assert!(done.minute_buckets > 0, "the range holds rows");
+            let started = Instant::now();
+            rows = scan(&mut conn, from, to).await;
+            scans.push(started.elapsed());
+        }
+        println!("{name}: {rows} rows");
+        summary(&format!("  refresh ({name})"), rows, &mut refresh);
+        summary(&format!("  scan ({name})"), rows, &mut scans);
+    }
+    println!("load after measuring {}", load_average());
+    lease.release().await.expect("release");
+}
