@@ -243,7 +243,7 @@ fn control_event(point: &str, epoch: u32, occurred_at: Micros) -> ControlEvent {
         detail: ControlDetail::QualityChanged {
             from: Quality::Live,
             to: Quality::Stale,
-            reason: "freshness",
+            reason: sentinel_core::GapReason::Freshness,
             deadline: occurred_at,
         },
     }

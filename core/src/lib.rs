@@ -12,6 +12,7 @@
 //! - [`log`] — rows, quarantine entries, batches (stages 11–12);
 //! - [`projection`] — stage 13 and the checkpoint policy;
 //! - [`watchdog`] — freshness deadlines, startup grace and lag suppression;
+//! - [`gap`] — the closed vocabulary of gap reasons the system writes;
 //! - [`control`] — the control events the core writes (epoch-stamped);
 //! - [`self_points`] — the figures the core publishes about itself, as observations;
 //! - [`drivers`] — restart step 7: the driver instances, this core's epoch announcement to them
@@ -27,6 +28,7 @@ pub mod dedup;
 pub mod delivery;
 pub mod drivers;
 pub mod effect;
+pub mod gap;
 pub mod log;
 pub mod machine;
 pub mod metrics;
@@ -44,6 +46,7 @@ pub use config::Config;
 pub use control::{CommandRequest, ControlDetail, ControlEvent, ControlKind, ControlReport};
 pub use delivery::{Delivery, DeliveryTag};
 pub use effect::{Effect, ExitReason, Input};
+pub use gap::GapReason;
 pub use log::{
     Batch, BatchId, CanonicalValue, CommitReport, ObsKey, ObsRow, Quality, QuarantineEntry, QuarantineReason,
 };

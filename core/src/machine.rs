@@ -18,6 +18,7 @@ use crate::dedup::{DedupSet, Seen};
 use crate::delivery::{Delivery, DeliveryTag};
 use crate::drivers::{Announcement, DriverState, Drivers, HelloOutcome};
 use crate::effect::{Effect, ExitReason, Input};
+use crate::gap::GapReason;
 use crate::log::{Batch, BatchId, CommitReport, Quality};
 use crate::metrics::Metrics;
 use crate::pipeline::{self, Outcome};
@@ -525,7 +526,7 @@ impl Core {
                 detail: ControlDetail::QualityChanged {
                     from: state.quality,
                     to: Quality::Stale,
-                    reason: "freshness",
+                    reason: GapReason::Freshness,
                     deadline,
                 },
             });
@@ -565,7 +566,7 @@ impl Core {
             let published = self.projection.apply_quality_event(
                 event.point,
                 to,
-                reason,
+                reason.as_str(),
                 seq,
                 self.now,
                 self.epoch,

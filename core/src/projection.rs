@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap;
 
 use crate::config::Config;
 use crate::log::{CanonicalValue, ObsKey, ObsRow, Quality};
-use crate::registry::{Kind, PointIdx, Registry};
+use crate::registry::{EventPolicy, Kind, PointIdx, Registry};
 use crate::state::{LogHead, OrderKey, PointState, RestoredState};
 use crate::time::Micros;
 use crate::wire::{Transition, state_subject};
@@ -32,6 +32,8 @@ struct Slot {
     /// drift still produces an edge once it exceeds the deadband.
     edge_value: Option<CanonicalValue>,
     deadband: f64,
+    /// Which committed readings also raise a transition (see [`Projection::apply`]).
+    event_policy: EventPolicy,
     /// The registry's `freshness_s`: a row is current while `observed_at` + this is ahead of
     /// the core's clock, and the watchdog deadline is `observed_at` + this.
     freshness_us: i64,
@@ -150,6 +152,7 @@ impl Projection {
                 edge_value: state.value.clone(),
                 state,
                 deadband,
+                event_policy: point.descriptor.manifest.event_policy,
                 freshness_us: i64::from(point.descriptor.freshness_s) * 1_000_000,
                 subject: state_subject(&point.id),
                 last_checkpoint_at: None,
@@ -199,8 +202,15 @@ impl Projection {
             .map(|o| Micros(o.0.saturating_add(slot.freshness_us)))
     }
 
-    /// Stage 13 for one row of a RETURNING set. Returns the transition to publish, if the row
-    /// changed the point's quality or moved its value past the deadband.
+    /// Stage 13 for one row of a RETURNING set. Returns the transition to publish, as the
+    /// point's `event_policy` says (sensor paradigm, "Record and raise are two verbs": every
+    /// row is recorded and folded; the policy decides only what is raised):
+    /// - `always`: one transition for every committed row, whether or not it changed anything
+    ///   (the caller applies each row of a RETURNING set once, so at most once per row);
+    /// - `on_change`: when the row changed the point's quality or moved its value past the
+    ///   deadband;
+    /// - `never`: only when the row changed the point's quality (a quality edge is a fact
+    ///   about the point, not a reading, and consumers rely on it).
     ///
     /// Recovery rule (core runtime spec, "Draining"): a `live` row that is not current (its
     /// `observed_at` plus the point's freshness is not ahead of `now`, as for replayed backlog)
@@ -259,7 +269,12 @@ impl Projection {
             }
         }
 
-        if !(quality_changed || value_edge) {
+        let raise = match slot.event_policy {
+            EventPolicy::Always => true,
+            EventPolicy::OnChange => quality_changed || value_edge,
+            EventPolicy::Never => quality_changed,
+        };
+        if !raise {
             return None;
         }
         Some(slot.transition(

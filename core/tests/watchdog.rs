@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use sentinel_core::{
-    ControlDetail, ControlKind, ControlReport, Core, Effect, Input, LogHead, Micros, ObsKey, PointState,
-    Quality, RestoredState,
+    ControlDetail, ControlKind, ControlReport, Core, Effect, GapReason, Input, LogHead, Micros, ObsKey,
+    PointState, Quality, RestoredState,
 };
 
 const A: &str = "obs.plant-a.modbus-1";
@@ -116,9 +116,14 @@ fn an_expired_deadline_writes_a_control_event_before_the_point_goes_stale() {
         ControlDetail::QualityChanged {
             from: Quality::Live,
             to: Quality::Stale,
+            reason: GapReason::Freshness,
             ..
         }
     ));
+    assert!(
+        event.payload_json().contains(r#""reason":"freshness""#),
+        "the typed reason's stable string form is what the log stores"
+    );
     assert!(
         published(&effects).is_empty(),
         "nothing is published before the event commits"

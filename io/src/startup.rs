@@ -291,7 +291,7 @@ mod tests {
                 detail: ControlDetail::QualityChanged {
                     from: Quality::Live,
                     to: Quality::Stale,
-                    reason: "freshness",
+                    reason: sentinel_core::GapReason::Freshness,
                     deadline: Micros(i),
                 },
             })
