@@ -7,15 +7,16 @@
 //!
 //! Who writes which reason:
 //! - the watchdog ([`crate::watchdog`], via `Core`): [`GapReason::Freshness`] when a point's
-//!   freshness deadline passes without a current reading;
+//!   freshness deadline passes without a current reading, and [`GapReason::HeartbeatMissed`]
+//!   when the point declares a heartbeat (`heartbeat_s`) and it is the heartbeat that was
+//!   missed;
 //! - the driver library (`sentinel-driver`, `gap_observation`): [`GapReason::SourceDown`]
 //!   (the device or upstream API did not answer), [`GapReason::Missing`] (it answered without
 //!   a value) and [`GapReason::LateDropped`] (the driver discarded readings, for example its
 //!   disk queue dropped them past its bound), each as an observation with quality
 //!   `unavailable` and a null value;
-//! - reserved, with their strings fixed now so they never change: [`GapReason::InputNotLive`]
-//!   for derived points whose input is not `live`, and [`GapReason::HeartbeatMissed`] for a
-//!   report-on-change point that missed its declared heartbeat (issue 14's later items).
+//! - reserved, with its string fixed now so it never changes: [`GapReason::InputNotLive`]
+//!   for derived points whose input is not `live` (issue 14's later items).
 //!
 //! A reason a third-party driver writes itself stays free text (the driver is its author); the
 //! reasons the core assigns to `bad` rows at stages 6–7 (`out_of_range`, …) are validation

@@ -491,7 +491,9 @@ impl Core {
     }
 
     /// Watchdog expiries: each live, restored or assumed point whose deadline passed gets a
-    /// `quality_changed` event to `stale`, written before the projection changes.
+    /// `quality_changed` event to `stale`, written before the projection changes. Its reason
+    /// is `heartbeat_missed` for a point that declares a heartbeat (its deadline is the
+    /// heartbeat's), else `freshness`.
     fn expire_deadlines(&mut self) {
         if self.mode != Mode::Running {
             return;
@@ -526,7 +528,18 @@ impl Core {
                 detail: ControlDetail::QualityChanged {
                     from: state.quality,
                     to: Quality::Stale,
-                    reason: GapReason::Freshness,
+                    reason: if self
+                        .registry
+                        .point(point)
+                        .descriptor
+                        .manifest
+                        .heartbeat_s
+                        .is_some()
+                    {
+                        GapReason::HeartbeatMissed
+                    } else {
+                        GapReason::Freshness
+                    },
                     deadline,
                 },
             });

@@ -37,6 +37,10 @@ struct Slot {
     /// The registry's `freshness_s`: a row is current while `observed_at` + this is ahead of
     /// the core's clock, and the watchdog deadline is `observed_at` + this.
     freshness_us: i64,
+    /// How long after its latest reading the watchdog's deadline falls: the declared
+    /// `heartbeat_s` of a point that has one (never longer than `freshness_s`), else
+    /// `freshness_s`.
+    deadline_us: i64,
     subject: String,
     last_checkpoint_at: Option<Micros>,
 }
@@ -154,6 +158,14 @@ impl Projection {
                 deadband,
                 event_policy: point.descriptor.manifest.event_policy,
                 freshness_us: i64::from(point.descriptor.freshness_s) * 1_000_000,
+                deadline_us: i64::from(
+                    point
+                        .descriptor
+                        .manifest
+                        .heartbeat_s
+                        .unwrap_or(point.descriptor.freshness_s)
+                        .min(point.descriptor.freshness_s),
+                ) * 1_000_000,
                 subject: state_subject(&point.id),
                 last_checkpoint_at: None,
             });
@@ -194,12 +206,13 @@ impl Projection {
         true
     }
 
-    /// The point's freshness deadline: its latest observation plus `freshness_s`.
+    /// The point's watchdog deadline: its latest observation plus its heartbeat, if it
+    /// declares one, else plus `freshness_s`.
     pub fn freshness_deadline(&self, point: PointIdx) -> Option<Micros> {
         let slot = &self.slots[point.0 as usize];
         slot.state
             .observed_at
-            .map(|o| Micros(o.0.saturating_add(slot.freshness_us)))
+            .map(|o| Micros(o.0.saturating_add(slot.deadline_us)))
     }
 
     /// Stage 13 for one row of a RETURNING set. Returns the transition to publish, as the

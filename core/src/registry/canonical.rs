@@ -248,6 +248,8 @@ mod tests {
                 peak_rate_hz: 0.1,
                 event_policy: EventPolicy::OnChange,
                 row_bytes: 96,
+                reporting: None,
+                heartbeat_s: None,
             },
             derived: None,
         }
@@ -398,7 +400,13 @@ mod tests {
         let plain = fahrenheit_point();
         let json = canonical_json(&plain);
         assert!(!json.contains("derived"), "{json}");
+        assert!(
+            !json.contains("heartbeat_s") && !json.contains("reporting"),
+            "{json}"
+        );
         let mut derived = plain.clone();
+        derived.manifest.reporting = Some(Reporting::OnChange);
+        derived.manifest.heartbeat_s = Some(30);
         derived.derived = Some(Derived {
             op: DerivedOp::Mean,
             inputs: vec!["a".into()],
@@ -407,6 +415,10 @@ mod tests {
         let with = canonical_json(&derived);
         assert!(
             with.contains(r#""derived":{"inputs":["a"],"op":"mean","window_s":300}"#),
+            "{with}"
+        );
+        assert!(
+            with.contains(r#""heartbeat_s":30"#) && with.contains(r#""reporting":"on_change""#),
             "{with}"
         );
         assert_ne!(descriptor_hash(&with), descriptor_hash(&json));
@@ -442,6 +454,7 @@ mod tests {
             deadband in finite(),
             freshness_s in any::<u32>(), row_bytes in any::<u32>(), peak_rate_hz in finite(),
             agg_safe in any::<bool>(),
+            heartbeat_s in proptest::option::of(any::<u32>()),
             derived in proptest::option::of((
                 proptest::sample::select(DerivedOp::ALL.to_vec()),
                 proptest::collection::vec("[a-z]{1,6}", 0..3),
@@ -461,7 +474,14 @@ mod tests {
                 agg_safe,
                 assignment: Assignment { host: "h".into(), driver_instance: "i".into() },
                 freshness_s,
-                manifest: Manifest { archetype: Archetype::Model, peak_rate_hz, event_policy: EventPolicy::Never, row_bytes },
+                manifest: Manifest {
+                    archetype: Archetype::Model,
+                    peak_rate_hz,
+                    event_policy: EventPolicy::Never,
+                    row_bytes,
+                    reporting: heartbeat_s.map(|_| Reporting::OnChange),
+                    heartbeat_s,
+                },
                 derived: derived.map(|(op, inputs, window_s)| Derived { op, inputs, window_s }),
             }
         }

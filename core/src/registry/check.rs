@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::descriptor::{EventPolicy, Kind};
+use super::descriptor::{EventPolicy, Kind, Reporting};
 use super::plan::Admission;
 use super::source::{FOLDER, LocatedPoint, RegistryIssue, SourceFile, SourceFolder, Vocabulary};
 
@@ -385,6 +385,8 @@ fn check_point(
         }
     }
 
+    check_heartbeat(p, push);
+
     if let Some(row_bytes) = p.row_bytes
         && (row_bytes == 0 || row_bytes > ROW_BYTES_MAX)
     {
@@ -403,6 +405,30 @@ fn check_point(
         } else {
             check_rate(p.event_policy, rate, deadband, is_number, p.freshness_s, push);
         }
+    }
+}
+
+/// A point that reports only on change must heartbeat, and its heartbeat must come before
+/// its freshness runs out, or an unchanged point would go stale between heartbeats.
+fn check_heartbeat(p: &super::source::SourcePoint, push: &mut impl FnMut(String)) {
+    match (p.reporting, p.heartbeat_s) {
+        (Some(Reporting::OnChange), None) => push(
+            "reporting \"on_change\" without heartbeat_s: a point that only reports on change cannot be told \
+             from a dead one; declare how often it re-sends an unchanged reading"
+                .to_owned(),
+        ),
+        (_, Some(0)) => push("heartbeat_s is 0; a heartbeat is at least 1 s apart".to_owned()),
+        (_, Some(heartbeat_s)) => {
+            if let Some(freshness_s) = p.freshness_s
+                && heartbeat_s > freshness_s
+            {
+                push(format!(
+                    "heartbeat_s {heartbeat_s} is longer than freshness_s {freshness_s}: an unchanged point \
+                     would go stale between heartbeats"
+                ));
+            }
+        }
+        _ => {}
     }
 }
 
@@ -1053,6 +1079,26 @@ bar = { quantity = "pressure", factor = 100.0 }
                 r#"hosts/plant-a.toml: point "boiler.temp": event_policy "always" raises an event per reading, and a declared peak of 2 Hz is more than the 1 Hz subscribers are sized for: pick "on_change" with a deadband, or "never" (record only)"#
             ]
         );
+    }
+
+    #[test]
+    fn a_report_on_change_point_must_declare_a_heartbeat_inside_its_freshness() {
+        let silent = point(&[("reporting", Some("\"on_change\""))]);
+        assert_eq!(
+            lines(&plant_a(&[silent])),
+            vec![
+                r#"hosts/plant-a.toml: point "boiler.temp": reporting "on_change" without heartbeat_s: a point that only reports on change cannot be told from a dead one; declare how often it re-sends an unchanged reading"#
+            ]
+        );
+        let slow = point(&[("reporting", Some("\"on_change\"")), ("heartbeat_s", Some("90"))]);
+        assert_eq!(
+            lines(&plant_a(&[slow])),
+            vec![
+                r#"hosts/plant-a.toml: point "boiler.temp": heartbeat_s 90 is longer than freshness_s 60: an unchanged point would go stale between heartbeats"#
+            ]
+        );
+        let good = point(&[("reporting", Some("\"on_change\"")), ("heartbeat_s", Some("30"))]);
+        assert_eq!(lines(&plant_a(&[good])), Vec::<String>::new());
     }
 
     #[test]

@@ -176,6 +176,17 @@ pub struct Derived {
     pub window_s: Option<u32>,
 }
 
+/// How a source reports (sensor paradigm: "a sensor that only reports on change cannot be
+/// told apart from a dead one unless it is made to heartbeat").
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Reporting {
+    /// Every sampling interval, changed or not.
+    Periodic,
+    /// Only when the value changes, plus a heartbeat (`heartbeat_s`).
+    OnChange,
+}
+
 /// The sensor-paradigm manifest fields, carried so admission checks can grow without a format
 /// change (DESIGN.md §4).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -187,6 +198,15 @@ pub struct Manifest {
     pub event_policy: EventPolicy,
     /// Estimated row size for write-budget sizing.
     pub row_bytes: u32,
+    /// How the source reports; absent means periodically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reporting: Option<Reporting>,
+    /// The longest the source stays silent while nothing changes: it re-sends its current
+    /// reading at least this often. The watchdog's deadline for the point is its latest
+    /// reading plus this (it is never longer than `freshness_s`), and a missed one is the gap
+    /// `heartbeat_missed`. Required when `reporting` is `on_change`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_s: Option<u32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -249,6 +269,8 @@ impl Descriptor {
                 peak_rate_hz: 0.1,
                 event_policy: EventPolicy::OnChange,
                 row_bytes: 120,
+                reporting: None,
+                heartbeat_s: None,
             },
             derived: None,
         }

@@ -21,7 +21,7 @@ use rustc_hash::FxHashMap;
 
 pub use descriptor::{
     Archetype, Assignment, Conversion, Derived, DerivedOp, Descriptor, EventPolicy, Kind, Manifest, Range,
-    RetentionClass,
+    Reporting, RetentionClass,
 };
 
 /// Index of a point in a compiled [`Registry`]. Stable for that registry only.

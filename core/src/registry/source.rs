@@ -18,7 +18,7 @@ use serde::Deserialize;
 
 use super::check;
 use super::descriptor::{
-    Archetype, Assignment, Conversion, Derived, Descriptor, EventPolicy, Kind, Manifest, Range,
+    Archetype, Assignment, Conversion, Derived, Descriptor, EventPolicy, Kind, Manifest, Range, Reporting,
     RetentionClass,
 };
 
@@ -139,6 +139,8 @@ pub struct SourcePoint {
     pub peak_rate_hz: Option<f64>,
     pub event_policy: Option<EventPolicy>,
     pub row_bytes: Option<u32>,
+    pub reporting: Option<Reporting>,
+    pub heartbeat_s: Option<u32>,
     /// `derived = { op = "...", inputs = [...], window_s = N }`: computed by the core.
     pub derived: Option<Derived>,
 }
@@ -462,6 +464,8 @@ fn resolve_point(
             peak_rate_hz: p.peak_rate_hz.ok_or_else(|| missing("peak_rate_hz"))?,
             event_policy: p.event_policy.ok_or_else(|| missing("event_policy"))?,
             row_bytes: p.row_bytes.ok_or_else(|| missing("row_bytes"))?,
+            reporting: p.reporting,
+            heartbeat_s: p.heartbeat_s,
         },
         derived: p.derived.clone(),
     })
