@@ -12,6 +12,8 @@
 //! - [`log`] — rows, quarantine entries, batches (stages 11–12);
 //! - [`projection`] — stage 13 and the checkpoint policy;
 //! - [`watchdog`] — freshness deadlines, startup grace and lag suppression;
+//! - [`derived`] — derived points: sliding-window and two-input values computed from committed
+//!   rows, keyed by the triggering row, with provenance and typed gaps;
 //! - [`gap`] — the closed vocabulary of gap reasons the system writes;
 //! - [`control`] — the control events the core writes (epoch-stamped);
 //! - [`self_points`] — the figures the core publishes about itself, as observations;
@@ -26,6 +28,7 @@ pub mod config;
 pub mod control;
 pub mod dedup;
 pub mod delivery;
+pub mod derived;
 pub mod drivers;
 pub mod effect;
 pub mod gap;

@@ -16,6 +16,7 @@ use crate::control::{
 };
 use crate::dedup::{DedupSet, Seen};
 use crate::delivery::{Delivery, DeliveryTag};
+use crate::derived::Derivations;
 use crate::drivers::{Announcement, DriverState, Drivers, HelloOutcome};
 use crate::effect::{Effect, ExitReason, Input};
 use crate::gap::GapReason;
@@ -85,6 +86,8 @@ pub struct Core {
     drivers: Drivers,
     /// Points with a `quality_changed` event at the store, not yet answered.
     control_pending: std::collections::BTreeSet<crate::registry::PointIdx>,
+    /// Derived points: computed from committed rows, published as observations.
+    derived: Derivations,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
     planted: Option<PlantedBug>,
 }
@@ -104,6 +107,7 @@ impl Core {
         let watchdog = Watchdog::new(registry.len(), now.add_ms(config.startup_grace_ms));
         let self_points = SelfPoints::new(config.self_points_interval_ms, &registry, now);
         let drivers = Drivers::new(&registry, crate::self_points::SELF_HOST, epoch, now);
+        let derived = Derivations::new(&registry);
         let mut core = Core {
             dedup: DedupSet::new(config.dedup_keys_max),
             projection,
@@ -122,6 +126,7 @@ impl Core {
             self_points,
             drivers,
             control_pending: std::collections::BTreeSet::new(),
+            derived,
             planted: None,
         };
         core.count_drivers();
@@ -483,6 +488,17 @@ impl Core {
             }
             if let Some(published) = published {
                 self.publish_transition(published);
+            }
+            // Derived points read only what RETURNING says was inserted; their readings go
+            // back through the stream and ingest like any observation, keyed by this row.
+            for reading in self.derived.on_committed(row) {
+                let (subject, msg_id, payload) = reading.to_observation();
+                self.metrics.derived_readings += 1;
+                self.effects.push_back(Effect::PublishObservation {
+                    subject,
+                    msg_id,
+                    payload,
+                });
             }
         }
         self.checkpoint_quality_changes();

@@ -474,7 +474,7 @@ mod tests {
         );
     }
 
-    const DERIVED: &str = "host = \"derived\"\n\
+    const DERIVED: &str = "host = \"sentinel\"\n\
         [[point]]\nid = \"boiler1.flow_delta\"\nkind = \"number\"\ndriver_instance = \"core-derived\"\n\
         retention = \"measurement\"\nagg_safe = true\nfreshness_s = 120\narchetype = \"derived\"\n\
         peak_rate_hz = 0.1\nevent_policy = \"never\"\nrow_bytes = 96\n\
@@ -488,7 +488,7 @@ mod tests {
     fn plan_dir_lists_derived_points_inputs_first_and_check_names_a_cycle() {
         let scratch = Scratch::sample("plan");
         scratch.write(
-            "hosts/derived.toml",
+            "hosts/sentinel-derived.toml",
             &DERIVED.replace("INPUT", "boiler1.flow_temp"),
         );
         let plan = plan_dir(&scratch.0, &Admission::default()).expect("passes its checks");
@@ -501,14 +501,14 @@ mod tests {
         assert!(plan.within_budget && plan.stream_fits);
 
         scratch.write(
-            "hosts/derived.toml",
+            "hosts/sentinel-derived.toml",
             &DERIVED.replace("INPUT", "boiler1.flow_delta"),
         );
         let report = check_dir(&scratch.0).unwrap_err();
         assert_eq!(
             report.to_string().lines().next(),
             Some(
-                r#"hosts/derived.toml: point "boiler1.flow_delta": inputs form a cycle: boiler1.flow_delta → boiler1.flow_mean → boiler1.flow_delta; a derived point cannot depend on itself"#
+                r#"hosts/sentinel-derived.toml: point "boiler1.flow_delta": inputs form a cycle: boiler1.flow_delta → boiler1.flow_mean → boiler1.flow_delta; a derived point cannot depend on itself"#
             )
         );
     }

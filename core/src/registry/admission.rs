@@ -15,6 +15,7 @@ use super::descriptor::{Archetype, Kind};
 use super::graph;
 use super::plan::{Admission, DeclaredLoad};
 use super::source::{LocatedPoint, RegistryIssue, SourceFolder};
+use crate::self_points::SELF_HOST;
 
 /// The longest sliding window a derived point may declare; it is also the lookback a restart
 /// rehydrates, so it bounds restart work.
@@ -33,7 +34,7 @@ pub fn check_registry(folder: &SourceFolder, admission: &Admission, issues: &mut
     }
     for file in &folder.files {
         for located in &file.points {
-            check_derived(&file.path, located, &points, issues);
+            check_derived(&file.path, file.host.as_deref(), located, &points, issues);
         }
     }
     check_cycles(&points, issues);
@@ -42,6 +43,7 @@ pub fn check_registry(folder: &SourceFolder, admission: &Admission, issues: &mut
 
 fn check_derived(
     file: &str,
+    host: Option<&str>,
     located: &LocatedPoint,
     points: &BTreeMap<&str, (&str, &LocatedPoint)>,
     issues: &mut Vec<RegistryIssue>,
@@ -55,6 +57,16 @@ fn check_derived(
         return;
     };
     let op = derived.op.as_str();
+    // The core publishes derived readings, and may publish observations only under its own
+    // host (`obs.sentinel.>`, ARCHITECTURE.md "Security model").
+    if let Some(host) = host
+        && host != SELF_HOST
+    {
+        push(format!(
+            "derived \"{op}\" on host {host:?}: the core computes and publishes derived points, so they \
+             belong in a file with host = \"{SELF_HOST}\""
+        ));
+    }
     if let Some(archetype) = p.archetype
         && archetype != Archetype::Derived
     {

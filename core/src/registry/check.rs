@@ -943,10 +943,12 @@ bar = { quantity = "pressure", factor = 100.0 }
         lines_with(hosts, &Admission::default())
     }
 
-    /// A derived point over `inputs` (the base point's other fields: a number, agg_safe).
+    /// A derived point (the base point's other fields: a number, agg_safe), for the core's
+    /// own host.
     fn derived(id: &str, derived: &str) -> String {
         point(&[
             ("id", Some(&format!("\"{id}\""))),
+            ("driver_instance", Some("\"derived\"")),
             ("archetype", Some("\"derived\"")),
             ("unit_native", None),
             ("unit", None),
@@ -959,6 +961,14 @@ bar = { quantity = "pressure", factor = 100.0 }
         vec![("hosts/plant-a.toml", host_file("plant-a", points))]
     }
 
+    /// The base point on plant-a, and `derived` points in the core's own file.
+    fn with_core(plant: &[String], derived: &[String]) -> Vec<(&'static str, String)> {
+        vec![
+            ("hosts/plant-a.toml", host_file("plant-a", plant)),
+            ("hosts/sentinel.toml", host_file("sentinel", derived)),
+        ]
+    }
+
     #[test]
     fn a_derived_point_over_an_agg_safe_input_passes() {
         let mean = derived(
@@ -969,7 +979,16 @@ bar = { quantity = "pressure", factor = 100.0 }
             "boiler.temp_spread",
             r#"{ op = "difference", inputs = ["boiler.temp", "boiler.temp_mean"] }"#,
         );
-        assert_eq!(lines(&plant_a(&[point(&[]), mean, diff])), Vec::<String>::new());
+        assert_eq!(
+            lines(&with_core(&[point(&[])], &[mean.clone(), diff])),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            lines(&plant_a(&[point(&[]), mean])),
+            vec![
+                r#"hosts/plant-a.toml: point "boiler.temp_mean": derived "mean" on host "plant-a": the core computes and publishes derived points, so they belong in a file with host = "sentinel""#
+            ]
+        );
     }
 
     #[test]
@@ -978,9 +997,9 @@ bar = { quantity = "pressure", factor = 100.0 }
         let b = derived("d.b", r#"{ op = "min", inputs = ["d.c"], window_s = 60 }"#);
         let c = derived("d.c", r#"{ op = "max", inputs = ["d.a"], window_s = 60 }"#);
         assert_eq!(
-            lines(&plant_a(&[point(&[]), c, a, b])),
+            lines(&with_core(&[point(&[])], &[c, a, b])),
             vec![
-                r#"hosts/plant-a.toml: point "d.a": inputs form a cycle: d.a → d.b → d.c → d.a; a derived point cannot depend on itself"#
+                r#"hosts/sentinel.toml: point "d.a": inputs form a cycle: d.a → d.b → d.c → d.a; a derived point cannot depend on itself"#
             ]
         );
     }
@@ -993,9 +1012,9 @@ bar = { quantity = "pressure", factor = 100.0 }
             r#"{ op = "mean", inputs = ["boiler.temp"], window_s = 300 }"#,
         );
         assert_eq!(
-            lines(&plant_a(&[input.clone(), mean])),
+            lines(&with_core(std::slice::from_ref(&input), &[mean])),
             vec![
-                r#"hosts/plant-a.toml: point "boiler.temp_mean": derived "mean" over input "boiler.temp", which is not agg_safe: adding its values up is meaningless; pick min, max or count, or mark the input agg_safe"#
+                r#"hosts/sentinel.toml: point "boiler.temp_mean": derived "mean" over input "boiler.temp", which is not agg_safe: adding its values up is meaningless; pick min, max or count, or mark the input agg_safe"#
             ]
         );
         // max is fine over the same input.
@@ -1003,7 +1022,7 @@ bar = { quantity = "pressure", factor = 100.0 }
             "boiler.temp_max",
             r#"{ op = "max", inputs = ["boiler.temp"], window_s = 300 }"#,
         );
-        assert_eq!(lines(&plant_a(&[input, max])), Vec::<String>::new());
+        assert_eq!(lines(&with_core(&[input], &[max])), Vec::<String>::new());
     }
 
     #[test]
@@ -1029,8 +1048,8 @@ bar = { quantity = "pressure", factor = 100.0 }
         for (section, message) in cases {
             let d = derived("boiler.d", section);
             assert_eq!(
-                lines(&plant_a(&[point(&[]), d])),
-                vec![format!(r#"hosts/plant-a.toml: point "boiler.d": {message}"#)],
+                lines(&with_core(&[point(&[])], &[d])),
+                vec![format!(r#"hosts/sentinel.toml: point "boiler.d": {message}"#)],
                 "{section}"
             );
         }
