@@ -37,7 +37,7 @@ use sha2::{Digest, Sha256};
 
 use crate::gap::GapReason;
 use crate::log::{CanonicalValue, ObsKey, ObsRow, Quality};
-use crate::registry::{DerivedOp, PointIdx, Registry};
+use crate::registry::{DerivedOp, PointIdx, Registry, RetentionClass};
 use crate::time::Micros;
 use crate::wire::{EnvelopeOut, obs_subject};
 
@@ -94,6 +94,27 @@ struct Def {
     window_us: i64,
     instance: Arc<str>,
     subject: String,
+}
+
+/// Restart step 5's question to the store: `point_id`'s rows in `class`'s table with
+/// `observed_at >= since`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WindowRequest {
+    pub point_id: Arc<str>,
+    pub class: RetentionClass,
+    pub since: Micros,
+}
+
+/// What the store answers to a [`WindowRequest`]: the fields of a committed row a window needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WindowRow {
+    pub point_id: Arc<str>,
+    pub observed_at: Micros,
+    pub ingested_at: Micros,
+    pub key: ObsKey,
+    pub quality: Quality,
+    /// `value_num`.
+    pub value: Option<f64>,
 }
 
 /// One reading a committed row triggered.
@@ -230,18 +251,44 @@ impl Derivations {
     /// One committed row (of a RETURNING set): updates its input's state and returns the
     /// readings it triggers, in derived-point order.
     pub fn on_committed(&mut self, row: &ObsRow) -> Vec<DerivedReading> {
-        let Some(Some(input)) = self.inputs.get_mut(row.point.0 as usize) else {
+        let value = row.value.as_ref().and_then(CanonicalValue::num);
+        let seen = WindowRow {
+            point_id: row.point_id.clone(),
+            observed_at: row.observed_at,
+            ingested_at: row.ingested_at,
+            key: row.key.clone(),
+            quality: row.quality,
+            value,
+        };
+        if !self.update(row.point, &seen) {
             return Vec::new();
+        }
+        let readers = self.inputs[row.point.0 as usize]
+            .as_ref()
+            .map(|i| i.readers.clone())
+            .unwrap_or_default();
+        readers.iter().map(|&d| self.derive(d, row)).collect()
+    }
+
+    /// Folds one committed row into its input's state. Returns whether it is the input's
+    /// newest row (and so triggers its readers); false for a point nothing derives from.
+    fn update(&mut self, point: PointIdx, row: &WindowRow) -> bool {
+        let Some(Some(input)) = self.inputs.get_mut(point.0 as usize) else {
+            return false;
         };
-        let value = match (&row.quality, &row.value) {
-            (Quality::Live, Some(CanonicalValue::Num(v))) if v.is_finite() => Some(*v),
-            _ => None,
-        };
-        let newest = input
+        let newest = input.newest.as_ref().is_none_or(|n| {
+            (row.observed_at, row.ingested_at, &row.key) > (n.observed_at, n.ingested_at, &n.key)
+        });
+        // A sample no window can reach any more (older than the newest row minus the longest
+        // window) is not kept, so the state is exactly what restart step 5 reads back.
+        let reachable = input
             .newest
             .as_ref()
-            .is_none_or(|n| row.order_key() > (n.observed_at, n.ingested_at, &n.key));
-        if let Some(v) = value {
+            .is_none_or(|n| row.observed_at.0 > n.observed_at.0.saturating_sub(input.keep_us));
+        if row.quality == Quality::Live
+            && let Some(v) = row.value.filter(|v| v.is_finite())
+            && reachable
+        {
             insert_sample(
                 input,
                 Sample {
@@ -252,19 +299,68 @@ impl Derivations {
                 },
             );
         }
-        if !newest {
-            return Vec::new();
+        if newest {
+            input.newest = Some(Newest {
+                observed_at: row.observed_at,
+                ingested_at: row.ingested_at,
+                key: row.key.clone(),
+                quality: row.quality,
+                value: row.value,
+            });
+            evict(input);
         }
-        input.newest = Some(Newest {
-            observed_at: row.observed_at,
-            ingested_at: row.ingested_at,
-            key: row.key.clone(),
-            quality: row.quality,
-            value: row.value.as_ref().and_then(CanonicalValue::num),
+        newest
+    }
+
+    /// Restart step 5, first half: what to read back so every input's state is what an
+    /// uninterrupted run would hold. For each input whose newest committed row is known
+    /// (`newest_observed_at`, from the log heads), its rows with `observed_at` at or after that
+    /// minus the longest window reading it (pair ops need only the newest row itself). Inputs
+    /// with no row need nothing. Sorted by class then point, so the store can batch one query
+    /// per class.
+    pub fn window_requests(
+        &self,
+        registry: &Registry,
+        newest_observed_at: impl Fn(PointIdx) -> Option<Micros>,
+    ) -> Vec<WindowRequest> {
+        let mut out: Vec<WindowRequest> = self
+            .inputs
+            .iter()
+            .enumerate()
+            .filter_map(|(i, input)| {
+                let input = input.as_ref()?;
+                let idx = PointIdx(i as u32);
+                let newest = newest_observed_at(idx)?;
+                let point = registry.point(idx);
+                Some(WindowRequest {
+                    point_id: point.id.clone(),
+                    class: point.descriptor.retention,
+                    since: Micros(newest.0.saturating_sub(input.keep_us)),
+                })
+            })
+            .collect();
+        out.sort_by(|a, b| (a.class, &a.point_id).cmp(&(b.class, &b.point_id)));
+        out
+    }
+
+    /// Restart step 5, second half: folds the rows the store returned for
+    /// [`Self::window_requests`], in any order, without deriving anything (their readings were
+    /// derived before the restart). Rows for points nothing derives from are ignored. Returns
+    /// how many rows were folded.
+    pub fn rehydrate(&mut self, registry: &Registry, mut rows: Vec<WindowRow>) -> usize {
+        rows.sort_by(|a, b| {
+            (a.observed_at, a.ingested_at, &a.key).cmp(&(b.observed_at, b.ingested_at, &b.key))
         });
-        evict(input);
-        let readers = input.readers.clone();
-        readers.iter().map(|&d| self.derive(d, row)).collect()
+        let mut folded = 0;
+        for row in &rows {
+            if let Some(idx) = registry.resolve(&row.point_id)
+                && self.inputs.get(idx.0 as usize).is_some_and(Option::is_some)
+            {
+                self.update(idx, row);
+                folded += 1;
+            }
+        }
+        folded
     }
 
     fn derive(&self, def_idx: usize, trigger: &ObsRow) -> DerivedReading {

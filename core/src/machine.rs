@@ -160,6 +160,21 @@ impl Core {
             .unwrap_or(0)
     }
 
+    /// Restart step 5, the question: which rows of which class tables rebuild the derived
+    /// points' windows, each input bounded by its newest committed row (from the restored log
+    /// heads) minus the longest window reading it. Empty when nothing is derived.
+    pub fn derived_window_requests(&self) -> Vec<crate::derived::WindowRequest> {
+        self.derived
+            .window_requests(&self.registry, |idx| self.projection.state(idx).observed_at)
+    }
+
+    /// Restart step 5, the answer: folds the rows read for [`Self::derived_window_requests`]
+    /// into the windows without deriving (their readings were published before the restart).
+    /// Returns how many rows were folded.
+    pub fn rehydrate_derived(&mut self, rows: Vec<crate::derived::WindowRow>) -> usize {
+        self.derived.rehydrate(&self.registry, rows)
+    }
+
     /// Restart step 6: the freshness deadlines, one per point that has an observation, from
     /// the restored projection. Returns how many were armed. Expiries wait for the startup
     /// grace to pass.

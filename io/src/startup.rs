@@ -197,10 +197,21 @@ where
     timings.record("replay_control_events", step);
     info!(read, replayed, "control events replayed");
 
-    // Restart step 5: no derived points exist yet (Watchdog & Derived Points is not built), so
-    // there are no windows to query; the step is still timed so the record has its slot.
+    // Restart step 5: the derived points' windows, from the class tables, in one query per
+    // class (batched over every input, each bounded by its newest row minus its longest
+    // window, and by rows), so a restart derives what an uninterrupted run would.
     let step = Instant::now();
+    let requests = core.derived_window_requests();
+    let rows = store
+        .load_windows(&requests, sentinel_core::derived::WINDOW_SAMPLES_MAX)
+        .await?;
+    let folded = core.rehydrate_derived(rows);
     timings.record("rehydrate_derived_windows", step);
+    info!(
+        inputs = requests.len(),
+        rows = folded,
+        "derived windows rehydrated"
+    );
 
     // Restart step 6: freshness deadlines from the restored projection.
     let step = Instant::now();
