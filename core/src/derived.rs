@@ -25,7 +25,8 @@
 //!   for derived rows too.
 //! - Readings are written as observations through the normal ingest path (the caller
 //!   publishes them on the derived point's own `obs.<host>.<instance>` subject), carrying
-//!   provenance in `detail`: the registry version, the op, and each input's span or key.
+//!   provenance in `detail`: the registry version, the op, the triggering row's key, and
+//!   each input's span or key.
 //!
 //! Sans-IO like the rest of the core: no clock (times are the rows'), no I/O.
 
@@ -385,6 +386,7 @@ impl Derivations {
             provenance: serde_json::json!({
                 "registry_version": self.registry_version,
                 "op": def.op.as_str(),
+                "trigger": [trigger.key.driver_instance.as_ref(), trigger.key.source_epoch, trigger.key.source_seq],
                 "inputs": inputs,
             }),
             instance: def.instance.clone(),

@@ -283,6 +283,7 @@ fn a_reading_is_keyed_by_its_trigger_alone_and_carries_provenance() {
     assert_eq!(json["value"], 21.5);
     assert_eq!(json["detail"]["registry_version"], 3);
     assert_eq!(json["detail"]["op"], "mean");
+    assert_eq!(json["detail"]["trigger"], serde_json::json!(["dev-1", 1, 7]));
     assert_eq!(json["detail"]["inputs"][0]["point"], "in.x");
     assert_eq!(json["detail"]["inputs"][0]["rows"], 1);
     // And stage 2 reads it back as an ordinary envelope.
