@@ -225,6 +225,7 @@ conformance!(
     control_events_are_sequenced_fenced_and_carry_the_epoch,
     rollups_keep_counts_only_for_points_not_agg_safe,
     rollup_writes_are_fenced,
+    derived_windows_are_bounded_by_time_and_rows,
 );
 
 on_conflict_form!(
@@ -249,7 +250,7 @@ fn control_event(point: &str, epoch: u32, occurred_at: Micros) -> ControlEvent {
         detail: ControlDetail::QualityChanged {
             from: Quality::Live,
             to: Quality::Stale,
-            reason: "freshness",
+            reason: sentinel_core::GapReason::Freshness,
             deadline: occurred_at,
         },
     }
@@ -863,6 +864,99 @@ async fn checkpoint_round_trips_through_load_state<B: Backend>(b: &B) {
     let restored = b.store().load_state(&[("p.num".into(), m)]).await.expect("load");
     assert_eq!(restored.checkpoints, vec![newest]);
     b.release(lease).await;
+}
+
+/// Restart step 5's read: per requested point, its rows in the requested class table with
+/// `observed_at >= since` (the bound included; a late row observed before it excluded however
+/// late it was ingested), newest first and at most `rows_max_per_point`, one batch for all.
+async fn derived_windows_are_bounded_by_time_and_rows<B: Backend>(b: &B) {
+    use sentinel_core::derived::{WindowRequest, WindowRow};
+    let lease = b.store().acquire().await.expect("acquire");
+    let t = |s: &str| at(&format!("2026-01-15T{s}Z"));
+    let a = |seq, ingested: &str, observed: &str, value: Option<f64>, quality| {
+        row(RowSpec {
+            point: "a",
+            seq,
+            ingested_at: t(ingested),
+            observed_at: t(observed),
+            value: value.map(CanonicalValue::Num),
+            quality,
+            ..RowSpec::default()
+        })
+    };
+    let b_row = |seq, observed: &str| {
+        row(RowSpec {
+            point: "b",
+            class: RetentionClass::State,
+            instance: "drv-2",
+            seq,
+            ingested_at: t(observed),
+            observed_at: t(observed),
+            value: Some(CanonicalValue::Num(seq as f64)),
+            ..RowSpec::default()
+        })
+    };
+    let rows = vec![
+        a(1, "10:00:01", "10:00:00", Some(1.0), Quality::Live),
+        a(2, "10:01:01", "10:01:00", Some(2.0), Quality::Live),
+        a(3, "10:02:01", "10:02:00", Some(3.0), Quality::Live), // exactly at the bound
+        a(4, "10:03:01", "10:03:00", Some(4.0), Quality::Live),
+        a(5, "10:04:01", "10:04:00", None, Quality::Unavailable),
+        a(6, "10:09:00", "09:00:00", Some(9.0), Quality::Live), // late: observed long before
+        b_row(10, "10:00:00"),
+        b_row(11, "10:01:00"),
+    ];
+    b.store()
+        .commit(batch(1, lease.epoch(), rows, vec![]))
+        .await
+        .expect("commit");
+    let request = |point: &str, class, since: &str| WindowRequest {
+        point_id: Arc::from(point),
+        class,
+        since: t(since),
+    };
+    let requests = vec![
+        request("a", RetentionClass::Measurement, "10:02:00"),
+        request("b", RetentionClass::State, "10:00:30"),
+        // The wrong class table holds nothing for this point.
+        request("a", RetentionClass::Diagnostic, "00:00:00"),
+    ];
+    let summary = |rows: Vec<WindowRow>| {
+        let mut out: Vec<(String, u64, Quality, Option<f64>)> = rows
+            .into_iter()
+            .map(|r| (r.point_id.to_string(), r.key.source_seq, r.quality, r.value))
+            .collect();
+        out.sort_by(|x, y| (&x.0, x.1).cmp(&(&y.0, y.1)));
+        out
+    };
+    let all = b.store().load_windows(&requests, 10).await.expect("windows");
+    let t3 = all.iter().find(|r| r.key.source_seq == 3).expect("row 3");
+    assert_eq!((t3.observed_at, t3.ingested_at), (t("10:02:00"), t("10:02:01")));
+    assert_eq!(&*t3.key.driver_instance, "drv-1");
+    assert_eq!(
+        summary(all),
+        vec![
+            ("a".to_owned(), 3, Quality::Live, Some(3.0)),
+            ("a".to_owned(), 4, Quality::Live, Some(4.0)),
+            ("a".to_owned(), 5, Quality::Unavailable, None),
+            ("b".to_owned(), 11, Quality::Live, Some(11.0)),
+        ]
+    );
+    // Bounded by rows too: the newest two of `a`.
+    assert_eq!(
+        summary(b.store().load_windows(&requests[..1], 2).await.expect("windows")),
+        vec![
+            ("a".to_owned(), 4, Quality::Live, Some(4.0)),
+            ("a".to_owned(), 5, Quality::Unavailable, None),
+        ]
+    );
+    assert!(
+        b.store()
+            .load_windows(&[], 10)
+            .await
+            .expect("nothing asked")
+            .is_empty()
+    );
 }
 
 async fn log_heads_follow_the_total_order<B: Backend>(b: &B) {

@@ -10,6 +10,7 @@
 
 use std::sync::Arc;
 
+use crate::gap::GapReason;
 use crate::log::Quality;
 use crate::registry::PointIdx;
 use crate::time::Micros;
@@ -43,8 +44,8 @@ pub enum ControlDetail {
     QualityChanged {
         from: Quality,
         to: Quality,
-        /// Why (`freshness`), and the deadline that passed.
-        reason: &'static str,
+        /// Why, from the closed vocabulary ([`GapReason`]), and the deadline that passed.
+        reason: GapReason,
         deadline: Micros,
     },
     CommandIssued {
@@ -87,7 +88,7 @@ impl ControlEvent {
             } => serde_json::json!({
                 "from": from.as_str(),
                 "to": to.as_str(),
-                "reason": reason,
+                "reason": reason.as_str(),
                 "deadline": deadline.to_rfc3339(),
             })
             .to_string(),

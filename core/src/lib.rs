@@ -12,6 +12,9 @@
 //! - [`log`] — rows, quarantine entries, batches (stages 11–12);
 //! - [`projection`] — stage 13 and the checkpoint policy;
 //! - [`watchdog`] — freshness deadlines, startup grace and lag suppression;
+//! - [`derived`] — derived points: sliding-window and two-input values computed from committed
+//!   rows, keyed by the triggering row, with provenance and typed gaps;
+//! - [`gap`] — the closed vocabulary of gap reasons the system writes;
 //! - [`control`] — the control events the core writes (epoch-stamped);
 //! - [`self_points`] — the figures the core publishes about itself, as observations;
 //! - [`drivers`] — restart step 7: the driver instances, this core's epoch announcement to them
@@ -25,8 +28,10 @@ pub mod config;
 pub mod control;
 pub mod dedup;
 pub mod delivery;
+pub mod derived;
 pub mod drivers;
 pub mod effect;
+pub mod gap;
 pub mod log;
 pub mod machine;
 pub mod metrics;
@@ -45,6 +50,7 @@ pub use config::Config;
 pub use control::{CommandRequest, ControlDetail, ControlEvent, ControlKind, ControlReport};
 pub use delivery::{Delivery, DeliveryTag};
 pub use effect::{Effect, ExitReason, Input};
+pub use gap::GapReason;
 pub use log::{
     Batch, BatchId, CanonicalValue, CommitReport, ObsKey, ObsRow, Quality, QuarantineEntry, QuarantineReason,
 };

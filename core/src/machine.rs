@@ -16,8 +16,10 @@ use crate::control::{
 };
 use crate::dedup::{DedupSet, Seen};
 use crate::delivery::{Delivery, DeliveryTag};
+use crate::derived::Derivations;
 use crate::drivers::{Announcement, DriverState, Drivers, HelloOutcome};
 use crate::effect::{Effect, ExitReason, Input};
+use crate::gap::GapReason;
 use crate::log::{Batch, BatchId, CommitReport, Quality};
 use crate::metrics::Metrics;
 use crate::pipeline::{self, Outcome};
@@ -89,6 +91,8 @@ pub struct Core {
     lag_high: bool,
     /// Points with a `quality_changed` event at the store, not yet answered.
     control_pending: std::collections::BTreeSet<crate::registry::PointIdx>,
+    /// Derived points: computed from committed rows, published as observations.
+    derived: Derivations,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
     planted: Option<PlantedBug>,
 }
@@ -109,6 +113,7 @@ impl Core {
         let self_points = SelfPoints::new(config.self_points_interval_ms, &registry, now);
         let drivers = Drivers::new(&registry, crate::self_points::SELF_HOST, epoch, now);
         let rollups = RollupSchedule::new(config.rollups.clone(), now);
+        let derived = Derivations::new(&registry);
         let mut core = Core {
             dedup: DedupSet::new(config.dedup_keys_max),
             projection,
@@ -129,6 +134,7 @@ impl Core {
             rollups,
             lag_high: false,
             control_pending: std::collections::BTreeSet::new(),
+            derived,
             planted: None,
         };
         core.count_drivers();
@@ -160,6 +166,37 @@ impl Core {
             .map(|s| s.watermark_seq.unwrap_or(0))
             .min()
             .unwrap_or(0)
+    }
+
+    /// Restart step 5, the question: which rows of which class tables rebuild the derived
+    /// points' windows, each input bounded by its newest committed row (from the restored log
+    /// heads) minus the longest window reading it. Empty when nothing is derived.
+    pub fn derived_window_requests(&self) -> Vec<crate::derived::WindowRequest> {
+        self.derived
+            .window_requests(&self.registry, |idx| self.projection.state(idx).observed_at)
+    }
+
+    /// Restart step 5, the answer: folds the rows read for [`Self::derived_window_requests`]
+    /// into the windows, and publishes again the readings of rows after each derived point's
+    /// newest stored reading (a crash between a commit and publishing its readings lost them;
+    /// see [`crate::derived::Derivations::rehydrate`]).
+    /// Returns how many rows were folded and how many readings were derived again.
+    pub fn rehydrate_derived(&mut self, rows: Vec<crate::derived::WindowRow>) -> (usize, usize) {
+        let projection = &self.projection;
+        let done = self
+            .derived
+            .rehydrate(&self.registry, rows, |idx| projection.state(idx).observed_at);
+        let rederived = done.readings.len();
+        for reading in done.readings {
+            let (subject, msg_id, payload) = reading.to_observation();
+            self.metrics.derived_readings += 1;
+            self.effects.push_back(Effect::PublishObservation {
+                subject,
+                msg_id,
+                payload,
+            });
+        }
+        (done.folded, rederived)
     }
 
     /// Restart step 6: the freshness deadlines, one per point that has an observation, from
@@ -509,6 +546,20 @@ impl Core {
             if let Some(published) = published {
                 self.publish_transition(published);
             }
+            // Derived points read only what RETURNING says was inserted; their readings go
+            // back through the stream and ingest like any observation, keyed by this row.
+            if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
+                continue; // derived when submitted instead (see try_flush)
+            }
+            for reading in self.derived.on_committed(row) {
+                let (subject, msg_id, payload) = reading.to_observation();
+                self.metrics.derived_readings += 1;
+                self.effects.push_back(Effect::PublishObservation {
+                    subject,
+                    msg_id,
+                    payload,
+                });
+            }
         }
         self.checkpoint_quality_changes();
         self.try_flush();
@@ -516,7 +567,9 @@ impl Core {
     }
 
     /// Watchdog expiries: each live, restored or assumed point whose deadline passed gets a
-    /// `quality_changed` event to `stale`, written before the projection changes.
+    /// `quality_changed` event to `stale`, written before the projection changes. Its reason
+    /// is `heartbeat_missed` for a point that declares a heartbeat (its deadline is the
+    /// heartbeat's), else `freshness`.
     fn expire_deadlines(&mut self) {
         if self.mode != Mode::Running {
             return;
@@ -551,7 +604,18 @@ impl Core {
                 detail: ControlDetail::QualityChanged {
                     from: state.quality,
                     to: Quality::Stale,
-                    reason: "freshness",
+                    reason: if self
+                        .registry
+                        .point(point)
+                        .descriptor
+                        .manifest
+                        .heartbeat_s
+                        .is_some()
+                    {
+                        GapReason::HeartbeatMissed
+                    } else {
+                        GapReason::Freshness
+                    },
                     deadline,
                 },
             });
@@ -591,7 +655,7 @@ impl Core {
             let published = self.projection.apply_quality_event(
                 event.point,
                 to,
-                reason,
+                reason.as_str(),
                 seq,
                 self.now,
                 self.epoch,
@@ -741,6 +805,18 @@ impl Core {
                     early_publishes.push(Effect::Publish {
                         subject: published.subject,
                         payload: published.payload.into(),
+                    });
+                }
+            }
+        }
+        if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
+            for row in &open.batch.rows {
+                for reading in self.derived.on_committed(row) {
+                    let (subject, msg_id, payload) = reading.to_observation();
+                    early_publishes.push(Effect::PublishObservation {
+                        subject,
+                        msg_id,
+                        payload,
                     });
                 }
             }

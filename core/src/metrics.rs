@@ -20,6 +20,8 @@ pub struct Metrics {
     /// Duplicates recognised by stage 3.
     pub duplicates_fast_path: u64,
     pub transitions_published: u64,
+    /// Derived readings computed from committed rows and published into the stream.
+    pub derived_readings: u64,
     pub batches_committed: u64,
     pub acks: u64,
     pub checkpoint_points: u64,

@@ -139,7 +139,11 @@ fn build_row(
 ) -> ObsRow {
     let desc = &point.descriptor;
     let mut quality = env.quality.map_or(Quality::Live, |q| q.quality());
-    let mut reason: Option<Cow<'static, str>> = env.reason.as_deref().map(|r| Cow::Owned(r.to_owned()));
+    // A reason from the typed-gap vocabulary is shared, not copied; a driver's own text is kept.
+    let mut reason: Option<Cow<'static, str>> = env.reason.as_deref().map(|r| {
+        crate::gap::GapReason::parse(r)
+            .map_or_else(|| Cow::Owned(r.to_owned()), |g| Cow::Borrowed(g.as_str()))
+    });
     let mut value = None;
     let mut native_num = None;
     let mut native_text: Option<Box<str>> = None;

@@ -18,7 +18,7 @@ use rustc_hash::FxHashMap;
 
 use crate::config::Config;
 use crate::log::{CanonicalValue, ObsKey, ObsRow, Quality};
-use crate::registry::{Kind, PointIdx, Registry};
+use crate::registry::{EventPolicy, Kind, PointIdx, Registry};
 use crate::state::{LogHead, OrderKey, PointState, RestoredState};
 use crate::time::Micros;
 use crate::wire::{Transition, state_subject};
@@ -32,9 +32,15 @@ struct Slot {
     /// drift still produces an edge once it exceeds the deadband.
     edge_value: Option<CanonicalValue>,
     deadband: f64,
+    /// Which committed readings also raise a transition (see [`Projection::apply`]).
+    event_policy: EventPolicy,
     /// The registry's `freshness_s`: a row is current while `observed_at` + this is ahead of
     /// the core's clock, and the watchdog deadline is `observed_at` + this.
     freshness_us: i64,
+    /// How long after its latest reading the watchdog's deadline falls: the declared
+    /// `heartbeat_s` of a point that has one (never longer than `freshness_s`), else
+    /// `freshness_s`.
+    deadline_us: i64,
     subject: String,
     last_checkpoint_at: Option<Micros>,
 }
@@ -150,7 +156,16 @@ impl Projection {
                 edge_value: state.value.clone(),
                 state,
                 deadband,
+                event_policy: point.descriptor.manifest.event_policy,
                 freshness_us: i64::from(point.descriptor.freshness_s) * 1_000_000,
+                deadline_us: i64::from(
+                    point
+                        .descriptor
+                        .manifest
+                        .heartbeat_s
+                        .unwrap_or(point.descriptor.freshness_s)
+                        .min(point.descriptor.freshness_s),
+                ) * 1_000_000,
                 subject: state_subject(&point.id),
                 last_checkpoint_at: None,
             });
@@ -191,16 +206,24 @@ impl Projection {
         true
     }
 
-    /// The point's freshness deadline: its latest observation plus `freshness_s`.
+    /// The point's watchdog deadline: its latest observation plus its heartbeat, if it
+    /// declares one, else plus `freshness_s`.
     pub fn freshness_deadline(&self, point: PointIdx) -> Option<Micros> {
         let slot = &self.slots[point.0 as usize];
         slot.state
             .observed_at
-            .map(|o| Micros(o.0.saturating_add(slot.freshness_us)))
+            .map(|o| Micros(o.0.saturating_add(slot.deadline_us)))
     }
 
-    /// Stage 13 for one row of a RETURNING set. Returns the transition to publish, if the row
-    /// changed the point's quality or moved its value past the deadband.
+    /// Stage 13 for one row of a RETURNING set. Returns the transition to publish, as the
+    /// point's `event_policy` says (sensor paradigm, "Record and raise are two verbs": every
+    /// row is recorded and folded; the policy decides only what is raised):
+    /// - `always`: one transition for every committed row, whether or not it changed anything
+    ///   (the caller applies each row of a RETURNING set once, so at most once per row);
+    /// - `on_change`: when the row changed the point's quality or moved its value past the
+    ///   deadband;
+    /// - `never`: only when the row changed the point's quality (a quality edge is a fact
+    ///   about the point, not a reading, and consumers rely on it).
     ///
     /// Recovery rule (core runtime spec, "Draining"): a `live` row that is not current (its
     /// `observed_at` plus the point's freshness is not ahead of `now`, as for replayed backlog)
@@ -259,7 +282,12 @@ impl Projection {
             }
         }
 
-        if !(quality_changed || value_edge) {
+        let raise = match slot.event_policy {
+            EventPolicy::Always => true,
+            EventPolicy::OnChange => quality_changed || value_edge,
+            EventPolicy::Never => quality_changed,
+        };
+        if !raise {
             return None;
         }
         Some(slot.transition(

@@ -3,7 +3,9 @@
 //! smallest real version of Watchdog & Derived Points the exit criteria need).
 //!
 //! Owns: each point's deadline (`observed_at` of its latest row plus the registry's
-//! `freshness_s`), and when expiries may fire. Expiry is suppressed during the startup grace,
+//! `freshness_s`, or plus its `heartbeat_s` when a report-on-change point declares one: such a
+//! point promises a reading that often even when nothing changed, so a missed heartbeat is the
+//! earliest sign it is dead), and when expiries may fire. Expiry is suppressed during the startup grace,
 //! until the first lag reading arrives (a core that has not yet asked the consumer does not
 //! know whether it is draining a backlog), and while ingest lag is high: in both cases the absence of data is a fact about the core,
 //! not about the device, and reporting it as device staleness would be a lie. A suppressed

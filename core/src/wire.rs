@@ -401,6 +401,9 @@ pub struct EnvelopeOut {
     pub quality: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// A JSON object of context (a derived reading's provenance).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<serde_json::Value>,
 }
 
 impl EnvelopeOut {
@@ -424,6 +427,7 @@ impl EnvelopeOut {
             unit: None,
             quality: None,
             reason: None,
+            detail: None,
         }
     }
 

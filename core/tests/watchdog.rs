@@ -6,8 +6,8 @@ mod common;
 
 use common::*;
 use sentinel_core::{
-    ControlDetail, ControlKind, ControlReport, Core, Effect, Input, LogHead, Micros, ObsKey, PointState,
-    Quality, RestoredState,
+    ControlDetail, ControlKind, ControlReport, Core, Effect, GapReason, Input, LogHead, Micros, ObsKey,
+    PointState, Quality, RestoredState,
 };
 
 const A: &str = "obs.plant-a.modbus-1";
@@ -116,9 +116,14 @@ fn an_expired_deadline_writes_a_control_event_before_the_point_goes_stale() {
         ControlDetail::QualityChanged {
             from: Quality::Live,
             to: Quality::Stale,
+            reason: GapReason::Freshness,
             ..
         }
     ));
+    assert!(
+        event.payload_json().contains(r#""reason":"freshness""#),
+        "the typed reason's stable string form is what the log stores"
+    );
     assert!(
         published(&effects).is_empty(),
         "nothing is published before the event commits"
@@ -363,4 +368,57 @@ fn a_bad_row_that_lands_while_the_event_is_at_the_store_keeps_the_point_bad() {
         Quality::Bad,
         "the event from live to stale does not overwrite what the row said"
     );
+}
+
+/// A report-on-change point declares a heartbeat: the watchdog's deadline is its latest
+/// reading plus the heartbeat, not plus its (longer) freshness, and the gap it writes says
+/// `heartbeat_missed`.
+#[test]
+fn a_heartbeat_point_goes_stale_when_its_heartbeat_is_missed() {
+    use sentinel_core::registry::{Kind, Registry, Reporting, RetentionClass};
+    const HEARTBEAT_MS: i64 = 10_000;
+    let mut temp = descriptor(
+        "plant.temp",
+        Kind::Number,
+        RetentionClass::Measurement,
+        "plant-a",
+        "modbus-1",
+    );
+    temp.manifest.reporting = Some(Reporting::OnChange);
+    temp.manifest.heartbeat_s = Some((HEARTBEAT_MS / 1_000) as u32);
+    let registry =
+        std::sync::Arc::new(Registry::compile(1, "sha".into(), "hash".into(), vec![temp]).expect("compiles"));
+    let mut core = Core::new(
+        sentinel_core::Config::default(),
+        registry,
+        5,
+        &RestoredState::default(),
+        T0,
+    )
+    .expect("core");
+    let after_grace = T0.add_ms(GRACE_MS);
+    no_lag(&mut core, after_grace);
+    ingest(&mut core, temp_at(1, "71.6", after_grace, after_grace));
+    assert_eq!(core.next_deadline(), Some(after_grace.add_ms(HEARTBEAT_MS)));
+    const {
+        assert!(
+            HEARTBEAT_MS < FRESHNESS_MS,
+            "the heartbeat is the tighter deadline"
+        )
+    };
+
+    core.handle(after_grace.add_ms(HEARTBEAT_MS - 1), Input::Tick);
+    assert!(controls(&drain(&mut core)).is_empty(), "not yet due");
+    core.handle(after_grace.add_ms(HEARTBEAT_MS + 1), Input::Tick);
+    let events = controls(&drain(&mut core));
+    assert_eq!(events.len(), 1);
+    assert!(matches!(
+        events[0].detail,
+        ControlDetail::QualityChanged {
+            from: Quality::Live,
+            to: Quality::Stale,
+            reason: GapReason::HeartbeatMissed,
+            ..
+        }
+    ));
 }

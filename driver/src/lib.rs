@@ -20,12 +20,18 @@
 //! [`commands`] is the driver's command intake: subscribe, check the epoch, answer, apply only
 //! what was admitted.
 //!
+//! [`gaps`] is how a driver says there is no reading and why: an `unavailable` observation
+//! whose reason comes from the closed vocabulary ([`sentinel_core::GapReason`]).
+//!
 //! [`disk_queue`] is the second buffer: where a publish goes when the stream is full, bounded
 //! by size and age, with a drop count for the driver's `queue_drops` self-point.
 
 pub mod commands;
 pub mod connect;
 pub mod disk_queue;
+pub mod gaps;
+
+pub use gaps::gap_observation;
 
 use std::collections::VecDeque;
 use std::future::{Future, IntoFuture};

@@ -344,6 +344,17 @@ pub trait Store: Clone + Send + Sync + 'static {
         points: &[(String, RetentionClass)],
     ) -> impl Future<Output = Result<RestoredState, StoreError>> + Send;
 
+    /// Restart step 5: for each request, its point's rows in its class table with
+    /// `observed_at >= since`, newest first and at most `rows_max_per_point` of them (the
+    /// lookback is bounded twice: by time and by rows). One query per class table, however
+    /// many points are asked about, so the number of queries does not grow with the number of
+    /// derived points. Rows come back in no particular order across points.
+    fn load_windows(
+        &self,
+        requests: &[sentinel_core::derived::WindowRequest],
+        rows_max_per_point: usize,
+    ) -> impl Future<Output = Result<Vec<sentinel_core::derived::WindowRow>, StoreError>> + Send;
+
     /// Commits a batch in one transaction fenced on `batch.epoch`, with the semantics of
     /// `ON CONFLICT DO NOTHING`, and reports the RETURNING set: exactly the rows and entries
     /// this commit inserted.

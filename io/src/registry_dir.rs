@@ -9,7 +9,8 @@
 //! names the version (`git rev-parse HEAD`), hands the snapshot to a [`Store`], and compiles a
 //! stored version back into a [`Registry`], verifying its content hash on the way.
 //!
-//! The CLI's `sentinel registry check DIR` is [`check_dir`], `sentinel registry load DIR` is
+//! The CLI's `sentinel registry check DIR` is [`check_dir_with`], `sentinel registry plan DIR`
+//! is [`plan_dir`], `sentinel registry load DIR` is
 //! [`load_dir`]; the daemon calls [`load_and_compile`] (or [`compile_stored`] on a version it
 //! loaded itself).
 
@@ -20,6 +21,7 @@ use std::sync::Arc;
 
 use sentinel_core::RegistrySnapshot;
 use sentinel_core::registry::canonical::{self, StoredDescriptorError};
+use sentinel_core::registry::plan::{Admission, Plan};
 use sentinel_core::registry::source::{self, FILE_BYTES_MAX, FILES_MAX, RegistryIssue, RegistryReport};
 use sentinel_core::registry::{CompileError, Descriptor, Registry};
 
@@ -217,7 +219,20 @@ pub fn git_sha(dir: &Path) -> String {
 /// Every admission check over the folder: what `sentinel registry check DIR` runs. Descriptors
 /// come back sorted by id.
 pub fn check_dir(dir: &Path) -> Result<Vec<Descriptor>, RegistryReport> {
-    source::load(&read_dir(dir)?)
+    check_dir_with(dir, &Admission::default())
+}
+
+/// [`check_dir`] against an explicit installation's capacity (ingest budget, stream bound):
+/// what `sentinel registry check DIR --ingest-budget-obs-s …` runs.
+pub fn check_dir_with(dir: &Path, admission: &Admission) -> Result<Vec<Descriptor>, RegistryReport> {
+    source::load_with(&read_dir(dir)?, admission)
+}
+
+/// The declared load and derived-point order of a folder that passes its checks: what
+/// `sentinel registry plan DIR` prints.
+pub fn plan_dir(dir: &Path, admission: &Admission) -> Result<Plan, RegistryReport> {
+    let descriptors = check_dir_with(dir, admission)?;
+    Ok(Plan::of(&descriptors, admission))
 }
 
 /// The checked folder as the store will persist it.
@@ -488,6 +503,45 @@ mod tests {
         assert_eq!(
             report.to_string().lines().next(),
             Some(r#"hosts/zz-bad.toml: point "zz.temp": unknown unit "degK""#)
+        );
+    }
+
+    const DERIVED: &str = "host = \"sentinel\"\n\
+        [[point]]\nid = \"boiler1.flow_delta\"\nkind = \"number\"\ndriver_instance = \"core-derived\"\n\
+        retention = \"measurement\"\nagg_safe = true\nfreshness_s = 120\narchetype = \"derived\"\n\
+        peak_rate_hz = 0.1\nevent_policy = \"never\"\nrow_bytes = 96\n\
+        derived = { op = \"difference\", inputs = [\"boiler1.flow_mean\", \"boiler1.return_temp\"] }\n\
+        [[point]]\nid = \"boiler1.flow_mean\"\nkind = \"number\"\ndriver_instance = \"core-derived\"\n\
+        retention = \"measurement\"\nagg_safe = true\nfreshness_s = 120\narchetype = \"derived\"\n\
+        peak_rate_hz = 0.1\nevent_policy = \"never\"\nrow_bytes = 96\n\
+        derived = { op = \"mean\", inputs = [\"INPUT\"], window_s = 900 }\n";
+
+    #[test]
+    fn plan_dir_lists_derived_points_inputs_first_and_check_names_a_cycle() {
+        let scratch = Scratch::sample("plan");
+        scratch.write(
+            "hosts/sentinel-derived.toml",
+            &DERIVED.replace("INPUT", "boiler1.flow_temp"),
+        );
+        let plan = plan_dir(&scratch.0, &Admission::default()).expect("passes its checks");
+        let order: Vec<&str> = plan
+            .derived_in_dependency_order
+            .iter()
+            .map(|d| d.id.as_str())
+            .collect();
+        assert_eq!(order, ["boiler1.flow_mean", "boiler1.flow_delta"]);
+        assert!(plan.within_budget && plan.stream_fits);
+
+        scratch.write(
+            "hosts/sentinel-derived.toml",
+            &DERIVED.replace("INPUT", "boiler1.flow_delta"),
+        );
+        let report = check_dir(&scratch.0).unwrap_err();
+        assert_eq!(
+            report.to_string().lines().next(),
+            Some(
+                r#"hosts/sentinel-derived.toml: point "boiler1.flow_delta": inputs form a cycle: boiler1.flow_delta → boiler1.flow_mean → boiler1.flow_delta; a derived point cannot depend on itself"#
+            )
         );
     }
 

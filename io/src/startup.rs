@@ -196,10 +196,24 @@ where
     timings.record("replay_control_events", step);
     info!(read, replayed, "control events replayed");
 
-    // Restart step 5: no derived points exist yet (Watchdog & Derived Points is not built), so
-    // there are no windows to query; the step is still timed so the record has its slot.
+    // Restart step 5: the derived points' windows, from the class tables, in one query per
+    // class (batched over every input, each bounded by its newest row minus its longest
+    // window, and by rows), so a restart derives what an uninterrupted run would; and the
+    // readings of rows after each derived point's newest stored reading derived again, since
+    // a crash between a commit and their publication loses them.
     let step = Instant::now();
+    let requests = core.derived_window_requests();
+    let rows = store
+        .load_windows(&requests, sentinel_core::derived::WINDOW_SAMPLES_MAX)
+        .await?;
+    let (folded, rederived) = core.rehydrate_derived(rows);
     timings.record("rehydrate_derived_windows", step);
+    info!(
+        inputs = requests.len(),
+        rows = folded,
+        rederived,
+        "derived windows rehydrated"
+    );
 
     // Restart step 6: freshness deadlines from the restored projection.
     let step = Instant::now();
@@ -290,7 +304,7 @@ mod tests {
                 detail: ControlDetail::QualityChanged {
                     from: Quality::Live,
                     to: Quality::Stale,
-                    reason: "freshness",
+                    reason: sentinel_core::GapReason::Freshness,
                     deadline: Micros(i),
                 },
             })

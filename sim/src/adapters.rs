@@ -397,6 +397,15 @@ impl Store for SimStore {
         self.world.store.load_state(points).await
     }
 
+    async fn load_windows(
+        &self,
+        requests: &[sentinel_core::derived::WindowRequest],
+        rows_max_per_point: usize,
+    ) -> Result<Vec<sentinel_core::derived::WindowRow>, StoreError> {
+        self.enter(None).await?;
+        self.world.store.load_windows(requests, rows_max_per_point).await
+    }
+
     async fn commit(&self, batch: Batch) -> Result<CommitReport, CommitError> {
         let fail = |id, source| CommitError { batch: id, source };
         let id = batch.id;

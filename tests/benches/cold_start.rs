@@ -181,7 +181,7 @@ async fn main() {
             detail: ControlDetail::QualityChanged {
                 from: Quality::Live,
                 to: Quality::Stale,
-                reason: "freshness",
+                reason: sentinel_core::GapReason::Freshness,
                 deadline: now,
             },
         })

@@ -226,9 +226,14 @@ pub fn generate(registry: &Registry, count: usize, source_epoch: u32, now: Micro
             14 => {
                 row(numeric, &mut expected);
                 expected.rows_unavailable += 1;
-                let mut e = envelope(numeric, seq, serde_json::Value::Null);
-                e.quality = Some("unavailable".into());
-                e.reason = Some("device_offline".into());
+                let e = sentinel_driver::gap_observation(
+                    &numeric.id,
+                    &numeric.descriptor.assignment.driver_instance,
+                    source_epoch,
+                    seq,
+                    observed,
+                    sentinel_core::GapReason::SourceDown,
+                );
                 built(subject_of(numeric), e)
             }
             _ => {

@@ -248,7 +248,10 @@ mod tests {
                 peak_rate_hz: 0.1,
                 event_policy: EventPolicy::OnChange,
                 row_bytes: 96,
+                reporting: None,
+                heartbeat_s: None,
             },
+            derived: None,
         }
     }
 
@@ -390,6 +393,38 @@ mod tests {
         insta::assert_snapshot!("sample_canonical_json", lines.join("\n"));
     }
 
+    /// New manifest fields are optional and left out when absent, so adding one to the format
+    /// changes no existing descriptor's bytes or hash (the two snapshots above pin the sample's).
+    #[test]
+    fn an_absent_optional_field_is_left_out_so_old_hashes_hold() {
+        let plain = fahrenheit_point();
+        let json = canonical_json(&plain);
+        assert!(!json.contains("derived"), "{json}");
+        assert!(
+            !json.contains("heartbeat_s") && !json.contains("reporting"),
+            "{json}"
+        );
+        let mut derived = plain.clone();
+        derived.manifest.reporting = Some(Reporting::OnChange);
+        derived.manifest.heartbeat_s = Some(30);
+        derived.derived = Some(Derived {
+            op: DerivedOp::Mean,
+            inputs: vec!["a".into()],
+            window_s: Some(300),
+        });
+        let with = canonical_json(&derived);
+        assert!(
+            with.contains(r#""derived":{"inputs":["a"],"op":"mean","window_s":300}"#),
+            "{with}"
+        );
+        assert!(
+            with.contains(r#""heartbeat_s":30"#) && with.contains(r#""reporting":"on_change""#),
+            "{with}"
+        );
+        assert_ne!(descriptor_hash(&with), descriptor_hash(&json));
+        assert_eq!(parse_stored(&with).expect("reads back"), derived);
+    }
+
     #[test]
     fn sample_hashes_are_stable() {
         let snap = snapshot("unversioned", &sample());
@@ -419,6 +454,12 @@ mod tests {
             deadband in finite(),
             freshness_s in any::<u32>(), row_bytes in any::<u32>(), peak_rate_hz in finite(),
             agg_safe in any::<bool>(),
+            heartbeat_s in proptest::option::of(any::<u32>()),
+            derived in proptest::option::of((
+                proptest::sample::select(DerivedOp::ALL.to_vec()),
+                proptest::collection::vec("[a-z]{1,6}", 0..3),
+                proptest::option::of(any::<u32>()),
+            )),
         ) -> Descriptor {
             Descriptor {
                 id,
@@ -433,7 +474,15 @@ mod tests {
                 agg_safe,
                 assignment: Assignment { host: "h".into(), driver_instance: "i".into() },
                 freshness_s,
-                manifest: Manifest { archetype: Archetype::Model, peak_rate_hz, event_policy: EventPolicy::Never, row_bytes },
+                manifest: Manifest {
+                    archetype: Archetype::Model,
+                    peak_rate_hz,
+                    event_policy: EventPolicy::Never,
+                    row_bytes,
+                    reporting: heartbeat_s.map(|_| Reporting::OnChange),
+                    heartbeat_s,
+                },
+                derived: derived.map(|(op, inputs, window_s)| Derived { op, inputs, window_s }),
             }
         }
     }

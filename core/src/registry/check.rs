@@ -14,7 +14,8 @@
 
 use std::collections::BTreeMap;
 
-use super::descriptor::{EventPolicy, Kind};
+use super::descriptor::{EventPolicy, Kind, Reporting};
+use super::plan::Admission;
 use super::source::{FOLDER, LocatedPoint, RegistryIssue, SourceFile, SourceFolder, Vocabulary};
 
 /// Points in one registry. The spec targets ~4,000 (core runtime spec, "Scale targets"); this
@@ -42,14 +43,22 @@ pub const ROW_BYTES_MAX: u32 = 64 * 1024;
 /// A point silent for longer than 31 days is not being watched.
 pub const FRESHNESS_S_MAX: u32 = 31 * 24 * 3600;
 
-/// Runs every admission check over a parsed folder. Empty means the folder may be loaded.
+/// Runs every admission check over a parsed folder, against the default installation
+/// ([`Admission::default`]: the spec's 500 obs/s budget, a four-hour outage, the default
+/// stream). Empty means the folder may be loaded.
 pub fn check(folder: &SourceFolder) -> Vec<RegistryIssue> {
+    check_with(folder, &Admission::default())
+}
+
+/// [`check`] against an explicit installation's capacity.
+pub fn check_with(folder: &SourceFolder, admission: &Admission) -> Vec<RegistryIssue> {
     let (vocabulary, mut issues) = Vocabulary::merge(folder);
     check_vocabulary(folder, &vocabulary, &mut issues);
     check_folder_points(folder, &mut issues);
     for file in &folder.files {
         check_file(file, &vocabulary, &mut issues);
     }
+    super::admission::check_registry(folder, admission, &mut issues);
     issues
 }
 
@@ -376,6 +385,8 @@ fn check_point(
         }
     }
 
+    check_heartbeat(p, push);
+
     if let Some(row_bytes) = p.row_bytes
         && (row_bytes == 0 || row_bytes > ROW_BYTES_MAX)
     {
@@ -394,6 +405,30 @@ fn check_point(
         } else {
             check_rate(p.event_policy, rate, deadband, is_number, p.freshness_s, push);
         }
+    }
+}
+
+/// A point that reports only on change must heartbeat, and its heartbeat must come before
+/// its freshness runs out, or an unchanged point would go stale between heartbeats.
+fn check_heartbeat(p: &super::source::SourcePoint, push: &mut impl FnMut(String)) {
+    match (p.reporting, p.heartbeat_s) {
+        (Some(Reporting::OnChange), None) => push(
+            "reporting \"on_change\" without heartbeat_s: a point that only reports on change cannot be told \
+             from a dead one; declare how often it re-sends an unchanged reading"
+                .to_owned(),
+        ),
+        (_, Some(0)) => push("heartbeat_s is 0; a heartbeat is at least 1 s apart".to_owned()),
+        (_, Some(heartbeat_s)) => {
+            if let Some(freshness_s) = p.freshness_s
+                && heartbeat_s > freshness_s
+            {
+                push(format!(
+                    "heartbeat_s {heartbeat_s} is longer than freshness_s {freshness_s}: an unchanged point \
+                     would go stale between heartbeats"
+                ));
+            }
+        }
+        _ => {}
     }
 }
 
@@ -888,6 +923,229 @@ bar = { quantity = "pressure", factor = 100.0 }
             messages
                 .iter()
                 .any(|m| m.contains("factor must be finite and non-zero"))
+        );
+    }
+
+    /// The whole report for `hosts`, one line per issue, against `admission`.
+    fn lines_with(hosts: &[(&str, String)], admission: &Admission) -> Vec<String> {
+        let mut files = vec![
+            ("units.toml".to_owned(), UNITS.to_owned()),
+            ("codebooks.toml".to_owned(), CODEBOOKS.to_owned()),
+        ];
+        files.extend(hosts.iter().map(|(p, t)| (p.to_string(), t.clone())));
+        let (folder, mut issues) = parse(&files);
+        issues.extend(check_with(&folder, admission));
+        issues.sort();
+        issues.iter().map(ToString::to_string).collect()
+    }
+
+    fn lines(hosts: &[(&str, String)]) -> Vec<String> {
+        lines_with(hosts, &Admission::default())
+    }
+
+    /// A derived point (the base point's other fields: a number, agg_safe), for the core's
+    /// own host.
+    fn derived(id: &str, derived: &str) -> String {
+        point(&[
+            ("id", Some(&format!("\"{id}\""))),
+            ("driver_instance", Some("\"derived\"")),
+            ("archetype", Some("\"derived\"")),
+            ("unit_native", None),
+            ("unit", None),
+            ("range", None),
+            ("derived", Some(derived)),
+        ])
+    }
+
+    fn plant_a(points: &[String]) -> Vec<(&'static str, String)> {
+        vec![("hosts/plant-a.toml", host_file("plant-a", points))]
+    }
+
+    /// The base point on plant-a, and `derived` points in the core's own file.
+    fn with_core(plant: &[String], derived: &[String]) -> Vec<(&'static str, String)> {
+        vec![
+            ("hosts/plant-a.toml", host_file("plant-a", plant)),
+            ("hosts/sentinel.toml", host_file("sentinel", derived)),
+        ]
+    }
+
+    #[test]
+    fn a_derived_point_over_an_agg_safe_input_passes() {
+        let mean = derived(
+            "boiler.temp_mean",
+            r#"{ op = "mean", inputs = ["boiler.temp"], window_s = 300 }"#,
+        );
+        let diff = derived(
+            "boiler.temp_spread",
+            r#"{ op = "difference", inputs = ["boiler.temp", "boiler.temp_mean"] }"#,
+        );
+        assert_eq!(
+            lines(&with_core(&[point(&[])], &[mean.clone(), diff])),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            lines(&plant_a(&[point(&[]), mean])),
+            vec![
+                r#"hosts/plant-a.toml: point "boiler.temp_mean": derived "mean" on host "plant-a": the core computes and publishes derived points, so they belong in a file with host = "sentinel""#
+            ]
+        );
+    }
+
+    #[test]
+    fn refuses_a_cycle_in_the_inputs_graph_naming_it() {
+        let a = derived("d.a", r#"{ op = "max", inputs = ["d.b"], window_s = 60 }"#);
+        let b = derived("d.b", r#"{ op = "min", inputs = ["d.c"], window_s = 60 }"#);
+        let c = derived("d.c", r#"{ op = "max", inputs = ["d.a"], window_s = 60 }"#);
+        assert_eq!(
+            lines(&with_core(&[point(&[])], &[c, a, b])),
+            vec![
+                r#"hosts/sentinel.toml: point "d.a": inputs form a cycle: d.a → d.b → d.c → d.a; a derived point cannot depend on itself"#
+            ]
+        );
+    }
+
+    #[test]
+    fn refuses_a_mean_over_an_input_that_is_not_agg_safe() {
+        let input = point(&[("agg_safe", Some("false"))]);
+        let mean = derived(
+            "boiler.temp_mean",
+            r#"{ op = "mean", inputs = ["boiler.temp"], window_s = 300 }"#,
+        );
+        assert_eq!(
+            lines(&with_core(std::slice::from_ref(&input), &[mean])),
+            vec![
+                r#"hosts/sentinel.toml: point "boiler.temp_mean": derived "mean" over input "boiler.temp", which is not agg_safe: adding its values up is meaningless; pick min, max or count, or mark the input agg_safe"#
+            ]
+        );
+        // max is fine over the same input.
+        let max = derived(
+            "boiler.temp_max",
+            r#"{ op = "max", inputs = ["boiler.temp"], window_s = 300 }"#,
+        );
+        assert_eq!(lines(&with_core(&[input], &[max])), Vec::<String>::new());
+    }
+
+    #[test]
+    fn refuses_a_malformed_derived_section() {
+        let cases = [
+            (
+                r#"{ op = "ratio", inputs = ["boiler.temp"] }"#,
+                r#"derived "ratio" takes 2 input(s), not 1"#,
+            ),
+            (
+                r#"{ op = "sum", inputs = ["boiler.temp"] }"#,
+                r#"derived "sum" needs window_s, the sliding window (1 to 86400 s)"#,
+            ),
+            (
+                r#"{ op = "count", inputs = ["boiler.temp"], window_s = 86401 }"#,
+                r#"derived "count": window_s 86401 must be between 1 and 86400"#,
+            ),
+            (
+                r#"{ op = "mean", inputs = ["boiler.nope"], window_s = 60 }"#,
+                r#"derived input "boiler.nope" is not a point in the registry"#,
+            ),
+        ];
+        for (section, message) in cases {
+            let d = derived("boiler.d", section);
+            assert_eq!(
+                lines(&with_core(&[point(&[])], &[d])),
+                vec![format!(r#"hosts/sentinel.toml: point "boiler.d": {message}"#)],
+                "{section}"
+            );
+        }
+    }
+
+    #[test]
+    fn refuses_a_total_peak_rate_above_the_ingest_budget() {
+        let admission = Admission {
+            ingest_budget_obs_s: 0.15,
+            ..Admission::default()
+        };
+        let second = point(&[("id", Some("\"boiler.return\"")), ("peak_rate_hz", Some("0.05"))]);
+        assert_eq!(
+            lines_with(&plant_a(&[point(&[]), second.clone()]), &admission),
+            vec![
+                r#"hosts/plant-a.toml: point "boiler.temp": declared peak rates total 0.2 obs/s, above the ingest budget of 0.15 obs/s; this point is the largest at 0.1 Hz: lower peak rates or raise the budget (--ingest-budget-obs-s)"#
+            ]
+        );
+        // The default is the spec's 500 obs/s, which this folder is far under.
+        assert_eq!(lines(&plant_a(&[point(&[]), second])), Vec::<String>::new());
+    }
+
+    #[test]
+    fn refuses_a_stream_too_small_for_a_four_hour_outage() {
+        let admission = Admission {
+            stream_max_msgs: 1_000,
+            ..Admission::default()
+        };
+        assert_eq!(
+            lines_with(&plant_a(&[point(&[])]), &admission),
+            vec![
+                r#"hosts/plant-a.toml: point "boiler.temp": a 14400 s outage at the declared total of 0.1 obs/s leaves 1440 messages (737280 bytes) in the stream, more than its bound of 1000 messages / 4294967296 bytes; this point is the largest at 0.1 Hz: raise the bound (--stream-max-msgs, --stream-max-bytes) or lower peak rates"#
+            ]
+        );
+    }
+
+    #[test]
+    fn refuses_an_event_policy_that_does_not_fit_the_rate_in_one_line() {
+        let fast_always = point(&[
+            ("event_policy", Some("\"always\"")),
+            ("peak_rate_hz", Some("2.0")),
+        ]);
+        assert_eq!(
+            lines(&plant_a(&[fast_always])),
+            vec![
+                r#"hosts/plant-a.toml: point "boiler.temp": event_policy "always" raises an event per reading, and a declared peak of 2 Hz is more than the 1 Hz subscribers are sized for: pick "on_change" with a deadband, or "never" (record only)"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_report_on_change_point_must_declare_a_heartbeat_inside_its_freshness() {
+        let silent = point(&[("reporting", Some("\"on_change\""))]);
+        assert_eq!(
+            lines(&plant_a(&[silent])),
+            vec![
+                r#"hosts/plant-a.toml: point "boiler.temp": reporting "on_change" without heartbeat_s: a point that only reports on change cannot be told from a dead one; declare how often it re-sends an unchanged reading"#
+            ]
+        );
+        let slow = point(&[("reporting", Some("\"on_change\"")), ("heartbeat_s", Some("90"))]);
+        assert_eq!(
+            lines(&plant_a(&[slow])),
+            vec![
+                r#"hosts/plant-a.toml: point "boiler.temp": heartbeat_s 90 is longer than freshness_s 60: an unchanged point would go stale between heartbeats"#
+            ]
+        );
+        let good = point(&[("reporting", Some("\"on_change\"")), ("heartbeat_s", Some("30"))]);
+        assert_eq!(lines(&plant_a(&[good])), Vec::<String>::new());
+    }
+
+    #[test]
+    fn refuses_a_manifest_field_it_does_not_understand() {
+        let typo = point(&[("heartbeat_secs", Some("30"))]);
+        let lines = lines(&plant_a(&[typo]));
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(
+            lines[0].starts_with(
+                r#"hosts/plant-a.toml: point "boiler.temp": unknown field `heartbeat_secs`, expected one of"#
+            ),
+            "{}",
+            lines[0]
+        );
+        // Inside the derived section too.
+        let d = derived(
+            "boiler.d",
+            r#"{ op = "max", inputs = ["boiler.temp"], window_s = 60, windw = 5 }"#,
+        );
+        let lines =
+            super::super::source::parse(&[("hosts/plant-a.toml".to_owned(), host_file("plant-a", &[d]))]).1;
+        assert_eq!(lines.len(), 1, "{lines:#?}");
+        assert!(
+            lines[0].to_string().starts_with(
+                r#"hosts/plant-a.toml: point "boiler.d": unknown field `windw`, expected one of"#
+            ),
+            "{}",
+            lines[0]
         );
     }
 

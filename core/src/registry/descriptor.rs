@@ -103,6 +103,90 @@ pub enum EventPolicy {
     Always,
 }
 
+/// What a derived point computes (sensor paradigm: "a rolling window derived from another
+/// sensor's history" is a sensor).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum DerivedOp {
+    /// Over a sliding window of one input.
+    Mean,
+    Min,
+    Max,
+    Sum,
+    Count,
+    /// (last − first) / elapsed seconds, over the window.
+    RateOfChange,
+    /// Two inputs: first − second.
+    Difference,
+    /// Two inputs: first / second.
+    Ratio,
+}
+
+impl DerivedOp {
+    pub const ALL: [DerivedOp; 8] = [
+        DerivedOp::Mean,
+        DerivedOp::Min,
+        DerivedOp::Max,
+        DerivedOp::Sum,
+        DerivedOp::Count,
+        DerivedOp::RateOfChange,
+        DerivedOp::Difference,
+        DerivedOp::Ratio,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DerivedOp::Mean => "mean",
+            DerivedOp::Min => "min",
+            DerivedOp::Max => "max",
+            DerivedOp::Sum => "sum",
+            DerivedOp::Count => "count",
+            DerivedOp::RateOfChange => "rate_of_change",
+            DerivedOp::Difference => "difference",
+            DerivedOp::Ratio => "ratio",
+        }
+    }
+
+    /// Computed over a sliding window of one input (needs `window_s`); otherwise over the
+    /// latest values of two inputs.
+    pub fn is_window(self) -> bool {
+        !matches!(self, DerivedOp::Difference | DerivedOp::Ratio)
+    }
+
+    /// How many inputs the op takes.
+    pub fn inputs(self) -> usize {
+        if self.is_window() { 1 } else { 2 }
+    }
+
+    /// Adds values up, which is only meaningful for an `agg_safe` input.
+    pub fn needs_agg_safe(self) -> bool {
+        matches!(self, DerivedOp::Mean | DerivedOp::Sum)
+    }
+}
+
+/// A derived point's definition: computed by the core from its inputs' committed rows.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Derived {
+    pub op: DerivedOp,
+    /// Point ids, in order (`difference` and `ratio` read first, second).
+    pub inputs: Vec<String>,
+    /// The sliding window's length, for window ops.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_s: Option<u32>,
+}
+
+/// How a source reports (sensor paradigm: "a sensor that only reports on change cannot be
+/// told apart from a dead one unless it is made to heartbeat").
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Reporting {
+    /// Every sampling interval, changed or not.
+    Periodic,
+    /// Only when the value changes, plus a heartbeat (`heartbeat_s`).
+    OnChange,
+}
+
 /// The sensor-paradigm manifest fields, carried so admission checks can grow without a format
 /// change (DESIGN.md §4).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -114,6 +198,15 @@ pub struct Manifest {
     pub event_policy: EventPolicy,
     /// Estimated row size for write-budget sizing.
     pub row_bytes: u32,
+    /// How the source reports; absent means periodically.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reporting: Option<Reporting>,
+    /// The longest the source stays silent while nothing changes: it re-sends its current
+    /// reading at least this often. The watchdog's deadline for the point is its latest
+    /// reading plus this (it is never longer than `freshness_s`), and a missed one is the gap
+    /// `heartbeat_missed`. Required when `reporting` is `on_change`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub heartbeat_s: Option<u32>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -137,6 +230,10 @@ pub struct Descriptor {
     /// The point is expected to report at least this often.
     pub freshness_s: u32,
     pub manifest: Manifest,
+    /// Set for a derived point. Optional and left out of the canonical form when absent, so a
+    /// descriptor without it hashes as it did before the field existed (DESIGN.md §4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub derived: Option<Derived>,
 }
 
 impl Descriptor {
@@ -172,7 +269,10 @@ impl Descriptor {
                 peak_rate_hz: 0.1,
                 event_policy: EventPolicy::OnChange,
                 row_bytes: 120,
+                reporting: None,
+                heartbeat_s: None,
             },
+            derived: None,
         }
     }
 }

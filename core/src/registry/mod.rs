@@ -3,12 +3,16 @@
 //!
 //! Owns: the descriptor format ([`descriptor`]), parsing a registry folder's TOML text into
 //! descriptors ([`source`]), the admission checks ([`check`]), canonical form and hashing
-//! ([`canonical`]), and the compiled, interned lookup structure the pipeline uses ([`Registry`]).
+//! ([`canonical`]), the registry-wide admission checks ([`admission`]) over the derived inputs
+//! graph ([`graph`]) and the declared load ([`plan`]), and the compiled, interned lookup structure the pipeline uses ([`Registry`]).
 //! Reading files and git is the `io` crate's job: this module takes text in.
 
+pub mod admission;
 pub mod canonical;
 pub mod check;
 pub mod descriptor;
+pub mod graph;
+pub mod plan;
 pub mod source;
 
 use std::sync::Arc;
@@ -16,7 +20,8 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 pub use descriptor::{
-    Archetype, Assignment, Conversion, Descriptor, EventPolicy, Kind, Manifest, Range, RetentionClass,
+    Archetype, Assignment, Conversion, Derived, DerivedOp, Descriptor, EventPolicy, Kind, Manifest, Range,
+    Reporting, RetentionClass,
 };
 
 /// Index of a point in a compiled [`Registry`]. Stable for that registry only.

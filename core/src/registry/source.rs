@@ -18,7 +18,8 @@ use serde::Deserialize;
 
 use super::check;
 use super::descriptor::{
-    Archetype, Assignment, Conversion, Descriptor, EventPolicy, Kind, Manifest, Range, RetentionClass,
+    Archetype, Assignment, Conversion, Derived, Descriptor, EventPolicy, Kind, Manifest, Range, Reporting,
+    RetentionClass,
 };
 
 /// Files read from one folder; beyond this the folder is refused rather than half-read.
@@ -138,6 +139,10 @@ pub struct SourcePoint {
     pub peak_rate_hz: Option<f64>,
     pub event_policy: Option<EventPolicy>,
     pub row_bytes: Option<u32>,
+    pub reporting: Option<Reporting>,
+    pub heartbeat_s: Option<u32>,
+    /// `derived = { op = "...", inputs = [...], window_s = N }`: computed by the core.
+    pub derived: Option<Derived>,
 }
 
 impl SourcePoint {
@@ -459,15 +464,26 @@ fn resolve_point(
             peak_rate_hz: p.peak_rate_hz.ok_or_else(|| missing("peak_rate_hz"))?,
             event_policy: p.event_policy.ok_or_else(|| missing("event_policy"))?,
             row_bytes: p.row_bytes.ok_or_else(|| missing("row_bytes"))?,
+            reporting: p.reporting,
+            heartbeat_s: p.heartbeat_s,
         },
+        derived: p.derived.clone(),
     })
 }
 
 /// Parse, run every admission check, and resolve: the one call a registry loader needs.
 /// Descriptors come back sorted by id.
 pub fn load(files: &[(String, String)]) -> Result<Vec<Descriptor>, RegistryReport> {
+    load_with(files, &super::plan::Admission::default())
+}
+
+/// [`load`] with the admission settings (ingest budget, stream bound) given explicitly.
+pub fn load_with(
+    files: &[(String, String)],
+    admission: &super::plan::Admission,
+) -> Result<Vec<Descriptor>, RegistryReport> {
     let (folder, mut issues) = parse(files);
-    issues.extend(check::check(&folder));
+    issues.extend(check::check_with(&folder, admission));
     if !issues.is_empty() {
         return Err(RegistryReport::new(issues));
     }

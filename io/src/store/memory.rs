@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
 use rustc_hash::{FxHashMap, FxHashSet};
+use sentinel_core::derived::{WindowRequest, WindowRow};
 use sentinel_core::{
     Batch, CommitReport, ControlEvent, LogHead, Micros, ObsKey, ObsRow, PointState, QuarantineReason,
     RegistrySnapshot, RestoredState, RetentionClass,
@@ -490,6 +491,34 @@ impl Store for MemoryStore {
             checkpoints,
             log_heads,
         })
+    }
+
+    async fn load_windows(
+        &self,
+        requests: &[WindowRequest],
+        rows_max_per_point: usize,
+    ) -> Result<Vec<WindowRow>, StoreError> {
+        let model = lock(&self.model);
+        let mut out = Vec::new();
+        for request in requests {
+            let table = &model.tables[request.class.index()];
+            let mut rows: Vec<&ObsRow> = table
+                .rows
+                .iter()
+                .filter(|r| r.point_id == request.point_id && r.observed_at >= request.since)
+                .collect();
+            // Newest first, as the PostgreSQL query orders before its LIMIT.
+            rows.sort_by(|a, b| b.order_key().cmp(&a.order_key()));
+            out.extend(rows.into_iter().take(rows_max_per_point).map(|r| WindowRow {
+                point_id: r.point_id.clone(),
+                observed_at: r.observed_at,
+                ingested_at: r.ingested_at,
+                key: r.key.clone(),
+                quality: r.quality,
+                value: r.value.as_ref().and_then(sentinel_core::CanonicalValue::num),
+            }));
+        }
+        Ok(out)
     }
 
     async fn commit(&self, batch: Batch) -> Result<CommitReport, CommitError> {

@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use sentinel_core::derived::{WindowRequest, WindowRow};
 use sentinel_core::{
     Batch, CanonicalValue, CommitReport, ControlEvent, LogHead, Micros, ObsKey, ObsRow, PointState, Quality,
     QuarantineEntry, QuarantineReason, RegistrySnapshot, RestoredState, RetentionClass,
@@ -458,6 +459,60 @@ macro_rules! log_heads {
 const HEADS_MEASUREMENT: &str = log_heads!("observation_measurement");
 const HEADS_STATE: &str = log_heads!("observation_state");
 const HEADS_DIAGNOSTIC: &str = log_heads!("observation_diagnostic");
+
+/// Restart step 5: per requested point, its rows since its bound, newest first, at most `$3`.
+/// One statement per class table; the `(point_id, observed_at DESC)` index serves each lateral
+/// scan.
+macro_rules! windows {
+    ($table:literal) => {
+        concat!(
+            "SELECT w.point_id, o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
+             o.source_seq, o.quality::text, o.value_num \
+             FROM unnest($1::text[], $2::timestamptz[]) AS w(point_id, since) \
+             CROSS JOIN LATERAL (SELECT o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
+               o.source_seq, o.quality, o.value_num FROM ",
+            $table,
+            " o WHERE o.point_id = w.point_id AND o.observed_at >= w.since \
+               ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
+               o.source_epoch DESC, o.source_seq DESC LIMIT $3) o"
+        )
+    };
+}
+
+fn windows_sql(class: RetentionClass) -> &'static str {
+    match class {
+        RetentionClass::Measurement => windows!("observation_measurement"),
+        RetentionClass::State => windows!("observation_state"),
+        RetentionClass::Diagnostic => windows!("observation_diagnostic"),
+    }
+}
+
+fn window_row(row: &PgRow) -> Result<WindowRow, StoreError> {
+    let get = db_error("decoding a derived window row");
+    let decode = || -> Result<_, sqlx::Error> {
+        Ok((
+            row.try_get::<String, _>(0)?,
+            row.try_get::<OffsetDateTime, _>(1)?,
+            row.try_get::<OffsetDateTime, _>(2)?,
+            row.try_get::<String, _>(3)?,
+            row.try_get::<i32, _>(4)?,
+            row.try_get::<i64, _>(5)?,
+            row.try_get::<String, _>(6)?,
+            row.try_get::<Option<f64>, _>(7)?,
+        ))
+    };
+    let (id, observed, ingested, instance, epoch, seq, quality, value) = decode().map_err(get)?;
+    let key = key_from_columns(Some(instance), Some(epoch), Some(seq))?
+        .ok_or_else(|| StoreError::Other("a window row without a key".to_owned()))?;
+    Ok(WindowRow {
+        point_id: Arc::from(id),
+        observed_at: from_odt(observed),
+        ingested_at: from_odt(ingested),
+        key,
+        quality: quality_from_db(&quality)?,
+        value,
+    })
+}
 
 fn heads_sql(class: RetentionClass) -> &'static str {
     match class {
@@ -1897,6 +1952,42 @@ impl Store for PgStore {
 
     async fn load_state(&self, points: &[(String, RetentionClass)]) -> Result<RestoredState, StoreError> {
         self.load_state_inner(points).await
+    }
+
+    async fn load_windows(
+        &self,
+        requests: &[WindowRequest],
+        rows_max_per_point: usize,
+    ) -> Result<Vec<WindowRow>, StoreError> {
+        let limit = i64::try_from(rows_max_per_point).unwrap_or(i64::MAX);
+        let mut out = Vec::new();
+        for class in RetentionClass::ALL {
+            let wanted: Vec<&WindowRequest> = requests.iter().filter(|r| r.class == class).collect();
+            if wanted.is_empty() {
+                continue;
+            }
+            let ids: Vec<&str> = wanted.iter().map(|r| &*r.point_id).collect();
+            let since = wanted
+                .iter()
+                .map(|r| to_odt(r.since))
+                .collect::<Result<Vec<_>, _>>()?;
+            let rows = sqlx::query(windows_sql(class))
+                .bind(&ids)
+                .bind(&since)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error("reading derived windows"))?;
+            for row in &rows {
+                out.push(window_row(row)?);
+            }
+        }
+        tracing::debug!(
+            requests = requests.len(),
+            rows = out.len(),
+            "derived windows loaded"
+        );
+        Ok(out)
     }
 
     async fn commit(&self, batch: Batch) -> Result<CommitReport, CommitError> {

@@ -1,7 +1,9 @@
 //! The `sentinel` binary: the CLI edge (clap). Errors become messages and exit codes here;
-//! everything else lives in the library. `status.rs` gathers and prints `sentinel status`.
+//! everything else lives in the library. `status.rs` gathers and prints `sentinel status`;
+//! `plan.rs` prints `sentinel registry plan`.
 
 mod rollup;
+mod plan;
 mod status;
 
 use std::io::IsTerminal;
@@ -175,7 +177,22 @@ enum Command {
 #[derive(Subcommand)]
 enum RegistryCommand {
     /// Run every admission check; exit 1 and list the issues if any.
-    Check { dir: PathBuf },
+    Check {
+        dir: PathBuf,
+        #[command(flatten)]
+        admission: plan::AdmissionArgs,
+    },
+    /// Print the declared load per retention class (rows/day, bytes/day), the stream an outage
+    /// needs against its bound, and the derived points in dependency order (exit 1 if the
+    /// folder fails its checks).
+    Plan {
+        dir: PathBuf,
+        #[command(flatten)]
+        admission: plan::AdmissionArgs,
+        /// One JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check, then store as a new version if the content changed (the schema must be current).
     Load {
         dir: PathBuf,
@@ -286,8 +303,8 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Registry {
-            command: RegistryCommand::Check { dir },
-        } => match registry_dir::check_dir(&dir) {
+            command: RegistryCommand::Check { dir, admission },
+        } => match registry_dir::check_dir_with(&dir, &admission.admission()) {
             Ok(descriptors) => {
                 println!(
                     "{}: {} points, all admission checks passed",
@@ -301,6 +318,9 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::from(1))
             }
         },
+        Command::Registry {
+            command: RegistryCommand::Plan { dir, admission, json },
+        } => plan::run(&dir, &admission.admission(), json),
         Command::Registry {
             command: RegistryCommand::Load { dir, db },
         } => {
