@@ -22,10 +22,9 @@
 //! - A reading is keyed by its derived point and the triggering row's key alone (a 94-bit
 //!   digest, [`derived_key`]), so deriving the same committed row again — after a restart,
 //!   say — produces the same key, and the unique index swallows the copy: exactly-once holds
-//!   for derived rows too. Restart step 5 derives again every row after each derived point's
-//!   newest stored reading, so readings a crash lost between a commit and their publication
-//!   are written; one still in the stream has the same message id and is dropped as a
-//!   duplicate.
+//!   for derived rows too. Restart step 5 relies on it: it derives again every row at or
+//!   after each derived point's newest reading, so readings a crash lost between a commit and
+//!   their publication are written, and those that were written are swallowed.
 //! - Readings are written as observations through the normal ingest path (the caller
 //!   publishes them on the derived point's own `obs.<host>.<instance>` subject), carrying
 //!   provenance in `detail`: the registry version, the op, the triggering row's key, and
@@ -332,7 +331,8 @@ impl Derivations {
     /// be derived again. `newest_observed_at` gives a point's newest committed row (from the
     /// log heads). For each input with a row, its rows with `observed_at` at or after the
     /// earlier of that and its readers' newest readings (a reading's `observed_at` is its
-    /// trigger's), minus the longest window reading it. Inputs with no row need nothing.
+    /// trigger's), minus the longest window reading it; from the Unix epoch when a reader has
+    /// no reading at all. Inputs with no row need nothing.
     /// Sorted by class then point, so the store can batch one query per class.
     pub fn window_requests(
         &self,
@@ -347,12 +347,16 @@ impl Derivations {
                 let input = input.as_ref()?;
                 let idx = PointIdx(i as u32);
                 let newest = newest_observed_at(idx)?;
-                let from = input
+                // A reader with no reading yet (a crash lost its first, or it is new) derives
+                // from the input's whole history, as far as the store's row bound reaches.
+                let since = input
                     .readers
                     .iter()
-                    .filter_map(|&d| newest_observed_at(self.defs[d].point))
-                    .fold(newest, Micros::min);
-                let since = Micros(from.0.saturating_sub(input.keep_us));
+                    .map(|&d| newest_observed_at(self.defs[d].point))
+                    .try_fold(newest, |from, reader| reader.map(|r| from.min(r)))
+                    .map_or(Micros::ZERO, |from| {
+                        Micros(from.0.saturating_sub(input.keep_us).max(0))
+                    });
                 let point = registry.point(idx);
                 Some(WindowRequest {
                     point_id: point.id.clone(),
@@ -367,15 +371,12 @@ impl Derivations {
 
     /// Restart step 5, second half: folds the rows the store returned for
     /// [`Self::window_requests`] (in any order; they are replayed in commit order,
-    /// `ingested_at` first) and derives again what each row triggered strictly after its
-    /// derived point's newest reading (`newest_observed_at`, as for the requests). A crash
-    /// between a commit and publishing its readings loses those readings; these are them.
-    /// Nothing already stored is derived again (the unique index includes `ingested_at`, so a
-    /// second publish would be a second row); one still in the stream, uncommitted, goes out
-    /// with the same message id and the stream's duplicate window drops it. Not recovered: a
-    /// point with no reading at all, and a trigger at the very `observed_at` of the newest
-    /// reading. At most [`REDERIVE_MAX`] readings, the newest. Rows for points nothing derives
-    /// from are ignored.
+    /// `ingested_at` first) and derives again what each row triggered at or after its derived
+    /// point's newest reading (`newest_observed_at`, as for the requests; every row when the
+    /// point has none). A crash between a commit and publishing its readings loses those
+    /// readings; these are them. Re-deriving one that was written gives the same key, and the
+    /// unique index swallows the copy. At most [`REDERIVE_MAX`] readings, the newest.
+    /// Rows for points nothing derives from are ignored.
     pub fn rehydrate(
         &mut self,
         registry: &Registry,
@@ -413,7 +414,7 @@ impl Derivations {
                             .as_ref()
                             .is_some_and(|s| s.newest.is_some())
                     });
-                if complete && floors[d].is_some_and(|floor| row.observed_at > floor) {
+                if complete && floors[d].is_none_or(|floor| row.observed_at >= floor) {
                     readings.push_back(self.derive(d, row));
                     if readings.len() > REDERIVE_MAX {
                         readings.pop_front();

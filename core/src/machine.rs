@@ -169,9 +169,9 @@ impl Core {
     }
 
     /// Restart step 5, the answer: folds the rows read for [`Self::derived_window_requests`]
-    /// into the windows, and publishes again the readings of rows after each derived point's
-    /// newest stored reading (a crash between a commit and publishing its readings lost them;
-    /// see [`crate::derived::Derivations::rehydrate`]).
+    /// into the windows, and publishes again the readings of rows at or after each derived
+    /// point's newest reading (a crash between a commit and publishing its readings lost
+    /// them; one that was written is swallowed by the unique index, its key being the same).
     /// Returns how many rows were folded and how many readings were derived again.
     pub fn rehydrate_derived(&mut self, rows: Vec<crate::derived::WindowRow>) -> (usize, usize) {
         let projection = &self.projection;
@@ -522,9 +522,6 @@ impl Core {
             }
             // Derived points read only what RETURNING says was inserted; their readings go
             // back through the stream and ingest like any observation, keyed by this row.
-            if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
-                continue; // derived when submitted instead (see try_flush)
-            }
             for reading in self.derived.on_committed(row) {
                 let (subject, msg_id, payload) = reading.to_observation();
                 self.metrics.derived_readings += 1;
@@ -775,18 +772,6 @@ impl Core {
                     early_publishes.push(Effect::Publish {
                         subject: published.subject,
                         payload: published.payload.into(),
-                    });
-                }
-            }
-        }
-        if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
-            for row in &open.batch.rows {
-                for reading in self.derived.on_committed(row) {
-                    let (subject, msg_id, payload) = reading.to_observation();
-                    early_publishes.push(Effect::PublishObservation {
-                        subject,
-                        msg_id,
-                        payload,
                     });
                 }
             }
