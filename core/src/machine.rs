@@ -506,6 +506,9 @@ impl Core {
             }
             // Derived points read only what RETURNING says was inserted; their readings go
             // back through the stream and ingest like any observation, keyed by this row.
+            if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
+                continue; // derived when submitted instead (see try_flush)
+            }
             for reading in self.derived.on_committed(row) {
                 let (subject, msg_id, payload) = reading.to_observation();
                 self.metrics.derived_readings += 1;
@@ -756,6 +759,18 @@ impl Core {
                     early_publishes.push(Effect::Publish {
                         subject: published.subject,
                         payload: published.payload.into(),
+                    });
+                }
+            }
+        }
+        if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
+            for row in &open.batch.rows {
+                for reading in self.derived.on_committed(row) {
+                    let (subject, msg_id, payload) = reading.to_observation();
+                    early_publishes.push(Effect::PublishObservation {
+                        subject,
+                        msg_id,
+                        payload,
                     });
                 }
             }
