@@ -22,10 +22,7 @@
 //! - A reading is keyed by its derived point and the triggering row's key alone (a 94-bit
 //!   digest, [`derived_key`]), so deriving the same committed row again — after a restart,
 //!   say — produces the same key, and the unique index swallows the copy: exactly-once holds
-//!   for derived rows too. Restart step 5 derives again every row after each derived point's
-//!   newest stored reading, so readings a crash lost between a commit and their publication
-//!   are written; one still in the stream has the same message id and is dropped as a
-//!   duplicate.
+//!   for derived rows too.
 //! - Readings are written as observations through the normal ingest path (the caller
 //!   publishes them on the derived point's own `obs.<host>.<instance>` subject), carrying
 //!   provenance in `detail`: the registry version, the op, the triggering row's key, and
@@ -51,9 +48,6 @@ use crate::wire::{EnvelopeOut, obs_subject};
 pub const WINDOW_SAMPLES_MAX: usize = 100_000;
 /// Prefix of the key digest; bump it only with a new key format.
 pub const DERIVED_KEY_FORMAT: &str = "sentinel-derived-key-v1";
-/// Readings restart step 5 re-derives at most (the newest are kept): a crash between a commit
-/// and publishing its readings loses at most the readings of the batches in flight.
-pub const REDERIVE_MAX: usize = 10_000;
 
 /// One live numeric sample of an input.
 #[derive(Clone, Debug, PartialEq)]
@@ -122,14 +116,6 @@ pub struct WindowRow {
     pub quality: Quality,
     /// `value_num`.
     pub value: Option<f64>,
-}
-
-/// What restart step 5's second half did: rows folded into the windows, and the readings
-/// derived again for rows whose readings a crash may have lost.
-#[derive(Debug, Default)]
-pub struct Rehydrated {
-    pub folded: usize,
-    pub readings: Vec<DerivedReading>,
 }
 
 /// One reading a committed row triggered.
@@ -282,7 +268,7 @@ impl Derivations {
             .as_ref()
             .map(|i| i.readers.clone())
             .unwrap_or_default();
-        readers.iter().map(|&d| self.derive(d, &seen)).collect()
+        readers.iter().map(|&d| self.derive(d, row)).collect()
     }
 
     /// Folds one committed row into its input's state. Returns whether it is the input's
@@ -328,12 +314,11 @@ impl Derivations {
     }
 
     /// Restart step 5, first half: what to read back so every input's state is what an
-    /// uninterrupted run would hold, and so the rows whose readings a crash may have lost can
-    /// be derived again. `newest_observed_at` gives a point's newest committed row (from the
-    /// log heads). For each input with a row, its rows with `observed_at` at or after the
-    /// earlier of that and its readers' newest readings (a reading's `observed_at` is its
-    /// trigger's), minus the longest window reading it. Inputs with no row need nothing.
-    /// Sorted by class then point, so the store can batch one query per class.
+    /// uninterrupted run would hold. For each input whose newest committed row is known
+    /// (`newest_observed_at`, from the log heads), its rows with `observed_at` at or after that
+    /// minus the longest window reading it (pair ops need only the newest row itself). Inputs
+    /// with no row need nothing. Sorted by class then point, so the store can batch one query
+    /// per class.
     pub fn window_requests(
         &self,
         registry: &Registry,
@@ -347,17 +332,11 @@ impl Derivations {
                 let input = input.as_ref()?;
                 let idx = PointIdx(i as u32);
                 let newest = newest_observed_at(idx)?;
-                let from = input
-                    .readers
-                    .iter()
-                    .filter_map(|&d| newest_observed_at(self.defs[d].point))
-                    .fold(newest, Micros::min);
-                let since = Micros(from.0.saturating_sub(input.keep_us));
                 let point = registry.point(idx);
                 Some(WindowRequest {
                     point_id: point.id.clone(),
                     class: point.descriptor.retention,
-                    since,
+                    since: Micros(newest.0.saturating_sub(input.keep_us)),
                 })
             })
             .collect();
@@ -366,68 +345,26 @@ impl Derivations {
     }
 
     /// Restart step 5, second half: folds the rows the store returned for
-    /// [`Self::window_requests`] (in any order; they are replayed in commit order,
-    /// `ingested_at` first) and derives again what each row triggered strictly after its
-    /// derived point's newest reading (`newest_observed_at`, as for the requests). A crash
-    /// between a commit and publishing its readings loses those readings; these are them.
-    /// Nothing already stored is derived again (the unique index includes `ingested_at`, so a
-    /// second publish would be a second row); one still in the stream, uncommitted, goes out
-    /// with the same message id and the stream's duplicate window drops it. Not recovered: a
-    /// point with no reading at all, and a trigger at the very `observed_at` of the newest
-    /// reading. At most [`REDERIVE_MAX`] readings, the newest. Rows for points nothing derives
-    /// from are ignored.
-    pub fn rehydrate(
-        &mut self,
-        registry: &Registry,
-        mut rows: Vec<WindowRow>,
-        newest_observed_at: impl Fn(PointIdx) -> Option<Micros>,
-    ) -> Rehydrated {
+    /// [`Self::window_requests`], in any order, without deriving anything (their readings were
+    /// derived before the restart). Rows for points nothing derives from are ignored. Returns
+    /// how many rows were folded.
+    pub fn rehydrate(&mut self, registry: &Registry, mut rows: Vec<WindowRow>) -> usize {
         rows.sort_by(|a, b| {
-            (a.ingested_at, a.observed_at, &a.key).cmp(&(b.ingested_at, b.observed_at, &b.key))
+            (a.observed_at, a.ingested_at, &a.key).cmp(&(b.observed_at, b.ingested_at, &b.key))
         });
-        let floors: Vec<Option<Micros>> = self.defs.iter().map(|d| newest_observed_at(d.point)).collect();
         let mut folded = 0;
-        let mut readings = VecDeque::new();
         for row in &rows {
-            let Some(idx) = registry.resolve(&row.point_id) else {
-                continue;
-            };
-            if !self.inputs.get(idx.0 as usize).is_some_and(Option::is_some) {
-                continue;
-            }
-            folded += 1;
-            if !self.update(idx, row) {
-                continue;
-            }
-            let readers = self.inputs[idx.0 as usize]
-                .as_ref()
-                .map(|i| i.readers.clone())
-                .unwrap_or_default();
-            for d in readers {
-                // A pair op reads the other input's newest row, which may be older than
-                // anything read back; without it the reading would be wrong, so it is skipped.
-                let def = &self.defs[d];
-                let complete = def.op.is_window()
-                    || def.inputs.iter().all(|i| {
-                        self.inputs[i.0 as usize]
-                            .as_ref()
-                            .is_some_and(|s| s.newest.is_some())
-                    });
-                if complete && floors[d].is_some_and(|floor| row.observed_at > floor) {
-                    readings.push_back(self.derive(d, row));
-                    if readings.len() > REDERIVE_MAX {
-                        readings.pop_front();
-                    }
-                }
+            if let Some(idx) = registry.resolve(&row.point_id)
+                && self.inputs.get(idx.0 as usize).is_some_and(Option::is_some)
+            {
+                self.update(idx, row);
+                folded += 1;
             }
         }
-        Rehydrated {
-            folded,
-            readings: readings.into(),
-        }
+        folded
     }
 
-    fn derive(&self, def_idx: usize, trigger: &WindowRow) -> DerivedReading {
+    fn derive(&self, def_idx: usize, trigger: &ObsRow) -> DerivedReading {
         let def = &self.defs[def_idx];
         let (value, gap, inputs) = if def.op.is_window() {
             self.fold_window(def, trigger)
@@ -460,7 +397,7 @@ impl Derivations {
     fn fold_window(
         &self,
         def: &Def,
-        trigger: &WindowRow,
+        trigger: &ObsRow,
     ) -> (Option<f64>, Option<GapReason>, serde_json::Value) {
         let input = self.inputs[def.inputs[0].0 as usize]
             .as_ref()

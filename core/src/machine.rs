@@ -177,26 +177,10 @@ impl Core {
     }
 
     /// Restart step 5, the answer: folds the rows read for [`Self::derived_window_requests`]
-    /// into the windows, and publishes again the readings of rows after each derived point's
-    /// newest stored reading (a crash between a commit and publishing its readings lost them;
-    /// see [`crate::derived::Derivations::rehydrate`]).
-    /// Returns how many rows were folded and how many readings were derived again.
-    pub fn rehydrate_derived(&mut self, rows: Vec<crate::derived::WindowRow>) -> (usize, usize) {
-        let projection = &self.projection;
-        let done = self
-            .derived
-            .rehydrate(&self.registry, rows, |idx| projection.state(idx).observed_at);
-        let rederived = done.readings.len();
-        for reading in done.readings {
-            let (subject, msg_id, payload) = reading.to_observation();
-            self.metrics.derived_readings += 1;
-            self.effects.push_back(Effect::PublishObservation {
-                subject,
-                msg_id,
-                payload,
-            });
-        }
-        (done.folded, rederived)
+    /// into the windows without deriving (their readings were published before the restart).
+    /// Returns how many rows were folded.
+    pub fn rehydrate_derived(&mut self, rows: Vec<crate::derived::WindowRow>) -> usize {
+        self.derived.rehydrate(&self.registry, rows)
     }
 
     /// Restart step 6: the freshness deadlines, one per point that has an observation, from

@@ -42,10 +42,14 @@ pub enum PlantedBug {
     /// back, so the runtime spins at one simulated instant. Caught by invariant 9's bound on
     /// events per instant.
     WakeForSuppressedDeadline,
+    /// Derived points computed from the submitted batch (every row, as it is handed to the
+    /// store) instead of the RETURNING set: a reading for a row that never commits, or a
+    /// window holding one. Caught by invariant 17.
+    DeriveFromSubmittedBatch,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 9] = [
+    pub const ALL: [PlantedBug; 10] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
@@ -55,6 +59,7 @@ impl PlantedBug {
         PlantedBug::LockLossIgnored,
         PlantedBug::GuardIgnoresAnnouncements,
         PlantedBug::WakeForSuppressedDeadline,
+        PlantedBug::DeriveFromSubmittedBatch,
     ];
 
     pub fn name(self) -> &'static str {
@@ -68,6 +73,7 @@ impl PlantedBug {
             PlantedBug::LockLossIgnored => "lock-loss-ignored",
             PlantedBug::GuardIgnoresAnnouncements => "guard-ignores-announcements",
             PlantedBug::WakeForSuppressedDeadline => "wake-for-suppressed-deadline",
+            PlantedBug::DeriveFromSubmittedBatch => "derive-from-submitted-batch",
         }
     }
 

@@ -198,20 +198,17 @@ where
 
     // Restart step 5: the derived points' windows, from the class tables, in one query per
     // class (batched over every input, each bounded by its newest row minus its longest
-    // window, and by rows), so a restart derives what an uninterrupted run would; and the
-    // readings of rows after each derived point's newest stored reading derived again, since
-    // a crash between a commit and their publication loses them.
+    // window, and by rows), so a restart derives what an uninterrupted run would.
     let step = Instant::now();
     let requests = core.derived_window_requests();
     let rows = store
         .load_windows(&requests, sentinel_core::derived::WINDOW_SAMPLES_MAX)
         .await?;
-    let (folded, rederived) = core.rehydrate_derived(rows);
+    let folded = core.rehydrate_derived(rows);
     timings.record("rehydrate_derived_windows", step);
     info!(
         inputs = requests.len(),
         rows = folded,
-        rederived,
         "derived windows rehydrated"
     );
 

@@ -1,6 +1,7 @@
 //! The registry a run uses: the repository's sample registry, loaded exactly as production
 //! loads a registry folder, plus a second version stored mid-stream by the `registry_reload`
-//! fault (a changed deadband and a newly added point). Loaded once per process and shared by
+//! fault (a changed deadband and a newly added point). Its derived points (host `sentinel`,
+//! computed by the core) run in every seed and are checked by invariant 17. Loaded once per process and shared by
 //! every seed, since parsing TOML per seed would dominate a short run.
 
 use std::collections::BTreeMap;
@@ -35,6 +36,8 @@ pub struct SimRegistry {
     pub added_point: DriverPoint,
     /// `freshness_s` of every point of either version, in µs (for the checker).
     pub freshness_us: std::sync::Arc<BTreeMap<std::sync::Arc<str>, i64>>,
+    /// The derived points of either version (for the checker's invariant 17).
+    pub derived: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::derived::DerivedDef>>,
 }
 
 /// The host that owns the core's self-points; no simulated driver publishes for it.
@@ -87,7 +90,13 @@ impl SimRegistry {
             })
             .collect();
 
+        let derived = crate::checker::derived::definitions(&v2_descriptors);
+        anyhow::ensure!(
+            !derived.is_empty(),
+            "the sample registry needs derived points, so every seed runs them"
+        );
         Ok(SimRegistry {
+            derived: std::sync::Arc::new(derived),
             v1,
             v2,
             hosts,

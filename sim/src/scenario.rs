@@ -104,6 +104,8 @@ pub struct Stats {
     /// The most events one simulated instant held (invariant 9's bound is
     /// [`EVENTS_PER_INSTANT_MAX`]).
     pub events_peak: u64,
+    /// Derived readings committed and checked against their inputs (invariant 17).
+    pub derived_checked: u64,
 }
 
 impl SeedOutcome {
@@ -197,6 +199,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             lag_high_age_ms: core_config.lag_high_age_ms,
             lag_poll_interval_us: runtime_config(&settings).lag_poll_interval_ms as i64 * 1_000,
             lock_loss_bound_us: (settings.lock_check_interval_ms + settings.tick_ms) as i64 * 1_000,
+            derived: registry.derived.clone(),
         }),
         links: cores.iter().map(|&c| (c, Links::default())).collect(),
         incarnations: Default::default(),
@@ -450,6 +453,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             commands_refused: inner.checker.commands_refused,
             command_writes_refused: inner.checker.command_writes_refused,
             events_peak: clock.events_peak(),
+            derived_checked: inner.checker.derived.checked,
         },
     }
 }

@@ -69,6 +69,11 @@ fn a_driver_applying_a_command_below_an_announced_epoch_is_caught_by_invariant_1
     caught_by(PlantedBug::GuardIgnoresAnnouncements, 16);
 }
 
+#[test]
+fn deriving_from_the_submitted_batch_is_caught_by_invariant_17() {
+    caught_by(PlantedBug::DeriveFromSubmittedBatch, 17);
+}
+
 /// The livelock spins at one simulated instant from the first freshness deadline a core holds
 /// back (its startup grace), in every seed: the run must end, within the wall-clock guard, as
 /// a violation of invariant 9 that names the instant and prints the replay command.

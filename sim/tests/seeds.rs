@@ -36,6 +36,11 @@ fn a_thousand_seeds_with_faults_keep_every_invariant() {
             o.seed,
             o.stats.simulated_ms
         );
+        assert!(
+            o.stats.derived_checked > 0,
+            "seed {}: no derived reading committed (invariant 17 checked nothing)",
+            o.seed
+        );
     }
     assert!(
         outcomes.iter().filter(|o| o.stats.epochs > 1).count() > 100,

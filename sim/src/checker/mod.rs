@@ -32,11 +32,15 @@
 //!     on every such call, every exit and every controller step;
 //! 16. command epochs: a driver never applies a command whose epoch is below one already
 //!     announced to it, by the checker's own record of announcements — on every command a
-//!     driver applies.
+//!     driver applies;
+//! 17. derived points ([`derived`]): every derived reading that commits equals the fold of
+//!     its committed inputs up to its trigger, and its trigger is a committed row that was
+//!     its input's newest — on every commit of a derived reading.
 //!
-//! (10–12 are DESIGN.md's rollup, derived-point and rules invariants, not built yet.)
+//! (10–12 are DESIGN.md's rollup, derived-point and rules invariants; 11 is checked as 17.)
 //! The first violation is kept; the controller stops the run on it.
 
+pub mod derived;
 pub mod ownership;
 pub mod quality;
 
@@ -76,6 +80,8 @@ pub struct CheckerConfig {
     pub lag_poll_interval_us: i64,
     /// Invariant 15's bound: the lock-check interval plus one turmoil tick, in µs.
     pub lock_loss_bound_us: i64,
+    /// Invariant 17: the run's derived points.
+    pub derived: Arc<BTreeMap<Arc<str>, derived::DerivedDef>>,
 }
 
 /// The fold of the log for one point (invariant 5's total order: observed_at, ingested_at,
@@ -144,6 +150,7 @@ pub struct Checker {
     announced: BTreeMap<String, u32>,
     quality: quality::QualityModel,
     ownership: ownership::Ownership,
+    pub derived: derived::DerivedModel,
     pub commands_applied: u64,
     /// Applied while a newer epoch held the lock (committed before the takeover, delivered
     /// before the driver heard the new epoch: allowed).
@@ -155,7 +162,9 @@ pub struct Checker {
 
 impl Checker {
     pub fn new(config: CheckerConfig) -> Checker {
+        let derived = derived::DerivedModel::new(config.derived.clone());
         Checker {
+            derived,
             config,
             accepted: BTreeMap::new(),
             committed: BTreeMap::new(),
@@ -274,6 +283,9 @@ impl Checker {
                 && head.valued.as_ref().is_none_or(|(o, _)| order > *o)
             {
                 head.valued = Some((order, value.clone()));
+            }
+            if let Some(what) = self.derived.on_committed(row) {
+                self.fail(17, at, what);
             }
         }
         for entry in &report.batch.quarantine {
