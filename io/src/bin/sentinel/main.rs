@@ -2,8 +2,8 @@
 //! everything else lives in the library. `status.rs` gathers and prints `sentinel status`;
 //! `plan.rs` prints `sentinel registry plan`.
 
-mod rollup;
 mod plan;
+mod rollup;
 mod status;
 
 use std::io::IsTerminal;
