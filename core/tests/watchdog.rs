@@ -85,12 +85,12 @@ fn restarted_after_an_hour() -> Core {
             value_order: None,
         }],
     };
-    Core::new(sentinel_core::Config::default(), registry(), 6, &restored, T0).expect("core")
+    Core::new(watchdog_config(), registry(), 6, &restored, T0).expect("core")
 }
 
 #[test]
 fn an_expired_deadline_writes_a_control_event_before_the_point_goes_stale() {
-    let mut core = core();
+    let mut core = core_with(watchdog_config());
     no_lag(&mut core, T0);
     ingest(&mut core, temp_at(1, "71.6", T0, T0));
     assert_eq!(
@@ -166,7 +166,7 @@ fn an_expired_deadline_writes_a_control_event_before_the_point_goes_stale() {
 
 #[test]
 fn high_lag_suppresses_staleness_until_it_clears() {
-    let mut core = core();
+    let mut core = core_with(watchdog_config());
     ingest(&mut core, temp_at(1, "71.6", T0, T0));
     core.handle(
         T0.add_ms(1_000),
@@ -265,7 +265,7 @@ fn the_startup_grace_holds_restored_points_back() {
 
 #[test]
 fn a_row_that_lands_while_the_event_is_at_the_store_supersedes_it() {
-    let mut core = core();
+    let mut core = core_with(watchdog_config());
     no_lag(&mut core, T0);
     ingest(&mut core, temp_at(1, "71.6", T0, T0));
     let expired_at = T0.add_ms(FRESHNESS_MS + 1);
@@ -289,7 +289,7 @@ fn a_row_that_lands_while_the_event_is_at_the_store_supersedes_it() {
 
 #[test]
 fn no_staleness_before_the_first_lag_reading() {
-    let mut core = core();
+    let mut core = core_with(watchdog_config());
     ingest(&mut core, temp_at(1, "71.6", T0, T0));
     core.handle(T0.add_ms(10 * FRESHNESS_MS), Input::Tick);
     assert!(
@@ -302,7 +302,7 @@ fn no_staleness_before_the_first_lag_reading() {
 
 #[test]
 fn a_failed_control_write_exits_like_a_failed_commit() {
-    let mut core = core();
+    let mut core = core_with(watchdog_config());
     core.handle(T0, Input::ControlFailed { fenced: true });
     let effects = drain(&mut core);
     assert!(
@@ -324,7 +324,7 @@ fn live_then_expired(core: &mut Core) -> sentinel_core::ControlEvent {
 
 #[test]
 fn a_point_whose_event_is_at_the_store_gets_no_second_one() {
-    let mut core = core();
+    let mut core = core_with(watchdog_config());
     live_then_expired(&mut core);
     // A late row (observed before the latest) commits meanwhile: it arms the same deadline,
     // which has passed, so the next tick finds it expired again.
@@ -342,7 +342,7 @@ fn a_point_whose_event_is_at_the_store_gets_no_second_one() {
 
 #[test]
 fn a_bad_row_that_lands_while_the_event_is_at_the_store_keeps_the_point_bad() {
-    let mut core = core();
+    let mut core = core_with(watchdog_config());
     let event = live_then_expired(&mut core);
     // Out of range (500 °F), observed after the latest but already past its own deadline.
     let observed = T0.add_ms(30_000);
@@ -388,14 +388,7 @@ fn a_heartbeat_point_goes_stale_when_its_heartbeat_is_missed() {
     temp.manifest.heartbeat_s = Some((HEARTBEAT_MS / 1_000) as u32);
     let registry =
         std::sync::Arc::new(Registry::compile(1, "sha".into(), "hash".into(), vec![temp]).expect("compiles"));
-    let mut core = Core::new(
-        sentinel_core::Config::default(),
-        registry,
-        5,
-        &RestoredState::default(),
-        T0,
-    )
-    .expect("core");
+    let mut core = Core::new(watchdog_config(), registry, 5, &RestoredState::default(), T0).expect("core");
     let after_grace = T0.add_ms(GRACE_MS);
     no_lag(&mut core, after_grace);
     ingest(&mut core, temp_at(1, "71.6", after_grace, after_grace));
@@ -421,4 +414,13 @@ fn a_heartbeat_point_goes_stale_when_its_heartbeat_is_missed() {
             ..
         }
     ));
+}
+
+/// The default configuration with the core's own rollup steps off: these tests read
+/// `next_deadline()` as the watchdog's, and a rollup step (every 15 s by default) would come
+/// first.
+fn watchdog_config() -> sentinel_core::Config {
+    let mut config = sentinel_core::Config::default();
+    config.rollups.refresh_interval_ms = 0;
+    config
 }
