@@ -468,7 +468,9 @@ pub fn spawn_core(env: &Env, ack_wait_ms: u64, extra_args: &[&str]) -> Child {
         .args([
             "run",
             "--registry",
-            "registry",
+            crate::traffic::sample_registry_dir()
+                .to_str()
+                .expect("a UTF-8 temp path"),
             "--ack-wait-ms",
             &ack_wait_ms.to_string(),
         ])

@@ -49,8 +49,43 @@ pub struct Traffic {
     pub expected: Expected,
 }
 
-pub fn sample_registry_dir() -> PathBuf {
+/// The repository's sample registry, as shipped (derived points included).
+pub fn shipped_registry_dir() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../registry"))
+}
+
+/// The sample registry without its derived points (`hosts/derived.toml`), copied once per
+/// test process into a scratch folder.
+///
+/// The exact-count tests compare what the stream accepted with what the log holds; a derived
+/// point adds readings of the core's own to both, as many as its inputs' commits trigger, which
+/// no traffic generator can predict. Derived readings are checked against the fold of their
+/// committed inputs by the simulator (invariant 17) and by `core/tests/derived.rs`; a
+/// real-process test of them is not built yet (issue 14).
+pub fn sample_registry_dir() -> PathBuf {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let source = shipped_registry_dir();
+        let target =
+            std::env::temp_dir().join(format!("sentinel-registry-no-derived-{}", std::process::id()));
+        copy_registry(&source, &target);
+        target
+    })
+    .clone()
+}
+
+fn copy_registry(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("create the registry copy");
+    for entry in std::fs::read_dir(from).expect("read the sample registry") {
+        let entry = entry.expect("registry entry");
+        let path = entry.path();
+        let target = to.join(entry.file_name());
+        if path.is_dir() {
+            copy_registry(&path, &target);
+        } else if path.extension().is_some_and(|e| e == "toml") && entry.file_name() != "derived.toml" {
+            std::fs::copy(&path, &target).expect("copy a registry file");
+        }
+    }
 }
 
 /// The sample registry compiled directly from the folder (version 0; the store assigns real
