@@ -39,6 +39,8 @@ pub struct Config {
     pub self_points_interval_ms: i64,
     /// The running core's refresh of closed rollup buckets (`rollup.rs`).
     pub rollups: crate::rollup::RollupConfig,
+    /// How long raw rows and rollups are kept (`retention.rs`).
+    pub retention: crate::retention::RetentionConfig,
 }
 
 impl Default for Config {
@@ -61,6 +63,7 @@ impl Default for Config {
             watchdog_expiries_per_tick_max: 1_000,
             self_points_interval_ms: 5_000,
             rollups: crate::rollup::RollupConfig::default(),
+            retention: crate::retention::RetentionConfig::default(),
         }
     }
 }
@@ -96,6 +99,7 @@ impl Config {
             return Err("self_points_interval_ms must not be negative (0 turns them off)".into());
         }
         self.rollups.validate()?;
+        self.retention.validate()?;
         if self.startup_grace_ms < 0 {
             return Err("startup_grace_ms must not be negative".into());
         }
