@@ -173,7 +173,11 @@ async fn a_glob_spanning_classes_with_one_point_past_its_horizon_is_refused_and_
         }
         let out = sentinel(&db.writer_url, &args);
         let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(EXIT_REFUSED), "dry run {dry_run}: {stderr}");
+        assert_eq!(
+            out.status.code(),
+            Some(EXIT_REFUSED),
+            "dry run {dry_run}: {stderr}"
+        );
         assert!(stderr.contains("refused, nothing changed"), "{stderr}");
         assert!(
             stderr.contains(RSSI) && stderr.contains("class diagnostic keeps raw rows 7 days"),
@@ -183,7 +187,11 @@ async fn a_glob_spanning_classes_with_one_point_past_its_horizon_is_refused_and_
             !stderr.contains(PRESSURE) && !stderr.contains(LEVEL),
             "names only the offending point: {stderr}"
         );
-        assert_eq!(contents(&db.raw).await, before, "dry run {dry_run} changed something");
+        assert_eq!(
+            contents(&db.raw).await,
+            before,
+            "dry run {dry_run} changed something"
+        );
     }
 
     // The same refusal as JSON, for a script.
@@ -223,7 +231,11 @@ async fn a_glob_spanning_classes_with_one_point_past_its_horizon_is_refused_and_
             "current",
         ],
     );
-    assert_ne!(out.status.code(), Some(0), "`[` is not a glob class: no point matches");
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "`[` is not a glob class: no point matches"
+    );
     let out = sentinel(
         &db.writer_url,
         &[
@@ -236,7 +248,12 @@ async fn a_glob_spanning_classes_with_one_point_past_its_horizon_is_refused_and_
             "current",
         ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[tokio::test]
@@ -251,7 +268,11 @@ async fn a_real_run_fixes_a_wrong_scale_and_reinterpretation_gives_back_the_orig
     }
     let rows = ingest(&db, &sents).await;
     let original = rows[0].value.clone();
-    assert_eq!(original, Some(CanonicalValue::Num(0.1)), "version 1's wrong scale");
+    assert_eq!(
+        original,
+        Some(CanonicalValue::Num(0.1)),
+        "version 1's wrong scale"
+    );
 
     // Dry run: counts, classes with horizons, ranges, an estimate.
     let from = t.to_rfc3339();
@@ -269,7 +290,12 @@ async fn a_real_run_fixes_a_wrong_scale_and_reinterpretation_gives_back_the_orig
             "--json",
         ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(plan["rows"], 80);
     assert_eq!(plan["old_versions"], serde_json::json!([1]));
@@ -297,7 +323,12 @@ async fn a_real_run_fixes_a_wrong_scale_and_reinterpretation_gives_back_the_orig
             "16",
         ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(report["rows"], 80);
 
@@ -334,12 +365,11 @@ async fn a_real_run_fixes_a_wrong_scale_and_reinterpretation_gives_back_the_orig
     }
 
     // One reprocess event, written by the command's own epoch.
-    let (kind, point, payload): (String, Option<String>, serde_json::Value) = sqlx::query_as(
-        "SELECT kind, point_id, payload FROM control_event ORDER BY seq DESC LIMIT 1",
-    )
-    .fetch_one(&db.raw)
-    .await
-    .expect("event");
+    let (kind, point, payload): (String, Option<String>, serde_json::Value) =
+        sqlx::query_as("SELECT kind, point_id, payload FROM control_event ORDER BY seq DESC LIMIT 1")
+            .fetch_one(&db.raw)
+            .await
+            .expect("event");
     assert_eq!((kind.as_str(), point), ("reprocess", None));
     assert_eq!(payload["rows"], 80);
     assert_eq!(payload["new_version"], 2);
@@ -359,9 +389,18 @@ async fn a_real_run_fixes_a_wrong_scale_and_reinterpretation_gives_back_the_orig
             "--json",
         ],
     );
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let shown: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    assert_eq!(shown["rows"][0]["under"]["value"], serde_json::json!(0.1), "the original value");
+    assert_eq!(
+        shown["rows"][0]["under"]["value"],
+        serde_json::json!(0.1),
+        "the original value"
+    );
     assert_eq!(shown["rows"][0]["under"]["registry_version"], 1);
     assert_eq!(shown["rows"][0]["stored"]["value"], serde_json::json!(100.0));
     assert_eq!(shown["rows"][0]["stored"]["registry_version"], 2);

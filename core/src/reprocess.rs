@@ -293,9 +293,16 @@ pub fn recompute(point: &CompiledPoint, config: &Config, version: i32, row: &Sto
 /// control-event watermark, `changed_at`, and a quality the system set after the head row
 /// (`stale` from the watchdog, `restored` from a restart) when the head is the checkpoint's
 /// own position. `quality_since` moves to `now` when the quality changes.
-pub fn rebuild_state(point_id: Arc<str>, head: Option<&LogHead>, checkpoint: Option<&PointState>, now: Micros) -> PointState {
+pub fn rebuild_state(
+    point_id: Arc<str>,
+    head: Option<&LogHead>,
+    checkpoint: Option<&PointState>,
+    now: Micros,
+) -> PointState {
     let Some(head) = head else {
-        return checkpoint.cloned().unwrap_or_else(|| PointState::unknown(point_id, now));
+        return checkpoint
+            .cloned()
+            .unwrap_or_else(|| PointState::unknown(point_id, now));
     };
     let mut state = PointState {
         point_id,
@@ -415,7 +422,10 @@ mod tests {
     fn assertions_are_kept_and_pipeline_decisions_are_not() {
         let unavailable = row(Quality::Unavailable, Some("source_down"));
         let (q, r, u) = asserted_of(&unavailable);
-        assert_eq!((q, r.as_deref(), u), (Some(Quality::Unavailable), Some("source_down"), None));
+        assert_eq!(
+            (q, r.as_deref(), u),
+            (Some(Quality::Unavailable), Some("source_down"), None)
+        );
         let (q, r, _) = asserted_of(&row(Quality::Bad, Some("sensor_fault")));
         assert_eq!((q, r.as_deref()), (Some(Quality::Bad), Some("sensor_fault")));
         let (q, r, _) = asserted_of(&row(Quality::Bad, Some(pipeline::reason::OUT_OF_RANGE)));
@@ -455,12 +465,121 @@ mod tests {
     #[test]
     fn rounding_is_outward_and_exact_on_boundaries() {
         let minute = 60_000_000;
-        assert_eq!(round_outward((Micros(1), Micros(2)), minute), (Micros(0), Micros(minute)));
+        assert_eq!(
+            round_outward((Micros(1), Micros(2)), minute),
+            (Micros(0), Micros(minute))
+        );
         assert_eq!(
             round_outward((Micros(minute), Micros(2 * minute)), minute),
             (Micros(minute), Micros(2 * minute))
         );
-        assert_eq!(round_outward((Micros(-1), Micros(0)), minute), (Micros(-minute), Micros(0)));
+        assert_eq!(
+            round_outward((Micros(-1), Micros(0)), minute),
+            (Micros(-minute), Micros(0))
+        );
+    }
+
+    fn at(text: &str) -> Micros {
+        Micros::parse_rfc3339(text).expect("test instant")
+    }
+
+    #[test]
+    fn the_whole_scope_is_validated_and_every_offender_named() {
+        let config = Config::default();
+        let points: Vec<(Arc<str>, RetentionClass)> = vec![
+            (Arc::from("a.temp"), RetentionClass::Measurement),
+            (Arc::from("a.rssi"), RetentionClass::Diagnostic),
+            (Arc::from("b.rssi"), RetentionClass::Diagnostic),
+            (Arc::from("a.valve"), RetentionClass::State),
+        ];
+        let now = at("2026-06-20T12:00:00Z");
+        let oldest = [Some(at("2026-04-01T00:00:00Z")); 3];
+        // Diagnostic keeps 7 days: from 2026-06-13.
+        let from = at("2026-06-12T00:00:00Z");
+        let offenders = validate(&points, from, &config, oldest, now);
+        let named: Vec<(&str, Beyond)> = offenders.iter().map(|o| (&*o.point_id, o.beyond)).collect();
+        assert_eq!(
+            named,
+            vec![("a.rssi", Beyond::Horizon), ("b.rssi", Beyond::Horizon)]
+        );
+        assert_eq!(offenders[0].kept_from, at("2026-06-13T00:00:00Z"));
+        assert_eq!(offenders[0].horizon_days, 7);
+        // The future-skew bound: a range starting at the kept-from midnight may hold rows
+        // ingested up to five minutes before it.
+        let edge = validate(&points, at("2026-06-13T00:00:00Z"), &config, oldest, now);
+        assert_eq!(edge.len(), 2, "{edge:?}");
+        assert!(validate(&points, at("2026-06-13T00:05:00Z"), &config, oldest, now).is_empty());
+        // Older than the oldest partition is past the horizon too, whatever the class's days.
+        let young = [Some(at("2026-06-19T00:00:00Z")); 3];
+        let all = validate(&points, at("2026-06-18T00:00:00Z"), &config, young, now);
+        assert_eq!(all.len(), 4);
+        assert!(all.iter().all(|o| o.beyond == Beyond::OldestPartition));
+    }
+
+    #[test]
+    fn a_rebuilt_state_is_the_log_head_keeping_what_the_log_does_not_hold() {
+        let key = ObsKey {
+            driver_instance: Arc::from("d"),
+            source_epoch: 1,
+            source_seq: 9,
+        };
+        let head = LogHead {
+            state: PointState {
+                point_id: Arc::from("p"),
+                value: Some(CanonicalValue::Num(101.5)),
+                quality: Quality::Live,
+                reason: None,
+                observed_at: Some(Micros(10)),
+                ingested_at: Some(Micros(11)),
+                key: Some(key.clone()),
+                changed_at: None,
+                quality_since: Micros(0),
+                watermark_seq: None,
+            },
+            value_order: None,
+        };
+        let checkpoint = PointState {
+            value: Some(CanonicalValue::Num(0.1015)),
+            quality: Quality::Stale,
+            changed_at: Some(Micros(5)),
+            quality_since: Micros(7),
+            watermark_seq: Some(42),
+            ..head.state.clone()
+        };
+        let state = rebuild_state(Arc::from("p"), Some(&head), Some(&checkpoint), Micros(100));
+        assert_eq!(
+            state.value,
+            Some(CanonicalValue::Num(101.5)),
+            "the corrected value"
+        );
+        assert_eq!(
+            state.quality,
+            Quality::Stale,
+            "the watchdog's word on the same row stands"
+        );
+        assert_eq!(
+            (state.watermark_seq, state.changed_at, state.quality_since),
+            (Some(42), Some(Micros(5)), Micros(7))
+        );
+        let live = PointState {
+            quality: Quality::Live,
+            ..checkpoint.clone()
+        };
+        let bad_head = LogHead {
+            state: PointState {
+                quality: Quality::Bad,
+                reason: Some("out_of_range".into()),
+                value: None,
+                ..head.state.clone()
+            },
+            value_order: None,
+        };
+        let state = rebuild_state(Arc::from("p"), Some(&bad_head), Some(&live), Micros(100));
+        assert_eq!((state.quality, state.quality_since), (Quality::Bad, Micros(100)));
+        assert_eq!(
+            rebuild_state(Arc::from("q"), None, None, Micros(3)).quality,
+            Quality::Unknown
+        );
     }
 
     #[test]

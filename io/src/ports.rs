@@ -7,12 +7,12 @@
 use std::future::Future;
 
 use bytes::Bytes;
+use sentinel_core::reprocess::{ReprocessRecord, RowUpdate, StoredObservation};
 use sentinel_core::wire::DriverHello;
 use sentinel_core::{
     Batch, BatchId, CommandRequest, CommitReport, ControlEvent, Delivery, DeliveryTag, Input, Micros,
     PointState, RegistrySnapshot, RestoredState, RetentionClass,
 };
-use sentinel_core::reprocess::{ReprocessRecord, RowUpdate, StoredObservation};
 use tokio::sync::mpsc;
 
 /// The bus's errors are the driver library's: both sides of the bus speak the same ones.

@@ -12,6 +12,11 @@
 //!    from their rows (the log heads read after the updates); then write one `reprocess`
 //!    control event. No rule runs and nothing is published for historical rows.
 //!
+//! A run that stops midway (a crash, a lost lock) leaves whole chunks done and the rest as they
+//! were, each row carrying the version it was computed under; the same command run again
+//! completes it (a recompute is a function of the row's native columns, so rows done already
+//! come out the same), then refreshes the rollups and writes the event.
+//!
 //! It is a single-writer operation: the caller holds the lock (the `sentinel reprocess`
 //! command takes it when no core runs). Asking a running core over the bus is not built yet.
 
@@ -178,7 +183,12 @@ pub async fn run<S: Store>(
                     let idx = registry.resolve(&row.point_id).ok_or_else(|| {
                         ReprocessError::Scope(format!("point {} left the registry", row.point_id))
                     })?;
-                    Ok(reprocess::recompute(registry.point(idx), config, registry.version, row))
+                    Ok(reprocess::recompute(
+                        registry.point(idx),
+                        config,
+                        registry.version,
+                        row,
+                    ))
                 })
                 .collect::<Result<_, ReprocessError>>()?;
             let n = page.len();
@@ -193,12 +203,13 @@ pub async fn run<S: Store>(
 
     // After the row updates commit: the rollups over the affected range.
     let refresh = match plan.affected() {
-        Some((from, to)) => Some(store.refresh_rollups(epoch, from, to).await?),
+        Some(range) => Some(refresh_in_pieces(store, epoch, range).await?),
         None => None,
     };
 
     // The projection of those points: the fold of their rows, now.
-    let owned: Vec<(String, RetentionClass)> = plan.points.iter().map(|(id, c)| (id.to_string(), *c)).collect();
+    let owned: Vec<(String, RetentionClass)> =
+        plan.points.iter().map(|(id, c)| (id.to_string(), *c)).collect();
     let restored = store.load_state(&owned).await?;
     let states: Vec<PointState> = plan
         .points
@@ -229,7 +240,9 @@ pub async fn run<S: Store>(
         rollup_1h: refresh.map(|r| (r.hour_range.0.to_rfc3339(), r.hour_range.1.to_rfc3339())),
         epoch,
     };
-    let event_seq = store.write_reprocess_event(epoch, now, principal, &record).await?;
+    let event_seq = store
+        .write_reprocess_event(epoch, now, principal, &record)
+        .await?;
     tracing::info!(rows = done, epoch, version = registry.version, "reprocess done");
     Ok(Report {
         rows: done,
@@ -238,6 +251,41 @@ pub async fn run<S: Store>(
         event_seq,
         record,
     })
+}
+
+/// Longest range one refresh call covers: `sentinel_rollup_refresh_range` takes at most 400
+/// days, and a class may keep raw rows for up to ten years.
+const REFRESH_PIECE_US: i64 = 365 * sentinel_core::time::US_PER_DAY;
+
+/// Refreshes both rollups over `[from, to)` in pieces of at most [`REFRESH_PIECE_US`], each
+/// ending on an hour boundary so no bucket is recomputed twice or half. Returns the whole
+/// range's figures.
+async fn refresh_in_pieces<S: Store>(
+    store: &S,
+    epoch: u32,
+    (from, to): (Micros, Micros),
+) -> Result<RollupRefresh, StoreError> {
+    let mut start = from;
+    let mut total: Option<RollupRefresh> = None;
+    while start < to {
+        let end = if to.0 - start.0 > REFRESH_PIECE_US {
+            RollupGrain::Hour.floor(Micros(start.0 + REFRESH_PIECE_US))
+        } else {
+            to
+        };
+        let piece = store.refresh_rollups(epoch, start, end).await?;
+        total = Some(match total {
+            None => piece,
+            Some(t) => RollupRefresh {
+                minute_range: (t.minute_range.0, piece.minute_range.1),
+                minute_buckets: t.minute_buckets + piece.minute_buckets,
+                hour_range: (t.hour_range.0, piece.hour_range.1),
+                hour_buckets: t.hour_buckets + piece.hour_buckets,
+            },
+        });
+        start = end;
+    }
+    total.ok_or_else(|| StoreError::Other(format!("an empty rollup range [{from}, {to})")))
 }
 
 /// One stored row and what it means under another version.

@@ -140,8 +140,11 @@ async fn read_all(store: &PgStore, from: Micros, chunk: usize) -> u64 {
 async fn main() {
     let rows = arg("--rows", 1_000_000).clamp(1_000, 20_000_000);
     let rounds = arg("--rounds", 3).clamp(1, 20) as usize;
-    let chunk_rows = arg("--chunk-rows", sentinel_core::reprocess::CHUNK_ROWS_DEFAULT as u64)
-        .clamp(1, reprocess::CHUNK_ROWS_MAX as u64) as usize;
+    let chunk_rows = arg(
+        "--chunk-rows",
+        sentinel_core::reprocess::CHUNK_ROWS_DEFAULT as u64,
+    )
+    .clamp(1, reprocess::CHUNK_ROWS_MAX as u64) as usize;
     let db = TestDb::create().await.expect("test database");
     let store = PgStore::connect(&db.url, PgStoreConfig::default())
         .await

@@ -73,16 +73,18 @@ fn oracle(rows: &[StoredObservation], grain: RollupGrain) -> BTreeMap<(String, M
     let mut out: BTreeMap<(String, Micros), RollupRow> = BTreeMap::new();
     for r in rows {
         let bucket = grain.floor(r.observed_at);
-        let e = out.entry((r.point_id.clone(), bucket)).or_insert_with(|| RollupRow {
-            point_id: r.point_id.clone(),
-            bucket,
-            class: r.class,
-            count: 0,
-            live_count: 0,
-            sum: None,
-            min: None,
-            max: None,
-        });
+        let e = out
+            .entry((r.point_id.clone(), bucket))
+            .or_insert_with(|| RollupRow {
+                point_id: r.point_id.clone(),
+                bucket,
+                class: r.class,
+                count: 0,
+                live_count: 0,
+                sum: None,
+                min: None,
+                max: None,
+            });
         e.count += 1;
         if r.quality == Quality::Live {
             e.live_count += 1;
@@ -132,11 +134,7 @@ async fn rollups_match<S: Store>(
         .into_values()
         .filter(|r| r.bucket >= from && r.bucket < to)
         .collect();
-    if stored.len() != expected.len()
-        || !stored
-            .iter()
-            .all(|s| expected.iter().any(|e| same_bucket(s, e)))
-    {
+    if stored.len() != expected.len() || !stored.iter().all(|s| expected.iter().any(|e| same_bucket(s, e))) {
         return Err(format!(
             "{grain:?} over [{from}, {to}): stored {stored:?}\nexpected {expected:?}"
         ));
@@ -167,7 +165,13 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
         sent(PRESSURE, 2, Micros(t.0 + 20 * S), Some(102.0), None),
         sent(PRESSURE, 3, Micros(t.0 + 70 * S), Some(99.5), None),
         // The driver said unavailable, with a number: kept as its assertion.
-        sent(PRESSURE, 4, Micros(t.0 + 80 * S), Some(98.0), Some(Quality::Unavailable)),
+        sent(
+            PRESSURE,
+            4,
+            Micros(t.0 + 80 * S),
+            Some(98.0),
+            Some(Quality::Unavailable),
+        ),
         // Missing value, no assertion: bad by stage 7, and again under version 2.
         sent(PRESSURE, 5, Micros(t.0 + 90 * S), None, None),
         sent(LEVEL, 6, Micros(t.0 + 10 * S), Some(55.0), None),
@@ -175,7 +179,11 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
         sent(RSSI, 8, Micros(t.0 + 30 * S), Some(-70.0), None),
     ];
     let rows: Vec<ObsRow> = sents.iter().map(|s| rp::row(&v1, s)).collect();
-    assert_eq!(rows[0].value, Some(CanonicalValue::Num(101.5 * 0.001)), "version 1's wrong scale");
+    assert_eq!(
+        rows[0].value,
+        Some(CanonicalValue::Num(101.5 * 0.001)),
+        "version 1's wrong scale"
+    );
     let originals: BTreeMap<u64, Option<CanonicalValue>> =
         rows.iter().map(|r| (r.key.source_seq, r.value.clone())).collect();
     store.commit(batch(1, epoch, rows, vec![])).await.expect("commit");
@@ -191,16 +199,26 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
     let config = Config::default();
     let now = Micros(t.0 + 86_400 * S);
     let req = request(t, None);
-    let plan = reprocess::plan(store, &v2, &config, &req, now).await.expect("plan");
+    let plan = reprocess::plan(store, &v2, &config, &req, now)
+        .await
+        .expect("plan");
     assert!(!plan.refused(), "{:?}", plan.offenders);
     assert_eq!(plan.rows, 8);
     assert_eq!(plan.old_versions, vec![1]);
     assert_eq!(plan.minute_range, Some((t, Micros(t.0 + 62 * 60 * S))));
     assert_eq!(plan.hour_range, Some((t, Micros(t.0 + 2 * 3_600 * S))));
     let mut seen = Vec::new();
-    let report = reprocess::run(store, epoch, &v2, &config, &req, &plan, "operator:test", now, &mut |n| {
-        seen.push(n)
-    })
+    let report = reprocess::run(
+        store,
+        epoch,
+        &v2,
+        &config,
+        &req,
+        &plan,
+        "operator:test",
+        now,
+        &mut |n| seen.push(n),
+    )
     .await
     .expect("run");
     assert_eq!(report.rows, 8);
@@ -212,13 +230,31 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
     for (old, new) in before.iter().zip(&after) {
         // Never rewritten: native, ingested_at, observed_at, key, unit.
         assert_eq!(
-            (&old.point_id, old.observed_at, old.ingested_at, &old.key, old.native_num, &old.unit_native),
-            (&new.point_id, new.observed_at, new.ingested_at, &new.key, new.native_num, &new.unit_native)
+            (
+                &old.point_id,
+                old.observed_at,
+                old.ingested_at,
+                &old.key,
+                old.native_num,
+                &old.unit_native
+            ),
+            (
+                &new.point_id,
+                new.observed_at,
+                new.ingested_at,
+                &new.key,
+                new.native_num,
+                &new.unit_native
+            )
         );
         assert_eq!(new.registry_version, 2);
     }
     let by_seq: BTreeMap<u64, &StoredObservation> = after.iter().map(|r| (r.key.source_seq, r)).collect();
-    assert_eq!(by_seq[&1].value, Some(CanonicalValue::Num(101.5)), "the corrected scale");
+    assert_eq!(
+        by_seq[&1].value,
+        Some(CanonicalValue::Num(101.5)),
+        "the corrected scale"
+    );
     assert_eq!(by_seq[&1].quality, Quality::Live);
     assert_eq!(by_seq[&4].value, Some(CanonicalValue::Num(98.0)));
     assert_eq!(
@@ -226,8 +262,14 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
         (Quality::Unavailable, Some("source_down")),
         "the driver's assertion is kept"
     );
-    assert_eq!((by_seq[&5].quality, by_seq[&5].reason.as_deref()), (Quality::Bad, Some("missing_value")));
-    assert_eq!((by_seq[&7].quality, by_seq[&7].reason.as_deref()), (Quality::Bad, Some("out_of_range")));
+    assert_eq!(
+        (by_seq[&5].quality, by_seq[&5].reason.as_deref()),
+        (Quality::Bad, Some("missing_value"))
+    );
+    assert_eq!(
+        (by_seq[&7].quality, by_seq[&7].reason.as_deref()),
+        (Quality::Bad, Some("out_of_range"))
+    );
     assert_eq!(by_seq[&6].value, Some(CanonicalValue::Num(55.0)));
 
     // The rollups over the range are the aggregate of the corrected rows.
@@ -235,13 +277,19 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
         (RollupGrain::Minute, plan.minute_range.expect("range")),
         (RollupGrain::Hour, plan.hour_range.expect("range")),
     ] {
-        rollups_match(store, &after, grain, range).await.expect("rollups match");
+        rollups_match(store, &after, grain, range)
+            .await
+            .expect("rollups match");
     }
     let hour = store
         .load_rollups(RollupGrain::Hour, t, Micros(t.0 + 3_600 * S), Some(PRESSURE))
         .await
         .expect("load");
-    assert_eq!(hour[0].sum, Some(101.5 + 102.0 + 99.5), "three live rows, corrected");
+    assert_eq!(
+        hour[0].sum,
+        Some(101.5 + 102.0 + 99.5),
+        "three live rows, corrected"
+    );
 
     // point_state: the fold of the corrected rows.
     let state = store
@@ -253,14 +301,25 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
         .iter()
         .find(|c| &*c.point_id == PRESSURE)
         .expect("a rebuilt checkpoint");
-    assert_eq!(checkpoint.key.as_ref().map(|k| k.source_seq), Some(5), "the newest row");
-    assert_eq!(checkpoint.value, Some(CanonicalValue::Num(98.0)), "the newest value, corrected");
+    assert_eq!(
+        checkpoint.key.as_ref().map(|k| k.source_seq),
+        Some(5),
+        "the newest row"
+    );
+    assert_eq!(
+        checkpoint.value,
+        Some(CanonicalValue::Num(98.0)),
+        "the newest value, corrected"
+    );
 
     // One reprocess event, about the scope.
     let events = store.load_control_events(0, 1_000).await.expect("events");
     assert_eq!(events.len(), events_before + 1);
     let event = events.last().expect("event");
-    assert_eq!((event.kind.as_str(), event.point_id.as_deref()), ("reprocess", None));
+    assert_eq!(
+        (event.kind.as_str(), event.point_id.as_deref()),
+        ("reprocess", None)
+    );
     assert_eq!((event.core_epoch, event.registry_version), (epoch, 2));
     let payload: serde_json::Value = serde_json::from_str(&event.payload).expect("json");
     assert_eq!(payload["old_versions"], serde_json::json!([1]));
@@ -282,7 +341,11 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
             .iter()
             .find(|f| f.stored.key == r.key)
             .expect("the row itself");
-        assert_eq!(mine.under.value, originals[&r.key.source_seq], "seq {}", r.key.source_seq);
+        assert_eq!(
+            mine.under.value, originals[&r.key.source_seq],
+            "seq {}",
+            r.key.source_seq
+        );
         assert_eq!(mine.stored.value, r.value, "stored values are shown beside");
     }
     b.release(lease).await;
@@ -326,7 +389,9 @@ pub(super) async fn a_refused_reprocess_changes_nothing<B: Backend>(b: &B) {
     let before = snapshot().await;
 
     let req = request(t, None);
-    let plan = reprocess::plan(store, &v2, &config, &req, now).await.expect("plan");
+    let plan = reprocess::plan(store, &v2, &config, &req, now)
+        .await
+        .expect("plan");
     assert!(plan.refused());
     let named: Vec<(&str, RetentionClass, Beyond)> = plan
         .offenders
@@ -335,7 +400,18 @@ pub(super) async fn a_refused_reprocess_changes_nothing<B: Backend>(b: &B) {
         .collect();
     assert_eq!(named, vec![(RSSI, RetentionClass::Diagnostic, Beyond::Horizon)]);
     assert_eq!(plan.offenders[0].horizon_days, 7);
-    let outcome = reprocess::run(store, epoch, &v2, &config, &req, &plan, "operator:test", now, &mut |_| {}).await;
+    let outcome = reprocess::run(
+        store,
+        epoch,
+        &v2,
+        &config,
+        &req,
+        &plan,
+        "operator:test",
+        now,
+        &mut |_| {},
+    )
+    .await;
     assert!(matches!(outcome, Err(ReprocessError::Refused(ref o)) if o.len() == 1));
 
     // Before the oldest row's day, every class is refused: nothing older exists.
@@ -384,9 +460,25 @@ pub(super) async fn reprocess_writes_are_fenced<B: Backend>(b: &B) {
         .await
         .expect("plan");
     let before = all_rows(store).await;
-    let outcome = reprocess::run(store, epoch, &v2, &config, &req, &plan, "operator:test", t, &mut |_| {}).await;
+    let outcome = reprocess::run(
+        store,
+        epoch,
+        &v2,
+        &config,
+        &req,
+        &plan,
+        "operator:test",
+        t,
+        &mut |_| {},
+    )
+    .await;
     assert!(
-        matches!(outcome, Err(ReprocessError::Store(sentinel_io::ports::StoreError::Fenced { .. }))),
+        matches!(
+            outcome,
+            Err(ReprocessError::Store(
+                sentinel_io::ports::StoreError::Fenced { .. }
+            ))
+        ),
         "{outcome:?}"
     );
     assert_eq!(all_rows(store).await, before, "a deposed epoch updates nothing");
@@ -438,10 +530,18 @@ async fn check_reprocess<B: Backend>(
         .map(|(i, g)| {
             let point = POINTS[g.point];
             // Level's range is 0..100: some generated values fall outside it.
-            let native = g.halves.map(|h| f64::from(h) / 2.0 + if point == LEVEL { 50.0 } else { 0.0 });
+            let native = g
+                .halves
+                .map(|h| f64::from(h) / 2.0 + if point == LEVEL { 50.0 } else { 0.0 });
             rp::row(
                 &v1,
-                &sent(point, i as u64 + 1, Micros(t.0 + g.offset_s * S), native, g.asserted),
+                &sent(
+                    point,
+                    i as u64 + 1,
+                    Micros(t.0 + g.offset_s * S),
+                    native,
+                    g.asserted,
+                ),
             )
         })
         .collect();

@@ -95,7 +95,10 @@ pub fn snapshot(n: u32) -> RegistrySnapshot {
 
 /// Stores version `n` and compiles what the store holds.
 pub async fn load<S: Store>(store: &S, n: u32) -> Registry {
-    let load = store.store_registry(&snapshot(n)).await.expect("store the registry");
+    let load = store
+        .store_registry(&snapshot(n))
+        .await
+        .expect("store the registry");
     let stored = store
         .load_registry(Some(load.version))
         .await

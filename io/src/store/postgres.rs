@@ -2087,7 +2087,8 @@ impl Store for PgStore {
         after: Option<&sentinel_core::reprocess::StoredObservation>,
         limit: usize,
     ) -> Result<Vec<sentinel_core::reprocess::StoredObservation>, StoreError> {
-        self.load_reprocess_rows_inner(class, points, from, to, after, limit).await
+        self.load_reprocess_rows_inner(class, points, from, to, after, limit)
+            .await
     }
 
     async fn apply_reprocess(
@@ -2106,6 +2107,7 @@ impl Store for PgStore {
         principal: &str,
         record: &sentinel_core::reprocess::ReprocessRecord,
     ) -> Result<i64, StoreError> {
-        self.write_reprocess_event_inner(epoch, occurred_at, principal, record).await
+        self.write_reprocess_event_inner(epoch, occurred_at, principal, record)
+            .await
     }
 }

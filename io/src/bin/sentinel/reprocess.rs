@@ -51,20 +51,14 @@ async fn connect(database_url: &str) -> anyhow::Result<PgStore> {
 async fn registry(store: &PgStore, version: &str) -> anyhow::Result<Arc<Registry>> {
     let wanted = match version {
         "current" => None,
-        n => Some(
-            n.parse::<i32>()
-                .ok()
-                .filter(|n| *n > 0)
-                .with_context(|| format!("--registry-version must be `current` or a positive number, got {n:?}"))?,
-        ),
+        n => Some(n.parse::<i32>().ok().filter(|n| *n > 0).with_context(|| {
+            format!("--registry-version must be `current` or a positive number, got {n:?}")
+        })?),
     };
-    let stored = store
-        .load_registry(wanted)
-        .await?
-        .with_context(|| match wanted {
-            Some(n) => format!("registry version {n} is not stored"),
-            None => "no registry version is stored (run `sentinel registry load` first)".to_owned(),
-        })?;
+    let stored = store.load_registry(wanted).await?.with_context(|| match wanted {
+        Some(n) => format!("registry version {n} is not stored"),
+        None => "no registry version is stored (run `sentinel registry load` first)".to_owned(),
+    })?;
     Ok(registry_dir::compile_stored_shared(stored)?)
 }
 
@@ -81,9 +75,10 @@ fn offender_json(o: &Offender) -> serde_json::Value {
 }
 
 fn range_json(range: Option<(Micros, Micros)>) -> serde_json::Value {
-    range.map_or(serde_json::Value::Null, |(from, to)| {
-        serde_json::json!({ "from": from.to_rfc3339(), "to": to.to_rfc3339() })
-    })
+    range.map_or(
+        serde_json::Value::Null,
+        |(from, to)| serde_json::json!({ "from": from.to_rfc3339(), "to": to.to_rfc3339() }),
+    )
 }
 
 fn plan_json(plan: &Plan, config: &Config, now: Micros) -> serde_json::Value {
@@ -156,10 +151,14 @@ fn print_refusal(plan: &Plan, json: bool, config: &Config, now: Micros) {
                 o.class.as_str(),
                 o.horizon_days,
                 o.kept_from,
-                o.oldest_partition.map_or_else(|| "-".to_owned(), |t| t.to_string())
+                o.oldest_partition
+                    .map_or_else(|| "-".to_owned(), |t| t.to_string())
             ),
         };
-        eprintln!("  {}: needs rows ingested from {}; {why}", o.point_id, o.needs_from);
+        eprintln!(
+            "  {}: needs rows ingested from {}; {why}",
+            o.point_id, o.needs_from
+        );
     }
 }
 
@@ -358,7 +357,10 @@ pub async fn reinterpret(
                 })
             })
             .collect();
-        println!("{}", serde_json::json!({ "point_id": point, "observed_at": at.to_rfc3339(), "rows": rows }));
+        println!(
+            "{}",
+            serde_json::json!({ "point_id": point, "observed_at": at.to_rfc3339(), "rows": rows })
+        );
     } else {
         for r in &found {
             println!(

@@ -41,8 +41,20 @@ fn stored(row: &ObsRow) -> StoredObservation {
 /// The adapter's page order: `(point_id, observed_at, ingested_at, key)`.
 type Order<'a> = (&'a str, Micros, Micros, &'a str, u32, u64);
 
-fn order_of<'a>(point_id: &'a str, observed: Micros, ingested: Micros, key: &'a sentinel_core::ObsKey) -> Order<'a> {
-    (point_id, observed, ingested, &key.driver_instance, key.source_epoch, key.source_seq)
+fn order_of<'a>(
+    point_id: &'a str,
+    observed: Micros,
+    ingested: Micros,
+    key: &'a sentinel_core::ObsKey,
+) -> Order<'a> {
+    (
+        point_id,
+        observed,
+        ingested,
+        &key.driver_instance,
+        key.source_epoch,
+        key.source_seq,
+    )
 }
 
 impl Model {
@@ -76,10 +88,21 @@ impl Model {
                     .map(|at| Micros(at.0.div_euclid(US_PER_DAY) * US_PER_DAY)),
             };
             let mut versions = std::collections::BTreeSet::new();
-            for row in table.iter().filter(|r| ids.contains(&*r.point_id) && in_range(r, from, to)) {
+            for row in table
+                .iter()
+                .filter(|r| ids.contains(&*r.point_id) && in_range(r, from, to))
+            {
                 extent.rows += 1;
-                extent.observed_min = Some(extent.observed_min.map_or(row.observed_at, |m| m.min(row.observed_at)));
-                extent.observed_max = Some(extent.observed_max.map_or(row.observed_at, |m| m.max(row.observed_at)));
+                extent.observed_min = Some(
+                    extent
+                        .observed_min
+                        .map_or(row.observed_at, |m| m.min(row.observed_at)),
+                );
+                extent.observed_max = Some(
+                    extent
+                        .observed_max
+                        .map_or(row.observed_at, |m| m.max(row.observed_at)),
+                );
                 versions.insert(row.registry_version);
             }
             extent.versions = versions.into_iter().collect();
@@ -106,8 +129,12 @@ impl Model {
             .filter(|r| after.is_none_or(|a| order_of(&r.point_id, r.observed_at, r.ingested_at, &r.key) > a))
             .collect();
         rows.sort_by(|a, b| {
-            order_of(&a.point_id, a.observed_at, a.ingested_at, &a.key)
-                .cmp(&order_of(&b.point_id, b.observed_at, b.ingested_at, &b.key))
+            order_of(&a.point_id, a.observed_at, a.ingested_at, &a.key).cmp(&order_of(
+                &b.point_id,
+                b.observed_at,
+                b.ingested_at,
+                &b.key,
+            ))
         });
         rows.into_iter()
             .take(limit.min(REPROCESS_ROWS_LOAD_MAX))

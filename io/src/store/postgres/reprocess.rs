@@ -12,7 +12,9 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 use time::OffsetDateTime;
 
-use super::{PgStore, db_error, epoch_to_db, fence, from_odt, key_to_db, quality_from_db, to_odt, value_columns};
+use super::{
+    PgStore, db_error, epoch_to_db, fence, from_odt, key_to_db, quality_from_db, to_odt, value_columns,
+};
 use crate::ports::{ClassExtent, REPROCESS_ROWS_LOAD_MAX, StoreError};
 
 macro_rules! extent {
@@ -103,8 +105,21 @@ fn observation_from_row(class: RetentionClass, row: &PgRow) -> Result<StoredObse
             row.try_get::<i32, _>(14)?,
         ))
     };
-    let (point_id, observed, ingested, instance, epoch, seq, (vn, vb, vt), native_num, native_text, unit, quality, reason, version) =
-        decode().map_err(get)?;
+    let (
+        point_id,
+        observed,
+        ingested,
+        instance,
+        epoch,
+        seq,
+        (vn, vb, vt),
+        native_num,
+        native_text,
+        unit,
+        quality,
+        reason,
+        version,
+    ) = decode().map_err(get)?;
     let key = super::key_from_columns(Some(instance), Some(epoch), Some(seq))?
         .ok_or_else(|| StoreError::Other("a reprocess row without a key".to_owned()))?;
     Ok(StoredObservation {
@@ -184,20 +199,21 @@ impl PgStore {
         limit: usize,
     ) -> Result<Vec<StoredObservation>, StoreError> {
         let limit = limit.min(REPROCESS_ROWS_LOAD_MAX) as i64;
-        let (after_point, after_observed, after_ingested, after_instance, after_epoch, after_seq) = match after {
-            Some(a) => {
-                let (epoch, seq) = key_to_db(&a.key)?;
-                (
-                    Some(a.point_id.as_str()),
-                    Some(to_odt(a.observed_at)?),
-                    Some(to_odt(a.ingested_at)?),
-                    Some(&*a.key.driver_instance),
-                    Some(epoch),
-                    Some(seq),
-                )
-            }
-            None => (None, None, None, None, None, None),
-        };
+        let (after_point, after_observed, after_ingested, after_instance, after_epoch, after_seq) =
+            match after {
+                Some(a) => {
+                    let (epoch, seq) = key_to_db(&a.key)?;
+                    (
+                        Some(a.point_id.as_str()),
+                        Some(to_odt(a.observed_at)?),
+                        Some(to_odt(a.ingested_at)?),
+                        Some(&*a.key.driver_instance),
+                        Some(epoch),
+                        Some(seq),
+                    )
+                }
+                None => (None, None, None, None, None, None),
+            };
         let rows = sqlx::query(rows_sql(class))
             .bind(points)
             .bind(to_odt(from)?)
@@ -238,7 +254,9 @@ impl PgStore {
         let version = updates[0].registry_version;
         for u in &updates {
             if u.registry_version != version {
-                return Err(StoreError::Other("one reprocess chunk carries one registry version".into()));
+                return Err(StoreError::Other(
+                    "one reprocess chunk carries one registry version".into(),
+                ));
             }
             let (e, s) = key_to_db(&u.key)?;
             let (vn, vb, vt) = value_columns(&u.value);
@@ -297,8 +315,9 @@ impl PgStore {
             .fetch_one(&mut *tx)
             .await
             .map_err(db_error("inserting the reprocess event"))?;
-        tx.commit().await.map_err(db_error("committing the reprocess event"))?;
+        tx.commit()
+            .await
+            .map_err(db_error("committing the reprocess event"))?;
         Ok(seq)
     }
 }
-
