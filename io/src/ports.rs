@@ -463,19 +463,21 @@ pub trait Store: Clone + Send + Sync + 'static {
         async { Err(no_reprocess()) }
     }
 
-    /// One page of the rows of `points` in `class`'s table observed in `[from, to)`, ordered by
-    /// `(point_id, observed_at, ingested_at, key)`, strictly after `after` in that order, at
-    /// most `limit` (capped at [`REPROCESS_ROWS_LOAD_MAX`]).
+    /// One page of the rows of `point` in `class`'s table observed in `[from, to)`, ordered by
+    /// `(observed_at, ingested_at, key)`, strictly after `after` (a row of the same point) in
+    /// that order, at most `limit` (capped at [`REPROCESS_ROWS_LOAD_MAX`]). One point per call,
+    /// so each page is an index range scan of `(point_id, observed_at)`, never a sort of the
+    /// whole scope.
     fn load_reprocess_rows(
         &self,
         class: RetentionClass,
-        points: &[String],
+        point: &str,
         from: Micros,
         to: Option<Micros>,
         after: Option<&StoredObservation>,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<StoredObservation>, StoreError>> + Send {
-        let _ = (class, points, from, to, after, limit);
+        let _ = (class, point, from, to, after, limit);
         async { Err(no_reprocess()) }
     }
 

@@ -158,46 +158,36 @@ pub async fn run<S: Store>(
     }
     let mut done = 0u64;
     for extent in plan.extents.iter().filter(|e| e.rows > 0) {
-        let ids: Vec<String> = plan
-            .points
-            .iter()
-            .filter(|(_, c)| *c == extent.class)
-            .map(|(id, _)| id.to_string())
-            .collect();
-        let mut after: Option<StoredObservation> = None;
-        loop {
-            let page = store
-                .load_reprocess_rows(
-                    extent.class,
-                    &ids,
-                    request.from,
-                    request.to,
-                    after.as_ref(),
-                    request.chunk_rows,
-                )
-                .await?;
-            let Some(last) = page.last().cloned() else { break };
-            let updates: Vec<RowUpdate> = page
-                .iter()
-                .map(|row| {
-                    let idx = registry.resolve(&row.point_id).ok_or_else(|| {
-                        ReprocessError::Scope(format!("point {} left the registry", row.point_id))
-                    })?;
-                    Ok(reprocess::recompute(
-                        registry.point(idx),
-                        config,
-                        registry.version,
-                        row,
-                    ))
-                })
-                .collect::<Result<_, ReprocessError>>()?;
-            let n = page.len();
-            done += store.apply_reprocess(epoch, extent.class, updates).await?;
-            progress(done);
-            if n < request.chunk_rows {
-                break;
+        for (point_id, _) in plan.points.iter().filter(|(_, c)| *c == extent.class) {
+            let idx = registry
+                .resolve(point_id)
+                .ok_or_else(|| ReprocessError::Scope(format!("point {point_id} left the registry")))?;
+            let point = registry.point(idx);
+            let mut after: Option<StoredObservation> = None;
+            loop {
+                let page = store
+                    .load_reprocess_rows(
+                        extent.class,
+                        point_id,
+                        request.from,
+                        request.to,
+                        after.as_ref(),
+                        request.chunk_rows,
+                    )
+                    .await?;
+                let Some(last) = page.last().cloned() else { break };
+                let updates: Vec<RowUpdate> = page
+                    .iter()
+                    .map(|row| reprocess::recompute(point, config, registry.version, row))
+                    .collect();
+                let n = page.len();
+                done += store.apply_reprocess(epoch, extent.class, updates).await?;
+                progress(done);
+                if n < request.chunk_rows {
+                    break;
+                }
+                after = Some(last);
             }
-            after = Some(last);
         }
     }
 
@@ -312,11 +302,10 @@ pub async fn reinterpret<S: Store>(
         ))
     })?;
     let point = registry.point(idx);
-    let ids = [point_id.to_owned()];
     let mut out = Vec::new();
     for class in RetentionClass::ALL {
         let rows = store
-            .load_reprocess_rows(class, &ids, at, Some(Micros(at.0.saturating_add(1))), None, 1_000)
+            .load_reprocess_rows(class, point_id, at, Some(Micros(at.0.saturating_add(1))), None, 1_000)
             .await?;
         out.extend(rows.into_iter().map(|stored| Reinterpretation {
             under: reprocess::recompute(point, config, registry.version, &stored),

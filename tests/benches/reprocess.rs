@@ -113,14 +113,13 @@ async fn scan(conn: &mut PgConnection, from: Micros) -> u64 {
 }
 
 async fn read_all(store: &PgStore, from: Micros, chunk: usize) -> u64 {
-    let ids = [PRESSURE.to_string()];
     let mut after = None;
     let mut n = 0;
     loop {
         let page = store
             .load_reprocess_rows(
                 sentinel_core::RetentionClass::Measurement,
-                &ids,
+                PRESSURE,
                 from,
                 None,
                 after.as_ref(),

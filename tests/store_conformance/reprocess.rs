@@ -29,22 +29,24 @@ const S: i64 = 1_000_000;
 const EARLIEST: &str = "2000-01-01T00:00:00Z";
 const LATEST: &str = "2100-01-01T00:00:00Z";
 
-/// Every row of the test points, in the adapter's page order, class by class.
+/// Every row of the test points, class by class and point by point, in the adapter's page
+/// order (pages of three, so ties and page boundaries are crossed).
 async fn all_rows<S: Store>(store: &S) -> Vec<StoredObservation> {
-    let ids: Vec<String> = POINTS.iter().map(|p| p.to_string()).collect();
     let mut out = Vec::new();
     for class in RetentionClass::ALL {
-        let mut after: Option<StoredObservation> = None;
-        loop {
-            let page = store
-                .load_reprocess_rows(class, &ids, at(EARLIEST), None, after.as_ref(), 1_000)
-                .await
-                .expect("load rows");
-            let done = page.len() < 1_000;
-            after = page.last().cloned();
-            out.extend(page);
-            if done {
-                break;
+        for point in POINTS {
+            let mut after: Option<StoredObservation> = None;
+            loop {
+                let page = store
+                    .load_reprocess_rows(class, point, at(EARLIEST), None, after.as_ref(), 3)
+                    .await
+                    .expect("load rows");
+                let done = page.len() < 3;
+                after = page.last().cloned();
+                out.extend(page);
+                if done {
+                    break;
+                }
             }
         }
     }

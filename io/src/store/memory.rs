@@ -712,13 +712,13 @@ impl Store for MemoryStore {
     async fn load_reprocess_rows(
         &self,
         class: RetentionClass,
-        points: &[String],
+        point: &str,
         from: Micros,
         to: Option<Micros>,
         after: Option<&sentinel_core::reprocess::StoredObservation>,
         limit: usize,
     ) -> Result<Vec<sentinel_core::reprocess::StoredObservation>, StoreError> {
-        Ok(lock(&self.model).load_reprocess_rows(class, points, from, to, after, limit))
+        Ok(lock(&self.model).load_reprocess_rows(class, point, from, to, after, limit))
     }
 
     async fn apply_reprocess(

@@ -2081,13 +2081,13 @@ impl Store for PgStore {
     async fn load_reprocess_rows(
         &self,
         class: RetentionClass,
-        points: &[String],
+        point: &str,
         from: Micros,
         to: Option<Micros>,
         after: Option<&sentinel_core::reprocess::StoredObservation>,
         limit: usize,
     ) -> Result<Vec<sentinel_core::reprocess::StoredObservation>, StoreError> {
-        self.load_reprocess_rows_inner(class, points, from, to, after, limit)
+        self.load_reprocess_rows_inner(class, point, from, to, after, limit)
             .await
     }
 

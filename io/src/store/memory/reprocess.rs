@@ -2,8 +2,8 @@
 //! `store/postgres/reprocess.rs` and `migrations/0006_reprocess.sql`, over the model's class
 //! tables.
 //!
-//! Owns: the scope's extent, its rows in pages in the adapter's order
-//! `(point_id, observed_at, ingested_at, key)`, the chunk update (only the canonical columns,
+//! Owns: the scope's extent, its rows point by point in pages in the adapter's
+//! order `(observed_at, ingested_at, key)`, the chunk update (only the canonical columns,
 //! quality, reason, version, and `native_text` where it is empty), and the `reprocess` control
 //! event. The model has no partitions: a class table's "oldest partition" is the midnight
 //! before its oldest row, which is as far back as anything exists.
@@ -38,23 +38,11 @@ fn stored(row: &ObsRow) -> StoredObservation {
     }
 }
 
-/// The adapter's page order: `(point_id, observed_at, ingested_at, key)`.
-type Order<'a> = (&'a str, Micros, Micros, &'a str, u32, u64);
+/// The adapter's page order within one point: `(observed_at, ingested_at, key)`.
+type Order<'a> = (Micros, Micros, &'a str, u32, u64);
 
-fn order_of<'a>(
-    point_id: &'a str,
-    observed: Micros,
-    ingested: Micros,
-    key: &'a sentinel_core::ObsKey,
-) -> Order<'a> {
-    (
-        point_id,
-        observed,
-        ingested,
-        &key.driver_instance,
-        key.source_epoch,
-        key.source_seq,
-    )
+fn order_of(observed: Micros, ingested: Micros, key: &sentinel_core::ObsKey) -> Order<'_> {
+    (observed, ingested, &key.driver_instance, key.source_epoch, key.source_seq)
 }
 
 impl Model {
@@ -114,27 +102,21 @@ impl Model {
     pub(super) fn load_reprocess_rows(
         &self,
         class: RetentionClass,
-        points: &[String],
+        point: &str,
         from: Micros,
         to: Option<Micros>,
         after: Option<&StoredObservation>,
         limit: usize,
     ) -> Vec<StoredObservation> {
-        let ids: std::collections::BTreeSet<&str> = points.iter().map(String::as_str).collect();
-        let after = after.map(|a| order_of(&a.point_id, a.observed_at, a.ingested_at, &a.key));
+        let after = after.map(|a| order_of(a.observed_at, a.ingested_at, &a.key));
         let mut rows: Vec<&ObsRow> = self.tables[class.index()]
             .rows
             .iter()
-            .filter(|r| ids.contains(&*r.point_id) && in_range(r, from, to))
-            .filter(|r| after.is_none_or(|a| order_of(&r.point_id, r.observed_at, r.ingested_at, &r.key) > a))
+            .filter(|r| &*r.point_id == point && in_range(r, from, to))
+            .filter(|r| after.is_none_or(|a| order_of(r.observed_at, r.ingested_at, &r.key) > a))
             .collect();
         rows.sort_by(|a, b| {
-            order_of(&a.point_id, a.observed_at, a.ingested_at, &a.key).cmp(&order_of(
-                &b.point_id,
-                b.observed_at,
-                b.ingested_at,
-                &b.key,
-            ))
+            order_of(a.observed_at, a.ingested_at, &a.key).cmp(&order_of(b.observed_at, b.ingested_at, &b.key))
         });
         rows.into_iter()
             .take(limit.min(REPROCESS_ROWS_LOAD_MAX))

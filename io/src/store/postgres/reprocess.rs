@@ -29,19 +29,34 @@ macro_rules! extent {
     };
 }
 
-macro_rules! rows {
+/// A point's rows in `[from, to)`, first page: an index range scan of `(point_id, observed_at)`
+/// read backward, merged across partitions.
+macro_rules! rows_first {
     ($table:literal) => {
         concat!(
             "SELECT point_id, observed_at, ingested_at, driver_instance, source_epoch, source_seq, \
              value_num, value_bool, value_text, native_num, native_text, unit_native, quality::text, \
              reason, registry_version FROM ",
             $table,
-            " WHERE point_id = ANY($1::text[]) AND observed_at >= $2 \
-              AND ($3::timestamptz IS NULL OR observed_at < $3) \
-              AND ($4::text IS NULL OR (point_id, observed_at, ingested_at, driver_instance, source_epoch, \
-                   source_seq) > ($4, $5, $6, $7, $8, $9)) \
-             ORDER BY point_id, observed_at, ingested_at, driver_instance, source_epoch, source_seq \
-             LIMIT $10"
+            " WHERE point_id = $1 AND observed_at >= $2 AND ($3::timestamptz IS NULL OR observed_at < $3) \
+             ORDER BY observed_at, ingested_at, driver_instance, source_epoch, source_seq LIMIT $4"
+        )
+    };
+}
+
+/// The next page after a row of the same point: the redundant `observed_at >= $4` is where the
+/// index range scan starts; the row comparison breaks ties within one instant.
+macro_rules! rows_next {
+    ($table:literal) => {
+        concat!(
+            "SELECT point_id, observed_at, ingested_at, driver_instance, source_epoch, source_seq, \
+             value_num, value_bool, value_text, native_num, native_text, unit_native, quality::text, \
+             reason, registry_version FROM ",
+            $table,
+            " WHERE point_id = $1 AND observed_at >= $2 AND ($3::timestamptz IS NULL OR observed_at < $3) \
+               AND observed_at >= $4 \
+               AND (observed_at, ingested_at, driver_instance, source_epoch, source_seq) > ($4, $5, $6, $7, $8) \
+             ORDER BY observed_at, ingested_at, driver_instance, source_epoch, source_seq LIMIT $9"
         )
     };
 }
@@ -66,11 +81,14 @@ fn extent_sql(class: RetentionClass) -> &'static str {
     }
 }
 
-fn rows_sql(class: RetentionClass) -> &'static str {
-    match class {
-        RetentionClass::Measurement => rows!("observation_measurement"),
-        RetentionClass::State => rows!("observation_state"),
-        RetentionClass::Diagnostic => rows!("observation_diagnostic"),
+fn rows_sql(class: RetentionClass, next: bool) -> &'static str {
+    match (class, next) {
+        (RetentionClass::Measurement, false) => rows_first!("observation_measurement"),
+        (RetentionClass::State, false) => rows_first!("observation_state"),
+        (RetentionClass::Diagnostic, false) => rows_first!("observation_diagnostic"),
+        (RetentionClass::Measurement, true) => rows_next!("observation_measurement"),
+        (RetentionClass::State, true) => rows_next!("observation_state"),
+        (RetentionClass::Diagnostic, true) => rows_next!("observation_diagnostic"),
     }
 }
 
@@ -192,39 +210,37 @@ impl PgStore {
     pub(super) async fn load_reprocess_rows_inner(
         &self,
         class: RetentionClass,
-        points: &[String],
+        point: &str,
         from: Micros,
         to: Option<Micros>,
         after: Option<&StoredObservation>,
         limit: usize,
     ) -> Result<Vec<StoredObservation>, StoreError> {
         let limit = limit.min(REPROCESS_ROWS_LOAD_MAX) as i64;
-        let (after_point, after_observed, after_ingested, after_instance, after_epoch, after_seq) =
-            match after {
-                Some(a) => {
-                    let (epoch, seq) = key_to_db(&a.key)?;
-                    (
-                        Some(a.point_id.as_str()),
-                        Some(to_odt(a.observed_at)?),
-                        Some(to_odt(a.ingested_at)?),
-                        Some(&*a.key.driver_instance),
-                        Some(epoch),
-                        Some(seq),
-                    )
-                }
-                None => (None, None, None, None, None, None),
-            };
-        let rows = sqlx::query(rows_sql(class))
-            .bind(points)
+        let to = to.map(to_odt).transpose()?;
+        let query = sqlx::query(rows_sql(class, after.is_some()))
+            .bind(point)
             .bind(to_odt(from)?)
-            .bind(to.map(to_odt).transpose()?)
-            .bind(after_point)
-            .bind(after_observed)
-            .bind(after_ingested)
-            .bind(after_instance)
-            .bind(after_epoch)
-            .bind(after_seq)
-            .bind(limit)
+            .bind(to);
+        let query = match after {
+            Some(a) => {
+                if a.point_id != point {
+                    return Err(StoreError::Other(
+                        "a reprocess page continues after a row of its own point".into(),
+                    ));
+                }
+                let (epoch, seq) = key_to_db(&a.key)?;
+                query
+                    .bind(to_odt(a.observed_at)?)
+                    .bind(to_odt(a.ingested_at)?)
+                    .bind(a.key.driver_instance.to_string())
+                    .bind(epoch)
+                    .bind(seq)
+                    .bind(limit)
+            }
+            None => query.bind(limit),
+        };
+        let rows = query
             .fetch_all(&self.pool)
             .await
             .map_err(db_error("loading reprocess rows"))?;
