@@ -340,13 +340,17 @@ pub fn round_outward((from, to): (Micros, Micros), width_us: i64) -> (Micros, Mi
 
 /// The dry run's estimate of a real run, in milliseconds: rows read, recomputed and updated,
 /// plus the rollup refresh over the affected range (point-blind: every row observed in the
-/// rounded hours is aggregated again, twice). Calibrated from `tests/benches/reprocess.rs` on
-/// the 2-core development machine (BENCHMARKS.md, "Reprocess"): about 40 µs a row updated
-/// and 4 µs a row re-aggregated per grain. An order of magnitude, not a promise.
+/// rounded range is aggregated again, for both grains). Calibrated on the shared 2-core
+/// development machine (BENCHMARKS.md, "Reprocess"): `tests/benches/reprocess.rs` measured
+/// about 20 µs a row for a whole run of 1,000,000 rows in chunks of 5,000, and
+/// `tests/benches/rollups.rs` about 7 µs a row for a refresh of one hour at the design rate
+/// (4,000 points, so the refresh writes 244,000 buckets). An order of magnitude, not a promise:
+/// the caller passes the scope's own rows for both figures, which undercounts the refresh
+/// where other points share the range.
 pub fn estimate_ms(rows: u64, rows_in_rounded_range: u64) -> u64 {
-    const UPDATE_US_PER_ROW: u64 = 40;
-    const REFRESH_US_PER_ROW: u64 = 8;
-    rows.saturating_mul(UPDATE_US_PER_ROW)
+    const RUN_US_PER_ROW: u64 = 20;
+    const REFRESH_US_PER_ROW: u64 = 7;
+    rows.saturating_mul(RUN_US_PER_ROW)
         .saturating_add(rows_in_rounded_range.saturating_mul(REFRESH_US_PER_ROW))
         / 1_000
 }
