@@ -249,6 +249,10 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
                 &new.unit_native
             )
         );
+        assert!(
+            old.native_text.is_none() || old.native_text == new.native_text,
+            "native_text is only ever filled: {old:?} → {new:?}"
+        );
         assert_eq!(new.registry_version, 2);
     }
     let by_seq: BTreeMap<u64, &StoredObservation> = after.iter().map(|r| (r.key.source_seq, r)).collect();
