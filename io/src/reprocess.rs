@@ -305,7 +305,14 @@ pub async fn reinterpret<S: Store>(
     let mut out = Vec::new();
     for class in RetentionClass::ALL {
         let rows = store
-            .load_reprocess_rows(class, point_id, at, Some(Micros(at.0.saturating_add(1))), None, 1_000)
+            .load_reprocess_rows(
+                class,
+                point_id,
+                at,
+                Some(Micros(at.0.saturating_add(1))),
+                None,
+                1_000,
+            )
             .await?;
         out.extend(rows.into_iter().map(|stored| Reinterpretation {
             under: reprocess::recompute(point, config, registry.version, &stored),

@@ -162,7 +162,7 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
     let epoch = lease.epoch();
     let v1 = rp::load(store, 1).await;
     let t = at(T0);
-    let sents = vec![
+    let sents = [
         sent(PRESSURE, 1, t, Some(101.5), None),
         sent(PRESSURE, 2, Micros(t.0 + 20 * S), Some(102.0), None),
         sent(PRESSURE, 3, Micros(t.0 + 70 * S), Some(99.5), None),
@@ -363,7 +363,7 @@ pub(super) async fn a_refused_reprocess_changes_nothing<B: Backend>(b: &B) {
     let epoch = lease.epoch();
     let v1 = rp::load(store, 1).await;
     let t = at(T0);
-    let sents = vec![
+    let sents = [
         sent(PRESSURE, 1, t, Some(101.5), None),
         sent(LEVEL, 2, Micros(t.0 + 10 * S), Some(55.0), None),
         sent(RSSI, 3, Micros(t.0 + 30 * S), Some(-70.0), None),

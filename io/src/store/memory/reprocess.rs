@@ -42,7 +42,13 @@ fn stored(row: &ObsRow) -> StoredObservation {
 type Order<'a> = (Micros, Micros, &'a str, u32, u64);
 
 fn order_of(observed: Micros, ingested: Micros, key: &sentinel_core::ObsKey) -> Order<'_> {
-    (observed, ingested, &key.driver_instance, key.source_epoch, key.source_seq)
+    (
+        observed,
+        ingested,
+        &key.driver_instance,
+        key.source_epoch,
+        key.source_seq,
+    )
 }
 
 impl Model {
@@ -116,7 +122,11 @@ impl Model {
             .filter(|r| after.is_none_or(|a| order_of(r.observed_at, r.ingested_at, &r.key) > a))
             .collect();
         rows.sort_by(|a, b| {
-            order_of(a.observed_at, a.ingested_at, &a.key).cmp(&order_of(b.observed_at, b.ingested_at, &b.key))
+            order_of(a.observed_at, a.ingested_at, &a.key).cmp(&order_of(
+                b.observed_at,
+                b.ingested_at,
+                &b.key,
+            ))
         });
         rows.into_iter()
             .take(limit.min(REPROCESS_ROWS_LOAD_MAX))
