@@ -345,7 +345,11 @@ fn only_the_postgres_adapter_names_the_observation_tables() {
             "observation_state",
             "observation_diagnostic",
         ],
-        &["io/src/store/postgres.rs", "io/src/store/postgres/rollup.rs"],
+        &[
+            "io/src/store/postgres.rs",
+            "io/src/store/postgres/rollup.rs",
+            "io/src/store/postgres/reprocess.rs",
+        ],
         "only io/src/store/postgres.rs (and migrations/) names the per-class observation tables",
     );
 }
@@ -371,7 +375,11 @@ fn only_the_postgres_adapter_names_sqlx() {
     confined(
         &["core/src", "io/src", "sim/src", "driver/src"],
         &["sqlx"],
-        &["io/src/store/postgres.rs", "io/src/store/postgres/rollup.rs"],
+        &[
+            "io/src/store/postgres.rs",
+            "io/src/store/postgres/rollup.rs",
+            "io/src/store/postgres/reprocess.rs",
+        ],
         "only io/src/store/postgres.rs uses sqlx",
     );
 }

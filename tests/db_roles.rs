@@ -90,6 +90,9 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         "SELECT count(*) FROM rollup_1m_avg",
         "SELECT count(*) FROM rollup_1h",
         "SELECT refreshed_to FROM rollup_watermark",
+        // Reprocess (migrations/0006_reprocess.sql): rows are updated only through the
+        // function, fenced on the epoch like the rollups.
+        REPROCESS_APPLY,
     ] {
         assert_eq!(
             refused(&roles.writer_url, sql).await,
@@ -125,6 +128,10 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         ("DROP", "DROP TABLE observation_measurement"),
         ("ALTER", "ALTER TABLE observation_measurement ADD COLUMN x int"),
         ("DELETE from control_event", "DELETE FROM control_event"),
+        (
+            "grant itself the reprocess function",
+            "SELECT sentinel_apply_reprocess_grants(current_user)",
+        ),
         ("CREATE", "CREATE TABLE sneaky (x int)"),
         (
             "a partition by hand",
@@ -146,6 +153,10 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         .expect("count");
     assert_eq!(rows, 1, "the row the writer inserted is still there");
 }
+
+/// An empty chunk through the reprocess function, fenced on epoch 0 (no core has locked yet).
+const REPROCESS_APPLY: &str = "SELECT sentinel_reprocess_apply(0, 'measurement', '{}', '{}', '{}', \
+     '{}', '{}', '{}', '{}', '{}', '{}', '{}', 1)";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reader_reads_and_cannot_write_or_see_payloads() {
@@ -184,6 +195,7 @@ async fn the_reader_reads_and_cannot_write_or_see_payloads() {
         "SELECT sentinel_ensure_partitions(current_date, 1)",
         "SELECT * FROM sentinel_rollup_refresh_range(0, now() - interval '1 hour', now())",
         "DELETE FROM rollup_1m",
+        REPROCESS_APPLY,
     ] {
         let error = refused(&roles.reader_url, sql)
             .await

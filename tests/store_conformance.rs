@@ -32,6 +32,12 @@ use sqlx::PgPool;
 #[path = "store_conformance/rollups.rs"]
 mod rollups;
 use rollups::{rollup_writes_are_fenced, rollups_keep_counts_only_for_points_not_agg_safe};
+#[path = "store_conformance/reprocess.rs"]
+mod reprocess;
+use reprocess::{
+    a_refused_reprocess_changes_nothing, reprocess_fixes_a_wrong_scale_and_the_rollups_over_it,
+    reprocess_writes_are_fenced,
+};
 
 // ---------------------------------------------------------------------------------------------
 // The two backends.
@@ -249,6 +255,9 @@ conformance!(
     rollups_keep_counts_only_for_points_not_agg_safe,
     rollup_writes_are_fenced,
     derived_windows_are_bounded_by_time_and_rows,
+    reprocess_fixes_a_wrong_scale_and_the_rollups_over_it,
+    a_refused_reprocess_changes_nothing,
+    reprocess_writes_are_fenced,
 );
 
 on_conflict_form!(

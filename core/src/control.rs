@@ -18,6 +18,9 @@ use crate::time::Micros;
 /// Who caused the core's own control events (`principal` is NOT NULL by design).
 pub const PRINCIPAL_WATCHDOG: &str = "core:watchdog";
 
+/// The principal of a reprocess run by the `sentinel reprocess` command.
+pub const PRINCIPAL_REPROCESS_CLI: &str = "operator:cli";
+
 /// Most control events in one write; the rest wait for the next.
 pub const CONTROL_EVENTS_PER_WRITE_MAX: usize = 1_000;
 
@@ -27,6 +30,10 @@ pub enum ControlKind {
     QualityChanged,
     /// The core issued a command to a point's driver (the smallest real command plane).
     CommandIssued,
+    /// A reprocess recomputed rows under a registry version (ingest spec, "Reprocess"): one
+    /// event per run, about its scope, not a point (`point_id` is NULL). Its payload is
+    /// [`crate::reprocess::ReprocessRecord`].
+    Reprocess,
 }
 
 impl ControlKind {
@@ -34,6 +41,7 @@ impl ControlKind {
         match self {
             ControlKind::QualityChanged => "quality_changed",
             ControlKind::CommandIssued => "command_issued",
+            ControlKind::Reprocess => "reprocess",
         }
     }
 }

@@ -39,6 +39,7 @@ pub mod pipeline;
 pub mod planted;
 pub mod projection;
 pub mod registry;
+pub mod reprocess;
 pub mod retention;
 pub mod rollup;
 pub mod self_points;

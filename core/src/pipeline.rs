@@ -138,88 +138,21 @@ fn build_row(
     env: Envelope<'_>,
 ) -> ObsRow {
     let desc = &point.descriptor;
-    let mut quality = env.quality.map_or(Quality::Live, |q| q.quality());
     // A reason from the typed-gap vocabulary is shared, not copied; a driver's own text is kept.
-    let mut reason: Option<Cow<'static, str>> = env.reason.as_deref().map(|r| {
+    let reason: Option<Cow<'static, str>> = env.reason.as_deref().map(|r| {
         crate::gap::GapReason::parse(r)
             .map_or_else(|| Cow::Owned(r.to_owned()), |g| Cow::Borrowed(g.as_str()))
     });
-    let mut value = None;
-    let mut native_num = None;
-    let mut native_text: Option<Box<str>> = None;
-
-    let bad = |why: &'static str, quality: &mut Quality, reason: &mut Option<Cow<'static, str>>| {
-        *quality = Quality::Bad;
-        *reason = Some(Cow::Borrowed(why));
-    };
-
-    // Stage 6: unit check. A unit the descriptor does not expect means no conversion at all.
-    let mut unit_ok = true;
-    let unit_native = match (&env.unit, &point.unit_native) {
-        (None, expected) => expected.clone(),
-        (Some(reported), Some(expected)) if **reported == **expected => Some(expected.clone()),
-        (Some(reported), _) => {
-            unit_ok = false;
-            bad(reason::UNIT_MISMATCH, &mut quality, &mut reason);
-            Some(std::sync::Arc::from(&**reported))
-        }
-    };
-
-    match &env.value {
-        NativeValue::Num(x) => native_num = Some(*x),
-        // A good text point's canonical text is its native text: one copy, made below.
-        NativeValue::Text(s) if desc.kind != Kind::Text || !unit_ok => native_text = Some(Box::from(&**s)),
-        NativeValue::Text(_) => {}
-        NativeValue::Bool(b) => native_num = Some(if *b { 1.0 } else { 0.0 }),
-        NativeValue::Null => {}
-    }
-
-    // Stages 7–8: validate and convert, only when the unit is right.
-    if unit_ok {
-        match (desc.kind, &env.value) {
-            (_, NativeValue::Null) => {
-                if env.quality.is_none() {
-                    bad(reason::MISSING_VALUE, &mut quality, &mut reason);
-                }
-            }
-            (Kind::Number, NativeValue::Num(x)) => {
-                let canonical = desc.conversion.apply(*x);
-                if !canonical.is_finite() {
-                    bad(reason::NOT_FINITE, &mut quality, &mut reason);
-                    native_text = Some(native_repr(&env.value));
-                } else if desc.range.is_some_and(|r| !(r.min..=r.max).contains(&canonical)) {
-                    bad(reason::OUT_OF_RANGE, &mut quality, &mut reason);
-                    native_text = Some(native_repr(&env.value));
-                } else {
-                    value = Some(CanonicalValue::Num(canonical));
-                }
-            }
-            (Kind::Bool, NativeValue::Bool(b)) => value = Some(CanonicalValue::Bool(*b)),
-            (Kind::Enum, NativeValue::Num(_) | NativeValue::Text(_)) => {
-                let mut buf = [0u8; 24];
-                let code = enum_code(&env.value, &mut buf);
-                match code.and_then(|c| point.codebook.get(c)) {
-                    Some(member) => value = Some(CanonicalValue::Text(member.clone())),
-                    None => {
-                        bad(reason::NOT_IN_CODEBOOK, &mut quality, &mut reason);
-                        native_text = Some(native_repr(&env.value));
-                    }
-                }
-            }
-            (Kind::Text, NativeValue::Text(s)) => {
-                if s.len() > ctx.config.text_value_bytes_max {
-                    bad(reason::TEXT_TOO_LONG, &mut quality, &mut reason);
-                    native_text = Some(Box::from(&**s));
-                } else {
-                    value = Some(CanonicalValue::Text(std::sync::Arc::from(&**s)));
-                }
-            }
-            (_, _) => {
-                bad(reason::TYPE_MISMATCH, &mut quality, &mut reason);
-                native_text = Some(native_repr(&env.value));
-            }
-        }
-    }
+    let decided = decide(
+        point,
+        ctx.config,
+        Asserted {
+            quality: env.quality.map(|q| q.quality()),
+            reason,
+            unit: env.unit.as_deref(),
+            value: &env.value,
+        },
+    );
 
     // Stage 9: device clock skew.
     let skew_flagged = env
@@ -232,7 +165,8 @@ fn build_row(
     } else {
         0.0
     };
-    let changed = value
+    let changed = decided
+        .value
         .as_ref()
         .is_some_and(|v| is_edge(ctx.projection.edge_value(idx), v, deadband));
 
@@ -243,12 +177,12 @@ fn build_row(
         ingested_at: delivery.ingested_at,
         observed_at: env.observed_at,
         device_time: env.device_time,
-        value,
-        native_num,
-        native_text,
-        unit_native,
-        quality,
-        reason,
+        value: decided.value,
+        native_num: decided.native_num,
+        native_text: decided.native_text,
+        unit_native: decided.unit_native,
+        quality: decided.quality,
+        reason: decided.reason,
         detail: env.detail.map(Box::from),
         changed,
         registry_version: ctx.registry.version,
@@ -259,6 +193,124 @@ fn build_row(
         },
         skew_flagged,
         tag: delivery.tag,
+    }
+}
+
+/// What stages 6–8 read of one observation: what its driver asserted and the native reading.
+/// The pipeline builds it from an envelope; reprocess ([`crate::reprocess`]) from a stored row.
+pub struct Asserted<'a> {
+    /// The quality the driver asserted (`unavailable` or `bad`), if any.
+    pub quality: Option<Quality>,
+    /// The driver's reason, if any.
+    pub reason: Option<Cow<'static, str>>,
+    /// The unit the driver reported, if it reported one.
+    pub unit: Option<&'a str>,
+    pub value: &'a NativeValue<'a>,
+}
+
+/// What stages 6–8 decided: the canonical value, quality and reason, and the native columns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Decided {
+    pub value: Option<CanonicalValue>,
+    pub native_num: Option<f64>,
+    pub native_text: Option<Box<str>>,
+    pub unit_native: Option<std::sync::Arc<str>>,
+    pub quality: Quality,
+    pub reason: Option<Cow<'static, str>>,
+}
+
+/// Stages 6–8 for one observation of `point`: unit check, validation, conversion. Pure; the
+/// one definition the pipeline and reprocess share. A failure keeps the row (quality `bad`, a
+/// reason from [`reason`], the offending value in `native_text`); otherwise the driver's
+/// asserted quality and reason stand (`live` when it asserted none).
+pub fn decide(point: &CompiledPoint, config: &Config, asserted: Asserted<'_>) -> Decided {
+    let desc = &point.descriptor;
+    let mut quality = asserted.quality.unwrap_or(Quality::Live);
+    let mut reason = asserted.reason;
+    let mut value = None;
+    let mut native_num = None;
+    let mut native_text: Option<Box<str>> = None;
+
+    let bad = |why: &'static str, quality: &mut Quality, reason: &mut Option<Cow<'static, str>>| {
+        *quality = Quality::Bad;
+        *reason = Some(Cow::Borrowed(why));
+    };
+
+    // Stage 6: unit check. A unit the descriptor does not expect means no conversion at all.
+    let mut unit_ok = true;
+    let unit_native = match (asserted.unit, &point.unit_native) {
+        (None, expected) => expected.clone(),
+        (Some(reported), Some(expected)) if reported == &**expected => Some(expected.clone()),
+        (Some(reported), _) => {
+            unit_ok = false;
+            bad(reason::UNIT_MISMATCH, &mut quality, &mut reason);
+            Some(std::sync::Arc::from(reported))
+        }
+    };
+
+    match asserted.value {
+        NativeValue::Num(x) => native_num = Some(*x),
+        // A good text point's canonical text is its native text: one copy, made below.
+        NativeValue::Text(s) if desc.kind != Kind::Text || !unit_ok => native_text = Some(Box::from(&**s)),
+        NativeValue::Text(_) => {}
+        NativeValue::Bool(b) => native_num = Some(if *b { 1.0 } else { 0.0 }),
+        NativeValue::Null => {}
+    }
+
+    // Stages 7–8: validate and convert, only when the unit is right.
+    if unit_ok {
+        match (desc.kind, asserted.value) {
+            (_, NativeValue::Null) => {
+                if asserted.quality.is_none() {
+                    bad(reason::MISSING_VALUE, &mut quality, &mut reason);
+                }
+            }
+            (Kind::Number, NativeValue::Num(x)) => {
+                let canonical = desc.conversion.apply(*x);
+                if !canonical.is_finite() {
+                    bad(reason::NOT_FINITE, &mut quality, &mut reason);
+                    native_text = Some(native_repr(asserted.value));
+                } else if desc.range.is_some_and(|r| !(r.min..=r.max).contains(&canonical)) {
+                    bad(reason::OUT_OF_RANGE, &mut quality, &mut reason);
+                    native_text = Some(native_repr(asserted.value));
+                } else {
+                    value = Some(CanonicalValue::Num(canonical));
+                }
+            }
+            (Kind::Bool, NativeValue::Bool(b)) => value = Some(CanonicalValue::Bool(*b)),
+            (Kind::Enum, NativeValue::Num(_) | NativeValue::Text(_)) => {
+                let mut buf = [0u8; 24];
+                let code = enum_code(asserted.value, &mut buf);
+                match code.and_then(|c| point.codebook.get(c)) {
+                    Some(member) => value = Some(CanonicalValue::Text(member.clone())),
+                    None => {
+                        bad(reason::NOT_IN_CODEBOOK, &mut quality, &mut reason);
+                        native_text = Some(native_repr(asserted.value));
+                    }
+                }
+            }
+            (Kind::Text, NativeValue::Text(s)) => {
+                if s.len() > config.text_value_bytes_max {
+                    bad(reason::TEXT_TOO_LONG, &mut quality, &mut reason);
+                    native_text = Some(Box::from(&**s));
+                } else {
+                    value = Some(CanonicalValue::Text(std::sync::Arc::from(&**s)));
+                }
+            }
+            (_, _) => {
+                bad(reason::TYPE_MISMATCH, &mut quality, &mut reason);
+                native_text = Some(native_repr(asserted.value));
+            }
+        }
+    }
+
+    Decided {
+        value,
+        native_num,
+        native_text,
+        unit_native,
+        quality,
+        reason,
     }
 }
 

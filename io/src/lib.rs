@@ -10,6 +10,7 @@ pub mod demo;
 pub mod nats_auth;
 pub mod ports;
 pub mod registry_dir;
+pub mod reprocess;
 pub mod runtime;
 pub mod startup;
 pub mod store;

@@ -7,6 +7,7 @@
 use std::future::Future;
 
 use bytes::Bytes;
+use sentinel_core::reprocess::{ReprocessRecord, RowUpdate, StoredObservation};
 use sentinel_core::wire::DriverHello;
 use sentinel_core::{
     Batch, BatchId, CommandRequest, CommitReport, ControlEvent, Delivery, DeliveryTag, Input, Micros,
@@ -309,6 +310,26 @@ pub struct RollupStep {
 /// Most rollup rows one [`Store::load_rollups`] call returns.
 pub const ROLLUPS_LOAD_MAX: usize = 1_000_000;
 
+// reprocess
+
+/// One class table's share of a reprocess scope (ingest spec, "Reprocess"): the rows of the
+/// scope's points observed in the range, and what the refusal needs to know of the table.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClassExtent {
+    pub class: RetentionClass,
+    pub rows: u64,
+    pub observed_min: Option<Micros>,
+    pub observed_max: Option<Micros>,
+    /// The distinct `registry_version`s of those rows, ascending.
+    pub versions: Vec<i32>,
+    /// The start of the table's oldest daily partition (PostgreSQL), or the midnight before its
+    /// oldest row (the model, which has no partitions); `None` when the table is empty.
+    pub oldest_partition: Option<Micros>,
+}
+
+/// Most rows one [`Store::load_reprocess_rows`] call returns.
+pub const REPROCESS_ROWS_LOAD_MAX: usize = 100_000;
+
 /// Holding the single-writer lock. Dropping it releases the lock.
 pub trait Lease: Send + 'static {
     /// The epoch this acquisition incremented to.
@@ -424,6 +445,74 @@ pub trait Store: Clone + Send + Sync + 'static {
         to: Micros,
         point_id: Option<&str>,
     ) -> impl Future<Output = Result<Vec<RollupRow>, StoreError>> + Send;
+    // reprocess
+    //
+    // Default bodies refuse (see `no_reprocess`); `PgStore` and `MemoryStore` implement all
+    // four and the conformance suite checks them on both.
+
+    /// Per class table holding any of `points`: the rows of those points observed in
+    /// `[from, to)` (no upper bound when `to` is `None`), their versions and extent, and the
+    /// table's oldest partition. One entry per class named in `points`, in class order.
+    fn reprocess_extent(
+        &self,
+        points: &[(String, RetentionClass)],
+        from: Micros,
+        to: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<ClassExtent>, StoreError>> + Send {
+        let _ = (points, from, to);
+        async { Err(no_reprocess()) }
+    }
+
+    /// One page of the rows of `point` in `class`'s table observed in `[from, to)`, ordered by
+    /// `(observed_at, ingested_at, key)`, strictly after `after` (a row of the same point) in
+    /// that order, at most `limit` (capped at [`REPROCESS_ROWS_LOAD_MAX`]). One point per call,
+    /// so each page is an index range scan of `(point_id, observed_at)`, never a sort of the
+    /// whole scope.
+    fn load_reprocess_rows(
+        &self,
+        class: RetentionClass,
+        point: &str,
+        from: Micros,
+        to: Option<Micros>,
+        after: Option<&StoredObservation>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StoredObservation>, StoreError>> + Send {
+        let _ = (class, point, from, to, after, limit);
+        async { Err(no_reprocess()) }
+    }
+
+    /// Writes one chunk of recomputed rows of `class`'s table in one transaction fenced on
+    /// `epoch`: only the canonical columns, quality, reason and version, and `native_text`
+    /// where it is NULL (see `sentinel_core::reprocess`). Returns the rows updated.
+    fn apply_reprocess(
+        &self,
+        epoch: u32,
+        class: RetentionClass,
+        updates: Vec<RowUpdate>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
+        let _ = (epoch, class, updates);
+        async { Err(no_reprocess()) }
+    }
+
+    /// Writes the run's one `reprocess` control event (no point: `point_id` NULL), fenced on
+    /// `epoch`. Returns its `seq`.
+    fn write_reprocess_event(
+        &self,
+        epoch: u32,
+        occurred_at: Micros,
+        principal: &str,
+        record: &ReprocessRecord,
+    ) -> impl Future<Output = Result<i64, StoreError>> + Send {
+        let _ = (epoch, occurred_at, principal, record);
+        async { Err(no_reprocess()) }
+    }
+}
+
+/// The answer of a store that does not implement reprocess (the trait's default bodies: only
+/// the simulator's wrapper, which does not reprocess yet, relies on them; both real stores
+/// implement every operation).
+fn no_reprocess() -> StoreError {
+    StoreError::Other("this store does not implement reprocess".to_owned())
 }
 
 #[cfg(test)]

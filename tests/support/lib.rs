@@ -7,4 +7,5 @@ pub mod bin;
 pub mod harness;
 pub mod nats;
 pub mod pg;
+pub mod reprocess;
 pub mod traffic;

@@ -32,6 +32,7 @@ use sentinel_core::{
 
 use super::ClassCounts;
 
+mod reprocess;
 mod rollup;
 use crate::clock::{Clock, SystemClock};
 use crate::ports::{
@@ -717,5 +718,47 @@ impl Store for MemoryStore {
         point_id: Option<&str>,
     ) -> Result<Vec<RollupRow>, StoreError> {
         Ok(lock(&self.model).rollups.load(grain, (from, to), point_id))
+    }
+
+    // reprocess
+
+    async fn reprocess_extent(
+        &self,
+        points: &[(String, RetentionClass)],
+        from: Micros,
+        to: Option<Micros>,
+    ) -> Result<Vec<crate::ports::ClassExtent>, StoreError> {
+        Ok(lock(&self.model).reprocess_extent(points, from, to))
+    }
+
+    async fn load_reprocess_rows(
+        &self,
+        class: RetentionClass,
+        point: &str,
+        from: Micros,
+        to: Option<Micros>,
+        after: Option<&sentinel_core::reprocess::StoredObservation>,
+        limit: usize,
+    ) -> Result<Vec<sentinel_core::reprocess::StoredObservation>, StoreError> {
+        Ok(lock(&self.model).load_reprocess_rows(class, point, from, to, after, limit))
+    }
+
+    async fn apply_reprocess(
+        &self,
+        epoch: u32,
+        class: RetentionClass,
+        updates: Vec<sentinel_core::reprocess::RowUpdate>,
+    ) -> Result<u64, StoreError> {
+        lock(&self.model).apply_reprocess(epoch, class, updates)
+    }
+
+    async fn write_reprocess_event(
+        &self,
+        epoch: u32,
+        occurred_at: Micros,
+        principal: &str,
+        record: &sentinel_core::reprocess::ReprocessRecord,
+    ) -> Result<i64, StoreError> {
+        lock(&self.model).write_reprocess_event(epoch, occurred_at, principal, record)
     }
 }

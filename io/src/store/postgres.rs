@@ -30,6 +30,7 @@ use time::OffsetDateTime;
 
 use super::ClassCounts;
 
+mod reprocess;
 mod rollup;
 use crate::ports::{
     ColdStart, CommitError, LOCK_SESSION_NAME_PREFIX, LOCK_SESSION_NAME_UNLOCKED, Lease, RegistryLoad,
@@ -731,6 +732,11 @@ impl PgStore {
             .execute(&self.pool)
             .await
             .map_err(db_error("applying the role grants"))?;
+        sqlx::query("SELECT sentinel_apply_reprocess_grants($1)")
+            .bind(writer)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error("applying the reprocess grant"))?;
         Ok(())
     }
 
@@ -2059,5 +2065,49 @@ impl Store for PgStore {
         point_id: Option<&str>,
     ) -> Result<Vec<RollupRow>, StoreError> {
         self.load_rollups_inner(grain, from, to, point_id).await
+    }
+
+    // reprocess
+
+    async fn reprocess_extent(
+        &self,
+        points: &[(String, RetentionClass)],
+        from: Micros,
+        to: Option<Micros>,
+    ) -> Result<Vec<crate::ports::ClassExtent>, StoreError> {
+        self.reprocess_extent_inner(points, from, to).await
+    }
+
+    async fn load_reprocess_rows(
+        &self,
+        class: RetentionClass,
+        point: &str,
+        from: Micros,
+        to: Option<Micros>,
+        after: Option<&sentinel_core::reprocess::StoredObservation>,
+        limit: usize,
+    ) -> Result<Vec<sentinel_core::reprocess::StoredObservation>, StoreError> {
+        self.load_reprocess_rows_inner(class, point, from, to, after, limit)
+            .await
+    }
+
+    async fn apply_reprocess(
+        &self,
+        epoch: u32,
+        class: RetentionClass,
+        updates: Vec<sentinel_core::reprocess::RowUpdate>,
+    ) -> Result<u64, StoreError> {
+        self.apply_reprocess_inner(epoch, class, updates).await
+    }
+
+    async fn write_reprocess_event(
+        &self,
+        epoch: u32,
+        occurred_at: Micros,
+        principal: &str,
+        record: &sentinel_core::reprocess::ReprocessRecord,
+    ) -> Result<i64, StoreError> {
+        self.write_reprocess_event_inner(epoch, occurred_at, principal, record)
+            .await
     }
 }

@@ -3,6 +3,7 @@
 //! `plan.rs` prints `sentinel registry plan`.
 
 mod plan;
+mod reprocess;
 mod rollup;
 mod status;
 
@@ -160,6 +161,54 @@ enum Command {
     Rollup {
         #[command(subcommand)]
         command: RollupCommand,
+    },
+    /// Recompute the canonical columns of stored rows from native under a registry version,
+    /// then refresh the rollups over the range, rebuild the points' state and record one
+    /// `reprocess` control event. Validates the whole scope first: exit 11, changing nothing,
+    /// when any point's range reaches past its class's raw horizon. Under the single-writer
+    /// lock the command takes (exit 10 while a core runs); `--dry-run` only reads.
+    Reprocess {
+        #[command(flatten)]
+        db: DbArgs,
+        /// Points by id: `*` any run of characters, `?` one character.
+        #[arg(long)]
+        point_glob: String,
+        /// Start, by observed_at: an RFC 3339 instant or a UTC date (YYYY-MM-DD).
+        #[arg(long)]
+        from: String,
+        /// End (exclusive), as --from; no upper bound when absent.
+        #[arg(long)]
+        to: Option<String>,
+        /// `current` or a stored version number.
+        #[arg(long)]
+        registry_version: String,
+        /// Report the row count, classes and horizons, rollup ranges and a time estimate;
+        /// change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// One JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
+        /// Rows per fenced transaction.
+        #[arg(long, default_value_t = sentinel_core::reprocess::CHUNK_ROWS_DEFAULT)]
+        chunk_rows: usize,
+    },
+    /// What the stored rows of a point observed at an instant mean under a registry version,
+    /// from native, beside the stored canonical values. Reads only.
+    Reinterpret {
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long)]
+        point: String,
+        /// The row's observed_at, RFC 3339.
+        #[arg(long)]
+        at: String,
+        /// `current` or a stored version number.
+        #[arg(long)]
+        registry_version: String,
+        /// One JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
     },
     /// Print the schema version, epoch, lock holder, consumer lag, quarantine and row counts,
     /// last cold start. Reads only: never migrates, never takes the lock.
@@ -340,6 +389,35 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         Command::Rollup {
             command: RollupCommand::Refresh { db, from, to, json },
         } => rollup::refresh(&db.database_url, &from, &to, json).await,
+        Command::Reprocess {
+            db,
+            point_glob,
+            from,
+            to,
+            registry_version,
+            dry_run,
+            json,
+            chunk_rows,
+        } => {
+            reprocess::reprocess(reprocess::ReprocessArgs {
+                database_url: db.database_url,
+                glob: point_glob,
+                from,
+                to,
+                version: registry_version,
+                dry_run,
+                json,
+                chunk_rows,
+            })
+            .await
+        }
+        Command::Reinterpret {
+            db,
+            point,
+            at,
+            registry_version,
+            json,
+        } => reprocess::reinterpret(&db.database_url, &point, &at, &registry_version, json).await,
         Command::Db {
             command: DbCommand::Grants { db, writer, reader },
         } => {
