@@ -17,6 +17,8 @@ use crate::time::Micros;
 
 /// Who caused the core's own control events (`principal` is NOT NULL by design).
 pub const PRINCIPAL_WATCHDOG: &str = "core:watchdog";
+/// The running core's retention runs.
+pub const PRINCIPAL_RETENTION: &str = "core:retention";
 
 /// Most control events in one write; the rest wait for the next.
 pub const CONTROL_EVENTS_PER_WRITE_MAX: usize = 1_000;
@@ -27,6 +29,13 @@ pub enum ControlKind {
     QualityChanged,
     /// The core issued a command to a point's driver (the smallest real command plane).
     CommandIssued,
+    /// Retention dropped one whole partition (payload: table, class, day). Written by the
+    /// store in the drop's own transaction (`Store::drop_expired`), never by the core's
+    /// `Effect::Control`: the drop and its record cannot disagree.
+    RetentionDrop,
+    /// A point's history moved to the class table of its new retention class (payload: from,
+    /// to, rows, observed range). Written by the store in the move's transaction.
+    ClassMoved,
 }
 
 impl ControlKind {
@@ -34,6 +43,8 @@ impl ControlKind {
         match self {
             ControlKind::QualityChanged => "quality_changed",
             ControlKind::CommandIssued => "command_issued",
+            ControlKind::RetentionDrop => "retention_drop",
+            ControlKind::ClassMoved => "class_moved",
         }
     }
 }

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sentinel_core::retention::RetentionOutcome;
 use sentinel_core::rollup::RollupStepOutcome;
 use sentinel_core::{Core, Effect, ExitReason, Input, Metrics, Micros};
 use tokio::sync::mpsc;
@@ -149,6 +150,8 @@ where
     let mut commits: JoinSet<CommitResult> = JoinSet::new();
     // The rollup step in flight (at most one: the core asks for the next after the answer).
     let mut rollup_steps: JoinSet<Input> = JoinSet::new();
+    // The retention run in flight (at most one, like rollup steps).
+    let mut retention_runs: JoinSet<Input> = JoinSet::new();
     let (checkpoint_tx, checkpoint_rx) = mpsc::unbounded_channel();
     let (checkpoint_done_tx, mut checkpoint_done_rx) = mpsc::unbounded_channel::<Result<(), StoreError>>();
     let checkpointer = tokio::spawn(checkpoint_loop(store.clone(), checkpoint_rx, checkpoint_done_tx));
@@ -188,6 +191,7 @@ where
                     &store,
                     &mut commits,
                     &mut rollup_steps,
+                    &mut retention_runs,
                     &checkpoint_tx,
                     &control_tx,
                 )
@@ -245,6 +249,13 @@ where
                 Err(join_error) => {
                     error!(error = %join_error, "rollup step task failed");
                     Input::RollupStepped(RollupStepOutcome::Failed)
+                }
+            },
+            Some(joined) = retention_runs.join_next() => match joined {
+                Ok(answer) => answer,
+                Err(join_error) => {
+                    error!(error = %join_error, "retention run task failed");
+                    Input::RetentionRan(RetentionOutcome::Failed)
                 }
             },
             Some(result) = checkpoint_done_rx.recv() => match result {
@@ -316,6 +327,7 @@ where
     lag_reader.abort();
     commits.abort_all();
     rollup_steps.abort_all();
+    retention_runs.abort_all();
     controller.abort();
     // An orderly exit waits for its final checkpoint; a failure exit does not.
     drop(checkpoint_tx);
@@ -351,6 +363,7 @@ async fn execute<B: Bus, S: Store>(
     store: &S,
     commits: &mut JoinSet<CommitResult>,
     rollup_steps: &mut JoinSet<Input>,
+    retention_runs: &mut JoinSet<Input>,
     checkpoints: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::PointState>)>,
     controls: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::ControlEvent>)>,
 ) -> Option<ExitReason> {
@@ -432,6 +445,45 @@ async fn execute<B: Bus, S: Store>(
                         // Idempotent, and an unfinished claim is finished by the next step.
                         warn!(error = %e, "rollup step failed; retrying after the interval");
                         Input::RollupStepped(RollupStepOutcome::Failed)
+                    }
+                }
+            });
+        }
+        Effect::DropExpired(run) => {
+            // Off the loop, like a rollup step: each drop is its own short fenced transaction.
+            let store = store.clone();
+            retention_runs.spawn(async move {
+                match store
+                    .drop_expired(
+                        run.epoch,
+                        run.cutoffs,
+                        run.partitions_max,
+                        sentinel_core::control::PRINCIPAL_RETENTION,
+                        run.at,
+                    )
+                    .await
+                {
+                    Ok(done) => {
+                        if !done.dropped.is_empty() {
+                            info!(
+                                dropped = done.dropped.len(),
+                                more = done.more,
+                                epoch = run.epoch,
+                                "retention dropped expired partitions"
+                            );
+                        }
+                        Input::RetentionRan(RetentionOutcome::Done {
+                            dropped: u32::try_from(done.dropped.len()).unwrap_or(u32::MAX),
+                            more: done.more,
+                        })
+                    }
+                    Err(StoreError::Fenced { epoch, current }) => {
+                        error!(epoch, current, "retention run fenced");
+                        Input::RetentionFenced
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "retention run failed; retrying after the catch-up interval");
+                        Input::RetentionRan(RetentionOutcome::Failed)
                     }
                 }
             });

@@ -64,7 +64,7 @@ fn rollup_from_row(row: &PgRow) -> Result<RollupRow, sqlx::Error> {
 
 impl PgStore {
     /// Maps the fence's refusal to [`StoreError::Fenced`] with the epoch now current.
-    async fn rollup_error(&self, epoch: u32, context: &'static str, e: sqlx::Error) -> StoreError {
+    pub(super) async fn rollup_error(&self, epoch: u32, context: &'static str, e: sqlx::Error) -> StoreError {
         if let sqlx::Error::Database(db) = &e
             && db.code().as_deref() == Some(FENCED_SQLSTATE)
         {
