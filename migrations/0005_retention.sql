@@ -401,6 +401,12 @@ BEGIN
 END;
 $$;
 
+-- CREATE OR REPLACE resets a function's SECURITY DEFINER and SET clauses (PostgreSQL keeps only
+-- its owner and grants), so the two replaced above get theirs back as 0003 and 0004 gave them.
+ALTER FUNCTION sentinel_ensure_partitions(date, integer) SECURITY DEFINER;
+ALTER FUNCTION sentinel_ensure_partitions(date, integer) SET search_path FROM CURRENT;
+ALTER FUNCTION sentinel_rollup_recompute(text, timestamptz, timestamptz) SECURITY DEFINER;
+ALTER FUNCTION sentinel_rollup_recompute(text, timestamptz, timestamptz) SET search_path FROM CURRENT;
 ALTER FUNCTION sentinel_kept_from(text) SET search_path FROM CURRENT;
 ALTER FUNCTION sentinel_ensure_rollup_partitions(date, integer) SECURITY DEFINER;
 ALTER FUNCTION sentinel_ensure_rollup_partitions(date, integer) SET search_path FROM CURRENT;
