@@ -45,7 +45,9 @@ fn registry_copy(name: &str, moved: bool) -> PathBuf {
     if moved {
         let file = dir.join("hosts/ahu-east.toml");
         let text = std::fs::read_to_string(&file).expect("read");
-        let first = text.find("retention = \"measurement\"").expect("the first point's class");
+        let first = text
+            .find("retention = \"measurement\"")
+            .expect("the first point's class");
         assert!(text[..first].contains(MOVING), "the first point is {MOVING}");
         let edited = text.replacen("retention = \"measurement\"", "retention = \"diagnostic\"", 1);
         std::fs::write(&file, edited).expect("write");
@@ -54,7 +56,8 @@ fn registry_copy(name: &str, moved: bool) -> PathBuf {
 }
 
 fn row(point: &str, class: RetentionClass, seq: u64) -> ObsRow {
-    let t = Micros(Micros::parse_rfc3339("2026-01-15T10:00:00Z").expect("instant").0 + seq as i64 * 1_000_000);
+    let t =
+        Micros(Micros::parse_rfc3339("2026-01-15T10:00:00Z").expect("instant").0 + seq as i64 * 1_000_000);
     ObsRow {
         point: PointIdx(0),
         point_id: Arc::from(point),
@@ -95,21 +98,28 @@ async fn view_count(db: &TestDb) -> i64 {
 async fn one_point_per_class_in_its_own_table_and_a_class_change_is_refused_or_moved_whole() {
     use RetentionClass::{Diagnostic, Measurement, State};
     let db = TestDb::create().await.expect("database");
-    let store = PgStore::connect(&db.url, PgStoreConfig::default()).await.expect("connect");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect");
     store.migrate().await.expect("migrate");
     let lease = store.acquire().await.expect("acquire");
     let epoch = lease.epoch();
     let before = registry_copy("before", false);
     let after = registry_copy("after", true);
-    let v1 = registry_dir::load_dir(&store, &before).await.expect("load the sample");
+    let v1 = registry_dir::load_dir(&store, &before)
+        .await
+        .expect("load the sample");
 
     // One point per class: ahu1.supply_air_temp (measurement), ahu1.mode (state),
     // gateway.rssi (diagnostic) — checked against the stored version's descriptors.
-    let points = [(MOVING, Measurement, 5u64), ("ahu1.mode", State, 3), ("gateway.rssi", Diagnostic, 2)];
-    let registry = registry_dir::compile_stored(
-        store.load_registry(None).await.expect("load").expect("stored"),
-    )
-    .expect("compile");
+    let points = [
+        (MOVING, Measurement, 5u64),
+        ("ahu1.mode", State, 3),
+        ("gateway.rssi", Diagnostic, 2),
+    ];
+    let registry =
+        registry_dir::compile_stored(store.load_registry(None).await.expect("load").expect("stored"))
+            .expect("compile");
     let mut rows = Vec::new();
     let mut seq = 0;
     for (point, class, n) in points {
@@ -135,7 +145,11 @@ async fn one_point_per_class_in_its_own_table_and_a_class_change_is_refused_or_m
         (5, 3, 2),
         "each point in its own class table"
     );
-    assert_eq!(view_count(&db).await, 10, "the UNION ALL view counts the sum of the three");
+    assert_eq!(
+        view_count(&db).await,
+        10,
+        "the UNION ALL view counts the sum of the three"
+    );
 
     // The edited folder moves MOVING to diagnostic: refused, naming the point and both classes,
     // storing nothing and moving nothing.
@@ -190,7 +204,9 @@ async fn one_point_per_class_in_its_own_table_and_a_class_change_is_refused_or_m
     );
     assert_eq!(view_count(&db).await, 10);
     // Loading the same folder again is neither refused nor moves anything more.
-    registry_dir::load_dir(&store, &after).await.expect("unchanged load");
+    registry_dir::load_dir(&store, &after)
+        .await
+        .expect("unchanged load");
     let again = registry_dir::load_dir_moving(&store, &after, epoch, "operator:test", Micros(0))
         .await
         .expect("re-run");

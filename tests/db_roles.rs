@@ -125,7 +125,10 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
             "DO $$ BEGIN EXECUTE format('DROP TABLE %I', \
              'rollup_1m_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')); END $$",
         ),
-        ("UPDATE a retention mark", "UPDATE retention_mark SET kept_from = now()"),
+        (
+            "UPDATE a retention mark",
+            "UPDATE retention_mark SET kept_from = now()",
+        ),
         (
             "recompute without the fence",
             "SELECT sentinel_rollup_recompute('1m', '2026-01-01', '2026-01-02')",

@@ -91,9 +91,11 @@ impl RetentionConfig {
             }
         }
         if self.run_interval_ms < 0 || self.first_run_delay_ms < 0 || self.catch_up_interval_ms <= 0 {
-            return Err("retention.run_interval_ms and first_run_delay_ms must not be negative, \
+            return Err(
+                "retention.run_interval_ms and first_run_delay_ms must not be negative, \
                  catch_up_interval_ms must be positive"
-                .into());
+                    .into(),
+            );
         }
         if !(1..=PARTITIONS_PER_RUN_MAX).contains(&self.partitions_per_run_max) {
             return Err(format!(
@@ -200,7 +202,10 @@ impl RetentionSchedule {
     }
 
     pub fn on_run(&mut self, now: Micros, outcome: RetentionOutcome) {
-        debug_assert!(self.in_flight, "a retention run answered that was never asked for");
+        debug_assert!(
+            self.in_flight,
+            "a retention run answered that was never asked for"
+        );
         self.in_flight = false;
         let wait_ms = match outcome {
             RetentionOutcome::Done { more: false, .. } => self.config.run_interval_ms,
@@ -272,7 +277,10 @@ mod tests {
         let config = RetentionConfig::default();
         let now = at("2026-06-10T13:45:00Z");
         let cut = config.cutoffs(now);
-        assert_eq!(cut.raw[RetentionClass::Diagnostic.index()], at("2026-06-03T00:00:00Z"));
+        assert_eq!(
+            cut.raw[RetentionClass::Diagnostic.index()],
+            at("2026-06-03T00:00:00Z")
+        );
         assert_eq!(cut.raw[RetentionClass::State.index()], at("2026-03-12T00:00:00Z"));
         assert_eq!(cut.rollup_1m, at("2026-03-12T00:00:00Z"));
         assert_eq!(cut.rollup_1h, config.rollup_1h_kept_from(now));
@@ -293,13 +301,29 @@ mod tests {
         assert_eq!(run.partitions_max, 50);
         assert_eq!(s.poll(first.add_ms(1), 2, false), None, "one in flight at most");
         assert_eq!(s.next_deadline(), None);
-        s.on_run(first, RetentionOutcome::Done { dropped: 50, more: true });
+        s.on_run(
+            first,
+            RetentionOutcome::Done {
+                dropped: 50,
+                more: true,
+            },
+        );
         assert_eq!(s.next_deadline(), Some(first.add_ms(60_000)), "catching up");
         assert!(s.poll(first.add_ms(60_000), 2, false).is_some());
         s.on_run(first.add_ms(60_000), RetentionOutcome::Failed);
-        assert_eq!(s.next_deadline(), Some(first.add_ms(120_000)), "a failure retries soon");
+        assert_eq!(
+            s.next_deadline(),
+            Some(first.add_ms(120_000)),
+            "a failure retries soon"
+        );
         assert!(s.poll(first.add_ms(120_000), 2, false).is_some());
-        s.on_run(first.add_ms(120_000), RetentionOutcome::Done { dropped: 3, more: false });
+        s.on_run(
+            first.add_ms(120_000),
+            RetentionOutcome::Done {
+                dropped: 3,
+                more: false,
+            },
+        );
         assert_eq!(
             s.next_deadline(),
             Some(first.add_ms(120_000 + 24 * 3_600_000)),

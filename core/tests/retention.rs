@@ -55,7 +55,11 @@ fn a_run_an_hour_after_start_then_daily_with_the_configured_cutoffs() {
     );
     let soon = first.add_ms(121_000 + config.retention.catch_up_interval_ms);
     core.handle(soon, Input::Tick);
-    assert_eq!(runs(&drain(&mut core)).len(), 1, "more waiting: the next follows soon");
+    assert_eq!(
+        runs(&drain(&mut core)).len(),
+        1,
+        "more waiting: the next follows soon"
+    );
     core.handle(
         soon,
         Input::RetentionRan(RetentionOutcome::Done {

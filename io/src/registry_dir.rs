@@ -19,11 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use sentinel_core::{RegistrySnapshot, RetentionClass};
 use sentinel_core::registry::canonical::{self, StoredDescriptorError};
 use sentinel_core::registry::plan::{Admission, Plan};
 use sentinel_core::registry::source::{self, FILE_BYTES_MAX, FILES_MAX, RegistryIssue, RegistryReport};
 use sentinel_core::registry::{CompileError, Descriptor, Registry};
+use sentinel_core::{RegistrySnapshot, RetentionClass};
 
 use crate::ports::{RegistryLoad, Store, StoreError, StoredRegistry};
 
@@ -210,7 +210,6 @@ pub async fn load_dir_moving<S: Store>(
     }
     Ok(MovingLoad { load, moves })
 }
-
 
 /// Reads every `*.toml` under `dir` into `(relative path, text)` pairs, `/`-separated and sorted
 /// by path. Hidden entries (`.git`, editor files) are skipped. Problems reading the folder are

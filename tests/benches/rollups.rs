@@ -216,5 +216,8 @@ async fn retention_drop(store: &PgStore, epoch: u32, conn: &mut PgConnection, st
         "  drop_expired (one partition + event)  {:>8.3} s",
         dropped.as_secs_f64()
     );
-    println!("  scan (count(*) of the same day)       {:>8.3} s", scan.as_secs_f64());
+    println!(
+        "  scan (count(*) of the same day)       {:>8.3} s",
+        scan.as_secs_f64()
+    );
 }

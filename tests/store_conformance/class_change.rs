@@ -20,10 +20,22 @@ fn registry(moved_class: &str, version: &str) -> sentinel_core::RegistrySnapshot
         &format!("sha-{version}"),
         &format!("content-{version}"),
         &[
-            ("c.d", "h-d", r#"{"agg_safe":false,"id":"c.d","retention":"diagnostic"}"#),
-            ("c.m", "h-m", r#"{"agg_safe":true,"id":"c.m","retention":"measurement"}"#),
+            (
+                "c.d",
+                "h-d",
+                r#"{"agg_safe":false,"id":"c.d","retention":"diagnostic"}"#,
+            ),
+            (
+                "c.m",
+                "h-m",
+                r#"{"agg_safe":true,"id":"c.m","retention":"measurement"}"#,
+            ),
             ("c.moving", &format!("h-moving-{moved_class}"), &moving),
-            ("c.s", "h-s", r#"{"agg_safe":false,"id":"c.s","retention":"state"}"#),
+            (
+                "c.s",
+                "h-s",
+                r#"{"agg_safe":false,"id":"c.s","retention":"state"}"#,
+            ),
         ],
     )
 }
@@ -59,7 +71,10 @@ pub(super) async fn a_class_change_moves_the_whole_history_in_one_step<B: Backen
             }));
         }
     }
-    b.store().commit(batch(1, epoch, rows, vec![])).await.expect("commit");
+    b.store()
+        .commit(batch(1, epoch, rows, vec![]))
+        .await
+        .expect("commit");
     // Class routing: each point in its own class table, the view the sum of the three.
     let counts = b.counts().await;
     assert_eq!(
@@ -154,7 +169,10 @@ pub(super) async fn a_class_change_moves_the_whole_history_in_one_step<B: Backen
         assert_eq!(rollups.iter().map(|r| r.count).sum::<u64>(), 3);
     }
     let events = b.store().load_control_events(0, 100).await.expect("events");
-    let event = events.iter().find(|e| e.kind == "class_moved").expect("a class_moved event");
+    let event = events
+        .iter()
+        .find(|e| e.kind == "class_moved")
+        .expect("a class_moved event");
     assert_eq!(Some(event.seq), moved.seq);
     assert_eq!(event.point_id.as_deref(), Some("c.moving"));
     assert_eq!(event.core_epoch, epoch);

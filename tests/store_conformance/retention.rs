@@ -7,9 +7,7 @@
 //! rollups there as they were (the recompute is clipped at the raw table's mark).
 
 use sentinel_core::{CanonicalValue, Micros, Quality, RetentionClass};
-use sentinel_io::ports::{
-    Lease, Partition, RetainedTable, RetentionCutoffs, RollupGrain, Store, StoreError,
-};
+use sentinel_io::ports::{Lease, Partition, RetainedTable, RetentionCutoffs, RollupGrain, Store, StoreError};
 
 use super::{Backend, RowSpec, at, batch, row, snapshot};
 
@@ -24,8 +22,16 @@ fn registry() -> sentinel_core::RegistrySnapshot {
         "sha-retention",
         "content-retention",
         &[
-            ("t.flow", "h-flow", r#"{"agg_safe":true,"id":"t.flow","retention":"measurement"}"#),
-            ("t.rssi", "h-rssi", r#"{"agg_safe":false,"id":"t.rssi","retention":"diagnostic"}"#),
+            (
+                "t.flow",
+                "h-flow",
+                r#"{"agg_safe":true,"id":"t.flow","retention":"measurement"}"#,
+            ),
+            (
+                "t.rssi",
+                "h-rssi",
+                r#"{"agg_safe":false,"id":"t.rssi","retention":"diagnostic"}"#,
+            ),
         ],
     )
 }
@@ -87,7 +93,11 @@ pub(super) async fn retention_drops_whole_raw_days_with_an_event_each<B: Backend
         .load_rollups(RollupGrain::Minute, at(D1), at(D2), None)
         .await
         .expect("rollups");
-    assert_eq!(day1_before.len(), 3, "two t.flow minutes and one t.rssi minute on D1");
+    assert_eq!(
+        day1_before.len(),
+        3,
+        "two t.flow minutes and one t.rssi minute on D1"
+    );
 
     // Measurement and diagnostic keep from D2; state and the rollups keep everything.
     let cut = cutoffs(D2, FAR_PAST, D2, FAR_PAST, FAR_PAST);
@@ -109,17 +119,32 @@ pub(super) async fn retention_drops_whole_raw_days_with_an_event_each<B: Backend
     // A deposed epoch drops nothing.
     let stale = b.store().drop_expired(epoch + 1, cut, 10, "test", at(D4)).await;
     assert!(matches!(stale, Err(StoreError::Fenced { .. })), "{stale:?}");
-    assert_eq!(b.store().expired_partitions(cut, 100).await.expect("list"), expired);
+    assert_eq!(
+        b.store().expired_partitions(cut, 100).await.expect("list"),
+        expired
+    );
 
     // One per run at most, `more` while some wait.
-    let first = b.store().drop_expired(epoch, cut, 1, "test", at(D4)).await.expect("drop");
+    let first = b
+        .store()
+        .drop_expired(epoch, cut, 1, "test", at(D4))
+        .await
+        .expect("drop");
     assert_eq!(first.dropped.len(), 1);
     assert!(first.more);
     assert_eq!(first.dropped[0].partition, expired[0]);
-    let second = b.store().drop_expired(epoch, cut, 1, "test", at(D4)).await.expect("drop");
+    let second = b
+        .store()
+        .drop_expired(epoch, cut, 1, "test", at(D4))
+        .await
+        .expect("drop");
     assert_eq!(second.dropped.len(), 1);
     assert!(!second.more);
-    let third = b.store().drop_expired(epoch, cut, 1, "test", at(D4)).await.expect("drop");
+    let third = b
+        .store()
+        .drop_expired(epoch, cut, 1, "test", at(D4))
+        .await
+        .expect("drop");
     assert!(third.dropped.is_empty() && !third.more, "{third:?}");
 
     // The rows went with their days, and only they.
@@ -158,7 +183,10 @@ pub(super) async fn retention_drops_whole_raw_days_with_an_event_each<B: Backend
         .load_rollups(RollupGrain::Minute, at(D1), at(D2), None)
         .await
         .expect("rollups");
-    assert_eq!(day1_after, day1_before, "a refresh never wipes rollups whose raw rows are gone");
+    assert_eq!(
+        day1_after, day1_before,
+        "a refresh never wipes rollups whose raw rows are gone"
+    );
     let hours = b
         .store()
         .load_rollups(RollupGrain::Hour, at(D1), at(D4), Some("t.flow"))
@@ -207,7 +235,11 @@ pub(super) async fn retention_drops_rollup_days_and_months<B: Backend>(b: &B) {
             },
         ]
     );
-    let run = b.store().drop_expired(epoch, cut, 10, "test", at(D4)).await.expect("drop");
+    let run = b
+        .store()
+        .drop_expired(epoch, cut, 10, "test", at(D4))
+        .await
+        .expect("drop");
     assert_eq!(run.dropped.len(), 2);
     let minutes = b
         .store()

@@ -38,8 +38,8 @@ mod retention;
 mod rollup;
 use crate::clock::{Clock, SystemClock};
 use crate::ports::{
-    ClassMove, HistoryRow, Partition, RetainedTable, RetentionCutoffs, RetentionRun, DroppedPartition,
-    ColdStart, CommitError, Lease, RegistryLoad, RollupGrain, RollupRefresh, RollupRow, RollupStep,
+    ClassMove, ColdStart, CommitError, DroppedPartition, HistoryRow, Lease, Partition, RegistryLoad,
+    RetainedTable, RetentionCutoffs, RetentionRun, RollupGrain, RollupRefresh, RollupRow, RollupStep,
     RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError, StoredControlEvent, StoredRegistry,
     lock_session_name,
 };

@@ -35,10 +35,10 @@ mod history;
 mod retention;
 mod rollup;
 use crate::ports::{
-    ClassMove, HistoryRow, Partition, RetentionCutoffs, RetentionRun,
-    ColdStart, CommitError, LOCK_SESSION_NAME_PREFIX, LOCK_SESSION_NAME_UNLOCKED, Lease, RegistryLoad,
-    RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store,
-    StoreError, StoredControlEvent, StoredRegistry,
+    ClassMove, ColdStart, CommitError, HistoryRow, LOCK_SESSION_NAME_PREFIX, LOCK_SESSION_NAME_UNLOCKED,
+    Lease, Partition, RegistryLoad, RetentionCutoffs, RetentionRun, RollupGrain, RollupRefresh, RollupRow,
+    RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError, StoredControlEvent,
+    StoredRegistry,
 };
 
 /// The single-writer advisory lock key: ASCII "SENTINEL". The partition function uses a

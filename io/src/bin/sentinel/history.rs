@@ -131,7 +131,10 @@ pub async fn run(
             let (lo, hi) = (grain.floor(from), grain.ceil(to));
             let n = (hi.0 - lo.0) / grain.width_us();
             if n > BUCKETS_MAX {
-                bail!("{n} buckets of {} in the range; at most {BUCKETS_MAX}", grain.as_str());
+                bail!(
+                    "{n} buckets of {} in the range; at most {BUCKETS_MAX}",
+                    grain.as_str()
+                );
             }
             let stored = store.load_rollups(grain, lo, hi, Some(point_id)).await?;
             let mut stored = stored.into_iter().peekable();
@@ -149,10 +152,18 @@ pub async fn run(
 }
 
 fn avg(row: &RollupRow) -> Option<f64> {
-    row.sum.filter(|_| row.live_count > 0).map(|s| s / row.live_count as f64)
+    row.sum
+        .filter(|_| row.live_count > 0)
+        .map(|s| s / row.live_count as f64)
 }
 
-fn print_buckets(point_id: &str, class: &str, grain: RollupGrain, buckets: &[(Micros, Option<RollupRow>)], json: bool) {
+fn print_buckets(
+    point_id: &str,
+    class: &str,
+    grain: RollupGrain,
+    buckets: &[(Micros, Option<RollupRow>)],
+    json: bool,
+) {
     if json {
         let list: Vec<_> = buckets
             .iter()
@@ -177,7 +188,10 @@ fn print_buckets(point_id: &str, class: &str, grain: RollupGrain, buckets: &[(Mi
         return;
     }
     println!("{point_id} ({class}), rollup_{} buckets:", grain.as_str());
-    println!("{:<27} {:>6} {:>6} {:>12} {:>12} {:>12}", "bucket", "count", "live", "min", "max", "avg");
+    println!(
+        "{:<27} {:>6} {:>6} {:>12} {:>12} {:>12}",
+        "bucket", "count", "live", "min", "max", "avg"
+    );
     let num = |v: Option<f64>| v.map_or_else(|| "—".to_owned(), |v| format!("{v:.4}"));
     for (t, row) in buckets {
         match row {

@@ -639,13 +639,19 @@ async fn load_moving(store: &PgStore, dir: &std::path::Path) -> anyhow::Result<E
     let lease = match store.acquire().await {
         Ok(lease) => lease,
         Err(StoreError::LockHeld) => {
-            return lock_held(store, "loading nothing (stop the running core to move class histories)").await;
+            return lock_held(
+                store,
+                "loading nothing (stop the running core to move class histories)",
+            )
+            .await;
         }
         Err(e) => return Err(e.into()),
     };
     let now = SystemClock.now();
     let started = std::time::Instant::now();
-    let moving = registry_dir::load_dir_moving(store, dir, lease.epoch(), "operator:sentinel-registry-load", now).await?;
+    let moving =
+        registry_dir::load_dir_moving(store, dir, lease.epoch(), "operator:sentinel-registry-load", now)
+            .await?;
     store
         .record_cold_start(
             lease.epoch(),
@@ -659,7 +665,10 @@ async fn load_moving(store: &PgStore, dir: &std::path::Path) -> anyhow::Result<E
     if moving.load.created {
         println!("registry version {} stored", moving.load.version);
     } else {
-        println!("registry unchanged; current version stays {}", moving.load.version);
+        println!(
+            "registry unchanged; current version stays {}",
+            moving.load.version
+        );
     }
     for (change, moved) in &moving.moves {
         println!("{change}: {} rows moved", moved.rows);

@@ -78,7 +78,12 @@ fn day(at: Micros) -> String {
     at.to_rfc3339().chars().take(10).collect()
 }
 
-pub async fn run(database_url: &str, args: &RetentionArgs, dry_run: bool, json: bool) -> anyhow::Result<ExitCode> {
+pub async fn run(
+    database_url: &str,
+    args: &RetentionArgs,
+    dry_run: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
     let config = args.config()?;
     let now = SystemClock.now();
     let cutoffs = config.cutoffs(now);
@@ -166,7 +171,11 @@ pub async fn run(database_url: &str, args: &RetentionArgs, dry_run: bool, json: 
             serde_json::json!({ "dry_run": false, "now": now.to_rfc3339(), "dropped": list, "duration_us": duration_us })
         );
     } else {
-        println!("dropped {} partition(s) in {:.3} s", dropped.len(), duration_us as f64 / 1e6);
+        println!(
+            "dropped {} partition(s) in {:.3} s",
+            dropped.len(),
+            duration_us as f64 / 1e6
+        );
         for d in &dropped {
             println!("  {}  (control event {})", partition_line(&d.partition), d.seq);
         }

@@ -50,7 +50,12 @@ impl Model {
             }
             for &i in &rows {
                 let r = &table.rows[i];
-                let key = (r.key.driver_instance.clone(), r.key.source_epoch, r.key.source_seq, r.ingested_at);
+                let key = (
+                    r.key.driver_instance.clone(),
+                    r.key.source_epoch,
+                    r.key.source_seq,
+                    r.ingested_at,
+                );
                 if self.tables[to.index()].keys.contains(&key) {
                     return Err(StoreError::Other(format!(
                         "moving point {point_id}: a row's key is already in class {}",

@@ -87,7 +87,9 @@ impl RetentionState {
         if from >= to {
             return;
         }
-        let lo = from.max(self.kept_from(RetainedTable::Rollup(grain))).max(raw_clip);
+        let lo = from
+            .max(self.kept_from(RetainedTable::Rollup(grain)))
+            .max(raw_clip);
         let mut day = day_start(lo);
         if day >= to {
             return;

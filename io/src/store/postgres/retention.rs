@@ -162,21 +162,49 @@ mod tests {
             "observation_state_p20260601",
         )
         .expect("a day");
-        assert_eq!(day.from, Micros::parse_rfc3339("2026-06-01T00:00:00Z").expect("instant"));
-        assert_eq!(day.to, Micros::parse_rfc3339("2026-06-02T00:00:00Z").expect("instant"));
+        assert_eq!(
+            day.from,
+            Micros::parse_rfc3339("2026-06-01T00:00:00Z").expect("instant")
+        );
+        assert_eq!(
+            day.to,
+            Micros::parse_rfc3339("2026-06-02T00:00:00Z").expect("instant")
+        );
         let month = partition_from_name(
             RetainedTable::Rollup(RollupGrain::Hour),
             "rollup_1h",
             "rollup_1h_p202612",
         )
         .expect("a month");
-        assert_eq!(month.from, Micros::parse_rfc3339("2026-12-01T00:00:00Z").expect("instant"));
-        assert_eq!(month.to, Micros::parse_rfc3339("2027-01-01T00:00:00Z").expect("instant"));
+        assert_eq!(
+            month.from,
+            Micros::parse_rfc3339("2026-12-01T00:00:00Z").expect("instant")
+        );
+        assert_eq!(
+            month.to,
+            Micros::parse_rfc3339("2027-01-01T00:00:00Z").expect("instant")
+        );
         for (table, parent, child) in [
-            (RetainedTable::Rollup(RollupGrain::Hour), "rollup_1h", "rollup_1h_p20261201"),
-            (RetainedTable::Rollup(RollupGrain::Minute), "rollup_1m", "rollup_1m_p202612"),
-            (RetainedTable::Rollup(RollupGrain::Minute), "rollup_1m", "rollup_1m_p20261340"),
-            (RetainedTable::Rollup(RollupGrain::Minute), "rollup_1m", "rollup_1m_extra"),
+            (
+                RetainedTable::Rollup(RollupGrain::Hour),
+                "rollup_1h",
+                "rollup_1h_p20261201",
+            ),
+            (
+                RetainedTable::Rollup(RollupGrain::Minute),
+                "rollup_1m",
+                "rollup_1m_p202612",
+            ),
+            (
+                RetainedTable::Rollup(RollupGrain::Minute),
+                "rollup_1m",
+                "rollup_1m_p20261340",
+            ),
+            (
+                RetainedTable::Rollup(RollupGrain::Minute),
+                "rollup_1m",
+                "rollup_1m_extra",
+            ),
         ] {
             assert_eq!(partition_from_name(table, parent, child), None, "{child}");
         }
