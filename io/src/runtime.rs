@@ -148,10 +148,9 @@ where
     // Commits in flight. A failure exit aborts them: no finishing the batch in flight (the
     // epoch fence refuses them anyway once another core has taken over).
     let mut commits: JoinSet<CommitResult> = JoinSet::new();
-    // The rollup step in flight (at most one: the core asks for the next after the answer).
-    let mut rollup_steps: JoinSet<Input> = JoinSet::new();
-    // The retention run in flight (at most one, like rollup steps).
-    let mut retention_runs: JoinSet<Input> = JoinSet::new();
+    // The rollup step and the retention run in flight (at most one each: the core asks for
+    // the next after the answer).
+    let mut maintenance = Maintenance::default();
     let (checkpoint_tx, checkpoint_rx) = mpsc::unbounded_channel();
     let (checkpoint_done_tx, mut checkpoint_done_rx) = mpsc::unbounded_channel::<Result<(), StoreError>>();
     let checkpointer = tokio::spawn(checkpoint_loop(store.clone(), checkpoint_rx, checkpoint_done_tx));
@@ -190,8 +189,7 @@ where
                     &bus,
                     &store,
                     &mut commits,
-                    &mut rollup_steps,
-                    &mut retention_runs,
+                    &mut maintenance,
                     &checkpoint_tx,
                     &control_tx,
                 )
@@ -244,14 +242,14 @@ where
                 }
             },
             Some(answer) = control_done_rx.recv() => answer,
-            Some(joined) = rollup_steps.join_next() => match joined {
+            Some(joined) = maintenance.rollup_steps.join_next() => match joined {
                 Ok(answer) => answer,
                 Err(join_error) => {
                     error!(error = %join_error, "rollup step task failed");
                     Input::RollupStepped(RollupStepOutcome::Failed)
                 }
             },
-            Some(joined) = retention_runs.join_next() => match joined {
+            Some(joined) = maintenance.retention_runs.join_next() => match joined {
                 Ok(answer) => answer,
                 Err(join_error) => {
                     error!(error = %join_error, "retention run task failed");
@@ -326,8 +324,8 @@ where
     fetcher.abort();
     lag_reader.abort();
     commits.abort_all();
-    rollup_steps.abort_all();
-    retention_runs.abort_all();
+    maintenance.rollup_steps.abort_all();
+    maintenance.retention_runs.abort_all();
     controller.abort();
     // An orderly exit waits for its final checkpoint; a failure exit does not.
     drop(checkpoint_tx);
@@ -356,14 +354,21 @@ fn lock_loss_ignored(core: &Core) -> bool {
     }
 }
 
+/// The store work the core asks for beside ingest, run off the loop: its answers come back as
+/// inputs.
+#[derive(Default)]
+struct Maintenance {
+    rollup_steps: JoinSet<Input>,
+    retention_runs: JoinSet<Input>,
+}
+
 /// Executes one effect, in emitted order. Returns the exit reason for `Effect::Exit`.
 async fn execute<B: Bus, S: Store>(
     effect: Effect,
     bus: &B,
     store: &S,
     commits: &mut JoinSet<CommitResult>,
-    rollup_steps: &mut JoinSet<Input>,
-    retention_runs: &mut JoinSet<Input>,
+    maintenance: &mut Maintenance,
     checkpoints: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::PointState>)>,
     controls: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::ControlEvent>)>,
 ) -> Option<ExitReason> {
@@ -416,7 +421,7 @@ async fn execute<B: Bus, S: Store>(
             // Off the loop: a step may take a while, and the store's watermark makes it safe
             // beside commits. The core asks for one at a time.
             let store = store.clone();
-            rollup_steps.spawn(async move {
+            maintenance.rollup_steps.spawn(async move {
                 let limits = RollupStepLimits {
                     step_minutes_max: step.step_minutes_max,
                     invalidations_max: step.invalidations_max,
@@ -452,7 +457,7 @@ async fn execute<B: Bus, S: Store>(
         Effect::DropExpired(run) => {
             // Off the loop, like a rollup step: each drop is its own short fenced transaction.
             let store = store.clone();
-            retention_runs.spawn(async move {
+            maintenance.retention_runs.spawn(async move {
                 match store
                     .drop_expired(
                         run.epoch,

@@ -67,6 +67,9 @@ struct CoreTuningArgs {
     /// quarantine counts) into the stream; 0 turns them off.
     #[arg(long, default_value_t = 5_000)]
     self_points_interval_ms: u64,
+    /// How long raw rows and rollups are kept (the core drops what is past them daily).
+    #[command(flatten)]
+    retention: retention::RetentionArgs,
 }
 
 #[derive(clap::Args, Clone)]
@@ -147,8 +150,6 @@ enum Command {
         lock_check_interval_ms: u64,
         #[command(flatten)]
         tuning: CoreTuningArgs,
-        #[command(flatten)]
-        retention: retention::RetentionArgs,
     },
     /// Run the whole core on in-memory models with a synthetic fleet; needs no services.
     Demo {
@@ -444,9 +445,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             inflight_batches_max,
             lock_check_interval_ms,
             tuning,
-            retention,
         } => {
-            let retention = retention.config()?;
             let runtime_config = RuntimeConfig {
                 lock_check_interval_ms,
                 ..RuntimeConfig::default()
@@ -458,7 +457,6 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ack_wait_ms,
                 inflight_batches_max,
                 tuning,
-                retention,
                 runtime_config,
             )
             .await
@@ -546,7 +544,6 @@ async fn run(
     ack_wait_ms: u64,
     inflight_batches_max: usize,
     tuning: CoreTuningArgs,
-    retention: sentinel_core::retention::RetentionConfig,
     runtime_config: RuntimeConfig,
 ) -> anyhow::Result<ExitCode> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
@@ -560,7 +557,7 @@ async fn run(
         lag_high_age_ms: tuning.lag_high_age_ms,
         self_points_interval_ms: i64::try_from(tuning.self_points_interval_ms)
             .context("--self-points-interval-ms")?,
-        retention,
+        retention: tuning.retention.config()?,
         ..Config::default()
     };
     let bus_config = NatsBusConfig {
