@@ -543,8 +543,11 @@ impl Store for MemoryStore {
         }
         // The partitions of the batch's days, made before the insert as the adapter makes them
         // (never again below a retention mark: a row for a dropped day fails the commit).
-        for row in &batch.rows {
-            model.retention.ensure_day(row.ingested_at);
+        let days: BTreeSet<i64> = batch.rows.iter().map(|r| r.ingested_at.day()).collect();
+        for day in days {
+            model
+                .retention
+                .ensure_day(Micros(day * sentinel_core::time::US_PER_DAY));
         }
         if let Some(row) = batch
             .rows
