@@ -699,6 +699,37 @@ mod tests {
     }
 
     #[test]
+    fn months_are_calendar_months_in_utc() {
+        let at = |t: &str| Micros::parse_rfc3339(t).expect("instant");
+        for (inside, first, next) in [
+            (
+                "2026-12-31T23:59:59Z",
+                "2026-12-01T00:00:00Z",
+                "2027-01-01T00:00:00Z",
+            ),
+            (
+                "2028-02-29T12:00:00Z",
+                "2028-02-01T00:00:00Z",
+                "2028-03-01T00:00:00Z",
+            ),
+            (
+                "2026-01-01T00:00:00Z",
+                "2026-01-01T00:00:00Z",
+                "2026-02-01T00:00:00Z",
+            ),
+            (
+                "1969-12-15T00:00:00Z",
+                "1969-12-01T00:00:00Z",
+                "1970-01-01T00:00:00Z",
+            ),
+        ] {
+            assert_eq!(month_of(at(inside)), (at(first), at(next)), "{inside}");
+        }
+        let day = RetainedTable::Raw(RetentionClass::State).partition_of(at("2026-06-01T13:00:00Z"));
+        assert_eq!(day, (at("2026-06-01T00:00:00Z"), at("2026-06-02T00:00:00Z")));
+    }
+
+    #[test]
     fn each_refusal_says_why() {
         let request = br#"{"command_id":"c","point_id":"p","value":"v","principal":"operator:x"}"#;
         let hello = br#"{"v":1,"driver_instance":"modbus-1","source_epoch":2,"highest_epoch_seen":5}"#;
