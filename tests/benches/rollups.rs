@@ -134,9 +134,12 @@ async fn main() {
     let day_rounds = arg("--day-rounds", 1).clamp(1, 50) as usize;
     let drop = std::env::args().any(|a| a == "--drop");
     let db = TestDb::create().await.expect("test database");
-    let store = PgStore::connect(&db.url, PgStoreConfig::default())
-        .await
-        .expect("connect");
+    // A day's refresh is one statement of minutes: well past the store's default timeout.
+    let config = PgStoreConfig {
+        statement_timeout_ms: 3_600_000,
+        ..PgStoreConfig::default()
+    };
+    let store = PgStore::connect(&db.url, config).await.expect("connect");
     store.migrate().await.expect("migrate");
     let mut conn = PgConnection::connect(&db.url).await.expect("connect raw");
     println!(
