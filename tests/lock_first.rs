@@ -314,7 +314,7 @@ async fn rollup_refresh_runs_only_under_the_lock_it_takes() {
 /// `retention_drop` control event; horizons that break their own rule are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_drops_only_under_the_lock_it_takes_and_a_dry_run_only_reads() {
-    use sentinel_io::ports::{Lease, Store};
+    use sentinel_io::ports::Store;
     let db = TestDb::create().await.expect("test database");
     let store = PgStore::connect(&db.url, PgStoreConfig::default())
         .await
