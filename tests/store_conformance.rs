@@ -59,6 +59,13 @@ trait Backend: Sized {
     /// Optimistic commits refused by the unique index and committed again with `ON CONFLICT`,
     /// where the backend has that path.
     fn commit_fallbacks(&self) -> Option<u64>;
+    /// The first half of a rollup step alone, as a core that crashes before the second half.
+    async fn rollup_claim(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: sentinel_io::ports::RollupStepLimits,
+    ) -> Result<(), StoreError>;
 }
 
 struct Mem(MemoryStore);
@@ -91,6 +98,14 @@ impl Backend for Mem {
     }
     fn commit_fallbacks(&self) -> Option<u64> {
         None
+    }
+    async fn rollup_claim(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: sentinel_io::ports::RollupStepLimits,
+    ) -> Result<(), StoreError> {
+        self.0.rollup_claim(epoch, closed_before, limits)
     }
 }
 
@@ -183,6 +198,14 @@ impl Backend for Pg {
                 None
             }
         }
+    }
+    async fn rollup_claim(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: sentinel_io::ports::RollupStepLimits,
+    ) -> Result<(), StoreError> {
+        self.store.rollup_claim(epoch, closed_before, limits).await
     }
 }
 

@@ -46,10 +46,13 @@ pub enum PlantedBug {
     /// store) instead of the RETURNING set: a reading for a row that never commits, or a
     /// window holding one. Caught by invariant 17.
     DeriveFromSubmittedBatch,
+    /// The rollups' late-row trigger records nothing (planted in the store model), so a row
+    /// committed into a bucket already refreshed never reaches it. Caught by invariant 10.
+    RollupIgnoresLateRows,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 10] = [
+    pub const ALL: [PlantedBug; 11] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
@@ -60,6 +63,7 @@ impl PlantedBug {
         PlantedBug::GuardIgnoresAnnouncements,
         PlantedBug::WakeForSuppressedDeadline,
         PlantedBug::DeriveFromSubmittedBatch,
+        PlantedBug::RollupIgnoresLateRows,
     ];
 
     pub fn name(self) -> &'static str {
@@ -74,6 +78,7 @@ impl PlantedBug {
             PlantedBug::GuardIgnoresAnnouncements => "guard-ignores-announcements",
             PlantedBug::WakeForSuppressedDeadline => "wake-for-suppressed-deadline",
             PlantedBug::DeriveFromSubmittedBatch => "derive-from-submitted-batch",
+            PlantedBug::RollupIgnoresLateRows => "rollup-ignores-late-rows",
         }
     }
 

@@ -552,9 +552,12 @@ impl Store for SimStore {
             .lock()
             .checker
             .on_write("a rollup refresh", epoch, epoch_at_write, now);
+        check_refreshed_rollups(&self.world, &refresh).await;
         Ok(refresh)
     }
 
+    /// The step in its two halves, as the SQL runs it, with a crash site between them: the
+    /// claim stays open for the next incarnation's step to finish.
     async fn refresh_closed_rollups(
         &self,
         epoch: u32,
@@ -563,16 +566,27 @@ impl Store for SimStore {
     ) -> Result<RollupStep, StoreError> {
         self.enter(Some("refreshes rollups")).await?;
         let epoch_at_write = self.world.store.current_epoch();
-        let step = self
-            .world
-            .store
-            .refresh_closed_rollups(epoch, closed_before, limits)
-            .await?;
+        self.world.store.rollup_claim(epoch, closed_before, limits)?;
+        self.world
+            .lock()
+            .checker
+            .on_write("a rollup claim", epoch, epoch_at_write, self.world.now());
+        if self.world.fires(Site::CrashMidRollupStep) {
+            self.world
+                .request_crash(self.incarnation.core, Site::CrashMidRollupStep);
+            return hang().await;
+        }
+        self.enter(Some("refreshes rollups")).await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        let step = self.world.store.rollup_apply(epoch)?;
         let now = self.world.now();
         self.world
             .lock()
             .checker
             .on_write("a rollup step", epoch, epoch_at_write, now);
+        if !step.more {
+            check_rollup_watermark(&self.world, step.watermark).await;
+        }
         Ok(step)
     }
 
@@ -590,5 +604,61 @@ impl Store for SimStore {
     ) -> Result<Vec<RollupRow>, StoreError> {
         self.enter(None).await?;
         self.world.store.load_rollups(grain, from, to, point_id).await
+    }
+}
+
+/// Invariant 10 after an on-demand refresh: reads what the store now holds in the refreshed
+/// ranges (at once: no commit lands in between) and hands it to the checker.
+pub async fn check_refreshed_rollups(world: &World, refresh: &RollupRefresh) {
+    let (minutes, hours) = (refresh.minute_range, refresh.hour_range);
+    let minutes = world
+        .store
+        .load_rollups(RollupGrain::Minute, minutes.0, minutes.1, None)
+        .await;
+    let hours = world
+        .store
+        .load_rollups(RollupGrain::Hour, hours.0, hours.1, None)
+        .await;
+    let now = world.now();
+    let mut inner = world.lock();
+    match (minutes, hours) {
+        (Ok(minutes), Ok(hours)) => inner.checker.on_rollup_refresh(refresh, &minutes, &hours, now),
+        (Err(e), _) | (_, Err(e)) => {
+            inner
+                .checker
+                .fail(0, now, format!("the memory store's rollups do not load: {e}"))
+        }
+    }
+}
+
+/// Invariant 10 after a step that left no invalidation: every closed bucket below the
+/// watermark that can have changed since the last such check.
+async fn check_rollup_watermark(world: &World, watermark: RollupWatermark) {
+    let from = world.lock().checker.rollups.check_from(watermark);
+    let hours = crate::checker::rollups::RollupModel::watermark_hours(from, watermark);
+    let minutes = world
+        .store
+        .load_rollups(
+            RollupGrain::Minute,
+            RollupGrain::Minute.floor(from),
+            watermark.refreshed_to,
+            None,
+        )
+        .await;
+    let hours = world
+        .store
+        .load_rollups(RollupGrain::Hour, hours.0, hours.1, None)
+        .await;
+    let now = world.now();
+    let mut inner = world.lock();
+    match (minutes, hours) {
+        (Ok(minutes), Ok(hours)) => inner
+            .checker
+            .on_rollup_step(watermark, from, &minutes, &hours, now),
+        (Err(e), _) | (_, Err(e)) => {
+            inner
+                .checker
+                .fail(0, now, format!("the memory store's rollups do not load: {e}"))
+        }
     }
 }

@@ -52,7 +52,8 @@ struct Cli {
     /// Plant a known bug: ack-before-commit, ingested-at-from-core-clock,
     /// project-submitted-batch, commit-without-fence, live-from-replayed-row,
     /// stale-while-suppressed, lock-loss-ignored, guard-ignores-announcements,
-    /// derive-from-submitted-batch, wake-for-suppressed-deadline (a livelock).
+    /// derive-from-submitted-batch, rollup-ignores-late-rows, wake-for-suppressed-deadline (a
+    /// livelock).
     #[arg(long)]
     plant: Option<String>,
 }
@@ -195,7 +196,7 @@ fn main() -> anyhow::Result<()> {
 fn result_line(outcome: &SeedOutcome) -> String {
     let s = &outcome.stats;
     format!(
-        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} | commands applied {} (from a deposed core {}), refused {} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
+        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
         outcome.seed,
         match &outcome.violation {
             None => "ok".to_owned(),
@@ -207,6 +208,7 @@ fn result_line(outcome: &SeedOutcome) -> String {
         s.transitions,
         s.epochs,
         s.derived_checked,
+        s.rollup_buckets_checked,
         s.commands_applied,
         s.commands_applied_deposed,
         s.commands_refused,

@@ -38,6 +38,8 @@ pub struct SimRegistry {
     pub freshness_us: std::sync::Arc<BTreeMap<std::sync::Arc<str>, i64>>,
     /// The derived points of either version (for the checker's invariant 17).
     pub derived: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::derived::DerivedDef>>,
+    /// `agg_safe` of every point of either version (for the checker's invariant 10).
+    pub agg_safe: std::sync::Arc<BTreeMap<std::sync::Arc<str>, bool>>,
 }
 
 /// The host that owns the core's self-points; no simulated driver publishes for it.
@@ -95,7 +97,9 @@ impl SimRegistry {
             !derived.is_empty(),
             "the sample registry needs derived points, so every seed runs them"
         );
+        let agg_safe = crate::checker::rollups::agg_safe_points(v2_descriptors.iter());
         Ok(SimRegistry {
+            agg_safe: std::sync::Arc::new(agg_safe),
             derived: std::sync::Arc::new(derived),
             v1,
             v2,

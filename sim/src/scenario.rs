@@ -106,6 +106,8 @@ pub struct Stats {
     pub events_peak: u64,
     /// Derived readings committed and checked against their inputs (invariant 17).
     pub derived_checked: u64,
+    /// Rollup buckets compared with the aggregate of their raw rows (invariant 10).
+    pub rollup_buckets_checked: u64,
 }
 
 impl SeedOutcome {
@@ -200,6 +202,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             lag_poll_interval_us: runtime_config(&settings).lag_poll_interval_ms as i64 * 1_000,
             lock_loss_bound_us: (settings.lock_check_interval_ms + settings.tick_ms) as i64 * 1_000,
             derived: registry.derived.clone(),
+            agg_safe: registry.agg_safe.clone(),
         }),
         links: cores.iter().map(|&c| (c, Links::default())).collect(),
         incarnations: Default::default(),
@@ -321,11 +324,19 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
 
         // Crash requests from the port sites: kill the process now, restart it later.
         let crashes: Vec<CoreId> = std::mem::take(&mut world.lock().crash_requests);
+        let crashed = !crashes.is_empty();
         for core in crashes {
             crash(&mut sim, &world, core, now);
             let delay_ms = world.between(100, settings.restart_delay_max_ms) as i64;
             world.trace(format_args!("crash {} (restart in {delay_ms} ms)", core.host()));
             scheduled.push((now.add_ms(delay_ms), Scheduled::Bounce(core)));
+        }
+        if crashed
+            && now < safety_end
+            && world.settings.is_active(Site::OperatorRollupRefresh)
+            && world.lock().rng.chance(0.5)
+        {
+            operator_rollup_refresh(&world, now);
         }
         let (due, later): (Vec<_>, Vec<_>) = scheduled.drain(..).partition(|(at, _)| *at <= now);
         scheduled = later;
@@ -454,6 +465,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             command_writes_refused: inner.checker.command_writes_refused,
             events_peak: clock.events_peak(),
             derived_checked: inner.checker.derived.checked,
+            rollup_buckets_checked: inner.checker.rollups.checked,
         },
     }
 }
@@ -585,6 +597,54 @@ fn operator_commands(world: &World, points: &[String], sent: &mut u64) {
         let value = serde_json::json!(world.between(0, 100));
         request_command(world, core, &tx, format!("op-{sent}"), point_id, value);
     }
+}
+
+/// The operator runs `sentinel rollup refresh --from T --to T` over a range of the last hour,
+/// while drivers keep publishing. Like the command, it takes the single-writer lock itself and
+/// refuses (exit 10) when a core holds it; it runs between two simulated instants, so no core
+/// sees the lock taken. Its session dies half the time instead of releasing (the operator's
+/// process killed after its refresh committed). Invariant 10 is checked on what it refreshed.
+fn operator_rollup_refresh(world: &World, now: Micros) {
+    if world.store.lock_held() {
+        world.trace(format_args!("operator rollup refresh: lock held, exit 10"));
+        return;
+    }
+    let lease = match now_or_never(sentinel_io::ports::Store::acquire(&world.store)) {
+        Ok(lease) => lease,
+        Err(e) => {
+            let what = format!("operator rollup refresh could not take a free lock: {e}");
+            world.lock().checker.fail(0, now, what);
+            return;
+        }
+    };
+    let epoch = sentinel_io::ports::Lease::epoch(&lease);
+    world.lock().checker.on_acquire(epoch, now);
+    let from = now.add_ms(-(world.between(0, 3_600_000) as i64));
+    let to = from.add_ms(world.between(1_000, 7_200_000) as i64);
+    match now_or_never(sentinel_io::ports::Store::refresh_rollups(
+        &world.store,
+        epoch,
+        from,
+        to,
+    )) {
+        Ok(refresh) => {
+            world.trace(format_args!(
+                "operator rollup refresh epoch {epoch} over [{from}, {to}): {} + {} buckets",
+                refresh.minute_buckets, refresh.hour_buckets
+            ));
+            now_or_never(crate::adapters::check_refreshed_rollups(world, &refresh));
+        }
+        Err(e) => world.lock().checker.fail(
+            0,
+            now,
+            format!("operator rollup refresh failed under the lock: {e}"),
+        ),
+    }
+    if world.lock().rng.chance(0.5) {
+        world.store.kill_session(&lease);
+        world.trace(format_args!("operator session killed"));
+    }
+    drop(lease);
 }
 
 /// Hands one operator request to `core`'s intake and traces whether it took it.

@@ -41,10 +41,17 @@ pub enum Site {
     /// The lock holder's session dies while no other core runs (in a two-core run the
     /// standby is held down for a while), so only the holder's own lock check can stop it.
     LockSessionKilledAlone,
+    /// The core dies between the two halves of a rollup step (claim committed, apply not):
+    /// the next step must finish the claim.
+    CrashMidRollupStep,
+    /// While the lock is free (its holder just crashed), the operator runs `sentinel rollup
+    /// refresh` over a recent range, under the lock, as drivers keep publishing; half the time
+    /// the operator's session dies right after instead of releasing.
+    OperatorRollupRefresh,
 }
 
 impl Site {
-    pub const ALL: [Site; 14] = [
+    pub const ALL: [Site; 16] = [
         Site::CrashBeforeCommit,
         Site::CrashAfterCommit,
         Site::CrashAfterAck,
@@ -59,6 +66,8 @@ impl Site {
         Site::RegistryReload,
         Site::SlowDriverLink,
         Site::LockSessionKilledAlone,
+        Site::CrashMidRollupStep,
+        Site::OperatorRollupRefresh,
     ];
     /// Sites added after the first twelve are drawn from a generator of their own, so the
     /// seeds of `sim/tests/regressions.rs` keep the settings and runs they failed with.
@@ -80,6 +89,8 @@ impl Site {
             Site::RegistryReload => "registry_reload",
             Site::SlowDriverLink => "slow_driver_link",
             Site::LockSessionKilledAlone => "lock_session_killed_alone",
+            Site::CrashMidRollupStep => "crash_mid_rollup_step",
+            Site::OperatorRollupRefresh => "operator_rollup_refresh",
         }
     }
 }

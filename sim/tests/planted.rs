@@ -74,6 +74,11 @@ fn deriving_from_the_submitted_batch_is_caught_by_invariant_17() {
     caught_by(PlantedBug::DeriveFromSubmittedBatch, 17);
 }
 
+#[test]
+fn a_rollup_trigger_that_ignores_late_rows_is_caught_by_invariant_10() {
+    caught_by(PlantedBug::RollupIgnoresLateRows, 10);
+}
+
 /// The livelock spins at one simulated instant from the first freshness deadline a core holds
 /// back (its startup grace), in every seed: the run must end, within the wall-clock guard, as
 /// a violation of invariant 9 that names the instant and prints the replay command.

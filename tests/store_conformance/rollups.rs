@@ -4,7 +4,8 @@
 //!
 //! The property: for random rows (every quality, late arrivals, early ones from a skewed device
 //! clock, points that are not `agg_safe`) committed between random steps of the running core's
-//! refresh and random on-demand refreshes, once the watermark has passed every row, every stored
+//! refresh, steps cut off between their claim and their apply (a crash), and random on-demand
+//! refreshes, once the watermark has passed every row, every stored
 //! bucket equals an aggregate computed here from the rows committed, every such bucket from the
 //! watermark's start on is stored, and a second refresh changes nothing. Values are multiples of
 //! 0.5 so every summation order gives the same sum exactly.
@@ -67,6 +68,9 @@ enum Op {
     Commit { advance_s: i64, rows: Vec<GenRow> },
     /// One step of the running core's refresh, closed before `now - settle_s`.
     Step { settle_s: i64 },
+    /// A step whose core dies after its claim commits, before its apply: the next step must
+    /// finish the claim, and nothing committed in between may be skipped.
+    ClaimOnly { settle_s: i64 },
     /// An on-demand refresh of `[now - back_s, now - back_s + len_s)`.
     Refresh { back_s: i64, len_s: i64 },
 }
@@ -95,6 +99,7 @@ fn gen_op() -> impl Strategy<Value = Op> {
         6 => (0..600i64, prop::collection::vec(gen_row(), 1..12))
             .prop_map(|(advance_s, rows)| Op::Commit { advance_s, rows }),
         3 => (0..180i64).prop_map(|settle_s| Op::Step { settle_s }),
+        1 => (0..180i64).prop_map(|settle_s| Op::ClaimOnly { settle_s }),
         1 => (0..4 * 3600i64, 1..3 * 3600i64).prop_map(|(back_s, len_s)| Op::Refresh { back_s, len_s }),
     ]
 }
@@ -165,6 +170,8 @@ async fn check_history<B: Backend>(b: &B, ops: &[Op]) -> Result<(), TestCaseErro
     let mut committed: Vec<ObsRow> = Vec::new();
     let mut seq = 0u64;
     let mut refreshed_to = Micros(i64::MIN);
+    // claimed_to of a claim left open by a ClaimOnly: the next step finishes it first.
+    let mut open_claim_to = Micros(i64::MIN);
     for (batch_id, op) in ops.iter().enumerate() {
         match op {
             Op::Commit { advance_s, rows } => {
@@ -201,10 +208,29 @@ async fn check_history<B: Backend>(b: &B, ops: &[Op]) -> Result<(), TestCaseErro
                     .expect("a rollup step");
                 // The watermark never moves back and never past what is closed (or where it was).
                 prop_assert!(step.watermark.refreshed_to >= refreshed_to);
-                prop_assert!(step.watermark.refreshed_to <= refreshed_to.max(closed_before));
+                prop_assert!(
+                    step.watermark.refreshed_to <= refreshed_to.max(closed_before).max(open_claim_to)
+                );
                 refreshed_to = step.watermark.refreshed_to;
+                open_claim_to = Micros(i64::MIN);
                 prop_assert!(step.minutes_advanced <= LIMITS.step_minutes_max);
                 prop_assert!(step.invalidated_minutes <= LIMITS.invalidations_max);
+            }
+            Op::ClaimOnly { settle_s } => {
+                let closed_before = Micros(now.0 - settle_s * 1_000_000);
+                b.rollup_claim(epoch, closed_before, LIMITS)
+                    .await
+                    .expect("a rollup claim");
+                let watermark = store
+                    .rollup_watermark()
+                    .await
+                    .expect("watermark")
+                    .expect("a claim starts the marks");
+                // A claim moves only claimed_to, never refreshed_to.
+                prop_assert!(refreshed_to == Micros(i64::MIN) || watermark.refreshed_to == refreshed_to);
+                prop_assert!(watermark.claimed_to >= watermark.refreshed_to);
+                refreshed_to = watermark.refreshed_to;
+                open_claim_to = open_claim_to.max(watermark.claimed_to);
             }
             Op::Refresh { back_s, len_s } => {
                 let from = Micros(now.0 - back_s * 1_000_000);

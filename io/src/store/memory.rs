@@ -198,13 +198,42 @@ impl MemoryStore {
     }
 
     /// Plants a known bug in the model (simulator tests only). Only
-    /// [`sentinel_core::PlantedBug::CommitWithoutFence`] lives in the store; the others are
+    /// [`sentinel_core::PlantedBug::CommitWithoutFence`] and
+    /// [`sentinel_core::PlantedBug::RollupIgnoresLateRows`] live in the store; the others are
     /// the core's and are ignored here.
     #[cfg(feature = "planted-bugs")]
     pub fn plant(&self, bug: sentinel_core::PlantedBug) {
-        if bug == sentinel_core::PlantedBug::CommitWithoutFence {
-            lock(&self.model).commit_unfenced = true;
+        match bug {
+            sentinel_core::PlantedBug::CommitWithoutFence => lock(&self.model).commit_unfenced = true,
+            sentinel_core::PlantedBug::RollupIgnoresLateRows => {
+                lock(&self.model).rollups.ignore_late_rows = true
+            }
+            _ => {}
         }
+    }
+
+    /// The first half of the running core's rollup step (`sentinel_rollup_claim`): the
+    /// simulator calls the halves apart to crash between them.
+    pub fn rollup_claim(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+    ) -> Result<(), StoreError> {
+        let mut guard = lock(&self.model);
+        guard.fence(epoch)?;
+        guard.rollups.claim(closed_before, limits)
+    }
+
+    /// The second half (`sentinel_rollup_apply`): recomputes the open claim.
+    pub fn rollup_apply(&self, epoch: u32) -> Result<RollupStep, StoreError> {
+        let mut guard = lock(&self.model);
+        guard.fence(epoch)?;
+        let registry = guard.rollup_info();
+        let model = &mut *guard;
+        model
+            .rollups
+            .apply(class_rows(&model.tables), &registry, &mut model.retention)
     }
 
     /// The session holding the single-writer lock, if any (see [`MemoryLease::session`]).
@@ -703,17 +732,8 @@ impl Store for MemoryStore {
         closed_before: Micros,
         limits: RollupStepLimits,
     ) -> Result<RollupStep, StoreError> {
-        let mut guard = lock(&self.model);
-        guard.fence(epoch)?;
-        let registry = guard.rollup_info();
-        let model = &mut *guard;
-        model.rollups.step(
-            closed_before,
-            limits,
-            class_rows(&model.tables),
-            &registry,
-            &mut model.retention,
-        )
+        self.rollup_claim(epoch, closed_before, limits)?;
+        self.rollup_apply(epoch)
     }
 
     async fn rollup_watermark(&self) -> Result<Option<RollupWatermark>, StoreError> {

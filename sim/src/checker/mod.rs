@@ -20,6 +20,10 @@
 //! 9. liveness: everything drains within a bounded time once faults stop, a run ends within
 //!    its step bound, and no simulated instant holds more than its event bound — by the
 //!    controller and the simulated clock ([`crate::world::SimClock`]);
+//! 10. rollups ([`rollups`]): every refreshed, closed rollup bucket equals the aggregate of
+//!     the committed rows that fall in it — after every on-demand refresh, over its ranges, and
+//!     after every step of the running core's refresh that leaves no invalidation behind, below
+//!     its watermark;
 //! 13. quality ([`quality`]): a point becomes `live` only from a row that was current when
 //!     applied, unless it was live already; every transition's quality is the fold's — on
 //!     every transition a core emits;
@@ -37,12 +41,13 @@
 //!     its committed inputs up to its trigger, and its trigger is a committed row that was
 //!     its input's newest — on every commit of a derived reading.
 //!
-//! (10–12 are DESIGN.md's rollup, derived-point and rules invariants; 11 is checked as 17.)
+//! (11 and 12 are DESIGN.md's derived-point and rules invariants; 11 is checked as 17.)
 //! The first violation is kept; the controller stops the run on it.
 
 pub mod derived;
 pub mod ownership;
 pub mod quality;
+pub mod rollups;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -82,6 +87,8 @@ pub struct CheckerConfig {
     pub lock_loss_bound_us: i64,
     /// Invariant 17: the run's derived points.
     pub derived: Arc<BTreeMap<Arc<str>, derived::DerivedDef>>,
+    /// Invariant 10: `agg_safe` of every point of the run.
+    pub agg_safe: Arc<BTreeMap<Arc<str>, bool>>,
 }
 
 /// The fold of the log for one point (invariant 5's total order: observed_at, ingested_at,
@@ -151,6 +158,7 @@ pub struct Checker {
     quality: quality::QualityModel,
     ownership: ownership::Ownership,
     pub derived: derived::DerivedModel,
+    pub rollups: rollups::RollupModel,
     pub commands_applied: u64,
     /// Applied while a newer epoch held the lock (committed before the takeover, delivered
     /// before the driver heard the new epoch: allowed).
@@ -163,8 +171,10 @@ pub struct Checker {
 impl Checker {
     pub fn new(config: CheckerConfig) -> Checker {
         let derived = derived::DerivedModel::new(config.derived.clone());
+        let rollups = rollups::RollupModel::new(config.agg_safe.clone());
         Checker {
             derived,
+            rollups,
             config,
             accepted: BTreeMap::new(),
             committed: BTreeMap::new(),
@@ -287,6 +297,7 @@ impl Checker {
             if let Some(what) = self.derived.on_committed(row) {
                 self.fail(17, at, what);
             }
+            self.rollups.on_committed(row);
         }
         for entry in &report.batch.quarantine {
             self.quarantined_seqs.insert(entry.stream_seq);
@@ -426,6 +437,44 @@ impl Checker {
             );
         } else if !self.published_keys.insert(key.clone()) {
             self.fail(4, at, format!("a second transition for key {key:?}"));
+        }
+    }
+
+    /// Invariant 10 after an on-demand refresh: `minutes` and `hours` are what the store holds
+    /// in the ranges the refresh reported.
+    pub fn on_rollup_refresh(
+        &mut self,
+        refresh: &sentinel_io::ports::RollupRefresh,
+        minutes: &[sentinel_io::ports::RollupRow],
+        hours: &[sentinel_io::ports::RollupRow],
+        at: Micros,
+    ) {
+        use sentinel_io::ports::RollupGrain;
+        let failure = self
+            .rollups
+            .check_refreshed(RollupGrain::Minute, refresh.minute_range, minutes)
+            .or_else(|| {
+                self.rollups
+                    .check_refreshed(RollupGrain::Hour, refresh.hour_range, hours)
+            });
+        if let Some(what) = failure {
+            self.fail(10, at, what);
+        }
+    }
+
+    /// Invariant 10 after a step of the running core's refresh that left no invalidation:
+    /// `minutes` and `hours` are what the store holds from `from`
+    /// ([`rollups::RollupModel::check_from`]) up to the watermark.
+    pub fn on_rollup_step(
+        &mut self,
+        watermark: sentinel_io::ports::RollupWatermark,
+        from: Micros,
+        minutes: &[sentinel_io::ports::RollupRow],
+        hours: &[sentinel_io::ports::RollupRow],
+        at: Micros,
+    ) {
+        if let Some(what) = self.rollups.check_watermark(watermark, from, minutes, hours) {
+            self.fail(10, at, what);
         }
     }
 

@@ -2,8 +2,11 @@
 //! spec, "Retention and rollups"), evaluated over the model's class tables.
 //!
 //! Owns: the 1-minute and 1-hour tables, the refresh watermark and the late-row invalidations
-//! of the model. Everything happens under the model's one mutex, so a step's claim and apply
-//! are one atomic action here; the SQL splits them only to keep commits from waiting.
+//! of the model. A step is two actions, as in the SQL: [`Rollups::claim`] moves `claimed_to`
+//! and claims the invalidations present, [`Rollups::apply`] recomputes the claim and moves
+//! `refreshed_to`. Each runs under the model's one mutex; commits may land between them, and a
+//! crash between them leaves the claim open for the next step to finish first (the simulator
+//! crashes there on purpose).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -23,6 +26,11 @@ pub(super) struct Rollups {
     watermark: Option<RollupWatermark>,
     /// Minutes of rows committed below `claimed_to` since the last step, in commit order.
     invalidations: Vec<Micros>,
+    /// How many of the first `invalidations` the open claim holds (`claimed_invalidation`
+    /// in SQL: `None` when it holds none).
+    claimed_invalidations: Option<usize>,
+    /// Planted bug (simulator tests only): the statement trigger records nothing.
+    pub(super) ignore_late_rows: bool,
 }
 
 /// Longest on-demand refresh, as in `sentinel_rollup_refresh_range`.
@@ -40,6 +48,9 @@ impl Rollups {
 
     /// The statement trigger: called with the rows a commit actually inserted.
     pub(super) fn rows_inserted<'a>(&mut self, rows: impl Iterator<Item = &'a ObsRow>) {
+        if self.ignore_late_rows {
+            return;
+        }
         // Before the first step every row is invalidated: the first step recomputes them.
         let mark = self.watermark.map(|w| w.claimed_to);
         let minutes: BTreeSet<Micros> = rows
@@ -162,15 +173,15 @@ impl Rollups {
         })
     }
 
-    /// `sentinel_rollup_claim` followed by `sentinel_rollup_apply`.
-    pub(super) fn step(
+    /// `sentinel_rollup_claim`: claims `[refreshed_to, claimed_to)` with `claimed_to` at most
+    /// `closed_before` (floored to a minute) and `step_minutes_max` past `refreshed_to`, and at
+    /// most `invalidations_max` invalidations. An open claim (a crash between the halves) is
+    /// kept as it is: the next apply finishes it first.
+    pub(super) fn claim(
         &mut self,
         closed_before: Micros,
         limits: RollupStepLimits,
-        tables: [&[ObsRow]; 3],
-        registry: &PointRollupInfo,
-        retention: &mut RetentionState,
-    ) -> Result<RollupStep, StoreError> {
+    ) -> Result<(), StoreError> {
         if !(1..=1440).contains(&limits.step_minutes_max)
             || !(1..=100_000).contains(&limits.invalidations_max)
         {
@@ -179,16 +190,51 @@ impl Rollups {
                     .into(),
             ));
         }
+        if let Some(w) = self.watermark
+            && (w.claimed_to > w.refreshed_to || self.claimed_invalidations.is_some())
+        {
+            return Ok(());
+        }
         let closed = RollupGrain::Minute.floor(closed_before);
-        let w = *self.watermark.get_or_insert(RollupWatermark {
-            refreshed_from: closed,
-            refreshed_to: closed,
-            claimed_to: closed,
-        });
-        let step_end = Micros(w.refreshed_to.0 + i64::from(limits.step_minutes_max) * MINUTE_US);
-        let claimed_to = w.refreshed_to.max(closed.min(step_end));
         let claimed = self.invalidations.len().min(limits.invalidations_max as usize);
+        self.claimed_invalidations = (claimed > 0).then_some(claimed);
+        let w = match self.watermark {
+            // The first claim starts the marks at `closed` and claims what every earlier row
+            // left (before the first step, every row leaves an invalidation).
+            None => RollupWatermark {
+                refreshed_from: closed,
+                refreshed_to: closed,
+                claimed_to: closed,
+            },
+            Some(w) => {
+                let step_end = Micros(w.refreshed_to.0 + i64::from(limits.step_minutes_max) * MINUTE_US);
+                RollupWatermark {
+                    claimed_to: w.refreshed_to.max(closed.min(step_end)),
+                    ..w
+                }
+            }
+        };
+        debug_assert!(w.refreshed_from <= w.refreshed_to && w.refreshed_to <= w.claimed_to);
+        self.watermark = Some(w);
+        Ok(())
+    }
+
+    /// `sentinel_rollup_apply`: recomputes the claim — 1m buckets over the range claimed and
+    /// the claimed invalidations' minutes, 1h buckets that closed in the range and the closed
+    /// hours of claimed invalidations — then moves `refreshed_to` up to `claimed_to`.
+    pub(super) fn apply(
+        &mut self,
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+        retention: &mut RetentionState,
+    ) -> Result<RollupStep, StoreError> {
+        let Some(w) = self.watermark else {
+            return Err(StoreError::Other("a rollup apply with no claim ever made".into()));
+        };
+        let claimed = self.claimed_invalidations.take().unwrap_or(0);
+        debug_assert!(claimed <= self.invalidations.len());
         let minutes: BTreeSet<Micros> = self.invalidations.drain(..claimed).collect();
+        let claimed_to = w.claimed_to;
 
         // The range moved over, and the claimed invalidations: every minute in either, and
         // every hour that closed in the range or holds an invalidated minute and is closed.

@@ -123,21 +123,38 @@ impl PgStore {
         closed_before: Micros,
         limits: RollupStepLimits,
     ) -> Result<RollupStep, StoreError> {
-        let epoch_db = epoch_to_db(epoch)?;
-        let step = i32::try_from(limits.step_minutes_max).unwrap_or(i32::MAX);
-        let invalidations = i32::try_from(limits.invalidations_max).unwrap_or(i32::MAX);
         // Two transactions (see the migration): the claim holds the watermark row, which every
         // commit's trigger shares, only for as long as it takes to move one mark.
-        if let Err(e) = sqlx::query(CLAIM)
-            .bind(epoch_db)
+        self.rollup_claim(epoch, closed_before, limits).await?;
+        self.rollup_apply(epoch).await
+    }
+
+    /// The first half of the running core's rollup step (`sentinel_rollup_claim`), on its own
+    /// so the conformance suite can stop between the halves as a crash would.
+    pub async fn rollup_claim(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+    ) -> Result<(), StoreError> {
+        let step = i32::try_from(limits.step_minutes_max).unwrap_or(i32::MAX);
+        let invalidations = i32::try_from(limits.invalidations_max).unwrap_or(i32::MAX);
+        match sqlx::query(CLAIM)
+            .bind(epoch_to_db(epoch)?)
             .bind(to_odt(closed_before)?)
             .bind(step)
             .bind(invalidations)
             .execute(&self.pool)
             .await
         {
-            return Err(self.rollup_error(epoch, "claiming a rollup step", e).await);
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.rollup_error(epoch, "claiming a rollup step", e).await),
         }
+    }
+
+    /// The second half (`sentinel_rollup_apply`): recomputes the open claim.
+    pub async fn rollup_apply(&self, epoch: u32) -> Result<RollupStep, StoreError> {
+        let epoch_db = epoch_to_db(epoch)?;
         let row = match sqlx::query(APPLY).bind(epoch_db).fetch_one(&self.pool).await {
             Ok(row) => row,
             Err(e) => return Err(self.rollup_error(epoch, "applying a rollup step", e).await),
