@@ -195,6 +195,7 @@ enum Command {
         /// End (exclusive), as --from.
         #[arg(long)]
         to: String,
+        /// `raw` rows, or the `1m` / `1h` rollup buckets.
         #[arg(long, value_enum, default_value_t = history::Bucket::Raw)]
         bucket: history::Bucket,
         /// One JSON object on stdout instead of text.
