@@ -349,8 +349,11 @@ fn only_the_postgres_adapter_names_the_observation_tables() {
             "io/src/store/postgres.rs",
             "io/src/store/postgres/rollup.rs",
             "io/src/store/postgres/reprocess.rs",
+            "io/src/store/postgres/retention.rs",
+            "io/src/store/postgres/history.rs",
         ],
-        "only io/src/store/postgres.rs (and migrations/) names the per-class observation tables",
+        "only io/src/store/postgres.rs and its files by concern (and migrations/) name the \
+         per-class observation tables",
     );
 }
 
@@ -379,8 +382,11 @@ fn only_the_postgres_adapter_names_sqlx() {
             "io/src/store/postgres.rs",
             "io/src/store/postgres/rollup.rs",
             "io/src/store/postgres/reprocess.rs",
+            "io/src/store/postgres/retention.rs",
+            "io/src/store/postgres/class_change.rs",
+            "io/src/store/postgres/history.rs",
         ],
-        "only io/src/store/postgres.rs uses sqlx",
+        "only io/src/store/postgres.rs and its files by concern use sqlx",
     );
 }
 

@@ -93,6 +93,11 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         // Reprocess (migrations/0006_reprocess.sql): rows are updated only through the
         // function, fenced on the epoch like the rollups.
         REPROCESS_APPLY,
+        // Retention and class moves (migrations/0005_retention.sql): only through the
+        // fenced functions; a partition that does not exist is no drop (NULL).
+        "SELECT sentinel_retention_drop(0, 'rollup_1m', '2001-01-01', '2001-01-02', 'core:retention', now())",
+        "SELECT * FROM sentinel_move_point_class(0, 'nobody', 'state', 'operator:x', now())",
+        "SELECT count(*) FROM retention_mark",
     ] {
         assert_eq!(
             refused(&roles.writer_url, sql).await,
@@ -118,6 +123,15 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
             "UPDATE rollup_watermark SET refreshed_to = now()",
         ),
         ("DELETE invalidations", "DELETE FROM rollup_invalidation"),
+        (
+            "DROP today's rollup partition",
+            "DO $$ BEGIN EXECUTE format('DROP TABLE %I', \
+             'rollup_1m_p' || to_char(now() AT TIME ZONE 'UTC', 'YYYYMMDD')); END $$",
+        ),
+        (
+            "UPDATE a retention mark",
+            "UPDATE retention_mark SET kept_from = now()",
+        ),
         (
             "recompute without the fence",
             "SELECT sentinel_rollup_recompute('1m', '2026-01-01', '2026-01-02')",
@@ -196,6 +210,8 @@ async fn the_reader_reads_and_cannot_write_or_see_payloads() {
         "SELECT * FROM sentinel_rollup_refresh_range(0, now() - interval '1 hour', now())",
         "DELETE FROM rollup_1m",
         REPROCESS_APPLY,
+        "SELECT sentinel_retention_drop(0, 'rollup_1m', '2001-01-01', '2001-01-02', 'me', now())",
+        "SELECT * FROM sentinel_move_point_class(0, 'p', 'state', 'me', now())",
     ] {
         let error = refused(&roles.reader_url, sql)
             .await

@@ -308,6 +308,96 @@ async fn rollup_refresh_runs_only_under_the_lock_it_takes() {
     );
 }
 
+/// `sentinel retention`: `--dry-run` only reads (it works beside a running core); a real run is
+/// a write, so it runs only under the lock it takes itself and exits 10 naming the holder,
+/// dropping nothing, while a core holds it. Each drop is a whole partition and one
+/// `retention_drop` control event; horizons that break their own rule are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_drops_only_under_the_lock_it_takes_and_a_dry_run_only_reads() {
+    use sentinel_io::ports::Store;
+    let db = TestDb::create().await.expect("test database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    // A day far past every horizon: its three raw partitions, its rollup_1m day and its
+    // rollup_1h month, one row in it.
+    sqlx::raw_sql(
+        "SELECT sentinel_ensure_partitions('2000-01-01', 1); \
+         INSERT INTO observation_measurement (ingested_at, point_id, observed_at, value_num, \
+           quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
+         VALUES ('2000-01-01T10:00:05Z', 'p', '2000-01-01T10:00:01Z', 1, 'live', true, 1, 'i', 1, 1)",
+    )
+    .execute(&mut pg(&db.url).await)
+    .await
+    .expect("arrange an old day");
+    let rows = || async {
+        sqlx::query_scalar::<_, i64>("SELECT count(*) FROM observation_measurement")
+            .fetch_one(&mut pg(&db.url).await)
+            .await
+            .expect("count rows")
+    };
+    let nats = "nats://127.0.0.1:1";
+
+    let core = store.acquire().await.expect("a core holds the lock");
+    let (code, stdout, stderr) = output(&mut sentinel(
+        &["retention", "--dry-run", "--json"],
+        &db.url,
+        nats,
+    ));
+    assert_eq!(code, Some(0), "a dry run reads only, beside a core: {stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    let would: Vec<(String, String)> = report["would_drop"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .map(|p| {
+            (
+                p["table"].as_str().unwrap_or("").to_owned(),
+                p["from"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(would.len(), 5, "{report}");
+    assert!(
+        would.contains(&("rollup_1h".into(), "2000-01-01T00:00:00.000000Z".into())),
+        "{report}"
+    );
+    let (code, stdout, stderr) = output(&mut sentinel(&["retention"], &db.url, nats));
+    assert_eq!(code, Some(EXIT_LOCK_HELD), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(stderr.contains("dropping nothing"), "{stderr}");
+    assert_eq!(rows().await, 1, "nothing dropped beside a running core");
+    core.release().await.expect("release");
+
+    let (code, stdout, stderr) = output(&mut sentinel(&["retention", "--json"], &db.url, nats));
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    let report: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON object");
+    assert_eq!(report["dropped"].as_array().map(Vec::len), Some(5), "{report}");
+    assert_eq!(rows().await, 0, "the old day went with its partition");
+    let (events, principals): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(*) FILTER (WHERE principal = 'operator:sentinel-retention') \
+         FROM control_event WHERE kind = 'retention_drop'",
+    )
+    .fetch_one(&mut pg(&db.url).await)
+    .await
+    .expect("events");
+    assert_eq!((events, principals), (5, 5));
+    let (code, stdout, _) = output(&mut sentinel(&["retention", "--dry-run"], &db.url, nats));
+    assert_eq!(code, Some(0));
+    assert_eq!(stdout.trim(), "nothing is past its horizon");
+
+    let (code, _, stderr) = output(&mut sentinel(
+        &["retention", "--dry-run", "--retention-rollup-1m-days", "5"],
+        &db.url,
+        nats,
+    ));
+    assert_eq!(code, Some(1));
+    assert!(
+        stderr.contains("must be at least the longest raw horizon"),
+        "{stderr}"
+    );
+}
+
 fn status_json(db_url: &str, nats_url: &str) -> serde_json::Value {
     let (code, stdout, stderr) = output(&mut sentinel(&["status", "--json"], db_url, nats_url));
     assert_eq!(code, Some(0), "status --json: {stderr}");

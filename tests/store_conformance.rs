@@ -29,8 +29,14 @@ use sentinel_io::store::{
 use sentinel_tests::pg::TestDb;
 use sqlx::PgPool;
 
+#[path = "store_conformance/class_change.rs"]
+mod class_change;
+#[path = "store_conformance/retention.rs"]
+mod retention;
 #[path = "store_conformance/rollups.rs"]
 mod rollups;
+use class_change::a_class_change_moves_the_whole_history_in_one_step;
+use retention::{retention_drops_rollup_days_and_months, retention_drops_whole_raw_days_with_an_event_each};
 use rollups::{rollup_writes_are_fenced, rollups_keep_counts_only_for_points_not_agg_safe};
 #[path = "store_conformance/reprocess.rs"]
 mod reprocess;
@@ -258,6 +264,9 @@ conformance!(
     reprocess_fixes_a_wrong_scale_and_the_rollups_over_it,
     a_refused_reprocess_changes_nothing,
     reprocess_writes_are_fenced,
+    retention_drops_whole_raw_days_with_an_event_each,
+    retention_drops_rollup_days_and_months,
+    a_class_change_moves_the_whole_history_in_one_step,
 );
 
 on_conflict_form!(

@@ -17,6 +17,8 @@ use crate::time::Micros;
 
 /// Who caused the core's own control events (`principal` is NOT NULL by design).
 pub const PRINCIPAL_WATCHDOG: &str = "core:watchdog";
+/// The running core's retention runs.
+pub const PRINCIPAL_RETENTION: &str = "core:retention";
 
 /// The principal of a reprocess run by the `sentinel reprocess` command.
 pub const PRINCIPAL_REPROCESS_CLI: &str = "operator:cli";
@@ -34,6 +36,13 @@ pub enum ControlKind {
     /// event per run, about its scope, not a point (`point_id` is NULL). Its payload is
     /// [`crate::reprocess::ReprocessRecord`].
     Reprocess,
+    /// Retention dropped one whole partition (payload: table, class, day). Written by the
+    /// store in the drop's own transaction (`Store::drop_expired`), never by the core's
+    /// `Effect::Control`: the drop and its record cannot disagree.
+    RetentionDrop,
+    /// A point's history moved to the class table of its new retention class (payload: from,
+    /// to, rows, observed range). Written by the store in the move's transaction.
+    ClassMoved,
 }
 
 impl ControlKind {
@@ -42,6 +51,8 @@ impl ControlKind {
             ControlKind::QualityChanged => "quality_changed",
             ControlKind::CommandIssued => "command_issued",
             ControlKind::Reprocess => "reprocess",
+            ControlKind::RetentionDrop => "retention_drop",
+            ControlKind::ClassMoved => "class_moved",
         }
     }
 }

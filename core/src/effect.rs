@@ -43,6 +43,10 @@ pub enum Input {
     RollupStepped(crate::rollup::RollupStepOutcome),
     /// The epoch fence refused a rollup step: a newer core holds the lock.
     RollupStepFenced,
+    /// A retention run answered (`Effect::DropExpired`).
+    RetentionRan(crate::retention::RetentionOutcome),
+    /// The epoch fence refused a retention drop: a newer core holds the lock.
+    RetentionFenced,
     /// Time passed; due flushes and checkpoints happen.
     Tick,
     /// Orderly stop: flush, wait for in-flight batches, write a final checkpoint, exit 0.
@@ -76,6 +80,11 @@ pub enum Effect {
     /// epoch, and answer with `Input::RollupStepped` (or `RollupStepFenced`). Not ordered with
     /// commits: the store's watermark and invalidations make any interleaving correct.
     RefreshRollups(crate::rollup::RollupStepRequest),
+    /// Drop every partition wholly before the request's cut-offs (at most `partitions_max`),
+    /// each in its own transaction fenced on the request's epoch with its `retention_drop`
+    /// control event, and answer with `Input::RetentionRan` (or `RetentionFenced`). Not
+    /// ordered with commits: no commit writes below a cut-off.
+    DropExpired(crate::retention::RetentionRequest),
     /// Stop the process with this code.
     Exit(ExitReason),
 }

@@ -87,6 +87,8 @@ pub struct Core {
     drivers: Drivers,
     /// When the next step of the rollup refresh is due (`rollup.rs`).
     rollups: RollupSchedule,
+    /// When the next retention run is due (`retention.rs`).
+    retention: crate::retention::RetentionSchedule,
     /// The last lag reading was high: rollup steps wait.
     lag_high: bool,
     /// Points with a `quality_changed` event at the store, not yet answered.
@@ -113,6 +115,7 @@ impl Core {
         let self_points = SelfPoints::new(config.self_points_interval_ms, &registry, now);
         let drivers = Drivers::new(&registry, crate::self_points::SELF_HOST, epoch, now);
         let rollups = RollupSchedule::new(config.rollups.clone(), now);
+        let retention = crate::retention::RetentionSchedule::new(config.retention.clone(), now);
         let derived = Derivations::new(&registry);
         let mut core = Core {
             dedup: DedupSet::new(config.dedup_keys_max),
@@ -132,6 +135,7 @@ impl Core {
             self_points,
             drivers,
             rollups,
+            retention,
             lag_high: false,
             control_pending: std::collections::BTreeSet::new(),
             derived,
@@ -266,6 +270,11 @@ impl Core {
                 self.on_tick();
             }
             Input::RollupStepFenced => self.exit(ExitReason::FENCED),
+            Input::RetentionRan(outcome) => {
+                self.retention.on_run(self.now, outcome);
+                self.on_tick();
+            }
+            Input::RetentionFenced => self.exit(ExitReason::FENCED),
             Input::Tick => self.on_tick(),
             Input::Shutdown => {
                 self.mode = Mode::Draining;
@@ -315,6 +324,12 @@ impl Core {
         if self.mode == Mode::Running
             && !self.ingest_behind()
             && let Some(at) = self.rollups.next_deadline()
+        {
+            consider(at);
+        }
+        if self.mode == Mode::Running
+            && !self.ingest_behind()
+            && let Some(at) = self.retention.next_deadline()
         {
             consider(at);
         }
@@ -749,6 +764,9 @@ impl Core {
             let behind = self.ingest_behind();
             if let Some(step) = self.rollups.poll(self.now, self.epoch, behind) {
                 self.effects.push_back(Effect::RefreshRollups(step));
+            }
+            if let Some(run) = self.retention.poll(self.now, self.epoch, behind) {
+                self.effects.push_back(Effect::DropExpired(run));
             }
         }
 

@@ -8,13 +8,23 @@
 //! `today − horizon_days` is the oldest kept, everything before it goes by dropping partitions.
 //! Reprocess refuses a range that reaches before its class's first kept day; retention drops
 //! what lies before it. Both read the same [`RetentionConfig`], so they cannot disagree.
+//!
+//! Also owns the running core's retention schedule ([`RetentionSchedule`], like `rollup.rs`:
+//! time passed in, one run in flight at most): once a day (and a first time an hour after the
+//! core starts) it asks the store to drop every partition wholly before the cut-offs
+//! ([`Effect::DropExpired`](crate::Effect::DropExpired)), at most `partitions_per_run_max` per
+//! run, the next run soon while more are waiting; none while ingest is behind, since dropping a
+//! partition briefly locks its parent table. The store drops whole partitions only, each with
+//! an epoch-stamped `retention_drop` control event in the same fenced transaction.
 
 use crate::registry::RetentionClass;
 use crate::time::{Micros, US_PER_DAY};
 
 /// Horizons in whole days, units last. Defaults (documented in the README):
 ///   raw measurement 30 d, raw state 90 d, raw diagnostic 7 d, rollup_1m 90 d, rollup_1h 730 d.
-/// A rollup outlives the raw rows it summarises: that is what it is for.
+/// A rollup outlives the raw rows it summarises: that is what it is for (validated: each
+/// rollup horizon is at least every raw one, so a bucket that can still be recomputed from raw
+/// rows is never in a dropped rollup partition).
 #[derive(Clone, Debug, PartialEq)]
 pub struct RetentionConfig {
     /// Raw rows kept per class, indexed by [`RetentionClass::index`] (1..=3650 each).
@@ -23,7 +33,18 @@ pub struct RetentionConfig {
     pub rollup_1m_days: u32,
     /// 1-hour rollup buckets kept (1..=3650).
     pub rollup_1h_days: u32,
+    /// How often the running core drops expired partitions (0: never; default daily).
+    pub run_interval_ms: i64,
+    /// The first run after the core starts.
+    pub first_run_delay_ms: i64,
+    /// The next run after one that left partitions waiting, or that failed.
+    pub catch_up_interval_ms: i64,
+    /// Most partitions one run drops (1..=400).
+    pub partitions_per_run_max: u32,
 }
+
+/// Most partitions one retention run drops.
+pub const PARTITIONS_PER_RUN_MAX: u32 = 400;
 
 /// No horizon may exceed ten years: a limit on everything.
 pub const HORIZON_DAYS_MAX: u32 = 3650;
@@ -34,6 +55,10 @@ impl Default for RetentionConfig {
             raw_days: [30, 90, 7],
             rollup_1m_days: 90,
             rollup_1h_days: 730,
+            run_interval_ms: 24 * 3_600_000,
+            first_run_delay_ms: 3_600_000,
+            catch_up_interval_ms: 60_000,
+            partitions_per_run_max: 50,
         }
     }
 }
@@ -54,7 +79,40 @@ impl RetentionConfig {
                 ));
             }
         }
+        let raw_max = self.raw_days.iter().copied().max().unwrap_or(0);
+        for (name, days) in [
+            ("retention.rollup_1m_days", self.rollup_1m_days),
+            ("retention.rollup_1h_days", self.rollup_1h_days),
+        ] {
+            if days < raw_max {
+                return Err(format!(
+                    "{name} ({days}) must be at least the longest raw horizon ({raw_max}): a rollup outlives its raw rows"
+                ));
+            }
+        }
+        if self.run_interval_ms < 0 || self.first_run_delay_ms < 0 || self.catch_up_interval_ms <= 0 {
+            return Err(
+                "retention.run_interval_ms and first_run_delay_ms must not be negative, \
+                 catch_up_interval_ms must be positive"
+                    .into(),
+            );
+        }
+        if !(1..=PARTITIONS_PER_RUN_MAX).contains(&self.partitions_per_run_max) {
+            return Err(format!(
+                "retention.partitions_per_run_max must be within 1..={PARTITIONS_PER_RUN_MAX}, got {}",
+                self.partitions_per_run_max
+            ));
+        }
         Ok(())
+    }
+
+    /// Every table's first kept instant at `now`: what a retention run drops before.
+    pub fn cutoffs(&self, now: Micros) -> RetentionCutoffs {
+        RetentionCutoffs {
+            raw: RetentionClass::ALL.map(|class| self.raw_kept_from(class, now)),
+            rollup_1m: self.rollup_1m_kept_from(now),
+            rollup_1h: self.rollup_1h_kept_from(now),
+        }
     }
 
     pub fn raw_horizon_days(&self, class: RetentionClass) -> u32 {
@@ -75,6 +133,96 @@ impl RetentionConfig {
     /// The first instant whose 1-hour rollup buckets are still kept at `now`.
     pub fn rollup_1h_kept_from(&self, now: Micros) -> Micros {
         kept_from(self.rollup_1h_days, now)
+    }
+}
+
+/// The first instant each table keeps: partitions ending at or before it go.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RetentionCutoffs {
+    /// Per class, indexed by [`RetentionClass::index`].
+    pub raw: [Micros; 3],
+    pub rollup_1m: Micros,
+    pub rollup_1h: Micros,
+}
+
+/// What the core asks the store for: one retention run.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct RetentionRequest {
+    pub epoch: u32,
+    /// The run's instant (the control events' `occurred_at`).
+    pub at: Micros,
+    pub cutoffs: RetentionCutoffs,
+    pub partitions_max: u32,
+}
+
+/// A run's outcome, as the core needs it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum RetentionOutcome {
+    /// Done; `more` when expired partitions are still waiting.
+    Done { dropped: u32, more: bool },
+    /// Failed (not fenced): retried after the catch-up interval. Every drop that committed
+    /// stays dropped, with its event; the next run continues from there.
+    Failed,
+}
+
+/// When the running core drops expired partitions.
+#[derive(Debug)]
+pub struct RetentionSchedule {
+    config: RetentionConfig,
+    in_flight: bool,
+    next_at: Micros,
+}
+
+impl RetentionSchedule {
+    pub fn new(config: RetentionConfig, now: Micros) -> RetentionSchedule {
+        let next_at = now.add_ms(config.first_run_delay_ms);
+        RetentionSchedule {
+            config,
+            in_flight: false,
+            next_at,
+        }
+    }
+
+    fn enabled(&self) -> bool {
+        self.config.run_interval_ms > 0
+    }
+
+    /// The run to ask for now, if one is due. `ingest_behind` holds runs back.
+    pub fn poll(&mut self, now: Micros, epoch: u32, ingest_behind: bool) -> Option<RetentionRequest> {
+        if !self.enabled() || self.in_flight || now < self.next_at || ingest_behind {
+            return None;
+        }
+        self.in_flight = true;
+        Some(RetentionRequest {
+            epoch,
+            at: now,
+            cutoffs: self.config.cutoffs(now),
+            partitions_max: self.config.partitions_per_run_max,
+        })
+    }
+
+    pub fn on_run(&mut self, now: Micros, outcome: RetentionOutcome) {
+        debug_assert!(
+            self.in_flight,
+            "a retention run answered that was never asked for"
+        );
+        self.in_flight = false;
+        let wait_ms = match outcome {
+            RetentionOutcome::Done { more: false, .. } => self.config.run_interval_ms,
+            RetentionOutcome::Done { more: true, .. } | RetentionOutcome::Failed => {
+                self.config.catch_up_interval_ms
+            }
+        };
+        self.next_at = now.add_ms(wait_ms);
+    }
+
+    pub fn in_flight(&self) -> bool {
+        self.in_flight
+    }
+
+    /// When the next run is due, if one can be asked for.
+    pub fn next_deadline(&self) -> Option<Micros> {
+        (self.enabled() && !self.in_flight).then_some(self.next_at)
     }
 }
 
@@ -121,6 +269,87 @@ mod tests {
         assert_eq!(
             config.raw_kept_from(RetentionClass::Diagnostic, midnight),
             at("2026-06-03T00:00:00Z")
+        );
+    }
+
+    #[test]
+    fn cutoffs_name_every_table() {
+        let config = RetentionConfig::default();
+        let now = at("2026-06-10T13:45:00Z");
+        let cut = config.cutoffs(now);
+        assert_eq!(
+            cut.raw[RetentionClass::Diagnostic.index()],
+            at("2026-06-03T00:00:00Z")
+        );
+        assert_eq!(cut.raw[RetentionClass::State.index()], at("2026-03-12T00:00:00Z"));
+        assert_eq!(cut.rollup_1m, at("2026-03-12T00:00:00Z"));
+        assert_eq!(cut.rollup_1h, config.rollup_1h_kept_from(now));
+    }
+
+    #[test]
+    fn a_run_a_day_one_at_a_time_catching_up_and_held_back_while_behind() {
+        let t0 = at("2026-06-10T13:45:00Z");
+        let mut s = RetentionSchedule::new(RetentionConfig::default(), t0);
+        assert_eq!(s.poll(t0, 2, false), None, "not at once");
+        let first = t0.add_ms(3_600_000);
+        assert_eq!(s.next_deadline(), Some(first));
+        assert_eq!(s.poll(first, 2, true), None, "held back while ingest is behind");
+        let run = s.poll(first, 2, false).expect("due");
+        assert_eq!(run.epoch, 2);
+        assert_eq!(run.at, first);
+        assert_eq!(run.cutoffs, RetentionConfig::default().cutoffs(first));
+        assert_eq!(run.partitions_max, 50);
+        assert_eq!(s.poll(first.add_ms(1), 2, false), None, "one in flight at most");
+        assert_eq!(s.next_deadline(), None);
+        s.on_run(
+            first,
+            RetentionOutcome::Done {
+                dropped: 50,
+                more: true,
+            },
+        );
+        assert_eq!(s.next_deadline(), Some(first.add_ms(60_000)), "catching up");
+        assert!(s.poll(first.add_ms(60_000), 2, false).is_some());
+        s.on_run(first.add_ms(60_000), RetentionOutcome::Failed);
+        assert_eq!(
+            s.next_deadline(),
+            Some(first.add_ms(120_000)),
+            "a failure retries soon"
+        );
+        assert!(s.poll(first.add_ms(120_000), 2, false).is_some());
+        s.on_run(
+            first.add_ms(120_000),
+            RetentionOutcome::Done {
+                dropped: 3,
+                more: false,
+            },
+        );
+        assert_eq!(
+            s.next_deadline(),
+            Some(first.add_ms(120_000 + 24 * 3_600_000)),
+            "then daily"
+        );
+        let off = RetentionSchedule::new(
+            RetentionConfig {
+                run_interval_ms: 0,
+                ..RetentionConfig::default()
+            },
+            t0,
+        );
+        assert_eq!(off.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_rollup_may_not_be_kept_shorter_than_raw_rows() {
+        let config = RetentionConfig {
+            rollup_1m_days: 29,
+            ..RetentionConfig::default()
+        };
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .starts_with("retention.rollup_1m_days (29) must be at least the longest raw horizon (90)")
         );
     }
 

@@ -248,7 +248,8 @@ impl World {
                 Effect::Checkpoint { .. }
                 | Effect::Control { .. }
                 | Effect::PublishObservation { .. }
-                | Effect::RefreshRollups(_) => {}
+                | Effect::RefreshRollups(_)
+                | Effect::DropExpired(_) => {}
                 Effect::Exit(reason) => panic!("unexpected exit: {reason:?}"),
             }
         }

@@ -322,13 +322,172 @@ pub struct ClassExtent {
     pub observed_max: Option<Micros>,
     /// The distinct `registry_version`s of those rows, ascending.
     pub versions: Vec<i32>,
-    /// The start of the table's oldest daily partition (PostgreSQL), or the midnight before its
-    /// oldest row (the model, which has no partitions); `None` when the table is empty.
+    /// The start of the table's oldest daily partition (the model keeps the same partitions);
+    /// `None` when it has none.
     pub oldest_partition: Option<Micros>,
 }
 
 /// Most rows one [`Store::load_reprocess_rows`] call returns.
 pub const REPROCESS_ROWS_LOAD_MAX: usize = 100_000;
+// ---------------------------------------------------------------------------------------------
+// Retention (issue 9 item 2; migrations/0005_retention.sql): whole partitions only.
+
+pub use sentinel_core::retention::RetentionCutoffs;
+
+/// A table retention drops partitions of: a raw class table (daily partitions on
+/// `ingested_at`), `rollup_1m` (daily on `bucket`) or `rollup_1h` (monthly on `bucket`).
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RetainedTable {
+    Raw(RetentionClass),
+    Rollup(RollupGrain),
+}
+
+impl RetainedTable {
+    pub const ALL: [RetainedTable; 5] = [
+        RetainedTable::Raw(RetentionClass::Measurement),
+        RetainedTable::Raw(RetentionClass::State),
+        RetainedTable::Raw(RetentionClass::Diagnostic),
+        RetainedTable::Rollup(RollupGrain::Minute),
+        RetainedTable::Rollup(RollupGrain::Hour),
+    ];
+
+    /// The `table` of a `retention_drop` event's payload: `raw` (with its class beside it),
+    /// `rollup_1m` or `rollup_1h`. Only the PostgreSQL adapter knows the physical names.
+    pub fn kind_str(self) -> &'static str {
+        match self {
+            RetainedTable::Raw(_) => "raw",
+            RetainedTable::Rollup(RollupGrain::Minute) => "rollup_1m",
+            RetainedTable::Rollup(RollupGrain::Hour) => "rollup_1h",
+        }
+    }
+
+    /// How an operator reads it: `raw measurement`, `rollup_1m`, …
+    pub fn label(self) -> String {
+        match self {
+            RetainedTable::Raw(class) => format!("raw {}", class.as_str()),
+            RetainedTable::Rollup(grain) => format!("rollup_{}", grain.as_str()),
+        }
+    }
+
+    pub fn class(self) -> Option<RetentionClass> {
+        match self {
+            RetainedTable::Raw(class) => Some(class),
+            RetainedTable::Rollup(_) => None,
+        }
+    }
+
+    /// The first instant this table keeps under `cutoffs`.
+    pub fn kept_from(self, cutoffs: &RetentionCutoffs) -> Micros {
+        match self {
+            RetainedTable::Raw(class) => cutoffs.raw[class.index()],
+            RetainedTable::Rollup(RollupGrain::Minute) => cutoffs.rollup_1m,
+            RetainedTable::Rollup(RollupGrain::Hour) => cutoffs.rollup_1h,
+        }
+    }
+
+    /// The partition holding `at`: its UTC day, or for `rollup_1h` its UTC month.
+    pub fn partition_of(self, at: Micros) -> (Micros, Micros) {
+        let day = Micros(at.0.div_euclid(US_PER_DAY) * US_PER_DAY);
+        match self {
+            RetainedTable::Rollup(RollupGrain::Hour) => month_of(at),
+            _ => (day, Micros(day.0 + US_PER_DAY)),
+        }
+    }
+}
+
+use sentinel_core::time::US_PER_DAY;
+
+/// The UTC month holding `at`, as `[first midnight, next month's first midnight)`.
+pub fn month_of(at: Micros) -> (Micros, Micros) {
+    // Civil-from-days (H. Hinnant), on whole days since 1970-01-01.
+    let days = at.0.div_euclid(US_PER_DAY);
+    let (y, m, d) = civil_from_days(days);
+    let first = days - (d - 1);
+    let (ny, nm) = if m == 12 { (y + 1, 1) } else { (y, m + 1) };
+    let next = days_from_civil(ny, nm, 1);
+    (Micros(first * US_PER_DAY), Micros(next * US_PER_DAY))
+}
+
+fn civil_from_days(z: i64) -> (i64, i64, i64) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = if m > 2 { m - 3 } else { m + 9 };
+    let doy = (153 * mp + 2) / 5 + d - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// One partition: `[from, to)` of `table`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Partition {
+    pub table: RetainedTable,
+    pub from: Micros,
+    pub to: Micros,
+}
+
+/// A partition a run dropped, and the `seq` of its `retention_drop` control event.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct DroppedPartition {
+    pub partition: Partition,
+    pub seq: i64,
+}
+
+/// What one retention run did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RetentionRun {
+    /// In the order dropped: oldest first.
+    pub dropped: Vec<DroppedPartition>,
+    /// Expired partitions are still waiting (the run stopped at its limit).
+    pub more: bool,
+}
+
+/// Most partitions one [`Store::expired_partitions`] call lists.
+pub const EXPIRED_PARTITIONS_LIST_MAX: usize = 10_000;
+
+// ---------------------------------------------------------------------------------------------
+// Class changes (issue 9 item 4; ingest spec exit criterion "Class routing").
+
+/// What moving a point's history to another class table did.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ClassMove {
+    /// Rows moved (0: the point was wholly in its class table already).
+    pub rows: u64,
+    /// The moved rows' `observed_at` range, inclusive; its rollups were recomputed over it,
+    /// rounded outward.
+    pub observed: Option<(Micros, Micros)>,
+    /// The `class_moved` control event, when something moved.
+    pub seq: Option<i64>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// History (issue 9 item 6: `sentinel history`).
+
+/// One raw row as `sentinel history` shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct HistoryRow {
+    pub observed_at: Micros,
+    pub ingested_at: Micros,
+    pub value: Option<sentinel_core::CanonicalValue>,
+    pub quality: sentinel_core::Quality,
+    pub reason: Option<String>,
+}
+
+/// Most rows one [`Store::load_history`] call returns.
+pub const HISTORY_ROWS_MAX: usize = 100_000;
 
 /// Holding the single-writer lock. Dropping it releases the lock.
 pub trait Lease: Send + 'static {
@@ -506,6 +665,92 @@ pub trait Store: Clone + Send + Sync + 'static {
         let _ = (epoch, occurred_at, principal, record);
         async { Err(no_reprocess()) }
     }
+
+    // --- Retention (issue 9 item 2) -----------------------------------------------------
+    // The methods below have bodies that refuse, so adapters that do not implement them yet
+    // (the simulator's `SimStore`, which delegates per method) still compile: a running core
+    // over such a store logs its retention runs as failed and retries. `PgStore` and
+    // `MemoryStore` implement every one, checked by the conformance suite.
+
+    /// The existing partitions that end at or before their table's cut-off, oldest first
+    /// (ordered by `(from, table)`), at most `limit` (itself at most
+    /// [`EXPIRED_PARTITIONS_LIST_MAX`]). Reads only: `sentinel retention --dry-run`.
+    fn expired_partitions(
+        &self,
+        cutoffs: RetentionCutoffs,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Partition>, StoreError>> + Send {
+        let _ = (cutoffs, limit);
+        std::future::ready(Err(StoreError::Other(
+            "this store does not implement retention".into(),
+        )))
+    }
+
+    /// Drops the expired partitions ([`Store::expired_partitions`]), at most `partitions_max`,
+    /// oldest first, each in its own transaction fenced on `epoch` that also moves the table's
+    /// retention mark (rollup refreshes never recompute below a raw table's mark; partitions
+    /// are never created again below a mark) and writes a `retention_drop` control event
+    /// (`principal`, `occurred_at`, payload: table, class, day). Never a row DELETE.
+    fn drop_expired(
+        &self,
+        epoch: u32,
+        cutoffs: RetentionCutoffs,
+        partitions_max: u32,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> impl Future<Output = Result<RetentionRun, StoreError>> + Send {
+        let _ = (epoch, cutoffs, partitions_max, principal, occurred_at);
+        std::future::ready(Err(StoreError::Other(
+            "this store does not implement retention".into(),
+        )))
+    }
+
+    /// Each table's retention mark: the first instant it still keeps after its drops (`None`:
+    /// nothing dropped yet), in [`RetainedTable::ALL`] order.
+    fn retention_marks(&self) -> impl Future<Output = Result<[Option<Micros>; 5], StoreError>> + Send {
+        std::future::ready(Err(StoreError::Other(
+            "this store does not implement retention".into(),
+        )))
+    }
+
+    // --- Class changes (issue 9 item 4) -------------------------------------------------
+
+    /// Moves every row of `point_id` held by another class table into `to`'s, in one
+    /// transaction fenced on `epoch`, recomputes both rollups over the moved rows' range
+    /// (from the newest registry version, which must already name the new class) and writes a
+    /// `class_moved` control event. Idempotent: nothing to move writes nothing.
+    fn move_point_class(
+        &self,
+        epoch: u32,
+        point_id: &str,
+        to: RetentionClass,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> impl Future<Output = Result<ClassMove, StoreError>> + Send {
+        let _ = (epoch, point_id, to, principal, occurred_at);
+        std::future::ready(Err(StoreError::Other(
+            "this store does not implement class moves".into(),
+        )))
+    }
+
+    // --- History (issue 9 item 6) -------------------------------------------------------
+
+    /// `point_id`'s rows in `class`'s table with `observed_at` in `[from, to)`, ordered by
+    /// `(observed_at, ingested_at)`, at most `limit` (itself at most [`HISTORY_ROWS_MAX`]).
+    /// Reads only.
+    fn load_history(
+        &self,
+        point_id: &str,
+        class: RetentionClass,
+        from: Micros,
+        to: Micros,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<HistoryRow>, StoreError>> + Send {
+        let _ = (point_id, class, from, to, limit);
+        std::future::ready(Err(StoreError::Other(
+            "this store does not implement history".into(),
+        )))
+    }
 }
 
 /// The answer of a store that does not implement reprocess (the trait's default bodies: only
@@ -539,6 +784,37 @@ mod tests {
                 },
             })
         );
+    }
+
+    #[test]
+    fn months_are_calendar_months_in_utc() {
+        let at = |t: &str| Micros::parse_rfc3339(t).expect("instant");
+        for (inside, first, next) in [
+            (
+                "2026-12-31T23:59:59Z",
+                "2026-12-01T00:00:00Z",
+                "2027-01-01T00:00:00Z",
+            ),
+            (
+                "2028-02-29T12:00:00Z",
+                "2028-02-01T00:00:00Z",
+                "2028-03-01T00:00:00Z",
+            ),
+            (
+                "2026-01-01T00:00:00Z",
+                "2026-01-01T00:00:00Z",
+                "2026-02-01T00:00:00Z",
+            ),
+            (
+                "1969-12-15T00:00:00Z",
+                "1969-12-01T00:00:00Z",
+                "1970-01-01T00:00:00Z",
+            ),
+        ] {
+            assert_eq!(month_of(at(inside)), (at(first), at(next)), "{inside}");
+        }
+        let day = RetainedTable::Raw(RetentionClass::State).partition_of(at("2026-06-01T13:00:00Z"));
+        assert_eq!(day, (at("2026-06-01T00:00:00Z"), at("2026-06-02T00:00:00Z")));
     }
 
     #[test]

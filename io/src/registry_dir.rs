@@ -19,11 +19,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use sentinel_core::RegistrySnapshot;
 use sentinel_core::registry::canonical::{self, StoredDescriptorError};
 use sentinel_core::registry::plan::{Admission, Plan};
 use sentinel_core::registry::source::{self, FILE_BYTES_MAX, FILES_MAX, RegistryIssue, RegistryReport};
 use sentinel_core::registry::{CompileError, Descriptor, Registry};
+use sentinel_core::{RegistrySnapshot, RetentionClass};
 
 use crate::ports::{RegistryLoad, Store, StoreError, StoredRegistry};
 
@@ -65,6 +65,150 @@ pub enum RegistryDirError {
     },
     #[error("compiling the stored registry: {0}")]
     Compile(#[from] CompileError),
+    /// The folder moves points to another retention class (issue 9 item 4): refused unless
+    /// the operator asks for the move (`sentinel registry load --move-class`).
+    #[error(
+        "{}\nrefused: a point's history would be split across two class tables; run `sentinel registry load --move-class` (with no core running) to move it",
+        ClassChange::lines(.0)
+    )]
+    ClassChanges(Vec<ClassChange>),
+}
+
+/// A point whose retention class differs between the newest stored version and a folder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassChange {
+    pub point_id: String,
+    pub from: RetentionClass,
+    pub to: RetentionClass,
+}
+
+impl ClassChange {
+    /// One line per point, naming the point and both classes.
+    pub fn lines(changes: &[ClassChange]) -> String {
+        changes
+            .iter()
+            .map(ClassChange::to_string)
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+impl std::fmt::Display for ClassChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "point {} moves from retention class {} to {}",
+            self.point_id,
+            self.from.as_str(),
+            self.to.as_str()
+        )
+    }
+}
+
+/// The points whose class in `descriptors` differs from `stored`'s, sorted by id. Points new
+/// in the folder or gone from it are not class changes. A stored descriptor that no longer
+/// parses is an error, not silently "no change".
+pub fn class_changes(
+    stored: &StoredRegistry,
+    descriptors: &[Descriptor],
+) -> Result<Vec<ClassChange>, RegistryDirError> {
+    let mut old = std::collections::BTreeMap::new();
+    for (point_id, json) in &stored.descriptors {
+        let descriptor =
+            canonical::parse_stored(json).map_err(|source| RegistryDirError::StoredDescriptor {
+                version: stored.version,
+                point_id: point_id.clone(),
+                source,
+            })?;
+        old.insert(point_id.as_str(), descriptor.retention);
+    }
+    let mut changes: Vec<ClassChange> = descriptors
+        .iter()
+        .filter_map(|d| {
+            let from = *old.get(d.id.as_str())?;
+            (from != d.retention).then(|| ClassChange {
+                point_id: d.id.clone(),
+                from,
+                to: d.retention,
+            })
+        })
+        .collect();
+    changes.sort_by(|a, b| a.point_id.cmp(&b.point_id));
+    Ok(changes)
+}
+
+/// The class changes `dir` makes against the newest version stored (none when nothing was
+/// ever stored): what `registry check --database-url` and every load compare.
+pub async fn stored_class_changes<S: Store>(
+    store: &S,
+    descriptors: &[Descriptor],
+) -> Result<Vec<ClassChange>, RegistryDirError> {
+    match store.load_registry(None).await? {
+        Some(newest) => class_changes(&newest, descriptors),
+        None => Ok(Vec::new()),
+    }
+}
+
+/// What `registry load --move-class` did: the version and each point's move.
+#[derive(Debug)]
+pub struct MovingLoad {
+    pub load: RegistryLoad,
+    pub moves: Vec<(ClassChange, crate::ports::ClassMove)>,
+}
+
+/// Most points one `--move-class` load moves (each is one transaction over its history).
+pub const CLASS_MOVES_MAX: usize = 1_000;
+
+/// `sentinel registry load --move-class`, under the lock the caller holds at `epoch`: stores
+/// the folder, then moves each changed point's history to its new class table, one fenced
+/// transaction per point (rows, rollups recomputed under the new version, `class_moved`
+/// event). The version is stored first because the rollups are recomputed from the newest
+/// version's classes. Should a move fail after the store, running the same command again
+/// finishes it: with the content unchanged it compares the newest version with the one before.
+pub async fn load_dir_moving<S: Store>(
+    store: &S,
+    dir: &Path,
+    epoch: u32,
+    principal: &str,
+    now: sentinel_core::Micros,
+) -> Result<MovingLoad, RegistryDirError> {
+    let descriptors = check_dir(dir)?;
+    let before = store.load_registry(None).await?;
+    let mut changes = match &before {
+        Some(newest) => class_changes(newest, &descriptors)?,
+        None => Vec::new(),
+    };
+    let snapshot = canonical::snapshot(&git_sha(dir), &descriptors);
+    let load = store.store_registry(&snapshot).await?;
+    if changes.is_empty()
+        && !load.created
+        && load.version > 1
+        && let Some(previous) = store.load_registry(Some(load.version - 1)).await?
+    {
+        // A re-run after a move failed: the version is stored, its moves may not be done.
+        changes = class_changes(&previous, &descriptors)?;
+    }
+    if changes.len() > CLASS_MOVES_MAX {
+        return Err(RegistryDirError::Store(StoreError::Other(format!(
+            "{} points change class; at most {CLASS_MOVES_MAX} move in one load",
+            changes.len()
+        ))));
+    }
+    let mut moves = Vec::with_capacity(changes.len());
+    for change in changes {
+        let moved = store
+            .move_point_class(epoch, &change.point_id, change.to, principal, now)
+            .await?;
+        tracing::info!(
+            point_id = %change.point_id,
+            from = change.from.as_str(),
+            to = change.to.as_str(),
+            rows = moved.rows,
+            "point history moved to its new class table"
+        );
+        moves.push((change, moved));
+    }
+    Ok(MovingLoad { load, moves })
 }
 
 /// Reads every `*.toml` under `dir` into `(relative path, text)` pairs, `/`-separated and sorted
@@ -241,13 +385,22 @@ pub fn snapshot_dir(dir: &Path) -> Result<RegistrySnapshot, RegistryReport> {
     Ok(canonical::snapshot(&git_sha(dir), &descriptors))
 }
 
-/// Checks the folder and stores it: what `sentinel registry load DIR` runs. Unchanged content
-/// gives the existing version with `created: false`.
+/// Checks the folder and stores it: what `sentinel registry load DIR` runs, and a starting core
+/// with `--registry`. Unchanged content gives the existing version with `created: false`. A
+/// folder that moves a point to another retention class than the newest stored version gives
+/// it is refused ([`RegistryDirError::ClassChanges`], one line per point naming both classes):
+/// the point's history would otherwise be split across two tables while restart reads only the
+/// new one. [`load_dir_moving`] is the explicit way.
 ///
 /// Reads the folder synchronously: it is bounded by the limits above and runs once, at startup
 /// or from the CLI, before the consumer is bound.
 pub async fn load_dir<S: Store>(store: &S, dir: &Path) -> Result<RegistryLoad, RegistryDirError> {
-    let snapshot = snapshot_dir(dir)?;
+    let descriptors = check_dir(dir)?;
+    let changes = stored_class_changes(store, &descriptors).await?;
+    if !changes.is_empty() {
+        return Err(RegistryDirError::ClassChanges(changes));
+    }
+    let snapshot = canonical::snapshot(&git_sha(dir), &descriptors);
     let load = store.store_registry(&snapshot).await?;
     tracing::info!(
         version = load.version,

@@ -13,6 +13,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sentinel_core::retention::RetentionOutcome;
 use sentinel_core::rollup::RollupStepOutcome;
 use sentinel_core::{Core, Effect, ExitReason, Input, Metrics, Micros};
 use tokio::sync::mpsc;
@@ -147,8 +148,9 @@ where
     // Commits in flight. A failure exit aborts them: no finishing the batch in flight (the
     // epoch fence refuses them anyway once another core has taken over).
     let mut commits: JoinSet<CommitResult> = JoinSet::new();
-    // The rollup step in flight (at most one: the core asks for the next after the answer).
-    let mut rollup_steps: JoinSet<Input> = JoinSet::new();
+    // The rollup step and the retention run in flight (at most one each: the core asks for
+    // the next after the answer).
+    let mut maintenance = Maintenance::default();
     let (checkpoint_tx, checkpoint_rx) = mpsc::unbounded_channel();
     let (checkpoint_done_tx, mut checkpoint_done_rx) = mpsc::unbounded_channel::<Result<(), StoreError>>();
     let checkpointer = tokio::spawn(checkpoint_loop(store.clone(), checkpoint_rx, checkpoint_done_tx));
@@ -187,7 +189,7 @@ where
                     &bus,
                     &store,
                     &mut commits,
-                    &mut rollup_steps,
+                    &mut maintenance,
                     &checkpoint_tx,
                     &control_tx,
                 )
@@ -240,11 +242,18 @@ where
                 }
             },
             Some(answer) = control_done_rx.recv() => answer,
-            Some(joined) = rollup_steps.join_next() => match joined {
+            Some(joined) = maintenance.rollup_steps.join_next() => match joined {
                 Ok(answer) => answer,
                 Err(join_error) => {
                     error!(error = %join_error, "rollup step task failed");
                     Input::RollupStepped(RollupStepOutcome::Failed)
+                }
+            },
+            Some(joined) = maintenance.retention_runs.join_next() => match joined {
+                Ok(answer) => answer,
+                Err(join_error) => {
+                    error!(error = %join_error, "retention run task failed");
+                    Input::RetentionRan(RetentionOutcome::Failed)
                 }
             },
             Some(result) = checkpoint_done_rx.recv() => match result {
@@ -315,7 +324,8 @@ where
     fetcher.abort();
     lag_reader.abort();
     commits.abort_all();
-    rollup_steps.abort_all();
+    maintenance.rollup_steps.abort_all();
+    maintenance.retention_runs.abort_all();
     controller.abort();
     // An orderly exit waits for its final checkpoint; a failure exit does not.
     drop(checkpoint_tx);
@@ -344,13 +354,21 @@ fn lock_loss_ignored(core: &Core) -> bool {
     }
 }
 
+/// The store work the core asks for beside ingest, run off the loop: its answers come back as
+/// inputs.
+#[derive(Default)]
+struct Maintenance {
+    rollup_steps: JoinSet<Input>,
+    retention_runs: JoinSet<Input>,
+}
+
 /// Executes one effect, in emitted order. Returns the exit reason for `Effect::Exit`.
 async fn execute<B: Bus, S: Store>(
     effect: Effect,
     bus: &B,
     store: &S,
     commits: &mut JoinSet<CommitResult>,
-    rollup_steps: &mut JoinSet<Input>,
+    maintenance: &mut Maintenance,
     checkpoints: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::PointState>)>,
     controls: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::ControlEvent>)>,
 ) -> Option<ExitReason> {
@@ -403,7 +421,7 @@ async fn execute<B: Bus, S: Store>(
             // Off the loop: a step may take a while, and the store's watermark makes it safe
             // beside commits. The core asks for one at a time.
             let store = store.clone();
-            rollup_steps.spawn(async move {
+            maintenance.rollup_steps.spawn(async move {
                 let limits = RollupStepLimits {
                     step_minutes_max: step.step_minutes_max,
                     invalidations_max: step.invalidations_max,
@@ -432,6 +450,45 @@ async fn execute<B: Bus, S: Store>(
                         // Idempotent, and an unfinished claim is finished by the next step.
                         warn!(error = %e, "rollup step failed; retrying after the interval");
                         Input::RollupStepped(RollupStepOutcome::Failed)
+                    }
+                }
+            });
+        }
+        Effect::DropExpired(run) => {
+            // Off the loop, like a rollup step: each drop is its own short fenced transaction.
+            let store = store.clone();
+            maintenance.retention_runs.spawn(async move {
+                match store
+                    .drop_expired(
+                        run.epoch,
+                        run.cutoffs,
+                        run.partitions_max,
+                        sentinel_core::control::PRINCIPAL_RETENTION,
+                        run.at,
+                    )
+                    .await
+                {
+                    Ok(done) => {
+                        if !done.dropped.is_empty() {
+                            info!(
+                                dropped = done.dropped.len(),
+                                more = done.more,
+                                epoch = run.epoch,
+                                "retention dropped expired partitions"
+                            );
+                        }
+                        Input::RetentionRan(RetentionOutcome::Done {
+                            dropped: u32::try_from(done.dropped.len()).unwrap_or(u32::MAX),
+                            more: done.more,
+                        })
+                    }
+                    Err(StoreError::Fenced { epoch, current }) => {
+                        error!(epoch, current, "retention run fenced");
+                        Input::RetentionFenced
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "retention run failed; retrying after the catch-up interval");
+                        Input::RetentionRan(RetentionOutcome::Failed)
                     }
                 }
             });

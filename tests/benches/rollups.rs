@@ -1,6 +1,7 @@
 //! Rollup refresh cost (issue 9; DESIGN.md §8), against a private PostgreSQL database.
 //!
-//! Run: `cargo bench -p sentinel-tests --bench rollups [-- --hours H] [--rounds R]`
+//! Run: `cargo bench -p sentinel-tests --bench rollups [-- --hours H] [--rounds R]
+//! [--day-rounds D] [--drop]`
 //!
 //! Fills `observation_measurement` with `--hours` hours (default 1) at the design rate of 500
 //! observations a second (1.8M rows an hour; 4,000 points, one reading every 8 s each, 95% live,
@@ -12,7 +13,12 @@
 //!   * `scan`: the comparison, a plain aggregate of the same hour's rows grouped by point
 //!     (`count`, `sum`, `min`, `max` over `observed_at` in the hour): what one rollup's
 //!     computation costs without writing anything.
-//!     And with `--hours 24`, the same pair over the whole day.
+//!     And with `--hours 24`, the same pair over the whole day (`--day-rounds`, default 1: a
+//!     round takes minutes).
+//!   * with `--drop` (and `--hours 24`), last: a retention drop of the first day
+//!     (`Store::drop_expired`: one daily raw partition of 43.2M rows, its `retention_drop`
+//!     event and mark), beside a sequential `count(*)` of the same day's rows and the size of
+//!     the partition it removes.
 //!
 //! Prints each measurement's median, minimum and maximum and the load average.
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock
@@ -125,10 +131,15 @@ async fn scan(conn: &mut PgConnection, from: Micros, to: Micros) -> i64 {
 async fn main() {
     let hours = arg("--hours", 1).clamp(1, 24 * 7);
     let rounds = arg("--rounds", 5).clamp(1, 50) as usize;
+    let day_rounds = arg("--day-rounds", 1).clamp(1, 50) as usize;
+    let drop = std::env::args().any(|a| a == "--drop");
     let db = TestDb::create().await.expect("test database");
-    let store = PgStore::connect(&db.url, PgStoreConfig::default())
-        .await
-        .expect("connect");
+    // A day's refresh is one statement of minutes: well past the store's default timeout.
+    let config = PgStoreConfig {
+        statement_timeout_ms: 3_600_000,
+        ..PgStoreConfig::default()
+    };
+    let store = PgStore::connect(&db.url, config).await.expect("connect");
     store.migrate().await.expect("migrate");
     let mut conn = PgConnection::connect(&db.url).await.expect("connect raw");
     println!(
@@ -148,6 +159,7 @@ async fn main() {
         let mut refresh = Vec::new();
         let mut scans = Vec::new();
         let mut rows = 0;
+        let rounds = if name == "one day" { day_rounds } else { rounds };
         for _ in 0..rounds {
             let started = Instant::now();
             let done = store
@@ -164,6 +176,51 @@ async fn main() {
         summary(&format!("  refresh ({name})"), rows, &mut refresh);
         summary(&format!("  scan ({name})"), rows, &mut scans);
     }
+    if drop && hours >= 24 {
+        retention_drop(&store, lease.epoch(), &mut conn, start).await;
+    }
     println!("load after measuring {}", load_average());
     lease.release().await.expect("release");
+}
+
+/// The first day's raw partition dropped by retention, beside a sequential scan of its rows.
+async fn retention_drop(store: &PgStore, epoch: u32, conn: &mut PgConnection, start: Micros) {
+    use sentinel_io::ports::RetentionCutoffs;
+    let day_end = Micros(start.0 + 86_400_000_000);
+    let far_past = Micros::parse_rfc3339("2000-01-01T00:00:00Z").expect("instant");
+    let (bytes, pretty): (i64, String) = sqlx::query_as(
+        "SELECT pg_total_relation_size('observation_measurement_p20260115'),                 pg_size_pretty(pg_total_relation_size('observation_measurement_p20260115'))",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .expect("partition size");
+    let started = Instant::now();
+    let rows: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM observation_measurement          WHERE ingested_at >= '2026-01-15T00:00:00Z' AND ingested_at < '2026-01-16T00:00:00Z'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .expect("count the day");
+    let scan = started.elapsed();
+    let cutoffs = RetentionCutoffs {
+        raw: [day_end, far_past, far_past],
+        rollup_1m: far_past,
+        rollup_1h: far_past,
+    };
+    let started = Instant::now();
+    let run = store
+        .drop_expired(epoch, cutoffs, 10, "bench", day_end)
+        .await
+        .expect("drop");
+    let dropped = started.elapsed();
+    assert_eq!(run.dropped.len(), 1, "exactly the first day's partition");
+    println!("retention drop of one day: {rows} rows, partition {pretty} ({bytes} bytes)");
+    println!(
+        "  drop_expired (one partition + event)  {:>8.3} s",
+        dropped.as_secs_f64()
+    );
+    println!(
+        "  scan (count(*) of the same day)       {:>8.3} s",
+        scan.as_secs_f64()
+    );
 }

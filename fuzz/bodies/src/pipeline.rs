@@ -372,6 +372,9 @@ impl Harness {
                 Effect::RefreshRollups(step) => {
                     assert_eq!(step.epoch, EPOCH, "rollup step on the wrong epoch");
                 }
+                Effect::DropExpired(run) => {
+                    assert_eq!(run.epoch, EPOCH, "retention run on the wrong epoch");
+                }
                 Effect::PublishObservation { msg_id, .. } => {
                     // A self-point: keyed by the core's own instance and epoch.
                     assert!(

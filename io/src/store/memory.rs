@@ -32,11 +32,15 @@ use sentinel_core::{
 
 use super::ClassCounts;
 
+mod class_change;
+mod history;
 mod reprocess;
+mod retention;
 mod rollup;
 use crate::clock::{Clock, SystemClock};
 use crate::ports::{
-    ColdStart, CommitError, Lease, RegistryLoad, RollupGrain, RollupRefresh, RollupRow, RollupStep,
+    ClassMove, ColdStart, CommitError, DroppedPartition, HistoryRow, Lease, Partition, RegistryLoad,
+    RetainedTable, RetentionCutoffs, RetentionRun, RollupGrain, RollupRefresh, RollupRow, RollupStep,
     RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError, StoredControlEvent, StoredRegistry,
     lock_session_name,
 };
@@ -99,6 +103,8 @@ struct Model {
     control_events: Vec<StoredControlEvent>,
     /// The rollup tables, their watermark and invalidations (`rollup.rs`).
     rollups: rollup::Rollups,
+    /// Which partitions exist and the retention marks (`retention.rs`).
+    retention: retention::RetentionState,
 }
 
 impl Model {
@@ -175,6 +181,7 @@ impl MemoryStore {
                 commit_unfenced: false,
                 control_events: Vec::new(),
                 rollups: rollup::Rollups::default(),
+                retention: retention::RetentionState::default(),
             })),
             clock,
         }
@@ -225,7 +232,9 @@ impl MemoryStore {
         guard.fence(epoch)?;
         let registry = guard.rollup_info();
         let model = &mut *guard;
-        model.rollups.apply(class_rows(&model.tables), &registry)
+        model
+            .rollups
+            .apply(class_rows(&model.tables), &registry, &mut model.retention)
     }
 
     /// The session holding the single-writer lock, if any (see [`MemoryLease::session`]).
@@ -562,6 +571,25 @@ impl Store for MemoryStore {
         for row in &batch.rows {
             check_key_range(&row.key).map_err(fail)?;
         }
+        // The partitions of the batch's days, made before the insert as the adapter makes them
+        // (never again below a retention mark: a row for a dropped day fails the commit).
+        let days: BTreeSet<i64> = batch.rows.iter().map(|r| r.ingested_at.day()).collect();
+        for day in days {
+            model
+                .retention
+                .ensure_day(Micros(day * sentinel_core::time::US_PER_DAY));
+        }
+        if let Some(row) = batch
+            .rows
+            .iter()
+            .find(|r| !model.retention.raw_partition_exists(r.class, r.ingested_at))
+        {
+            return Err(fail(StoreError::Other(format!(
+                "no partition of class {} for a row ingested at {}",
+                row.class.as_str(),
+                row.ingested_at
+            ))));
+        }
         let mut inserted = Vec::new();
         for (ordinal, row) in batch.rows.iter().enumerate() {
             let table = &mut model.tables[row.class.index()];
@@ -691,9 +719,12 @@ impl Store for MemoryStore {
         guard.fence(epoch)?;
         let registry = guard.rollup_info();
         let model = &mut *guard;
-        model
-            .rollups
-            .refresh_range((from, to), class_rows(&model.tables), &registry)
+        model.rollups.refresh_range(
+            (from, to),
+            class_rows(&model.tables),
+            &registry,
+            &mut model.retention,
+        )
     }
 
     async fn refresh_closed_rollups(
@@ -708,6 +739,89 @@ impl Store for MemoryStore {
 
     async fn rollup_watermark(&self) -> Result<Option<RollupWatermark>, StoreError> {
         Ok(lock(&self.model).rollups.watermark())
+    }
+
+    async fn expired_partitions(
+        &self,
+        cutoffs: RetentionCutoffs,
+        limit: usize,
+    ) -> Result<Vec<Partition>, StoreError> {
+        Ok(lock(&self.model).retention.expired(&cutoffs, limit))
+    }
+
+    async fn drop_expired(
+        &self,
+        epoch: u32,
+        cutoffs: RetentionCutoffs,
+        partitions_max: u32,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> Result<RetentionRun, StoreError> {
+        let mut model = lock(&self.model);
+        model.fence(epoch)?;
+        let max = partitions_max as usize;
+        let mut expired = model.retention.expired(&cutoffs, max + 1);
+        let more = expired.len() > max;
+        expired.truncate(max);
+        let mut dropped = Vec::with_capacity(expired.len());
+        for partition in expired {
+            // One transaction each: the mark, the rows and the event together.
+            if !model
+                .retention
+                .drop_partition(partition, partition.table.kept_from(&cutoffs))?
+            {
+                continue;
+            }
+            let in_range = |at: Micros| at >= partition.from && at < partition.to;
+            match partition.table {
+                RetainedTable::Raw(class) => {
+                    let table = &mut model.tables[class.index()];
+                    table.rows.retain(|r| !in_range(r.ingested_at));
+                    table.keys.retain(|k| !in_range(k.3));
+                }
+                RetainedTable::Rollup(grain) => model.rollups.drop_range(grain, partition.from, partition.to),
+            }
+            let seq = model.control_events.last().map_or(1, |e| e.seq + 1);
+            let registry_version = model.registry_versions.last().map_or(0, |v| v.version);
+            model.control_events.push(StoredControlEvent {
+                seq,
+                occurred_at,
+                kind: sentinel_core::ControlKind::RetentionDrop.as_str().to_owned(),
+                point_id: None,
+                principal: principal.to_owned(),
+                core_epoch: epoch,
+                payload: retention::drop_payload(&partition),
+                registry_version,
+            });
+            dropped.push(DroppedPartition { partition, seq });
+        }
+        Ok(RetentionRun { dropped, more })
+    }
+
+    async fn retention_marks(&self) -> Result<[Option<Micros>; 5], StoreError> {
+        Ok(lock(&self.model).retention.marks())
+    }
+
+    async fn move_point_class(
+        &self,
+        epoch: u32,
+        point_id: &str,
+        to: RetentionClass,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> Result<ClassMove, StoreError> {
+        lock(&self.model).move_point_class(epoch, point_id, to, principal, occurred_at)
+    }
+
+    async fn load_history(
+        &self,
+        point_id: &str,
+        class: RetentionClass,
+        from: Micros,
+        to: Micros,
+        limit: usize,
+    ) -> Result<Vec<HistoryRow>, StoreError> {
+        Ok(lock(&self.model).history(point_id, class, (from, to), limit))
     }
 
     async fn load_rollups(

@@ -30,12 +30,16 @@ use time::OffsetDateTime;
 
 use super::ClassCounts;
 
+mod class_change;
+mod history;
 mod reprocess;
+mod retention;
 mod rollup;
 use crate::ports::{
-    ColdStart, CommitError, LOCK_SESSION_NAME_PREFIX, LOCK_SESSION_NAME_UNLOCKED, Lease, RegistryLoad,
-    RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store,
-    StoreError, StoredControlEvent, StoredRegistry,
+    ClassMove, ColdStart, CommitError, HistoryRow, LOCK_SESSION_NAME_PREFIX, LOCK_SESSION_NAME_UNLOCKED,
+    Lease, Partition, RegistryLoad, RetentionCutoffs, RetentionRun, RollupGrain, RollupRefresh, RollupRow,
+    RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError, StoredControlEvent,
+    StoredRegistry,
 };
 
 /// The single-writer advisory lock key: ASCII "SENTINEL". The partition function uses a
@@ -2055,6 +2059,53 @@ impl Store for PgStore {
 
     async fn rollup_watermark(&self) -> Result<Option<RollupWatermark>, StoreError> {
         self.rollup_watermark_inner().await
+    }
+
+    async fn expired_partitions(
+        &self,
+        cutoffs: RetentionCutoffs,
+        limit: usize,
+    ) -> Result<Vec<Partition>, StoreError> {
+        self.expired_partitions_inner(cutoffs, limit).await
+    }
+
+    async fn drop_expired(
+        &self,
+        epoch: u32,
+        cutoffs: RetentionCutoffs,
+        partitions_max: u32,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> Result<RetentionRun, StoreError> {
+        self.drop_expired_inner(epoch, cutoffs, partitions_max, principal, occurred_at)
+            .await
+    }
+
+    async fn retention_marks(&self) -> Result<[Option<Micros>; 5], StoreError> {
+        self.retention_marks_inner().await
+    }
+
+    async fn move_point_class(
+        &self,
+        epoch: u32,
+        point_id: &str,
+        to: RetentionClass,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> Result<ClassMove, StoreError> {
+        self.move_point_class_inner(epoch, point_id, to, principal, occurred_at)
+            .await
+    }
+
+    async fn load_history(
+        &self,
+        point_id: &str,
+        class: RetentionClass,
+        from: Micros,
+        to: Micros,
+        limit: usize,
+    ) -> Result<Vec<HistoryRow>, StoreError> {
+        self.load_history_inner(point_id, class, from, to, limit).await
     }
 
     async fn load_rollups(

@@ -2,8 +2,10 @@
 //! everything else lives in the library. `status.rs` gathers and prints `sentinel status`;
 //! `plan.rs` prints `sentinel registry plan`.
 
+mod history;
 mod plan;
 mod reprocess;
+mod retention;
 mod rollup;
 mod status;
 
@@ -66,6 +68,9 @@ struct CoreTuningArgs {
     /// quarantine counts) into the stream; 0 turns them off.
     #[arg(long, default_value_t = 5_000)]
     self_points_interval_ms: u64,
+    /// How long raw rows and rollups are kept (the core drops what is past them daily).
+    #[command(flatten)]
+    retention: retention::RetentionArgs,
 }
 
 #[derive(clap::Args, Clone)]
@@ -210,6 +215,42 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List (--dry-run) or drop every partition wholly past its horizon: raw days per class,
+    /// rollup_1m days, rollup_1h months. Dropping takes the single-writer lock (exit 10 while a
+    /// core runs: it drops daily itself); each drop is a `retention_drop` control event.
+    Retention {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        horizons: retention::RetentionArgs,
+        /// Only list what would go; reads only, takes no lock.
+        #[arg(long)]
+        dry_run: bool,
+        /// One JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// A point's values over [--from, --to) with quality and gaps visible: raw rows (value,
+    /// quality, reason) or rollup buckets (count, live_count, min/max/avg; gappy and empty
+    /// buckets marked). Reads only: connect as the read-only role.
+    History {
+        /// The point id.
+        point_id: String,
+        #[command(flatten)]
+        db: DbArgs,
+        /// Start (observed time): an RFC 3339 instant or a UTC date (YYYY-MM-DD).
+        #[arg(long)]
+        from: String,
+        /// End (exclusive), as --from.
+        #[arg(long)]
+        to: String,
+        /// `raw` rows, or the `1m` / `1h` rollup buckets.
+        #[arg(long, value_enum, default_value_t = history::Bucket::Raw)]
+        bucket: history::Bucket,
+        /// One JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the schema version, epoch, lock holder, consumer lag, quarantine and row counts,
     /// last cold start. Reads only: never migrates, never takes the lock.
     Status {
@@ -225,11 +266,21 @@ enum Command {
 
 #[derive(Subcommand)]
 enum RegistryCommand {
-    /// Run every admission check; exit 1 and list the issues if any.
+    /// Run every admission check; exit 1 and list the issues if any. With --database-url it
+    /// also compares the folder with the newest version stored there and refuses (exit 1) a
+    /// point that changes retention class, one line per point, unless --move-class is given.
     Check {
         dir: PathBuf,
         #[command(flatten)]
         admission: plan::AdmissionArgs,
+        /// Compare with the newest registry version in this database (reads only). Without
+        /// it the check cannot know the stored version and does not look for class changes.
+        #[arg(long)]
+        database_url: Option<String>,
+        /// Class changes are intended (`registry load --move-class` will move them): list them
+        /// and pass.
+        #[arg(long, requires = "database_url")]
+        move_class: bool,
     },
     /// Print the declared load per retention class (rows/day, bytes/day), the stream an outage
     /// needs against its bound, and the derived points in dependency order (exit 1 if the
@@ -243,10 +294,17 @@ enum RegistryCommand {
         json: bool,
     },
     /// Check, then store as a new version if the content changed (the schema must be current).
+    /// A point that changes retention class is refused (exit 1, one line per point) unless
+    /// --move-class is given.
     Load {
         dir: PathBuf,
         #[command(flatten)]
         db: DbArgs,
+        /// Move the history of every point whose class changes to its new class table, each in
+        /// one fenced transaction with its rollups recomputed and a `class_moved` control
+        /// event. Takes the single-writer lock (exit 10 while a core runs).
+        #[arg(long)]
+        move_class: bool,
     },
     /// Write the nats-server authorization block for the registry's driver hosts: each may
     /// publish only `obs.<host>.>` and `drv.<host>.>` and subscribe only to `cmd.<host>.>`.
@@ -352,9 +410,29 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             }
         }
         Command::Registry {
-            command: RegistryCommand::Check { dir, admission },
+            command:
+                RegistryCommand::Check {
+                    dir,
+                    admission,
+                    database_url,
+                    move_class,
+                },
         } => match registry_dir::check_dir_with(&dir, &admission.admission()) {
             Ok(descriptors) => {
+                if let Some(url) = database_url {
+                    let store = PgStore::connect(&url, PgStoreConfig::default())
+                        .await
+                        .context("connecting to PostgreSQL")?;
+                    store.require_current_schema().await?;
+                    let changes = registry_dir::stored_class_changes(&store, &descriptors).await?;
+                    if !changes.is_empty() && !move_class {
+                        eprintln!("{}", registry_dir::RegistryDirError::ClassChanges(changes));
+                        return Ok(ExitCode::from(1));
+                    }
+                    for change in &changes {
+                        println!("{change} (to be moved by `registry load --move-class`)");
+                    }
+                }
                 println!(
                     "{}: {} points, all admission checks passed",
                     dir.display(),
@@ -371,11 +449,21 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             command: RegistryCommand::Plan { dir, admission, json },
         } => plan::run(&dir, &admission.admission(), json),
         Command::Registry {
-            command: RegistryCommand::Load { dir, db },
+            command: RegistryCommand::Load { dir, db, move_class },
         } => {
             let store = PgStore::connect(&db.database_url, PgStoreConfig::default()).await?;
             store.require_current_schema().await?;
-            let load = registry_dir::load_dir(&store, &dir).await?;
+            if move_class {
+                return load_moving(&store, &dir).await;
+            }
+            let load = match registry_dir::load_dir(&store, &dir).await {
+                Ok(load) => load,
+                Err(e @ registry_dir::RegistryDirError::ClassChanges(_)) => {
+                    eprintln!("{e}");
+                    return Ok(ExitCode::from(1));
+                }
+                Err(e) => return Err(e.into()),
+            };
             if load.created {
                 println!("registry version {} stored", load.version);
             } else {
@@ -473,6 +561,20 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Status { db, nats, json } => status::status(db, nats, json).await,
+        Command::Retention {
+            db,
+            horizons,
+            dry_run,
+            json,
+        } => retention::run(&db.database_url, &horizons, dry_run, json).await,
+        Command::History {
+            point_id,
+            db,
+            from,
+            to,
+            bucket,
+            json,
+        } => history::run(&db.database_url, &point_id, &from, &to, bucket, json).await,
     }
 }
 
@@ -534,6 +636,7 @@ async fn run(
         lag_high_age_ms: tuning.lag_high_age_ms,
         self_points_interval_ms: i64::try_from(tuning.self_points_interval_ms)
             .context("--self-points-interval-ms")?,
+        retention: tuning.retention.config()?,
         ..Config::default()
     };
     let bus_config = NatsBusConfig {
@@ -603,6 +706,50 @@ async fn run(
         "core stopped"
     );
     Ok(ExitCode::from(u8::try_from(outcome.exit.code).unwrap_or(1)))
+}
+
+/// `sentinel registry load --move-class`: under the lock the command takes (exit 10 while a
+/// core runs), store the folder and move every changed point's history.
+async fn load_moving(store: &PgStore, dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    use sentinel_io::ports::{Lease, Store};
+    let lease = match store.acquire().await {
+        Ok(lease) => lease,
+        Err(StoreError::LockHeld) => {
+            return lock_held(
+                store,
+                "loading nothing (stop the running core to move class histories)",
+            )
+            .await;
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let now = SystemClock.now();
+    let started = std::time::Instant::now();
+    let moving =
+        registry_dir::load_dir_moving(store, dir, lease.epoch(), "operator:sentinel-registry-load", now)
+            .await?;
+    store
+        .record_cold_start(
+            lease.epoch(),
+            vec![sentinel_io::ports::StartupStep {
+                step: "registry load --move-class".into(),
+                duration_us: started.elapsed().as_micros() as u64,
+            }],
+        )
+        .await?;
+    lease.release().await?;
+    if moving.load.created {
+        println!("registry version {} stored", moving.load.version);
+    } else {
+        println!(
+            "registry unchanged; current version stays {}",
+            moving.load.version
+        );
+    }
+    for (change, moved) in &moving.moves {
+        println!("{change}: {} rows moved", moved.rows);
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Exit 10, naming the session that holds the lock so the operator can find the other core.

@@ -5,13 +5,12 @@
 //! Owns: the scope's extent, its rows point by point in pages in the adapter's
 //! order `(observed_at, ingested_at, key)`, the chunk update (only the canonical columns,
 //! quality, reason, version, and `native_text` where it is empty), and the `reprocess` control
-//! event. The model has no partitions: a class table's "oldest partition" is the midnight
-//! before its oldest row, which is as far back as anything exists.
+//! event. A class table's "oldest partition" is the oldest raw partition the model's retention
+//! state holds (`retention.rs`: made where PostgreSQL makes them, gone with a drop).
 
 use std::borrow::Cow;
 
 use sentinel_core::reprocess::{ReprocessRecord, RowUpdate, StoredObservation};
-use sentinel_core::time::US_PER_DAY;
 use sentinel_core::{Micros, ObsRow, RetentionClass};
 
 use super::{Model, StoredControlEvent};
@@ -75,11 +74,7 @@ impl Model {
                 observed_min: None,
                 observed_max: None,
                 versions: Vec::new(),
-                oldest_partition: table
-                    .iter()
-                    .map(|r| r.ingested_at)
-                    .min()
-                    .map(|at| Micros(at.0.div_euclid(US_PER_DAY) * US_PER_DAY)),
+                oldest_partition: self.retention.oldest_raw_partition(class),
             };
             let mut versions = std::collections::BTreeSet::new();
             for row in table

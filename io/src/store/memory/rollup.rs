@@ -12,8 +12,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use sentinel_core::{Micros, ObsRow, Quality, RetentionClass};
 
+use super::retention::RetentionState;
 use crate::ports::{
-    RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StoreError,
+    RetainedTable, RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark,
+    StoreError,
 };
 
 /// The rollup half of the modelled database.
@@ -65,27 +67,41 @@ impl Rollups {
         (from, to): (Micros, Micros),
         tables: [&[ObsRow]; 3],
         registry: &PointRollupInfo,
+        retention: &mut RetentionState,
     ) -> u64 {
         debug_assert!(grain.floor(from) == from && grain.floor(to) == to && from <= to);
-        self.recompute_where(grain, |bucket| bucket >= from && bucket < to, tables, registry)
+        retention.ensure_rollup_range(grain, from, to);
+        self.recompute_where(
+            grain,
+            |bucket| bucket >= from && bucket < to,
+            tables,
+            registry,
+            retention,
+        )
     }
 
     /// Recomputes every bucket of `grain` that `chosen` picks, in one pass over the rows (the
     /// simulator runs this often: a step's range and its invalidated buckets go together).
+    /// Clipped as in migration 0005: a class's buckets before its raw table's retention mark are
+    /// neither removed nor recomputed (their raw rows are gone), and nothing is written below
+    /// the rollup table's own mark.
     fn recompute_where(
         &mut self,
         grain: RollupGrain,
         chosen: impl Fn(Micros) -> bool,
         tables: [&[ObsRow]; 3],
         registry: &PointRollupInfo,
+        retention: &RetentionState,
     ) -> u64 {
+        let clip = RetentionClass::ALL.map(|c| retention.kept_from(RetainedTable::Raw(c)));
+        let clip_own = retention.kept_from(RetainedTable::Rollup(grain));
         let table = self.table(grain);
-        table.retain(|(_, bucket), _| !chosen(*bucket));
+        table.retain(|(_, bucket), row| !(chosen(*bucket) && *bucket >= clip[row.class.index()]));
         let mut built: BTreeMap<(String, Micros), RollupRow> = BTreeMap::new();
         for class in RetentionClass::ALL {
             for row in tables[class.index()] {
                 let bucket = grain.floor(row.observed_at);
-                if !chosen(bucket) {
+                if !chosen(bucket) || row.observed_at < clip[class.index()] {
                     continue;
                 }
                 let entry = built
@@ -115,6 +131,7 @@ impl Rollups {
                 }
             }
         }
+        built.retain(|(_, bucket), _| *bucket >= clip_own);
         let written = built.len() as u64;
         for (key, mut row) in built {
             let (safe, class) = registry.get(&row.point_id).copied().unwrap_or((false, None));
@@ -137,6 +154,7 @@ impl Rollups {
         (from, to): (Micros, Micros),
         tables: [&[ObsRow]; 3],
         registry: &PointRollupInfo,
+        retention: &mut RetentionState,
     ) -> Result<RollupRefresh, StoreError> {
         if from >= to || to.0 - from.0 > REFRESH_RANGE_MAX_US {
             return Err(StoreError::Other(format!(
@@ -145,8 +163,8 @@ impl Rollups {
         }
         let minute_range = (RollupGrain::Minute.floor(from), RollupGrain::Minute.ceil(to));
         let hour_range = (RollupGrain::Hour.floor(from), RollupGrain::Hour.ceil(to));
-        let minute_buckets = self.recompute(RollupGrain::Minute, minute_range, tables, registry);
-        let hour_buckets = self.recompute(RollupGrain::Hour, hour_range, tables, registry);
+        let minute_buckets = self.recompute(RollupGrain::Minute, minute_range, tables, registry, retention);
+        let hour_buckets = self.recompute(RollupGrain::Hour, hour_range, tables, registry, retention);
         Ok(RollupRefresh {
             minute_range,
             minute_buckets,
@@ -208,6 +226,7 @@ impl Rollups {
         &mut self,
         tables: [&[ObsRow]; 3],
         registry: &PointRollupInfo,
+        retention: &mut RetentionState,
     ) -> Result<RollupStep, StoreError> {
         let Some(w) = self.watermark else {
             return Err(StoreError::Other("a rollup apply with no claim ever made".into()));
@@ -229,17 +248,28 @@ impl Rollups {
             .map(|m| RollupGrain::Hour.floor(*m))
             .filter(|h| Micros(h.0 + RollupGrain::Hour.width_us()) <= claimed_to)
             .collect();
+        // The partitions the SQL's per-range recomputes make.
+        retention.ensure_rollup_range(RollupGrain::Minute, advanced.0, advanced.1);
+        retention.ensure_rollup_range(RollupGrain::Hour, hours.0, hours.1);
+        for m in &minutes {
+            retention.ensure_rollup_range(RollupGrain::Minute, *m, Micros(m.0 + MINUTE_US));
+        }
+        for h in &invalidated_hours {
+            retention.ensure_rollup_range(RollupGrain::Hour, *h, Micros(h.0 + RollupGrain::Hour.width_us()));
+        }
         let mut written = self.recompute_where(
             RollupGrain::Minute,
             |m| (m >= advanced.0 && m < advanced.1) || minutes.contains(&m),
             tables,
             registry,
+            retention,
         );
         written += self.recompute_where(
             RollupGrain::Hour,
             |h| (advanced.0 < advanced.1 && h >= hours.0 && h < hours.1) || invalidated_hours.contains(&h),
             tables,
             registry,
+            retention,
         );
         let watermark = RollupWatermark {
             refreshed_from: w.refreshed_from,
@@ -254,6 +284,24 @@ impl Rollups {
             buckets_written: written,
             more: !self.invalidations.is_empty(),
         })
+    }
+
+    /// Drops the buckets of `grain` in `[from, to)`: a dropped rollup partition.
+    pub(super) fn drop_range(&mut self, grain: RollupGrain, from: Micros, to: Micros) {
+        self.table(grain)
+            .retain(|(_, bucket), _| !(*bucket >= from && *bucket < to));
+    }
+
+    /// `sentinel_rollup_recompute` over `[from, to)` on `grain`'s boundaries (a class move).
+    pub(super) fn recompute_range(
+        &mut self,
+        grain: RollupGrain,
+        range: (Micros, Micros),
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+        retention: &mut RetentionState,
+    ) -> u64 {
+        self.recompute(grain, range, tables, registry, retention)
     }
 
     pub(super) fn watermark(&self) -> Option<RollupWatermark> {
