@@ -2,7 +2,8 @@
 //! exit criteria: "Cold-start duration, per startup step", and "Scale targets"; DESIGN.md §8;
 //! issue 14), against a private nats-server and PostgreSQL database.
 //!
-//! Run: `cargo bench -p sentinel-tests --bench cold_start [-- --hours H] [--keep-db]` (after
+//! Run: `cargo bench -p sentinel-tests --bench cold_start [-- --hours H] [--keep-db]
+//! [--reuse-db URL]` (after
 //! `scripts/test` has installed a current nats-server, or with SENTINEL_NATS_SERVER set).
 //!
 //! The history a restart finds: a registry of 4,000 points (the stages benchmark's mix: 70%
@@ -18,7 +19,8 @@
 //! (lock, epoch, registry, restore, connect, bind, restart steps 4–8), and each step's median,
 //! minimum, maximum and first round are printed, with the 59-point sample registry's cold
 //! start measured in the same run for comparison. The database is dropped at the end, unless
-//! `--keep-db` (to EXPLAIN its queries; drop it by hand after).
+//! `--keep-db` (to EXPLAIN its queries; drop it by hand after); `--reuse-db URL` measures
+//! again over such a kept database, migrated by this binary, without building the history.
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock
 
 use std::time::{Duration, Instant};
@@ -287,12 +289,10 @@ async fn setup(nats: &NatsServer) -> (TestDb, PgStore, NatsBus) {
     (db, store, bus)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    // The 4,000-point history.
-    let hours = arg("--hours", 24);
-    let nats = NatsServer::start().await;
-    let (db, store, bus) = setup(&nats).await;
+/// The 4,000-point history: the registry, ten readings per source point through a core, the
+/// day of history, 4,000 control events.
+async fn build_history(nats: &NatsServer, hours: u64) -> (TestDb, PgStore, NatsBus) {
+    let (db, store, bus) = setup(nats).await;
     let descriptors = derived_fleet();
     store
         .store_registry(&canonical::snapshot("bench", &descriptors))
@@ -363,6 +363,39 @@ async fn main() {
         events.len(),
         load_average()
     );
+    (db, store, bus)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let hours = arg("--hours", 24);
+    let nats = NatsServer::start().await;
+    // `--reuse-db URL`: measure over a database an earlier run kept (`--keep-db`), migrated
+    // by this binary's startup, instead of building the history again (a day takes minutes).
+    let reuse = std::env::args().skip_while(|a| a != "--reuse-db").nth(1);
+    let (db, store, bus) = match &reuse {
+        None => {
+            let (db, store, bus) = build_history(&nats, hours).await;
+            (Some(db), store, bus)
+        }
+        Some(url) => {
+            let store = PgStore::connect(url, PgStoreConfig::default())
+                .await
+                .expect("store");
+            store.migrate().await.expect("migrate");
+            let bus = bus_with_stream(NatsBusConfig {
+                url: nats.url(),
+                ..NatsBusConfig::default()
+            })
+            .await;
+            println!(
+                "cold start bench over the kept database {url}: {} rows; load {}",
+                store.row_counts().await.expect("rows").total(),
+                load_average()
+            );
+            (None, store, bus)
+        }
+    };
     let large = measure(&bus, &store).await;
 
     // The same, for the 59-point sample registry, in the same run.
@@ -402,7 +435,9 @@ async fn main() {
         total_small as f64 / 1e3
     );
     println!("load after: {}", load_average());
-    if flag("--keep-db") {
+    if let Some(db) = db
+        && flag("--keep-db")
+    {
         println!("kept database: {}", db.url);
         std::mem::forget(db);
     }
