@@ -77,6 +77,10 @@ pub struct Core {
     open: Option<Open>,
     next_batch_id: u64,
     in_flight: BTreeMap<BatchId, Pending>,
+    /// Commit reports that arrived before an earlier batch's: applied once every earlier
+    /// batch's report is (commits run concurrently; the log records batch order, migration
+    /// 0007, so derived readings are a function of the log).
+    reported: BTreeMap<BatchId, CommitReport>,
     effects: VecDeque<Effect>,
     metrics: Metrics,
     last_checkpoint_scan_at: Micros,
@@ -125,6 +129,7 @@ impl Core {
             open: None,
             next_batch_id: 1,
             in_flight: BTreeMap::new(),
+            reported: BTreeMap::new(),
             effects: VecDeque::new(),
             metrics: Metrics::default(),
             last_checkpoint_scan_at: now,
@@ -176,11 +181,31 @@ impl Core {
             .window_requests(&self.registry, |idx| self.projection.state(idx).observed_at)
     }
 
-    /// Restart step 5, the answer: folds the rows read for [`Self::derived_window_requests`]
-    /// into the windows without deriving (their readings were published before the restart).
-    /// Returns how many rows were folded.
-    pub fn rehydrate_derived(&mut self, rows: Vec<crate::derived::WindowRow>) -> usize {
-        self.derived.rehydrate(&self.registry, rows)
+    /// Restart step 5, the answer: replays the rows read for [`Self::derived_window_requests`]
+    /// in the order the cores applied them (migration 0007) into the windows, and publishes
+    /// the readings of rows that triggered one not in the log (a crash between a commit and the
+    /// publish of its readings lost them; see [`crate::derived::Derivations::rehydrate`]).
+    /// Returns how many rows were folded and how many readings are published again.
+    pub fn rehydrate_derived(
+        &mut self,
+        requests: &[crate::derived::WindowRequest],
+        rows: Vec<crate::derived::WindowRow>,
+        rows_max_per_point: usize,
+    ) -> (usize, usize) {
+        let (folded, readings) = self
+            .derived
+            .rehydrate(&self.registry, requests, rows, rows_max_per_point);
+        let again = readings.len();
+        for reading in readings {
+            let (subject, msg_id, payload) = reading.to_observation();
+            self.metrics.derived_readings += 1;
+            self.effects.push_back(Effect::PublishObservation {
+                subject,
+                msg_id,
+                payload,
+            });
+        }
+        (folded, again)
     }
 
     /// Restart step 6: the freshness deadlines, one per point that has an observation, from
@@ -403,6 +428,7 @@ impl Core {
                 delivery.ingested_at = self.now;
             }
             if self.open.is_none() {
+                debug_assert!(self.next_batch_id < crate::log::BATCH_IDS_PER_EPOCH);
                 let id = BatchId(self.next_batch_id);
                 self.next_batch_id += 1;
                 self.open = Some(Open {
@@ -457,7 +483,26 @@ impl Core {
         }
     }
 
+    /// A commit report: applied at once if every earlier batch's was, else held until they
+    /// are (the core applies commits in batch order, the order the log records).
     fn on_committed(&mut self, report: CommitReport) {
+        if !self.in_flight.contains_key(&report.batch.id) {
+            debug_assert!(false, "commit report for unknown batch {:?}", report.batch.id);
+            return;
+        }
+        self.reported.insert(report.batch.id, report);
+        while let Some((&first, _)) = self.in_flight.first_key_value() {
+            let Some(report) = self.reported.remove(&first) else {
+                break;
+            };
+            self.apply_committed(report);
+        }
+        self.checkpoint_quality_changes();
+        self.try_flush();
+        self.finish_if_drained();
+    }
+
+    fn apply_committed(&mut self, report: CommitReport) {
         let CommitReport {
             batch,
             inserted,
@@ -530,11 +575,21 @@ impl Core {
             if let Some(published) = published {
                 self.publish_transition(published);
             }
-            // Derived points read only what RETURNING says was inserted; their readings go
-            // back through the stream and ingest like any observation, keyed by this row.
-            if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
-                continue; // derived when submitted instead (see try_flush)
-            }
+        }
+        // Derived points read only what RETURNING says was inserted; their readings go back
+        // through the stream and ingest like any observation, keyed by the triggering row.
+        // Within a batch the rows are folded in the fold's order `(observed_at, ingested_at,
+        // key)`, which the log holds, as it holds the batch order (`applied`): a restart
+        // replays exactly this order.
+        if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
+            return; // derived when submitted instead (see try_flush)
+        }
+        let mut order: Vec<&crate::log::ObsRow> = inserted
+            .iter()
+            .filter_map(|&ordinal| batch.rows.get(ordinal as usize))
+            .collect();
+        order.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        for row in order {
             for reading in self.derived.on_committed(row) {
                 let (subject, msg_id, payload) = reading.to_observation();
                 self.metrics.derived_readings += 1;
@@ -545,9 +600,6 @@ impl Core {
                 });
             }
         }
-        self.checkpoint_quality_changes();
-        self.try_flush();
-        self.finish_if_drained();
     }
 
     /// Watchdog expiries: each live, restored or assumed point whose deadline passed gets a
