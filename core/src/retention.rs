@@ -80,7 +80,7 @@ impl RetentionConfig {
 
 /// Midnight (UTC) of day `today − days`.
 fn kept_from(days: u32, now: Micros) -> Micros {
-    debug_assert!(days >= 1 && days <= HORIZON_DAYS_MAX);
+    debug_assert!((1..=HORIZON_DAYS_MAX).contains(&days));
     let today = now.0.div_euclid(US_PER_DAY);
     let kept = Micros((today - i64::from(days)) * US_PER_DAY);
     debug_assert!(kept <= now && kept.0 % US_PER_DAY == 0);
