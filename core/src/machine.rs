@@ -97,6 +97,13 @@ pub struct Core {
     control_pending: std::collections::BTreeSet<crate::registry::PointIdx>,
     /// Derived points: computed from committed rows, published as observations.
     derived: Derivations,
+    /// Readings restart step 5 derived again, by key, held until the stream has moved past
+    /// `held_through_seq` (the last message it held at startup): one of them may still be
+    /// there, published before the crash and not yet consumed, and publishing it again past
+    /// the stream's duplicate window would write it twice. One that commits meanwhile is
+    /// dropped; the rest are published when the stream's oldest message is newer.
+    held: BTreeMap<(Arc<str>, u32, u64), Effect>,
+    held_through_seq: u64,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
     planted: Option<PlantedBug>,
 }
@@ -140,6 +147,8 @@ impl Core {
             lag_high: false,
             control_pending: std::collections::BTreeSet::new(),
             derived,
+            held: BTreeMap::new(),
+            held_through_seq: 0,
             planted: None,
         };
         core.count_drivers();
@@ -182,30 +191,51 @@ impl Core {
     }
 
     /// Restart step 5, the answer: replays the rows read for [`Self::derived_window_requests`]
-    /// in the order the cores applied them (migration 0007) into the windows, and publishes
-    /// the readings of rows that triggered one not in the log (a crash between a commit and the
-    /// publish of its readings lost them; see [`crate::derived::Derivations::rehydrate`]).
-    /// Returns how many rows were folded and how many readings are published again.
+    /// in the order the cores applied them (migration 0007) into the windows, and derives
+    /// again the readings of rows that triggered one not in the log (a crash between a commit
+    /// and the publish of its readings lost them; see
+    /// [`crate::derived::Derivations::rehydrate`]). `stream` is the stream's oldest message
+    /// and last sequence now: when it is empty they are published at once; otherwise they are
+    /// held until an [`Input::StreamFront`] shows the stream past that last sequence, dropping
+    /// any that commits meanwhile (it was still in the stream). Returns how many rows were
+    /// folded and how many readings were derived again.
     pub fn rehydrate_derived(
         &mut self,
         requests: &[crate::derived::WindowRequest],
         rows: Vec<crate::derived::WindowRow>,
         rows_max_per_point: usize,
+        stream: (Option<u64>, u64),
     ) -> (usize, usize) {
         let (folded, readings) = self
             .derived
             .rehydrate(&self.registry, requests, rows, rows_max_per_point);
         let again = readings.len();
         for reading in readings {
+            let (epoch, seq) = crate::derived::derived_key(&reading.point_id, &reading.trigger);
             let (subject, msg_id, payload) = reading.to_observation();
-            self.metrics.derived_readings += 1;
-            self.effects.push_back(Effect::PublishObservation {
-                subject,
-                msg_id,
-                payload,
-            });
+            self.held.insert(
+                (reading.instance.clone(), epoch, seq),
+                Effect::PublishObservation {
+                    subject,
+                    msg_id,
+                    payload,
+                },
+            );
         }
+        self.held_through_seq = stream.1;
+        self.release_held(stream.0);
         (folded, again)
+    }
+
+    /// Publishes the held readings once the stream's oldest message (`None`: empty) is newer
+    /// than every message it held at startup.
+    fn release_held(&mut self, first_seq: Option<u64>) {
+        if self.held.is_empty() || first_seq.is_some_and(|f| f <= self.held_through_seq) {
+            return;
+        }
+        let held = std::mem::take(&mut self.held);
+        self.metrics.derived_readings += held.len() as u64;
+        self.effects.extend(held.into_values());
     }
 
     /// Restart step 6: the freshness deadlines, one per point that has an observation, from
@@ -285,6 +315,7 @@ impl Core {
                 self.lag_high = high;
                 self.on_tick();
             }
+            Input::StreamFront { first_seq } => self.release_held(first_seq),
             Input::DriverHello { host, hello } => self.on_driver_hello(&host, &hello),
             Input::RollupStepped(outcome) => {
                 self.rollups.on_step(self.now, outcome);
@@ -581,6 +612,18 @@ impl Core {
         // Within a batch the rows are folded in the fold's order `(observed_at, ingested_at,
         // key)`, which the log holds, as it holds the batch order (`applied`): a restart
         // replays exactly this order.
+        // A held reading whose original was still in the stream has now committed.
+        if !self.held.is_empty() {
+            for &ordinal in inserted {
+                if let Some(row) = batch.rows.get(ordinal as usize) {
+                    self.held.remove(&(
+                        row.key.driver_instance.clone(),
+                        row.key.source_epoch,
+                        row.key.source_seq,
+                    ));
+                }
+            }
+        }
         if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
             return; // derived when submitted instead (see try_flush)
         }

@@ -493,3 +493,95 @@ proptest! {
         prop_assert_eq!(&got[..], expected);
     }
 }
+
+/// Readings restart step 5 derives again are held while the stream may still hold their
+/// originals (published before the crash, not yet consumed): one whose original commits is
+/// dropped, the rest go out once the stream's oldest message is past what it held at startup;
+/// with an empty stream they go out at once.
+#[test]
+fn readings_derived_again_wait_until_the_stream_has_moved_past_its_startup_contents() {
+    use sentinel_core::derived::WindowRow;
+    use sentinel_core::{Config, Core, Effect, Input, RestoredState};
+    let registry = registry();
+    let derived_publishes = |effects: &[Effect]| -> Vec<String> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::PublishObservation { subject, msg_id, .. } if subject == "obs.sentinel.derived" => {
+                    Some(msg_id.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    // The log: one committed row of in.x and no reading of it (a crash lost them all).
+    let logged = [Committed {
+        input: 0,
+        observed_ms: 0,
+        seq: 1,
+        quality: Quality::Live,
+        value: 4.0,
+    }];
+    let restart = |stream: (Option<u64>, u64)| {
+        let mut core = Core::new(
+            Config::default(),
+            registry.clone(),
+            2,
+            &RestoredState::default(),
+            T0,
+        )
+        .expect("core");
+        let rows: Vec<WindowRow> = stored_rows(&registry, &logged, &[]);
+        let requests = core.derived_window_requests();
+        // No log heads restored here, so ask as the store would for every point read.
+        let requests = if requests.is_empty() {
+            registry
+                .points()
+                .map(|(_, p)| sentinel_core::derived::WindowRequest {
+                    point_id: p.id.clone(),
+                    class: p.descriptor.retention,
+                    since: Micros(0),
+                    rows_min: 0,
+                })
+                .collect()
+        } else {
+            requests
+        };
+        let (_, again) = core.rehydrate_derived(&requests, rows, 1_000, stream);
+        (core, again)
+    };
+
+    // An empty stream: published at once.
+    let (mut core, again) = restart((None, 40));
+    assert_eq!(again, DerivedOp::ALL.len());
+    assert_eq!(derived_publishes(&common::drain(&mut core)).len(), again);
+
+    // Messages up to 40 in the stream: held while its front is at or below 40.
+    let (mut core, again) = restart((Some(31), 40));
+    assert!(derived_publishes(&common::drain(&mut core)).is_empty());
+    let now = core.now();
+    core.handle(now, Input::StreamFront { first_seq: Some(40) });
+    assert!(derived_publishes(&common::drain(&mut core)).is_empty());
+    // The original of d.mean's reading was still in the stream and commits: dropped.
+    let trigger = row(&registry, &logged[0]).key;
+    let (epoch, seq) = derived_key("d.mean", &trigger);
+    let payload = format!(
+        r#"{{"v":1,"point_id":"d.mean","driver_instance":"derived","source_epoch":{epoch},"source_seq":{seq},"observed_at":"{}","value":4.0}}"#,
+        T0.to_rfc3339()
+    );
+    let batch = common::deliver_and_flush(
+        &mut core,
+        vec![common::delivery(35, "obs.sentinel.derived", &payload)],
+    );
+    assert_eq!(batch.rows.len(), 1, "the original is a row");
+    let now = core.now();
+    core.handle(now, Input::Committed(common::all_inserted(batch)));
+    common::drain(&mut core);
+    core.handle(now, Input::StreamFront { first_seq: Some(41) });
+    let published = derived_publishes(&common::drain(&mut core));
+    assert_eq!(published.len(), again - 1, "{published:?}");
+    assert!(!published.contains(&format!("derived:{epoch}:{seq}")));
+    // Released once: a later front publishes nothing again.
+    core.handle(now, Input::StreamFront { first_seq: None });
+    assert!(derived_publishes(&common::drain(&mut core)).is_empty());
+}

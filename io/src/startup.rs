@@ -207,7 +207,20 @@ where
     let rows = store
         .load_windows(&requests, sentinel_core::derived::WINDOW_SAMPLES_MAX)
         .await?;
-    let (folded, again) = core.rehydrate_derived(&requests, rows, sentinel_core::derived::WINDOW_SAMPLES_MAX);
+    // Where the stream stands: a reading derived again may still be in it, unconsumed
+    // (read only when there are derived points at all).
+    let stream = if requests.is_empty() {
+        (None, 0)
+    } else {
+        let lag = bus.lag().await?;
+        (lag.first_seq, lag.last_seq)
+    };
+    let (folded, again) = core.rehydrate_derived(
+        &requests,
+        rows,
+        sentinel_core::derived::WINDOW_SAMPLES_MAX,
+        stream,
+    );
     timings.record("rehydrate_derived_windows", step);
     info!(
         points = requests.len(),
