@@ -212,8 +212,14 @@ where
     let stream = if requests.is_empty() {
         (None, 0)
     } else {
-        let lag = bus.lag().await?;
-        (lag.first_seq, lag.last_seq)
+        match bus.lag().await {
+            Ok(lag) => (lag.first_seq, lag.last_seq),
+            // Unknown: hold them until the stream is seen empty.
+            Err(e) => {
+                warn!(error = %e, "reading the stream's position failed; readings derived again wait for an empty stream");
+                (Some(0), u64::MAX)
+            }
+        }
     };
     let (folded, again) = core.rehydrate_derived(
         &requests,
