@@ -393,12 +393,15 @@ async fn full_stream_rejects_new<B: Backend>() {
 }
 
 /// Acks remove messages; lag's pending and ack_pending follow; unknown and repeated tags are
-/// ignored; the oldest unacked age is reported while anything is left.
+/// ignored; the oldest unacked age is reported while anything is left, and the stream's
+/// front (its oldest message, restart step 5's hold on readings derived again) moves past
+/// acked messages and is `None` once it is empty, the last sequence staying.
 async fn ack_removes_and_lag_counts<B: Backend>() {
     let backend = B::new(1_000).await;
     publish_n(&backend, 10).await;
     let lag = expect_lag(backend.bus(), 10, 0).await;
     assert!(lag.oldest_unacked_age_ms.is_some());
+    assert_eq!((lag.first_seq, lag.last_seq), (Some(1), 10));
 
     let mut consumer = backend.bus().bind().await.expect("bind");
     let four = fetch_n(&mut consumer, 4).await;
@@ -406,7 +409,8 @@ async fn ack_removes_and_lag_counts<B: Backend>() {
     expect_lag(backend.bus(), 6, 4).await;
 
     backend.bus().ack(tags(&four)).await.expect("ack");
-    expect_lag(backend.bus(), 6, 0).await;
+    let lag = expect_lag(backend.bus(), 6, 0).await;
+    assert_eq!((lag.first_seq, lag.last_seq), (Some(5), 10));
     // Repeated and unknown tags are ignored.
     backend.bus().ack(tags(&four)).await.expect("repeat ack");
     backend
@@ -420,6 +424,7 @@ async fn ack_removes_and_lag_counts<B: Backend>() {
     backend.bus().ack(tags(&rest)).await.expect("ack");
     let lag = expect_lag(backend.bus(), 0, 0).await;
     assert_eq!(lag.oldest_unacked_age_ms, None);
+    assert_eq!((lag.first_seq, lag.last_seq), (None, 10));
     // Acked messages left the stream: nothing comes back after ack_wait.
     backend.advance_ms(PAST_ACK_WAIT_MS).await;
     assert!(consumer.fetch(10, 100).await.expect("fetch").is_empty());

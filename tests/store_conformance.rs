@@ -267,6 +267,7 @@ conformance!(
     retention_drops_whole_raw_days_with_an_event_each,
     retention_drops_rollup_days_and_months,
     a_class_change_moves_the_whole_history_in_one_step,
+    window_rows_carry_the_batch_order_they_were_applied_in,
 );
 
 on_conflict_form!(
@@ -955,6 +956,7 @@ async fn derived_windows_are_bounded_by_time_and_rows<B: Backend>(b: &B) {
         point_id: Arc::from(point),
         class,
         since: t(since),
+        rows_min: 0,
     };
     let requests = vec![
         request("a", RetentionClass::Measurement, "10:02:00"),
@@ -991,6 +993,48 @@ async fn derived_windows_are_bounded_by_time_and_rows<B: Backend>(b: &B) {
             ("a".to_owned(), 5, Quality::Unavailable, None),
         ]
     );
+    // And the newest `rows_min` whatever their age (a pair op's input): with a bound past
+    // every row, the newest three of `a` in the fold's order (the late row 6, observed at
+    // 09:00, is the oldest); with a bound that returns more, those.
+    let deep = |since: &str, rows_min| WindowRequest {
+        rows_min,
+        ..request("a", RetentionClass::Measurement, since)
+    };
+    assert_eq!(
+        summary(
+            b.store()
+                .load_windows(&[deep("23:00:00", 3)], 10)
+                .await
+                .expect("windows")
+        ),
+        vec![
+            ("a".to_owned(), 3, Quality::Live, Some(3.0)),
+            ("a".to_owned(), 4, Quality::Live, Some(4.0)),
+            ("a".to_owned(), 5, Quality::Unavailable, None),
+        ]
+    );
+    assert_eq!(
+        summary(
+            b.store()
+                .load_windows(&[deep("10:01:00", 2)], 10)
+                .await
+                .expect("windows")
+        )
+        .len(),
+        4,
+        "rows 2-5 since the bound; the newest two are among them"
+    );
+    assert_eq!(
+        summary(
+            b.store()
+                .load_windows(&[deep("23:00:00", 50)], 10)
+                .await
+                .expect("windows")
+        )
+        .len(),
+        6,
+        "fewer rows than rows_min: all of them"
+    );
     assert!(
         b.store()
             .load_windows(&[], 10)
@@ -998,6 +1042,55 @@ async fn derived_windows_are_bounded_by_time_and_rows<B: Backend>(b: &B) {
             .expect("nothing asked")
             .is_empty()
     );
+}
+
+/// Migration 0007: every inserted row records its batch's place in the order the core
+/// applies commits, `epoch * 2^32 + batch id`, and restart step 5 reads it back; a row the
+/// unique index refused keeps the position of the batch that inserted it.
+async fn window_rows_carry_the_batch_order_they_were_applied_in<B: Backend>(b: &B) {
+    use sentinel_core::derived::WindowRequest;
+    let lease = b.store().acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    let t = |s: &str| at(&format!("2026-01-15T{s}Z"));
+    let a = |seq, observed: &str| {
+        row(RowSpec {
+            point: "a",
+            seq,
+            ingested_at: t(observed),
+            observed_at: t(observed),
+            value: Some(CanonicalValue::Num(seq as f64)),
+            ..RowSpec::default()
+        })
+    };
+    // Batch 9 commits before batch 7 (commits run concurrently); each row keeps its own.
+    let nine = batch(9, epoch, vec![a(3, "10:03:00")], vec![]);
+    let seven = batch(7, epoch, vec![a(1, "10:01:00"), a(2, "10:02:00")], vec![]);
+    let (p9, p7) = (nine.applied(), seven.applied());
+    assert_eq!(p7, (i64::from(epoch) << 32) + 7);
+    b.store().commit(nine).await.expect("commit 9");
+    b.store().commit(seven).await.expect("commit 7");
+    // A redelivery of row 1 in a later batch inserts nothing and changes nothing.
+    b.store()
+        .commit(batch(12, epoch, vec![a(1, "10:01:00")], vec![]))
+        .await
+        .expect("commit 12");
+    let requests = [WindowRequest {
+        point_id: Arc::from("a"),
+        class: RetentionClass::Measurement,
+        since: t("00:00:00"),
+        rows_min: 0,
+    }];
+    let mut got: Vec<(u64, Option<i64>)> = b
+        .store()
+        .load_windows(&requests, 10)
+        .await
+        .expect("windows")
+        .into_iter()
+        .map(|r| (r.key.source_seq, r.applied))
+        .collect();
+    got.sort();
+    assert_eq!(got, vec![(1, Some(p7)), (2, Some(p7)), (3, Some(p9))]);
+    assert!(p9 > p7);
 }
 
 async fn log_heads_follow_the_total_order<B: Backend>(b: &B) {

@@ -23,6 +23,12 @@
 //!   digest, [`derived_key`]), so deriving the same committed row again — after a restart,
 //!   say — produces the same key, and the unique index swallows the copy: exactly-once holds
 //!   for derived rows too.
+//! - "Committed before" means applied before: the core applies commit reports in batch order
+//!   and folds a batch's rows in the fold's order, and the log records the batch order
+//!   (`applied`, migration 0007). So which rows triggered and what each window held is a
+//!   function of the log, and restart step 5 replays it ([`Derivations::rehydrate`]) to
+//!   derive again exactly the readings a crash lost between a commit and their publish, with
+//!   the same keys, publishing only those the log does not hold.
 //! - Readings are written as observations through the normal ingest path (the caller
 //!   publishes them on the derived point's own `obs.<host>.<instance>` subject), carrying
 //!   provenance in `detail`: the registry version, the op, the triggering row's key, and
@@ -48,6 +54,17 @@ use crate::wire::{EnvelopeOut, obs_subject};
 pub const WINDOW_SAMPLES_MAX: usize = 100_000;
 /// Prefix of the key digest; bump it only with a new key format.
 pub const DERIVED_KEY_FORMAT: &str = "sentinel-derived-key-v1";
+/// The newest rows restart step 5 reads, whatever their age, of an input of a pair op and of
+/// every derived point. A lost pair reading needs both inputs' newest rows of its time, and
+/// the rows applied after them are the few a crash left unfolded (at most
+/// `inflight_batches_max × batch_rows_max` in all, far fewer per input); and a derived
+/// point's readings still being published at a crash are among its newest (its readings'
+/// `observed_at` never goes back). A lost reading deeper than this is not derived again.
+pub const REPLAY_ROWS_MIN: u32 = 64;
+/// Readings restart step 5 may derive again; past it the rest are dropped (and counted in the
+/// log line). A crash loses at most the readings of the commits in flight and those not yet
+/// published, a few batches' worth.
+pub const REDERIVE_MAX: usize = 10_000;
 
 /// One live numeric sample of an input.
 #[derive(Clone, Debug, PartialEq)]
@@ -98,12 +115,15 @@ struct Def {
 }
 
 /// Restart step 5's question to the store: `point_id`'s rows in `class`'s table with
-/// `observed_at >= since`.
+/// `observed_at >= since` (at most the store's row bound, newest first), and in any case its
+/// newest `rows_min` rows. Either part is all rows above some place in the fold's order, so
+/// the answer is too: every row not returned is older than every row returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WindowRequest {
     pub point_id: Arc<str>,
     pub class: RetentionClass,
     pub since: Micros,
+    pub rows_min: u32,
 }
 
 /// What the store answers to a [`WindowRequest`]: the fields of a committed row a window needs.
@@ -116,6 +136,21 @@ pub struct WindowRow {
     pub quality: Quality,
     /// `value_num`.
     pub value: Option<f64>,
+    /// The row's place in the order the core applied commits (migration 0007's `applied`);
+    /// `None` for rows written before it existed (they sort first).
+    pub applied: Option<i64>,
+}
+
+impl WindowRow {
+    /// The replay order: applied, then the fold's order within a batch.
+    fn replay_order(&self) -> (i64, Micros, Micros, &ObsKey) {
+        (
+            self.applied.unwrap_or(i64::MIN),
+            self.observed_at,
+            self.ingested_at,
+            &self.key,
+        )
+    }
 }
 
 /// One reading a committed row triggered.
@@ -260,6 +295,7 @@ impl Derivations {
             key: row.key.clone(),
             quality: row.quality,
             value,
+            applied: None,
         };
         if !self.update(row.point, &seen) {
             return Vec::new();
@@ -268,7 +304,7 @@ impl Derivations {
             .as_ref()
             .map(|i| i.readers.clone())
             .unwrap_or_default();
-        readers.iter().map(|&d| self.derive(d, row)).collect()
+        readers.iter().map(|&d| self.derive(d, &seen)).collect()
     }
 
     /// Folds one committed row into its input's state. Returns whether it is the input's
@@ -313,63 +349,231 @@ impl Derivations {
         newest
     }
 
-    /// Restart step 5, first half: what to read back so every input's state is what an
-    /// uninterrupted run would hold. For each input whose newest committed row is known
-    /// (`newest_observed_at`, from the log heads), its rows with `observed_at` at or after that
-    /// minus the longest window reading it (pair ops need only the newest row itself). Inputs
-    /// with no row need nothing. Sorted by class then point, so the store can batch one query
-    /// per class.
+    /// Restart step 5, first half: what to read back so every input's state is what the
+    /// cores before held, and so the readings a crash lost can be derived again. For each input
+    /// whose newest committed row is known (`newest_observed_at`, from the log heads), its rows
+    /// with `observed_at` at or after the earlier of that and each reader's newest reading (a
+    /// reading's `observed_at` is its trigger's, or for a pair op the later of its inputs'
+    /// rows), minus the longest window reading it; from
+    /// the Unix epoch (bounded by the store's row bound) when a reader has no reading at all. A
+    /// lost reading's trigger came after its point's newest stored reading, so it is read; an
+    /// input of a pair op also its newest [`REPLAY_ROWS_MIN`] rows. And each derived point's
+    /// own rows from the earliest of its inputs' bounds and its newest [`REPLAY_ROWS_MIN`], to
+    /// tell which readings the log holds. Inputs with no row need nothing. Sorted by class then point, so
+    /// the store can batch one query per class.
     pub fn window_requests(
         &self,
         registry: &Registry,
         newest_observed_at: impl Fn(PointIdx) -> Option<Micros>,
     ) -> Vec<WindowRequest> {
-        let mut out: Vec<WindowRequest> = self
-            .inputs
-            .iter()
-            .enumerate()
-            .filter_map(|(i, input)| {
-                let input = input.as_ref()?;
-                let idx = PointIdx(i as u32);
-                let newest = newest_observed_at(idx)?;
+        let mut since: std::collections::BTreeMap<PointIdx, (Micros, u32)> =
+            std::collections::BTreeMap::new();
+        for (i, input) in self.inputs.iter().enumerate() {
+            let Some(input) = input else { continue };
+            let idx = PointIdx(i as u32);
+            let Some(newest) = newest_observed_at(idx) else {
+                continue;
+            };
+            let from = input
+                .readers
+                .iter()
+                .map(|&d| newest_observed_at(self.defs[d].point))
+                .try_fold(newest, |from, reader| reader.map(|r| from.min(r)))
+                .map_or(Micros(0), |from| Micros(from.0.saturating_sub(input.keep_us)));
+            let from = from.max(Micros(0));
+            let pair = input.readers.iter().any(|&d| !self.defs[d].op.is_window());
+            let rows_min = if pair { REPLAY_ROWS_MIN } else { 0 };
+            let at = since.entry(idx).or_insert((from, rows_min));
+            *at = (at.0.min(from), at.1.max(rows_min));
+            for &d in &input.readers {
+                let at = since.entry(self.defs[d].point).or_insert((from, REPLAY_ROWS_MIN));
+                *at = (at.0.min(from), REPLAY_ROWS_MIN);
+            }
+        }
+        let mut out: Vec<WindowRequest> = since
+            .into_iter()
+            .map(|(idx, (since, rows_min))| {
                 let point = registry.point(idx);
-                Some(WindowRequest {
+                WindowRequest {
                     point_id: point.id.clone(),
                     class: point.descriptor.retention,
-                    since: Micros(newest.0.saturating_sub(input.keep_us)),
-                })
+                    since,
+                    rows_min,
+                }
             })
             .collect();
         out.sort_by(|a, b| (a.class, &a.point_id).cmp(&(b.class, &b.point_id)));
         out
     }
 
-    /// Restart step 5, second half: folds the rows the store returned for
-    /// [`Self::window_requests`], in any order, without deriving anything (their readings were
-    /// derived before the restart). Rows for points nothing derives from are ignored. Returns
-    /// how many rows were folded.
-    pub fn rehydrate(&mut self, registry: &Registry, mut rows: Vec<WindowRow>) -> usize {
-        rows.sort_by(|a, b| {
-            (a.observed_at, a.ingested_at, &a.key).cmp(&(b.observed_at, b.ingested_at, &b.key))
-        });
-        let mut folded = 0;
+    /// Restart step 5, second half: replays the rows the store returned for `requests` (at
+    /// most `rows_max_per_point` each, newest first; in any order) in the order the cores
+    /// applied them (`applied`, then the fold's order) into the inputs' state, and derives
+    /// again each reading a replayed row triggered whose key the derived point's own rows do
+    /// not hold: the readings a crash lost between a commit and their publish. A reading is
+    /// derived again only when the replay holds everything it folds (its window, or for a pair
+    /// op the other input's newest row) and its own point's rows were read as far back as its
+    /// trigger; nothing stored is derived again (the unique index includes `ingested_at`, so a
+    /// second publish would be a second row); one still in the stream, uncommitted, goes out
+    /// with the same message id and the stream's duplicate window drops it. At most
+    /// [`REDERIVE_MAX`] readings, the earliest. Returns how many input rows were folded, and
+    /// the readings.
+    pub fn rehydrate(
+        &mut self,
+        registry: &Registry,
+        requests: &[WindowRequest],
+        mut rows: Vec<WindowRow>,
+        rows_max_per_point: usize,
+    ) -> (usize, Vec<DerivedReading>) {
+        // How far back each point was read: every row with `observed_at` at or after it was
+        // returned. Where a part of the answer was cut by its row count, rows at the cut's own
+        // `observed_at` may be missing, so the bound is just above it.
+        let mut by_point: rustc_hash::FxHashMap<&str, Vec<Micros>> = rustc_hash::FxHashMap::default();
         for row in &rows {
-            if let Some(idx) = registry.resolve(&row.point_id)
-                && self.inputs.get(idx.0 as usize).is_some_and(Option::is_some)
-            {
-                self.update(idx, row);
-                folded += 1;
+            by_point.entry(&row.point_id).or_default().push(row.observed_at);
+        }
+        let mut read_from: Vec<Option<Micros>> = vec![None; registry.len()];
+        for request in requests {
+            let Some(idx) = registry.resolve(&request.point_id) else {
+                continue;
+            };
+            let mut observed = by_point.remove(&*request.point_id).unwrap_or_default();
+            observed.sort_unstable_by(|a, b| b.cmp(a));
+            let since_part = observed.iter().filter(|&&o| o >= request.since).count();
+            let cut = |n: usize| {
+                observed
+                    .get(n.saturating_sub(1))
+                    .map_or(Micros(i64::MAX), |o| Micros(o.0.saturating_add(1)))
+            };
+            let by_time = if since_part >= rows_max_per_point {
+                cut(rows_max_per_point)
+            } else {
+                request.since
+            };
+            let rows_min = request.rows_min as usize;
+            let by_rows = if rows_min == 0 {
+                by_time
+            } else if observed.len() < rows_min {
+                Micros(0) // the whole history
+            } else {
+                cut(rows_min)
+            };
+            if let Some(slot) = read_from.get_mut(idx.0 as usize) {
+                *slot = Some(by_time.min(by_rows));
             }
         }
-        folded
+        drop(by_point);
+        // The readings the log holds: each derived point's own keys.
+        let mut stored: rustc_hash::FxHashSet<(usize, u32, u64)> = rustc_hash::FxHashSet::default();
+        let def_of: rustc_hash::FxHashMap<PointIdx, usize> = self
+            .defs
+            .iter()
+            .enumerate()
+            .map(|(d, def)| (def.point, d))
+            .collect();
+        let mut resolved: Vec<Option<PointIdx>> = Vec::with_capacity(rows.len());
+        rows.sort_by(|a, b| a.replay_order().cmp(&b.replay_order()));
+        for row in &rows {
+            let idx = registry.resolve(&row.point_id);
+            if let Some(&d) = idx.as_ref().and_then(|i| def_of.get(i))
+                && *row.key.driver_instance == *self.defs[d].instance
+            {
+                stored.insert((d, row.key.source_epoch, row.key.source_seq));
+            }
+            resolved.push(idx);
+        }
+        let mut folded = 0;
+        let mut readings = Vec::new();
+        for (row, idx) in rows.iter().zip(resolved) {
+            let Some(idx) = idx else { continue };
+            if !self.inputs.get(idx.0 as usize).is_some_and(Option::is_some) {
+                continue;
+            }
+            folded += 1;
+            if !self.update(idx, row) {
+                continue;
+            }
+            let readers = self.inputs[idx.0 as usize]
+                .as_ref()
+                .map(|i| i.readers.clone())
+                .unwrap_or_default();
+            for d in readers {
+                if readings.len() >= REDERIVE_MAX {
+                    break;
+                }
+                let def = &self.defs[d];
+                let (epoch, seq) = derived_key(&def.point_id, &row.key);
+                if stored.contains(&(d, epoch, seq)) {
+                    continue;
+                }
+                if !self.replay_holds(d, idx, row, &read_from) {
+                    continue;
+                }
+                let reading = self.derive(d, row);
+                // Its own rows must have been read back as far as this reading would be.
+                let own = read_from.get(def.point.0 as usize).copied().flatten();
+                if own.is_none_or(|from| reading.observed_at < from) {
+                    continue;
+                }
+                readings.push(reading);
+            }
+        }
+        (folded, readings)
     }
 
-    fn derive(&self, def_idx: usize, trigger: &ObsRow) -> DerivedReading {
+    /// Whether the replay holds everything `def_idx`'s reading for `trigger` (a row of
+    /// `input`) folds: the whole window `(t − window, t]` read back, or for a pair op each
+    /// input's newest row — any replayed row of it is (what was not read back is older), and
+    /// "none" is known only for an input with no row in the log (nothing was asked) or read
+    /// back from the start.
+    fn replay_holds(
+        &self,
+        def_idx: usize,
+        input: PointIdx,
+        trigger: &WindowRow,
+        read_from: &[Option<Micros>],
+    ) -> bool {
+        let def = &self.defs[def_idx];
+        let from = read_from.get(input.0 as usize).copied().flatten();
+        if def.op.is_window() {
+            // The window is `(t − window, t]`: every row in it is at or after `t − window + 1 µs`.
+            from.is_some_and(|from| {
+                trigger
+                    .observed_at
+                    .0
+                    .saturating_sub(def.window_us)
+                    .saturating_add(1)
+                    >= from.0
+            })
+        } else {
+            def.inputs.iter().all(|i| {
+                let replayed = self.inputs[i.0 as usize]
+                    .as_ref()
+                    .is_some_and(|s| s.newest.is_some());
+                let from = read_from.get(i.0 as usize).copied().flatten();
+                replayed || from.is_none_or(|from| from.0 <= 0)
+            })
+        }
+    }
+
+    fn derive(&self, def_idx: usize, trigger: &WindowRow) -> DerivedReading {
         let def = &self.defs[def_idx];
         let (value, gap, inputs) = if def.op.is_window() {
             self.fold_window(def, trigger)
         } else {
             self.pair(def)
+        };
+        // A window reading is as of its trigger; a pair reading as of the later of its two
+        // inputs' newest rows (so a pair point's readings never go back in time, and restart
+        // step 5 finds a lost one at or after the point's newest stored reading).
+        let observed_at = if def.op.is_window() {
+            trigger.observed_at
+        } else {
+            def.inputs
+                .iter()
+                .filter_map(|i| self.inputs[i.0 as usize].as_ref()?.newest.as_ref())
+                .map(|n| n.observed_at)
+                .fold(trigger.observed_at, Micros::max)
         };
         // A non-finite result (an overflowing sum) is no value.
         let (value, gap) = match value {
@@ -379,7 +583,7 @@ impl Derivations {
         DerivedReading {
             point: def.point,
             point_id: def.point_id.clone(),
-            observed_at: trigger.observed_at,
+            observed_at,
             value,
             gap,
             trigger: trigger.key.clone(),
@@ -397,7 +601,7 @@ impl Derivations {
     fn fold_window(
         &self,
         def: &Def,
-        trigger: &ObsRow,
+        trigger: &WindowRow,
     ) -> (Option<f64>, Option<GapReason>, serde_json::Value) {
         let input = self.inputs[def.inputs[0].0 as usize]
             .as_ref()

@@ -20,6 +20,10 @@ pub enum Input {
     /// A batch's transaction failed. The outcome may be unknown, so the core fails fast:
     /// everything unacked is redelivered to the next incarnation.
     CommitFailed { batch: BatchId, fenced: bool },
+    /// The oldest message still in the stream (`None`: it is empty), read with the lag.
+    /// Readings restart step 5 derived again are held until the stream has moved past what
+    /// it held at startup (see [`crate::Core::rehydrate_derived`]).
+    StreamFront { first_seq: Option<u64> },
     /// A checkpoint write failed (it is fenced like every write).
     CheckpointFailed { fenced: bool },
     /// Control events were written; carries the `seq` the log gave each.

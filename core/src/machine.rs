@@ -77,6 +77,10 @@ pub struct Core {
     open: Option<Open>,
     next_batch_id: u64,
     in_flight: BTreeMap<BatchId, Pending>,
+    /// Commit reports that arrived before an earlier batch's: applied once every earlier
+    /// batch's report is (commits run concurrently; the log records batch order, migration
+    /// 0007, so derived readings are a function of the log).
+    reported: BTreeMap<BatchId, CommitReport>,
     effects: VecDeque<Effect>,
     metrics: Metrics,
     last_checkpoint_scan_at: Micros,
@@ -95,6 +99,13 @@ pub struct Core {
     control_pending: std::collections::BTreeSet<crate::registry::PointIdx>,
     /// Derived points: computed from committed rows, published as observations.
     derived: Derivations,
+    /// Readings restart step 5 derived again, by key, held until the stream has moved past
+    /// `held_through_seq` (the last message it held at startup): one of them may still be
+    /// there, published before the crash and not yet consumed, and publishing it again past
+    /// the stream's duplicate window would write it twice. One that commits meanwhile is
+    /// dropped; the rest are published when the stream's oldest message is newer.
+    held: BTreeMap<(Arc<str>, u32, u64), Effect>,
+    held_through_seq: u64,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
     planted: Option<PlantedBug>,
 }
@@ -128,6 +139,7 @@ impl Core {
             open: None,
             next_batch_id: 1,
             in_flight: BTreeMap::new(),
+            reported: BTreeMap::new(),
             effects: VecDeque::new(),
             metrics: Metrics::default(),
             last_checkpoint_scan_at: now,
@@ -139,6 +151,8 @@ impl Core {
             lag_high: false,
             control_pending: std::collections::BTreeSet::new(),
             derived,
+            held: BTreeMap::new(),
+            held_through_seq: 0,
             planted: None,
         };
         core.count_drivers();
@@ -180,11 +194,52 @@ impl Core {
             .window_requests(&self.registry, |idx| self.projection.state(idx).observed_at)
     }
 
-    /// Restart step 5, the answer: folds the rows read for [`Self::derived_window_requests`]
-    /// into the windows without deriving (their readings were published before the restart).
-    /// Returns how many rows were folded.
-    pub fn rehydrate_derived(&mut self, rows: Vec<crate::derived::WindowRow>) -> usize {
-        self.derived.rehydrate(&self.registry, rows)
+    /// Restart step 5, the answer: replays the rows read for [`Self::derived_window_requests`]
+    /// in the order the cores applied them (migration 0007) into the windows, and derives
+    /// again the readings of rows that triggered one not in the log (a crash between a commit
+    /// and the publish of its readings lost them; see
+    /// [`crate::derived::Derivations::rehydrate`]). `stream` is the stream's oldest message
+    /// and last sequence now: when it is empty they are published at once; otherwise they are
+    /// held until an [`Input::StreamFront`] shows the stream past that last sequence, dropping
+    /// any that commits meanwhile (it was still in the stream). Returns how many rows were
+    /// folded and how many readings were derived again.
+    pub fn rehydrate_derived(
+        &mut self,
+        requests: &[crate::derived::WindowRequest],
+        rows: Vec<crate::derived::WindowRow>,
+        rows_max_per_point: usize,
+        stream: (Option<u64>, u64),
+    ) -> (usize, usize) {
+        let (folded, readings) = self
+            .derived
+            .rehydrate(&self.registry, requests, rows, rows_max_per_point);
+        let again = readings.len();
+        for reading in readings {
+            let (epoch, seq) = crate::derived::derived_key(&reading.point_id, &reading.trigger);
+            let (subject, msg_id, payload) = reading.to_observation();
+            self.held.insert(
+                (reading.instance.clone(), epoch, seq),
+                Effect::PublishObservation {
+                    subject,
+                    msg_id,
+                    payload,
+                },
+            );
+        }
+        self.held_through_seq = stream.1;
+        self.release_held(stream.0);
+        (folded, again)
+    }
+
+    /// Publishes the held readings once the stream's oldest message (`None`: empty) is newer
+    /// than every message it held at startup.
+    fn release_held(&mut self, first_seq: Option<u64>) {
+        if self.held.is_empty() || first_seq.is_some_and(|f| f <= self.held_through_seq) {
+            return;
+        }
+        let held = std::mem::take(&mut self.held);
+        self.metrics.derived_readings += held.len() as u64;
+        self.effects.extend(held.into_values());
     }
 
     /// Restart step 6: the freshness deadlines, one per point that has an observation, from
@@ -264,6 +319,7 @@ impl Core {
                 self.lag_high = high;
                 self.on_tick();
             }
+            Input::StreamFront { first_seq } => self.release_held(first_seq),
             Input::DriverHello { host, hello } => self.on_driver_hello(&host, &hello),
             Input::RollupStepped(outcome) => {
                 self.rollups.on_step(self.now, outcome);
@@ -418,6 +474,7 @@ impl Core {
                 delivery.ingested_at = self.now;
             }
             if self.open.is_none() {
+                debug_assert!(self.next_batch_id < crate::log::BATCH_IDS_PER_EPOCH);
                 let id = BatchId(self.next_batch_id);
                 self.next_batch_id += 1;
                 self.open = Some(Open {
@@ -472,7 +529,26 @@ impl Core {
         }
     }
 
+    /// A commit report: applied at once if every earlier batch's was, else held until they
+    /// are (the core applies commits in batch order, the order the log records).
     fn on_committed(&mut self, report: CommitReport) {
+        if !self.in_flight.contains_key(&report.batch.id) {
+            debug_assert!(false, "commit report for unknown batch {:?}", report.batch.id);
+            return;
+        }
+        self.reported.insert(report.batch.id, report);
+        while let Some((&first, _)) = self.in_flight.first_key_value() {
+            let Some(report) = self.reported.remove(&first) else {
+                break;
+            };
+            self.apply_committed(report);
+        }
+        self.checkpoint_quality_changes();
+        self.try_flush();
+        self.finish_if_drained();
+    }
+
+    fn apply_committed(&mut self, report: CommitReport) {
         let CommitReport {
             batch,
             inserted,
@@ -545,11 +621,33 @@ impl Core {
             if let Some(published) = published {
                 self.publish_transition(published);
             }
-            // Derived points read only what RETURNING says was inserted; their readings go
-            // back through the stream and ingest like any observation, keyed by this row.
-            if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
-                continue; // derived when submitted instead (see try_flush)
+        }
+        // Derived points read only what RETURNING says was inserted; their readings go back
+        // through the stream and ingest like any observation, keyed by the triggering row.
+        // Within a batch the rows are folded in the fold's order `(observed_at, ingested_at,
+        // key)`, which the log holds, as it holds the batch order (`applied`): a restart
+        // replays exactly this order.
+        // A held reading whose original was still in the stream has now committed.
+        if !self.held.is_empty() {
+            for &ordinal in inserted {
+                if let Some(row) = batch.rows.get(ordinal as usize) {
+                    self.held.remove(&(
+                        row.key.driver_instance.clone(),
+                        row.key.source_epoch,
+                        row.key.source_seq,
+                    ));
+                }
             }
+        }
+        if self.planted(PlantedBug::DeriveFromSubmittedBatch) {
+            return; // derived when submitted instead (see try_flush)
+        }
+        let mut order: Vec<&crate::log::ObsRow> = inserted
+            .iter()
+            .filter_map(|&ordinal| batch.rows.get(ordinal as usize))
+            .collect();
+        order.sort_by(|a, b| a.order_key().cmp(&b.order_key()));
+        for row in order {
             for reading in self.derived.on_committed(row) {
                 let (subject, msg_id, payload) = reading.to_observation();
                 self.metrics.derived_readings += 1;
@@ -560,9 +658,6 @@ impl Core {
                 });
             }
         }
-        self.checkpoint_quality_changes();
-        self.try_flush();
-        self.finish_if_drained();
     }
 
     /// Watchdog expiries: each live, restored or assumed point whose deadline passed gets a

@@ -27,6 +27,11 @@ pub struct Lag {
     pub ack_pending: u64,
     /// Age of the oldest unacked message in ms, if any is unacked or pending.
     pub oldest_unacked_age_ms: Option<u64>,
+    /// The oldest message still in the stream (under WorkQueue retention: not yet acked),
+    /// `None` when the stream is empty.
+    pub first_seq: Option<u64>,
+    /// The last sequence the stream ever stored (0 before the first message).
+    pub last_seq: u64,
 }
 
 /// What reaches the core on plain subjects rather than through the stream: a request made

@@ -529,6 +529,12 @@ async fn lag_loop<B: Bus>(bus: B, period: Duration, readings: mpsc::Sender<Input
                 if readings.send(reading).await.is_err() {
                     return;
                 }
+                let front = Input::StreamFront {
+                    first_seq: lag.first_seq,
+                };
+                if readings.send(front).await.is_err() {
+                    return;
+                }
             }
             Ok(Err(e)) => warn!(error = %e, "reading consumer lag failed"),
             Err(_elapsed) => warn!("reading consumer lag timed out"),

@@ -197,18 +197,41 @@ where
     info!(read, replayed, "control events replayed");
 
     // Restart step 5: the derived points' windows, from the class tables, in one query per
-    // class (batched over every input, each bounded by its newest row minus its longest
-    // window, and by rows), so a restart derives what an uninterrupted run would.
+    // class (batched over every input and derived point, each bounded by its readers' newest
+    // reading minus its longest window, and by rows), replayed in the order the cores applied
+    // them, so a restart derives what an uninterrupted run would, and derives again the
+    // readings a crash lost between a commit and their publish (queued as effects, published
+    // when the runtime starts).
     let step = Instant::now();
     let requests = core.derived_window_requests();
     let rows = store
         .load_windows(&requests, sentinel_core::derived::WINDOW_SAMPLES_MAX)
         .await?;
-    let folded = core.rehydrate_derived(rows);
+    // Where the stream stands: a reading derived again may still be in it, unconsumed
+    // (read only when there are derived points at all).
+    let stream = if requests.is_empty() {
+        (None, 0)
+    } else {
+        match bus.lag().await {
+            Ok(lag) => (lag.first_seq, lag.last_seq),
+            // Unknown: hold them until the stream is seen empty.
+            Err(e) => {
+                warn!(error = %e, "reading the stream's position failed; readings derived again wait for an empty stream");
+                (Some(0), u64::MAX)
+            }
+        }
+    };
+    let (folded, again) = core.rehydrate_derived(
+        &requests,
+        rows,
+        sentinel_core::derived::WINDOW_SAMPLES_MAX,
+        stream,
+    );
     timings.record("rehydrate_derived_windows", step);
     info!(
-        inputs = requests.len(),
+        points = requests.len(),
         rows = folded,
+        derived_again = again,
         "derived windows rehydrated"
     );
 

@@ -231,10 +231,22 @@ impl Bus for SimBus {
         msg_id: String,
         payload: Bytes,
     ) -> Result<PublishAck, BusError> {
-        self.enter(Some("publishes a self-point")).await?;
         let key = self_point_key(&msg_id);
+        let refused = |e: BusError| {
+            if let Some(key) = &key {
+                self.world.lock().checker.on_publish_refused(key.clone());
+            }
+            e
+        };
+        self.enter(Some("publishes a self-point"))
+            .await
+            .map_err(refused)?;
         let observation = self_point_observation(&payload);
-        let ack = self.world.bus.publish_observation(&subject, &msg_id, payload)?;
+        let ack = self
+            .world
+            .bus
+            .publish_observation(&subject, &msg_id, payload)
+            .map_err(refused)?;
         if !ack.duplicate {
             let now = self.world.now();
             let mut inner = self.world.lock();

@@ -432,7 +432,10 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
                 continue;
             }
             if drained_at.is_some() && now >= run_end {
-                break None;
+                // Invariant 17's end: no reading a crash lost stays lost.
+                let mut inner = world.lock();
+                inner.checker.check_derived_complete(now);
+                break inner.checker.violation().cloned();
             }
         }
     };

@@ -1,25 +1,34 @@
-//! Cold start for 4,000 points, per startup step (core runtime spec, exit criteria:
-//! "Cold-start duration, per startup step"; DESIGN.md §8), against a private nats-server and
-//! PostgreSQL database.
+//! Cold start for 4,000 points of which 1,000 derived, per startup step (core runtime spec,
+//! exit criteria: "Cold-start duration, per startup step", and "Scale targets"; DESIGN.md §8;
+//! issue 14), against a private nats-server and PostgreSQL database.
 //!
-//! Run: `cargo bench -p sentinel-tests --bench cold_start` (after `scripts/test` has installed
-//! a current nats-server, or with SENTINEL_NATS_SERVER set).
+//! Run: `cargo bench -p sentinel-tests --bench cold_start [-- --hours H] [--keep-db]
+//! [--reuse-db URL]` (after
+//! `scripts/test` has installed a current nats-server, or with SENTINEL_NATS_SERVER set).
 //!
 //! The history a restart finds: a registry of 4,000 points (the stages benchmark's mix: 70%
-//! numbers, a fifth in °F; bool, enum, text, diagnostics; 16 hosts), ten committed readings
-//! per point in their class tables, a checkpoint row per point, and 4,000 control events above
-//! the checkpoint's watermarks. Then `startup::start` runs `ROUNDS` times, each a full
-//! acquisition (lock, epoch, registry, restore, bind, restart steps 4–8), and each step's
-//! median, minimum and maximum are printed, with the 59-point sample registry's cold start
-//! measured in the same run for comparison.
+//! numbers, a fifth in °F; bool, enum, text, diagnostics; 16 hosts) whose last 1,000 are
+//! derived points (host `sentinel`, the eight ops in turn, windows of 60 s, 5 min, 15 min and
+//! 1 h in turn, each reading a different number point); `--hours` hours (default 24) of
+//! history at the design rate, 500 rows/s (every point one reading every 8 s, 5% of them
+//! stale), generated in the database by one `INSERT … SELECT generate_series` per hour and
+//! class into the class tables with every index and trigger in place, then VACUUM ANALYZE; on
+//! top, ten readings per source point through the real path (a core ingests them and derives
+//! from them, and its clean stop writes the checkpoint), and 4,000 control events above the
+//! checkpoint's watermarks. Then `startup::start` runs `ROUNDS` times, each a full acquisition
+//! (lock, epoch, registry, restore, connect, bind, restart steps 4–8), and each step's median,
+//! minimum, maximum and first round are printed, with the 59-point sample registry's cold
+//! start measured in the same run for comparison. The database is dropped at the end, unless
+//! `--keep-db` (to EXPLAIN its queries; drop it by hand after); `--reuse-db URL` measures
+//! again over such a kept database, migrated by this binary, without building the history.
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use sentinel_core::registry::{Descriptor, Kind, canonical};
+use sentinel_core::registry::{Archetype, Derived, DerivedOp, Descriptor, Kind, RetentionClass, canonical};
 use sentinel_core::wire::EnvelopeOut;
-use sentinel_core::{Config, ControlDetail, ControlEvent, Quality, registry::PointIdx};
+use sentinel_core::{Config, ControlDetail, ControlEvent, Micros, Quality, registry::PointIdx};
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
 use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
 use sentinel_io::clock::{Clock, SystemClock};
@@ -30,6 +39,7 @@ use sentinel_tests::harness::{InProcessCore, bus_with_stream};
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg::TestDb;
 use sentinel_tests::traffic;
+use sqlx::{Connection, PgConnection};
 
 /// The stages benchmark's 4,000-point mix.
 #[path = "../../core/benches/shared/fleet_4000.rs"]
@@ -39,6 +49,152 @@ use fleet_4000::{POINTS, descriptors};
 
 const READINGS_PER_POINT: usize = 10;
 const ROUNDS: usize = 7;
+/// The last `DERIVED` points of the fleet are derived.
+const DERIVED: usize = 1_000;
+/// The design rate (core runtime spec, "Scale targets").
+const RATE_PER_S: i64 = 500;
+/// The sliding windows derived points take in turn.
+const WINDOWS_S: [u32; 4] = [60, 300, 900, 3_600];
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn flag(name: &str) -> bool {
+    std::env::args().any(|a| a == name)
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_else(|_| "unknown".into())
+}
+
+/// The fleet with its last [`DERIVED`] points made derived: point `3000 + j` computes
+/// `DerivedOp::ALL[j % 8]` over window `WINDOWS_S[(j / 8) % 4]`, reading the `j`-th number
+/// point of the first 3,000 (pair ops also the `j + 1000`-th), so 1,000 inputs are read.
+fn derived_fleet() -> Vec<Descriptor> {
+    let mut descriptors = descriptors();
+    let sources = POINTS - DERIVED;
+    let numbers: Vec<String> = descriptors[..sources]
+        .iter()
+        .filter(|d| d.kind == Kind::Number && d.agg_safe)
+        .map(|d| d.id.clone())
+        .collect();
+    assert!(numbers.len() >= 2 * DERIVED, "enough number points to read");
+    for (j, d) in descriptors[sources..].iter_mut().enumerate() {
+        let op = DerivedOp::ALL[j % DerivedOp::ALL.len()];
+        let inputs = if op.is_window() {
+            vec![numbers[j].clone()]
+        } else {
+            vec![numbers[j].clone(), numbers[j + DERIVED].clone()]
+        };
+        let window_s = op
+            .is_window()
+            .then_some(WINDOWS_S[(j / DerivedOp::ALL.len()) % WINDOWS_S.len()]);
+        let mut derived = Descriptor {
+            unit: Some("degC".to_owned()),
+            agg_safe: true,
+            derived: Some(Derived { op, inputs, window_s }),
+            ..Descriptor::new(
+                &format!("sentinel.derived.d{j}"),
+                Kind::Number,
+                RetentionClass::Measurement,
+                sentinel_core::self_points::SELF_HOST,
+                "derived",
+            )
+        };
+        derived.manifest.archetype = Archetype::Derived;
+        *d = derived;
+    }
+    descriptors
+}
+
+/// `hours` of history at the design rate ending at `end`, every point one reading every 8 s,
+/// generated inside the database (one statement per hour and class), then VACUUM ANALYZE.
+async fn fill_history(url: &str, descriptors: &[Descriptor], end: sentinel_core::Micros, hours: u64) {
+    let mut conn = PgConnection::connect(url).await.expect("connect");
+    sqlx::query("SELECT sentinel_ensure_partitions(($1::timestamptz - interval '2 days')::date, 4)")
+        .bind(end.to_rfc3339())
+        .execute(&mut conn)
+        .await
+        .expect("partitions");
+    sqlx::raw_sql(
+        "CREATE TABLE bench_point (idx integer PRIMARY KEY, id text NOT NULL, kind text NOT NULL,          class text NOT NULL, instance text NOT NULL)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("bench_point");
+    for (i, d) in descriptors.iter().enumerate() {
+        let kind = match d.kind {
+            Kind::Number => "number",
+            Kind::Bool => "bool",
+            Kind::Enum => "enum",
+            Kind::Text => "text",
+        };
+        sqlx::query("INSERT INTO bench_point VALUES ($1, $2, $3, $4, $5)")
+            .bind(i as i32)
+            .bind(&d.id)
+            .bind(kind)
+            .bind(d.retention.as_str())
+            .bind(&d.assignment.driver_instance)
+            .execute(&mut conn)
+            .await
+            .expect("bench point");
+    }
+    let per_hour = RATE_PER_S * 3_600;
+    let start = Micros(end.0 - hours as i64 * 3_600_000_000);
+    for hour in 0..hours as i64 {
+        let started = Instant::now();
+        for (class, table) in [
+            ("measurement", "observation_measurement"),
+            ("state", "observation_state"),
+            ("diagnostic", "observation_diagnostic"),
+        ] {
+            // The table name is one of three literals above.
+            let sql = format!(
+                "INSERT INTO {table} (ingested_at, point_id, observed_at, value_num, value_bool, value_text, \
+                   native_num, quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
+                 SELECT s.t + interval '150 milliseconds', p.id, s.t, \
+                        CASE WHEN p.kind = 'number' THEN 20 + (s.n % 97) * 0.25 END, \
+                        CASE WHEN p.kind = 'bool' THEN s.n % 2 = 0 END, \
+                        CASE p.kind WHEN 'enum' THEN (ARRAY['off','on','fault'])[1 + (s.n / 4000) % 3] \
+                                    WHEN 'text' THEN 'ok' END, \
+                        CASE WHEN p.kind = 'number' THEN 20 + (s.n % 97) * 0.25 END, \
+                        CASE WHEN (s.n / 4000) % 20 = 0 THEN 'stale'::quality ELSE 'live'::quality END, \
+                        true, 1, p.instance, 0, s.n \
+                 FROM (SELECT n, $1::timestamptz + n * interval '2 milliseconds' AS t \
+                       FROM generate_series($2::bigint, $2::bigint + $3::bigint - 1) n) s \
+                 JOIN bench_point p ON p.idx = (s.n % {POINTS}) \
+                 WHERE p.class = '{class}'"
+            );
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(start.to_rfc3339())
+                .bind(hour * per_hour)
+                .bind(per_hour)
+                .execute(&mut conn)
+                .await
+                .expect("fill an hour");
+        }
+        eprintln!(
+            "filled hour {hour} ({per_hour} rows) in {:.1} s, load {}",
+            started.elapsed().as_secs_f64(),
+            load_average()
+        );
+    }
+    let started = Instant::now();
+    sqlx::raw_sql("VACUUM ANALYZE observation_measurement, observation_state, observation_diagnostic")
+        .execute(&mut conn)
+        .await
+        .expect("vacuum");
+    eprintln!("VACUUM ANALYZE in {:.1} s", started.elapsed().as_secs_f64());
+    let _ = conn.close().await;
+}
 
 fn reading(d: &Descriptor, seq: u64, now: sentinel_core::Micros) -> (String, String, Bytes) {
     let value = match d.kind {
@@ -133,12 +289,11 @@ async fn setup(nats: &NatsServer) -> (TestDb, PgStore, NatsBus) {
     (db, store, bus)
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() {
-    // The 4,000-point history.
-    let nats = NatsServer::start().await;
-    let (_db, store, bus) = setup(&nats).await;
-    let descriptors = descriptors();
+/// The 4,000-point history: the registry, ten readings per source point through a core, the
+/// day of history, 4,000 control events.
+async fn build_history(nats: &NatsServer, hours: u64) -> (TestDb, PgStore, NatsBus) {
+    let (db, store, bus) = setup(nats).await;
+    let descriptors = derived_fleet();
     store
         .store_registry(&canonical::snapshot("bench", &descriptors))
         .await
@@ -149,8 +304,9 @@ async fn main() {
     let now = SystemClock.now();
     // Keys must be unique per driver instance, which many points share: the point's index in
     // the high bits, the reading's number in the low ones.
+    let sources = &descriptors[..POINTS - DERIVED];
     let items: Vec<_> = (0..READINGS_PER_POINT)
-        .flat_map(|r| descriptors.iter().enumerate().map(move |(i, d)| (r, i, d)))
+        .flat_map(|r| sources.iter().enumerate().map(move |(i, d)| (r, i, d)))
         .map(|(r, i, d)| reading(d, (i as u64) << 8 | (r as u64 + 1), now))
         .collect();
     let total = publisher
@@ -159,6 +315,14 @@ async fn main() {
         .expect("publish")
         .stored;
     ingest_history(&bus, &store, total).await;
+    // The day before those readings, older than all of them.
+    let fill_started = Instant::now();
+    fill_history(&db.url, &descriptors, now.add_ms(-2_000), hours).await;
+    let history_rows = store.row_counts().await.expect("rows").total();
+    eprintln!(
+        "history: {history_rows} rows in {:.0} s",
+        fill_started.elapsed().as_secs_f64()
+    );
 
     // 4,000 control events above the checkpoint's watermarks, written by a later epoch.
     let lease = loop {
@@ -194,9 +358,44 @@ async fn main() {
     }
     lease.release().await.expect("release");
     println!(
-        "cold start bench: {POINTS} points, {total} rows, {POINTS} checkpoint rows, {} control events; {ROUNDS} rounds",
-        events.len()
+        "cold start bench: {POINTS} points ({DERIVED} derived), {history_rows} rows ({hours} h at {RATE_PER_S}/s + {total} published), \
+         {POINTS} checkpoint rows, {} control events; {ROUNDS} rounds; load {}",
+        events.len(),
+        load_average()
     );
+    (db, store, bus)
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let hours = arg("--hours", 24);
+    let nats = NatsServer::start().await;
+    // `--reuse-db URL`: measure over a database an earlier run kept (`--keep-db`), migrated
+    // by this binary's startup, instead of building the history again (a day takes minutes).
+    let reuse = std::env::args().skip_while(|a| a != "--reuse-db").nth(1);
+    let (db, store, bus) = match &reuse {
+        None => {
+            let (db, store, bus) = build_history(&nats, hours).await;
+            (Some(db), store, bus)
+        }
+        Some(url) => {
+            let store = PgStore::connect(url, PgStoreConfig::default())
+                .await
+                .expect("store");
+            store.migrate().await.expect("migrate");
+            let bus = bus_with_stream(NatsBusConfig {
+                url: nats.url(),
+                ..NatsBusConfig::default()
+            })
+            .await;
+            println!(
+                "cold start bench over the kept database {url}: {} rows; load {}",
+                store.row_counts().await.expect("rows").total(),
+                load_average()
+            );
+            (None, store, bus)
+        }
+    };
     let large = measure(&bus, &store).await;
 
     // The same, for the 59-point sample registry, in the same run.
@@ -212,8 +411,8 @@ async fn main() {
     let small = measure(&bus_small, &store_small).await;
 
     println!(
-        "  {:<28} {:>12} {:>10} {:>10}   {:>14}",
-        "step", "median ms", "min ms", "max ms", "59 points (ms)"
+        "  {:<28} {:>12} {:>10} {:>10} {:>10}   {:>14}",
+        "step", "median ms", "min ms", "max ms", "first ms", "59 points (ms)"
     );
     let mut total_large = 0;
     let mut total_small = 0;
@@ -222,10 +421,11 @@ async fn main() {
         total_large += m;
         total_small += s;
         println!(
-            "  {step:<28} {:>12.2} {:>10.2} {:>10.2}   {:>14.2}",
+            "  {step:<28} {:>12.2} {:>10.2} {:>10.2} {:>10.2}   {:>14.2}",
             m as f64 / 1e3,
             *us.iter().min().expect("rounds") as f64 / 1e3,
             *us.iter().max().expect("rounds") as f64 / 1e3,
+            us[0] as f64 / 1e3,
             s as f64 / 1e3
         );
     }
@@ -234,4 +434,11 @@ async fn main() {
         total_large as f64 / 1e3,
         total_small as f64 / 1e3
     );
+    println!("load after: {}", load_average());
+    if let Some(db) = db
+        && flag("--keep-db")
+    {
+        println!("kept database: {}", db.url);
+        std::mem::forget(db);
+    }
 }

@@ -463,14 +463,30 @@ pub async fn pg(url: &str) -> sqlx::PgConnection {
 /// Spawns `sentinel run` over `env` with the sample registry, `--ack-wait-ms ack_wait_ms` and
 /// `extra_args` appended.
 pub fn spawn_core(env: &Env, ack_wait_ms: u64, extra_args: &[&str]) -> Child {
+    spawn_core_on(
+        env,
+        &crate::traffic::sample_registry_dir(),
+        ack_wait_ms,
+        extra_args,
+        ("warn", Stdio::inherit()),
+    )
+}
+
+/// [`spawn_core`] over the registry folder `registry`, logging at `log.0` (a `SENTINEL_LOG`
+/// filter) to `log.1`.
+pub fn spawn_core_on(
+    env: &Env,
+    registry: &std::path::Path,
+    ack_wait_ms: u64,
+    extra_args: &[&str],
+    log: (&str, Stdio),
+) -> Child {
     Command::new(sentinel_bin())
         .current_dir(workspace_root())
         .args([
             "run",
             "--registry",
-            crate::traffic::sample_registry_dir()
-                .to_str()
-                .expect("a UTF-8 temp path"),
+            registry.to_str().expect("a UTF-8 registry path"),
             "--ack-wait-ms",
             &ack_wait_ms.to_string(),
         ])
@@ -478,9 +494,10 @@ pub fn spawn_core(env: &Env, ack_wait_ms: u64, extra_args: &[&str]) -> Child {
         // As the writer role: the core needs no more than `sentinel db grants` gives it.
         .env("SENTINEL_DATABASE_URL", &env.roles.writer_url)
         .env("SENTINEL_NATS_URL", env.nats.url())
-        .env("SENTINEL_LOG", "warn")
+        .env("SENTINEL_LOG", log.0)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        .stderr(log.1)
         .spawn()
         .expect("spawn sentinel run")
 }

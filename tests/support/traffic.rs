@@ -60,8 +60,9 @@ pub fn shipped_registry_dir() -> PathBuf {
 /// The exact-count tests compare what the stream accepted with what the log holds; a derived
 /// point adds readings of the core's own to both, as many as its inputs' commits trigger, which
 /// no traffic generator can predict. Derived readings are checked against the fold of their
-/// committed inputs by the simulator (invariant 17) and by `core/tests/derived.rs`; a
-/// real-process test of them is not built yet (issue 14).
+/// committed inputs by the simulator (invariant 17) and by `core/tests/derived.rs`, and in real
+/// processes against an uninterrupted replay of the log by `tests/e2e.rs`
+/// (`sigkill_mid_stream_then_restart_gives_the_derived_rows_of_an_uninterrupted_run`).
 pub fn sample_registry_dir() -> PathBuf {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {

@@ -487,6 +487,8 @@ impl Bus for MemoryBus {
             pending: total - state.ack_pending,
             ack_pending: state.ack_pending,
             oldest_unacked_age_ms,
+            first_seq: state.messages.first_key_value().map(|(&seq, _)| seq),
+            last_seq: state.last_seq,
         })
     }
 

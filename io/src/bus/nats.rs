@@ -498,6 +498,8 @@ impl Bus for NatsBus {
             pending,
             ack_pending,
             oldest_unacked_age_ms,
+            first_seq: (state.messages > 0).then_some(state.first_sequence),
+            last_seq: state.last_sequence,
         })
     }
 

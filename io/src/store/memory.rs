@@ -68,6 +68,8 @@ type UniqueKey = (Arc<str>, u32, u64, Micros);
 struct ClassTable {
     /// In insertion order, as a heap table would return them without ORDER BY.
     rows: Vec<ObsRow>,
+    /// Each row's `applied` column (migration 0007), parallel to `rows`.
+    applied: Vec<Option<i64>>,
     keys: BTreeSet<UniqueKey>,
 }
 
@@ -539,20 +541,29 @@ impl Store for MemoryStore {
         let mut out = Vec::new();
         for request in requests {
             let table = &model.tables[request.class.index()];
-            let mut rows: Vec<&ObsRow> = table
+            let mut rows: Vec<(&ObsRow, Option<i64>)> = table
                 .rows
                 .iter()
-                .filter(|r| r.point_id == request.point_id && r.observed_at >= request.since)
+                .zip(table.applied.iter().copied())
+                .filter(|(r, _)| r.point_id == request.point_id)
                 .collect();
-            // Newest first, as the PostgreSQL query orders before its LIMIT.
-            rows.sort_by(|a, b| b.order_key().cmp(&a.order_key()));
-            out.extend(rows.into_iter().take(rows_max_per_point).map(|r| WindowRow {
+            // Newest first, as the PostgreSQL query orders before its LIMIT: those since the
+            // bound (at most the row bound) and, whatever their age, the newest `rows_min`.
+            rows.sort_by(|a, b| b.0.order_key().cmp(&a.0.order_key()));
+            let since = rows
+                .iter()
+                .take_while(|(r, _)| r.observed_at >= request.since)
+                .count()
+                .min(rows_max_per_point);
+            let take = since.max(rows.len().min(request.rows_min as usize));
+            out.extend(rows.into_iter().take(take).map(|(r, applied)| WindowRow {
                 point_id: r.point_id.clone(),
                 observed_at: r.observed_at,
                 ingested_at: r.ingested_at,
                 key: r.key.clone(),
                 quality: r.quality,
                 value: r.value.as_ref().and_then(sentinel_core::CanonicalValue::num),
+                applied,
             }));
         }
         Ok(out)
@@ -601,6 +612,7 @@ impl Store for MemoryStore {
             );
             if table.keys.insert(key) {
                 table.rows.push(row.clone());
+                table.applied.push(Some(batch.applied()));
                 inserted.push(ordinal as u32);
             }
         }

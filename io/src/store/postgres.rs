@@ -362,9 +362,9 @@ macro_rules! insert_class {
             $table,
             " (",
             observation_columns!(),
-            ") SELECT ",
+            ", applied) SELECT ",
             observation_columns!(),
-            " FROM src WHERE class = ",
+            ", $30::bigint FROM src WHERE class = ",
             $class,
             $tail
         )
@@ -465,21 +465,28 @@ const HEADS_MEASUREMENT: &str = log_heads!("observation_measurement");
 const HEADS_STATE: &str = log_heads!("observation_state");
 const HEADS_DIAGNOSTIC: &str = log_heads!("observation_diagnostic");
 
-/// Restart step 5: per requested point, its rows since its bound, newest first, at most `$3`.
+/// Restart step 5: per requested point, its rows since its bound (newest first, at most `$3`)
+/// and, whatever their age, its newest `rows_min` (`$4`); `UNION` drops a row both return.
 /// One statement per class table; the `(point_id, observed_at DESC)` index serves each lateral
-/// scan.
+/// scan, and a `rows_min` of 0 costs nothing.
 macro_rules! windows {
     ($table:literal) => {
         concat!(
             "SELECT w.point_id, o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
-             o.source_seq, o.quality::text, o.value_num \
-             FROM unnest($1::text[], $2::timestamptz[]) AS w(point_id, since) \
-             CROSS JOIN LATERAL (SELECT o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
-               o.source_seq, o.quality, o.value_num FROM ",
+             o.source_seq, o.quality::text, o.value_num, o.applied \
+             FROM unnest($1::text[], $2::timestamptz[], $4::bigint[]) AS w(point_id, since, rows_min) \
+             CROSS JOIN LATERAL ((SELECT o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
+               o.source_seq, o.quality, o.value_num, o.applied FROM ",
             $table,
             " o WHERE o.point_id = w.point_id AND o.observed_at >= w.since \
                ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
-               o.source_epoch DESC, o.source_seq DESC LIMIT $3) o"
+               o.source_epoch DESC, o.source_seq DESC LIMIT $3) \
+             UNION (SELECT o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
+               o.source_seq, o.quality, o.value_num, o.applied FROM ",
+            $table,
+            " o WHERE o.point_id = w.point_id \
+               ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
+               o.source_epoch DESC, o.source_seq DESC LIMIT w.rows_min)) o"
         )
     };
 }
@@ -504,9 +511,10 @@ fn window_row(row: &PgRow) -> Result<WindowRow, StoreError> {
             row.try_get::<i64, _>(5)?,
             row.try_get::<String, _>(6)?,
             row.try_get::<Option<f64>, _>(7)?,
+            row.try_get::<Option<i64>, _>(8)?,
         ))
     };
-    let (id, observed, ingested, instance, epoch, seq, quality, value) = decode().map_err(get)?;
+    let (id, observed, ingested, instance, epoch, seq, quality, value, applied) = decode().map_err(get)?;
     let key = key_from_columns(Some(instance), Some(epoch), Some(seq))?
         .ok_or_else(|| StoreError::Other("a window row without a key".to_owned()))?;
     Ok(WindowRow {
@@ -516,6 +524,7 @@ fn window_row(row: &PgRow) -> Result<WindowRow, StoreError> {
         key,
         quality: quality_from_db(&quality)?,
         value,
+        applied,
     })
 }
 
@@ -951,6 +960,7 @@ impl PgStore {
         let answer = match bind_batch(
             COMMIT_BATCH_PLAIN,
             epoch,
+            batch.applied(),
             &self.config.stream_name,
             rows,
             quarantine,
@@ -1008,10 +1018,17 @@ impl PgStore {
         rows: &ObservationColumns<'_>,
         quarantine: &QuarantineColumns<'_>,
     ) -> Result<(Vec<u32>, u32), StoreError> {
-        let returned = bind_batch(COMMIT_BATCH, epoch, &self.config.stream_name, rows, quarantine)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(db_error("committing the batch"))?;
+        let returned = bind_batch(
+            COMMIT_BATCH,
+            epoch,
+            batch.applied(),
+            &self.config.stream_name,
+            rows,
+            quarantine,
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error("committing the batch"))?;
 
         let by_key = ordinals_by_key(&batch.rows)?;
         let mut inserted = Vec::with_capacity(returned.len());
@@ -1446,11 +1463,13 @@ fn ordinals_by_key(rows: &[ObsRow]) -> Result<HashMap<DbKey<'_>, u32>, StoreErro
     Ok(by_key)
 }
 
-/// Binds a batch to either commit statement (both take the same 29 parameters). The values
-/// are encoded here, so a fallback binds the same columns again.
+/// Binds a batch to either commit statement (both take the same 30 parameters; `$30` is the
+/// batch's `applied` position, migration 0007). The values are encoded here, so a fallback
+/// binds the same columns again.
 fn bind_batch<'q>(
     sql: &'static str,
     epoch: i32,
+    applied: i64,
     stream_name: &str,
     rows: &ObservationColumns<'_>,
     quarantine: &QuarantineColumns<'_>,
@@ -1485,6 +1504,7 @@ fn bind_batch<'q>(
         .bind(&quarantine.detail)
         .bind(&quarantine.payload)
         .bind(&quarantine.payload_bytes)
+        .bind(applied)
 }
 
 /// A batch's rows as the column arrays the commit statements bind, built in one pass.
@@ -1971,6 +1991,18 @@ impl Store for PgStore {
     ) -> Result<Vec<WindowRow>, StoreError> {
         let limit = i64::try_from(rows_max_per_point).unwrap_or(i64::MAX);
         let mut out = Vec::new();
+        // JIT off: the planner costs the lateral scans at the row bound, far above
+        // `jit_above_cost`, and compiling them took ~0.55 s per class table of a ~0.4 s query
+        // (4,000 points, 1,000 derived, a day of history: BENCHMARKS.md "Cold start").
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(db_error("reading derived windows"))?;
+        sqlx::query("SET LOCAL jit = off")
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("reading derived windows"))?;
         for class in RetentionClass::ALL {
             let wanted: Vec<&WindowRequest> = requests.iter().filter(|r| r.class == class).collect();
             if wanted.is_empty() {
@@ -1981,17 +2013,20 @@ impl Store for PgStore {
                 .iter()
                 .map(|r| to_odt(r.since))
                 .collect::<Result<Vec<_>, _>>()?;
+            let rows_min: Vec<i64> = wanted.iter().map(|r| i64::from(r.rows_min)).collect();
             let rows = sqlx::query(windows_sql(class))
                 .bind(&ids)
                 .bind(&since)
                 .bind(limit)
-                .fetch_all(&self.pool)
+                .bind(&rows_min)
+                .fetch_all(&mut *tx)
                 .await
                 .map_err(db_error("reading derived windows"))?;
             for row in &rows {
                 out.push(window_row(row)?);
             }
         }
+        tx.commit().await.map_err(db_error("reading derived windows"))?;
         tracing::debug!(
             requests = requests.len(),
             rows = out.len(),

@@ -2,8 +2,10 @@
 //! committed inputs (DESIGN.md §5 invariant 11; registry README, "Derived points").
 //!
 //! Owns: each derived point's definition (from the run's registry), every committed row of
-//! every input with its commit position (a counter over RETURNING sets, in the order the core
-//! applies them), and the check run on every commit of a derived reading:
+//! every input with its position in the order the cores applied it (the log's `applied`
+//! column, migration 0007: batch order, then the fold's order within a batch; commits run
+//! concurrently, so this is not the order they reach the store), and the check run on every
+//! commit of a derived reading:
 //!
 //! - its trigger (the `trigger` key in its provenance) is a committed row of an input, that
 //!   was committed before the reading;
@@ -14,12 +16,21 @@
 //!   each input's newest row; no value where the trigger (or a pair's input) is not `live` or
 //!   there is nothing to fold. Float folds are compared within 1e-9 relative.
 //!
+//! And at the end of a run ([`DerivedModel::missing`]): every committed row that triggered
+//! (was its input's newest among the rows applied up to it) has each reader's reading
+//! committed, keyed by [`derived_key`] — so a reading a crash lost between its trigger's commit
+//! and its publish must have been derived again by a restart. Readings the bus refused (a
+//! partition, a full stream) are lost to the bus, not a crash, and are not asked for.
+//!
 //! A reading the core derived from a row that never committed, or from a window holding one,
 //! fails here. Rows are kept for the run (a run is bounded; inputs are a couple of points).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use std::collections::BTreeSet;
+
+use sentinel_core::derived::derived_key;
 use sentinel_core::registry::{DerivedOp, Descriptor};
 use sentinel_core::{Micros, ObsKey, ObsRow, Quality};
 
@@ -28,6 +39,8 @@ use super::{Key3, key3};
 /// One derived point as the registry defines it.
 #[derive(Clone, Debug)]
 pub struct DerivedDef {
+    /// The driver instance its readings are keyed under.
+    pub instance: Arc<str>,
     pub op: DerivedOp,
     pub inputs: Vec<Arc<str>>,
     pub window_us: i64,
@@ -42,6 +55,7 @@ pub fn definitions(descriptors: &[Descriptor]) -> BTreeMap<Arc<str>, DerivedDef>
             Some((
                 Arc::from(d.id.as_str()),
                 DerivedDef {
+                    instance: Arc::from(d.assignment.driver_instance.as_str()),
                     op: derived.op,
                     inputs: derived.inputs.iter().map(|i| Arc::from(i.as_str())).collect(),
                     window_us: i64::from(derived.window_s.unwrap_or(0)) * 1_000_000,
@@ -58,8 +72,9 @@ struct InputRow {
     key: ObsKey,
     quality: Quality,
     value: Option<f64>,
-    /// Commit position: rows with a smaller one were applied before this one.
-    position: u64,
+    /// Applied position (`applied`, then rank in the batch under the fold's order): rows with
+    /// a smaller one were applied before this one.
+    position: (i64, u32),
 }
 
 impl InputRow {
@@ -75,7 +90,6 @@ pub struct DerivedModel {
     rows: BTreeMap<Arc<str>, Vec<InputRow>>,
     /// Committed input rows by key: their point and index in `rows`.
     by_key: BTreeMap<Key3, (Arc<str>, usize)>,
-    position: u64,
     /// Derived readings checked so far (the run's report shows it: a seed exercised them).
     pub checked: u64,
 }
@@ -92,10 +106,9 @@ impl DerivedModel {
         self.defs.values().any(|d| d.inputs.iter().any(|i| &**i == point))
     }
 
-    /// One row of a RETURNING set, in the order the core applies them. Returns a violation's
-    /// text when it is a derived reading that is not the fold of its committed inputs.
-    pub fn on_committed(&mut self, row: &ObsRow) -> Option<String> {
-        self.position += 1;
+    /// One row of a RETURNING set with its applied position. Returns a violation's text when
+    /// it is a derived reading that is not the fold of its committed inputs.
+    pub fn on_committed(&mut self, row: &ObsRow, position: (i64, u32)) -> Option<String> {
         let failure = self.check(row);
         if self.is_input(&row.point_id) {
             let rows = self.rows.entry(row.point_id.clone()).or_default();
@@ -107,7 +120,7 @@ impl DerivedModel {
                 key: row.key.clone(),
                 quality: row.quality,
                 value: row.value.as_ref().and_then(|v| v.num()),
-                position: self.position,
+                position,
             });
         }
         failure
@@ -185,6 +198,43 @@ impl DerivedModel {
                 t.observed_at.0
             )
         })
+    }
+}
+
+impl DerivedModel {
+    /// The end of a run: the first trigger whose reading (for some reader) is neither
+    /// committed (`committed`) nor refused by the bus (`refused`), as a violation's text.
+    pub fn missing(&self, committed: impl Fn(&Key3) -> bool, refused: &BTreeSet<Key3>) -> Option<String> {
+        for (point, rows) in &self.rows {
+            let mut by_position: Vec<&InputRow> = rows.iter().collect();
+            by_position.sort_by_key(|r| r.position);
+            let readers: Vec<(&Arc<str>, &DerivedDef)> = self
+                .defs
+                .iter()
+                .filter(|(_, d)| d.inputs.iter().any(|i| i == point))
+                .collect();
+            let mut newest: Option<(Micros, Micros, Key3)> = None;
+            for row in by_position {
+                let order = row.order();
+                if newest.as_ref().is_some_and(|n| *n > order) {
+                    continue;
+                }
+                newest = Some(order);
+                for (id, def) in &readers {
+                    let (epoch, seq) = derived_key(id, &row.key);
+                    let key: Key3 = (def.instance.clone(), epoch, seq);
+                    if !committed(&key) && !refused.contains(&key) {
+                        return Some(format!(
+                            "row {:?} of {point} (observed_at {}) triggered a reading of {id}, \
+                             which never committed (key {key:?})",
+                            key3(&row.key),
+                            row.observed_at.0
+                        ));
+                    }
+                }
+            }
+        }
+        None
     }
 }
 

@@ -159,6 +159,9 @@ pub struct Checker {
     ownership: ownership::Ownership,
     pub derived: derived::DerivedModel,
     pub rollups: rollups::RollupModel,
+    /// Keys of observations the core published that the bus refused (a partition, a full
+    /// stream): a derived reading among them is lost to the bus, not to a crash.
+    refused_publishes: BTreeSet<Key3>,
     pub commands_applied: u64,
     /// Applied while a newer epoch held the lock (committed before the takeover, delivered
     /// before the driver heard the new epoch: allowed).
@@ -175,6 +178,7 @@ impl Checker {
         Checker {
             derived,
             rollups,
+            refused_publishes: BTreeSet::new(),
             config,
             accepted: BTreeMap::new(),
             committed: BTreeMap::new(),
@@ -268,6 +272,15 @@ impl Checker {
                 ),
             );
         }
+        // Invariant 17's positions: the batch's `applied`, then its rank under the fold's
+        // order, the order the core folds a batch's rows for derived points.
+        let applied = report.batch.applied();
+        let mut ranked: Vec<u32> = report.inserted.clone();
+        ranked.sort_by(|&a, &b| {
+            let (a, b) = (&report.batch.rows[a as usize], &report.batch.rows[b as usize]);
+            a.order_key().cmp(&b.order_key())
+        });
+        let rank = |ordinal: u32| ranked.iter().position(|&o| o == ordinal).unwrap_or(0) as u32;
         for &ordinal in &report.inserted {
             let row = &report.batch.rows[ordinal as usize];
             let key = key3(&row.key);
@@ -294,7 +307,7 @@ impl Checker {
             {
                 head.valued = Some((order, value.clone()));
             }
-            if let Some(what) = self.derived.on_committed(row) {
+            if let Some(what) = self.derived.on_committed(row, (applied, rank(ordinal))) {
                 self.fail(17, at, what);
             }
             self.rollups.on_committed(row);
@@ -524,6 +537,23 @@ impl Checker {
         }
         if let Some(what) = failure {
             self.fail(5, at, what);
+        }
+    }
+
+    /// A publish of an observation (a self-point or a derived reading) the bus refused.
+    pub fn on_publish_refused(&mut self, key: Key3) {
+        self.refused_publishes.insert(key);
+    }
+
+    /// Invariant 17 at the end of a run: every trigger's readings committed (or refused by
+    /// the bus), so none a crash lost stayed lost.
+    pub fn check_derived_complete(&mut self, at: Micros) {
+        let committed = &self.committed;
+        if let Some(what) = self
+            .derived
+            .missing(|key| committed.contains_key(key), &self.refused_publishes)
+        {
+            self.fail(17, at, what);
         }
     }
 
