@@ -43,6 +43,13 @@ pub enum Input {
     RollupStepped(crate::rollup::RollupStepOutcome),
     /// The epoch fence refused a rollup step: a newer core holds the lock.
     RollupStepFenced,
+    /// A reprocess is asked over the bus; `reply_to` is where the answer goes (opaque here).
+    ReprocessRequested {
+        ask: crate::reprocess_request::ReprocessAsk,
+        reply_to: String,
+    },
+    /// The reprocess job (`Effect::Reprocess`) answered.
+    ReprocessFinished(crate::reprocess_request::ReprocessFinished),
     /// Time passed; due flushes and checkpoints happen.
     Tick,
     /// Orderly stop: flush, wait for in-flight batches, write a final checkpoint, exit 0.
@@ -76,6 +83,13 @@ pub enum Effect {
     /// epoch, and answer with `Input::RollupStepped` (or `RollupStepFenced`). Not ordered with
     /// commits: the store's watermark and invalidations make any interleaving correct.
     RefreshRollups(crate::rollup::RollupStepRequest),
+    /// Run this reprocess off the ingest loop, fenced on the job's epoch, under the core's
+    /// registry, and answer with `Input::ReprocessFinished`. Not ordered with commits: the rows
+    /// it writes are fenced and the projection takes its result only where no newer row moved
+    /// it (`reprocess_request`).
+    Reprocess(crate::reprocess_request::ReprocessJob),
+    /// Answer a reprocess request at its reply address.
+    ReprocessReply { reply_to: String, payload: Bytes },
     /// Stop the process with this code.
     Exit(ExitReason),
 }

@@ -93,6 +93,8 @@ pub struct Core {
     control_pending: std::collections::BTreeSet<crate::registry::PointIdx>,
     /// Derived points: computed from committed rows, published as observations.
     derived: Derivations,
+    /// The one reprocess asked over the bus that runs (`reprocess_request.rs`).
+    reprocess: crate::reprocess_request::ReprocessSlot,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
     planted: Option<PlantedBug>,
 }
@@ -135,6 +137,7 @@ impl Core {
             lag_high: false,
             control_pending: std::collections::BTreeSet::new(),
             derived,
+            reprocess: Default::default(),
             planted: None,
         };
         core.count_drivers();
@@ -266,6 +269,8 @@ impl Core {
                 self.on_tick();
             }
             Input::RollupStepFenced => self.exit(ExitReason::FENCED),
+            Input::ReprocessRequested { ask, reply_to } => self.on_reprocess_requested(ask, reply_to),
+            Input::ReprocessFinished(finished) => self.on_reprocess_finished(finished),
             Input::Tick => self.on_tick(),
             Input::Shutdown => {
                 self.mode = Mode::Draining;
@@ -353,6 +358,10 @@ impl Core {
 
     pub fn epoch(&self) -> u32 {
         self.epoch
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     pub fn registry(&self) -> &Arc<Registry> {
@@ -838,6 +847,62 @@ impl Core {
         let states = self.projection.take_all_dirty(self.now);
         self.emit_checkpoint(states);
         self.exit(ExitReason::CLEAN);
+    }
+
+    /// A reprocess asked over the bus: started as an effect the runtime runs off the loop, or
+    /// refused at once (`reprocess_request.rs`).
+    fn on_reprocess_requested(&mut self, ask: crate::reprocess_request::ReprocessAsk, reply_to: String) {
+        use crate::reprocess_request::Admission;
+        let draining = self.mode != Mode::Running;
+        match self
+            .reprocess
+            .admit(ask, reply_to.clone(), self.epoch, self.registry.version, draining)
+        {
+            Admission::Start(job) => self.effects.push_back(Effect::Reprocess(job)),
+            Admission::Refuse(reply) => self.effects.push_back(Effect::ReprocessReply {
+                reply_to,
+                payload: reply.to_bytes(),
+            }),
+        }
+    }
+
+    /// The reprocess job answered: its log heads replace projection entries that no newer row
+    /// moved (no transition is published), then the asker is answered. A fenced run stops the
+    /// core like every fenced write.
+    fn on_reprocess_finished(&mut self, finished: crate::reprocess_request::ReprocessFinished) {
+        use crate::reprocess_request::{JobOutcome, ReprocessReply};
+        let Some(reply_to) = self.reprocess.finish(&finished.request_id) else {
+            return;
+        };
+        let epoch = self.epoch;
+        let (reply, fenced) = match finished.outcome {
+            JobOutcome::Read { reply } => (reply, false),
+            JobOutcome::Done { heads, report } => {
+                let mut replaced = 0;
+                for head in &heads {
+                    if let Some(idx) = self.registry.resolve(&head.state.point_id)
+                        && self.projection.replace_if_unmoved(idx, head, self.now)
+                    {
+                        replaced += 1;
+                    }
+                }
+                let reply = ReprocessReply::Done {
+                    epoch,
+                    report,
+                    points_replaced: replaced,
+                    points_kept: heads.len() - replaced,
+                };
+                (reply, false)
+            }
+            JobOutcome::Failed { why, fenced } => (ReprocessReply::Failed { epoch, why }, fenced),
+        };
+        self.effects.push_back(Effect::ReprocessReply {
+            reply_to,
+            payload: reply.to_bytes(),
+        });
+        if fenced {
+            self.exit(ExitReason::FENCED);
+        }
     }
 
     fn exit(&mut self, reason: ExitReason) {
