@@ -248,7 +248,9 @@ impl World {
                 Effect::Checkpoint { .. }
                 | Effect::Control { .. }
                 | Effect::PublishObservation { .. }
-                | Effect::RefreshRollups(_) => {}
+                | Effect::RefreshRollups(_)
+                | Effect::Reprocess(_)
+                | Effect::ReprocessReply { .. } => {}
                 Effect::Exit(reason) => panic!("unexpected exit: {reason:?}"),
             }
         }

@@ -11,6 +11,7 @@ pub mod nats_auth;
 pub mod ports;
 pub mod registry_dir;
 pub mod reprocess;
+pub mod reprocess_job;
 pub mod runtime;
 pub mod startup;
 pub mod store;

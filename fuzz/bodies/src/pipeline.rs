@@ -372,6 +372,10 @@ impl Harness {
                 Effect::RefreshRollups(step) => {
                     assert_eq!(step.epoch, EPOCH, "rollup step on the wrong epoch");
                 }
+                Effect::Reprocess(_) | Effect::ReprocessReply { .. } => {
+                    // Only in answer to a reprocess request, which this body never sends.
+                    panic!("reprocess effect without a request: {effect:?}");
+                }
                 Effect::PublishObservation { msg_id, .. } => {
                     // A self-point: keyed by the core's own instance and epoch.
                     assert!(
