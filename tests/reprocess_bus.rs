@@ -42,7 +42,14 @@ fn sentinel(env: &Env, args: &[&str]) -> Output {
 async fn publish_live(env: &Env, seqs: std::ops::Range<u64>) {
     for seq in seqs {
         // Current readings in kPa, observed now.
-        let e = EnvelopeOut::new(PRESSURE, INSTANCE, 2, seq, now(), serde_json::json!(100.0 + seq as f64));
+        let e = EnvelopeOut::new(
+            PRESSURE,
+            INSTANCE,
+            2,
+            seq,
+            now(),
+            serde_json::json!(100.0 + seq as f64),
+        );
         env.bus
             .publish_observation(
                 format!("obs.rp-host.{INSTANCE}"),
@@ -66,7 +73,10 @@ async fn rows_of(env: &Env, source_epoch: i64) -> i64 {
 async fn wait_rows(env: &Env, source_epoch: i64, n: i64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while rows_of(env, source_epoch).await < n {
-        assert!(tokio::time::Instant::now() < deadline, "rows of source epoch {source_epoch} never reached {n}");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "rows of source epoch {source_epoch} never reached {n}"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
@@ -112,7 +122,13 @@ async fn a_running_core_asked_over_the_bus_reprocesses_under_its_epoch_while_ing
     let transitions = Transitions::subscribe(&env.nats.url()).await;
     let mut core = Command::new(sentinel_bin())
         .current_dir(workspace_root())
-        .args(["run", "--registry", dir.to_str().expect("utf-8"), "--ack-wait-ms", "5000"])
+        .args([
+            "run",
+            "--registry",
+            dir.to_str().expect("utf-8"),
+            "--ack-wait-ms",
+            "5000",
+        ])
         .env("SENTINEL_DATABASE_URL", &env.roles.writer_url)
         .env("SENTINEL_NATS_URL", env.nats.url())
         .env("SENTINEL_LOG", "warn")
@@ -125,13 +141,26 @@ async fn a_running_core_asked_over_the_bus_reprocesses_under_its_epoch_while_ing
     wait_rows(&env, 2, LIVE_BEFORE as i64).await;
 
     let from = Micros(t.0 - 2 * 3_600 * S).to_rfc3339();
-    let reprocess_args = ["reprocess", "--point-glob", "rp.boiler.pres*", "--from", &from, "--registry-version", "current", "--json"];
+    let reprocess_args = [
+        "reprocess",
+        "--point-glob",
+        "rp.boiler.pres*",
+        "--from",
+        &from,
+        "--registry-version",
+        "current",
+        "--json",
+    ];
 
     // The dry run is the core's too: the plan, nothing changed.
     let mut dry = reprocess_args.to_vec();
     dry.push("--dry-run");
     let out = sentinel(&env, &dry);
-    assert!(out.status.success(), "dry run: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "dry run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let plan: serde_json::Value = serde_json::from_slice(&out.stdout).expect("plan JSON");
     assert_eq!(plan["registry_version"], 2);
     assert_eq!(plan["rows"], HISTORICAL + LIVE_BEFORE, "{plan}");
@@ -155,7 +184,11 @@ async fn a_running_core_asked_over_the_bus_reprocesses_under_its_epoch_while_ing
     });
     publish_live(&env, LIVE_BEFORE + 1..LIVE_BEFORE + LIVE_DURING + 1).await;
     let out = cli.await.expect("join");
-    assert!(out.status.success(), "reprocess: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "reprocess: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
     assert_eq!(report["epoch"], 2, "under the running core's epoch: {report}");
     assert_eq!(report["registry_version"], 2);
@@ -163,13 +196,18 @@ async fn a_running_core_asked_over_the_bus_reprocesses_under_its_epoch_while_ing
     // Every live message commits exactly once.
     wait_rows(&env, 2, (LIVE_BEFORE + LIVE_DURING) as i64).await;
     let mut conn = pg(&env.db.url).await;
-    let (live, distinct): (i64, i64) = sqlx::query_as(
-        "SELECT count(*), count(DISTINCT source_seq) FROM observation WHERE source_epoch = 2",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .expect("live rows");
-    assert_eq!((live, distinct), ((LIVE_BEFORE + LIVE_DURING) as i64, (LIVE_BEFORE + LIVE_DURING) as i64));
+    let (live, distinct): (i64, i64) =
+        sqlx::query_as("SELECT count(*), count(DISTINCT source_seq) FROM observation WHERE source_epoch = 2")
+            .fetch_one(&mut conn)
+            .await
+            .expect("live rows");
+    assert_eq!(
+        (live, distinct),
+        (
+            (LIVE_BEFORE + LIVE_DURING) as i64,
+            (LIVE_BEFORE + LIVE_DURING) as i64
+        )
+    );
 
     // The history is fixed: kPa as reported, under version 2; native untouched.
     let wrong: i64 = sqlx::query_scalar(
@@ -182,12 +220,11 @@ async fn a_running_core_asked_over_the_bus_reprocesses_under_its_epoch_while_ing
     assert_eq!(wrong, 0, "every historical row recomputed under version 2");
 
     // One reprocess control event, stamped with the core's epoch.
-    let events: Vec<(i64, serde_json::Value)> = sqlx::query_as(
-        "SELECT core_epoch::bigint, payload FROM control_event WHERE kind = 'reprocess'",
-    )
-    .fetch_all(&mut conn)
-    .await
-    .expect("control events");
+    let events: Vec<(i64, serde_json::Value)> =
+        sqlx::query_as("SELECT core_epoch::bigint, payload FROM control_event WHERE kind = 'reprocess'")
+            .fetch_all(&mut conn)
+            .await
+            .expect("control events");
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].0, 2);
 
@@ -201,7 +238,23 @@ async fn a_running_core_asked_over_the_bus_reprocesses_under_its_epoch_while_ing
     );
     assert!(!keys.is_empty(), "the live readings raised transitions");
 
-    assert!(core.try_wait().expect("try_wait").is_none(), "the core ran throughout");
+    // Another version than the core runs: refused by the core, exit 12, nothing changed.
+    let mut other = reprocess_args.to_vec();
+    other[6] = "1";
+    let out = sentinel(&env, &other);
+    assert_eq!(
+        out.status.code(),
+        Some(12),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reply: serde_json::Value = serde_json::from_slice(&out.stdout).expect("reply JSON");
+    assert_eq!(reply["outcome"], "version", "{reply}");
+
+    assert!(
+        core.try_wait().expect("try_wait").is_none(),
+        "the core ran throughout"
+    );
     terminate(core).await;
     // Its projection ends on the newest row (checkpointed at the orderly stop).
     let seq: i64 = sqlx::query_scalar("SELECT source_seq FROM point_state WHERE point_id = $1")
@@ -211,4 +264,33 @@ async fn a_running_core_asked_over_the_bus_reprocesses_under_its_epoch_while_ing
         .expect("point_state");
     assert_eq!(seq as u64, LIVE_BEFORE + LIVE_DURING, "the newest row wins");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The lock is held but no core listens on the bus: a clear error, exit 13, nothing asked twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_lock_with_no_core_on_the_bus_is_a_clear_error() {
+    let env = Env::start(5_000).await;
+    rp::load(&env.store, 1).await;
+    let lease = env.store.acquire().await.expect("acquire");
+    let out = sentinel(
+        &env,
+        &[
+            "reprocess",
+            "--point-glob",
+            "rp.*",
+            "--from",
+            "2026-01-01",
+            "--registry-version",
+            "current",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(13),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("did not answer"), "{stderr}");
+    lease.release().await.expect("release");
 }

@@ -109,7 +109,11 @@ pub enum ReprocessReply {
     /// Another reprocess is running (named by its request id).
     Busy { epoch: u32, running: String },
     /// The core runs another registry version (the version rule).
-    Version { epoch: u32, core_version: i32, asked: i32 },
+    Version {
+        epoch: u32,
+        core_version: i32,
+        asked: i32,
+    },
     /// The request is malformed.
     Invalid { epoch: u32, why: String },
     /// The core is stopping.
@@ -144,7 +148,10 @@ pub enum JobOutcome {
     Read { reply: ReprocessReply },
     /// A real run committed its rows, refreshed the rollups and wrote its control event;
     /// `heads` are the scope's log heads read after the row updates; `report` the run's JSON.
-    Done { heads: Vec<LogHead>, report: serde_json::Value },
+    Done {
+        heads: Vec<LogHead>,
+        report: serde_json::Value,
+    },
     /// The run failed; `fenced` when the epoch fence refused a write (the core stops then).
     Failed { why: String, fenced: bool },
 }

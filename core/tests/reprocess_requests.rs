@@ -102,7 +102,10 @@ fn the_job_is_fenced_on_the_core_epoch_and_a_second_request_is_busy() {
             }
         )]
     );
-    assert!(!effects.iter().any(|e| matches!(e, Effect::Reprocess(_))), "{effects:?}");
+    assert!(
+        !effects.iter().any(|e| matches!(e, Effect::Reprocess(_))),
+        "{effects:?}"
+    );
 
     // Once the first answers, the asker gets its reply and the next may start.
     let effects = finish(&mut core, "a", Vec::new());
@@ -110,7 +113,10 @@ fn the_job_is_fenced_on_the_core_epoch_and_a_second_request_is_busy() {
         replies(&effects).as_slice(),
         [(to, ReprocessReply::Done { epoch: 5, .. })] if to == "_INBOX_operator.a"
     ));
-    assert!(matches!(request(&mut core, "b", 7).as_slice(), [Effect::Reprocess(_)]));
+    assert!(matches!(
+        request(&mut core, "b", 7).as_slice(),
+        [Effect::Reprocess(_)]
+    ));
 }
 
 #[test]
@@ -143,7 +149,14 @@ fn an_unmoved_point_takes_the_rebuilt_state_and_nothing_is_published() {
     );
     assert!(matches!(
         replies(&effects).as_slice(),
-        [(_, ReprocessReply::Done { points_replaced: 1, points_kept: 0, .. })]
+        [(
+            _,
+            ReprocessReply::Done {
+                points_replaced: 1,
+                points_kept: 0,
+                ..
+            }
+        )]
     ));
     let state = core.point_state("plant.rssi").expect("point");
     assert_eq!(state.value, Some(CanonicalValue::Num(-40.0)));
@@ -161,10 +174,21 @@ fn a_newer_row_committed_during_the_run_wins_over_the_rebuilt_head() {
     let effects = finish(&mut core, "a", vec![head]);
     assert!(matches!(
         replies(&effects).as_slice(),
-        [(_, ReprocessReply::Done { points_replaced: 0, points_kept: 1, .. })]
+        [(
+            _,
+            ReprocessReply::Done {
+                points_replaced: 0,
+                points_kept: 1,
+                ..
+            }
+        )]
     ));
     let state = core.point_state("plant.rssi").expect("point");
-    assert_eq!(state.value, Some(CanonicalValue::Num(-60.0)), "the newer row wins");
+    assert_eq!(
+        state.value,
+        Some(CanonicalValue::Num(-60.0)),
+        "the newer row wins"
+    );
     assert_eq!(state.key.as_ref().map(|k| k.source_seq), Some(2));
 }
 

@@ -11,12 +11,12 @@
 
 use std::sync::Arc;
 
-use sentinel_core::reprocess_request::{JobOutcome, ReprocessFinished, ReprocessJob, ReprocessReply};
 use sentinel_core::reprocess::Offender;
+use sentinel_core::reprocess_request::{JobOutcome, ReprocessFinished, ReprocessJob, ReprocessReply};
 use sentinel_core::{Config, Micros, Registry};
 
 use crate::ports::{Store, StoreError};
-use crate::reprocess::{self, Plan, Projecting, ReprocessError, Report, Request};
+use crate::reprocess::{self, Plan, Projecting, Report, ReprocessError, Request};
 
 pub fn offender_json(o: &Offender) -> serde_json::Value {
     serde_json::json!({
@@ -136,7 +136,12 @@ async fn job_outcome<S: Store>(
             },
         });
     }
-    tracing::info!(request_id = ask.request_id, rows = plan.rows, epoch = job.epoch, "reprocess asked over the bus");
+    tracing::info!(
+        request_id = ask.request_id,
+        rows = plan.rows,
+        epoch = job.epoch,
+        "reprocess asked over the bus"
+    );
     let report = reprocess::run(
         store,
         job.epoch,

@@ -200,7 +200,8 @@ where
                         reprocess_jobs.spawn(async move {
                             let now = move || clock.now();
                             let finished =
-                                crate::reprocess_job::run_job(&store, registry, &core_config, job, &now).await;
+                                crate::reprocess_job::run_job(&store, registry, &core_config, job, &now)
+                                    .await;
                             Input::ReprocessFinished(finished)
                         });
                         continue;

@@ -503,7 +503,9 @@ impl Bus for NatsBus {
 
     async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
         use futures::StreamExt as _;
-        use sentinel_core::wire::{COMMAND_REQUEST_SUBJECT, DRIVER_HELLO_WILDCARD, REPROCESS_REQUEST_SUBJECT};
+        use sentinel_core::wire::{
+            COMMAND_REQUEST_SUBJECT, DRIVER_HELLO_WILDCARD, REPROCESS_REQUEST_SUBJECT,
+        };
         let client = &self.inner.client;
         let subscribe = |subject: &'static str| async move {
             client

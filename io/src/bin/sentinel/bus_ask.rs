@@ -62,7 +62,11 @@ pub async fn ask(args: &ReprocessArgs, version: i32) -> anyhow::Result<ExitCode>
     if !args.json {
         eprintln!(
             "sentinel: a core holds the single-writer lock; asking it to {} over the bus",
-            if args.dry_run { "plan the reprocess" } else { "reprocess" }
+            if args.dry_run {
+                "plan the reprocess"
+            } else {
+                "reprocess"
+            }
         );
     }
     let request = async_nats::Request::new()
@@ -149,9 +153,10 @@ fn print_reply(reply: ReprocessReply, json: bool) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
-        ReprocessReply::Busy { running, .. } => {
-            refused_by_core(format!("another reprocess ({running}) is running; ask again when it is done"), &reply)
-        }
+        ReprocessReply::Busy { running, .. } => refused_by_core(
+            format!("another reprocess ({running}) is running; ask again when it is done"),
+            &reply,
+        ),
         ReprocessReply::Version {
             core_version, asked, ..
         } => refused_by_core(
