@@ -647,3 +647,36 @@ impl Consumer for NatsConsumer {
         self.to_deliveries(messages)
     }
 }
+
+/// Why a request on a plain subject got no answer ([`request_reply`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestFailed {
+    #[error("nothing listens on {0}")]
+    NoResponders(String),
+    #[error("no answer within {0} ms")]
+    TimedOut(u64),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One request/reply on a plain subject as `connection`'s principal (the answer comes to its
+/// inbox), waiting at most `timeout_ms`. The operator's tools ask the running core this way
+/// (`sentinel reprocess` while a core holds the lock).
+pub async fn request_reply(
+    connection: &sentinel_driver::connect::BusConnection,
+    subject: &str,
+    payload: Bytes,
+    timeout_ms: u64,
+) -> Result<Bytes, RequestFailed> {
+    let request = async_nats::Request::new()
+        .payload(payload)
+        .timeout(Some(Duration::from_millis(timeout_ms)));
+    match connection.client.send_request(subject.to_owned(), request).await {
+        Ok(message) => Ok(message.payload),
+        Err(e) => Err(match e.kind() {
+            async_nats::RequestErrorKind::NoResponders => RequestFailed::NoResponders(subject.to_owned()),
+            async_nats::RequestErrorKind::TimedOut => RequestFailed::TimedOut(timeout_ms),
+            _ => RequestFailed::Other(e.to_string()),
+        }),
+    }
+}

@@ -5,16 +5,15 @@
 //! [`EXIT_CORE_REFUSED`] (the core would not start it) and [`EXIT_NO_CORE`] (no core answered
 //! in time).
 
-use std::process::ExitCode;
-use std::time::Duration;
-
 use anyhow::{Context, bail};
 use sentinel_core::control::PRINCIPAL_REPROCESS_CLI;
 use sentinel_core::reprocess_request::{ReprocessAsk, ReprocessReply};
 use sentinel_core::wire::REPROCESS_REQUEST_SUBJECT;
 use sentinel_driver::Credentials;
 use sentinel_driver::connect::BusConnection;
+use sentinel_io::bus::nats::{RequestFailed, request_reply};
 use sentinel_io::nats_auth::OPERATOR_PRINCIPAL;
+use std::process::ExitCode;
 
 use super::reprocess::{EXIT_REFUSED, ReprocessArgs, print_report};
 use super::rollup::parse_instant;
@@ -69,32 +68,34 @@ pub async fn ask(args: &ReprocessArgs, version: i32) -> anyhow::Result<ExitCode>
             }
         );
     }
-    let request = async_nats::Request::new()
-        .payload(payload.into())
-        .timeout(Some(Duration::from_millis(args.bus.reply_timeout_ms)));
-    let message = match connection
-        .client
-        .send_request(REPROCESS_REQUEST_SUBJECT, request)
-        .await
+    let payload = match request_reply(
+        &connection,
+        REPROCESS_REQUEST_SUBJECT,
+        payload.into(),
+        args.bus.reply_timeout_ms,
+    )
+    .await
     {
-        Ok(message) => message,
+        Ok(payload) => payload,
         Err(e) => {
-            use async_nats::RequestErrorKind;
-            let why = match e.kind() {
-                RequestErrorKind::NoResponders => "no core listens on the bus (is it connected?)".to_owned(),
-                RequestErrorKind::TimedOut => format!(
-                    "no answer within {} ms (a real run answers when it is done: raise \
-                     --reply-timeout-ms; the core's log and `reprocess` control event say whether it finished)",
-                    args.bus.reply_timeout_ms
+            let why = match e {
+                RequestFailed::NoResponders(_) => {
+                    "nothing listens on the bus for it (the lock holder may be another \
+                     command rather than a core, or the core is not connected to this server)"
+                        .to_owned()
+                }
+                RequestFailed::TimedOut(ms) => format!(
+                    "no answer within {ms} ms (a real run answers when it is done: raise \
+                     --reply-timeout-ms; the core's log and `reprocess` control event say whether it finished)"
                 ),
-                _ => e.to_string(),
+                RequestFailed::Other(why) => why,
             };
             eprintln!("sentinel: a core holds the lock but did not answer the reprocess request: {why}");
             return Ok(ExitCode::from(EXIT_NO_CORE));
         }
     };
     let reply: ReprocessReply =
-        serde_json::from_slice(&message.payload).context("the core's answer is not a reprocess reply")?;
+        serde_json::from_slice(&payload).context("the core's answer is not a reprocess reply")?;
     Ok(print_reply(reply, args.json))
 }
 

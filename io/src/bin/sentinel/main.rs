@@ -1,6 +1,7 @@
 //! The `sentinel` binary: the CLI edge (clap). Errors become messages and exit codes here;
 //! everything else lives in the library. `status.rs` gathers and prints `sentinel status`;
-//! `plan.rs` prints `sentinel registry plan`.
+//! `plan.rs` prints `sentinel registry plan`; `reprocess.rs` runs `sentinel reprocess` under the
+//! lock and `bus_ask.rs` asks the running core for it instead while one holds the lock.
 
 mod bus_ask;
 mod plan;
