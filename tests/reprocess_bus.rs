@@ -22,7 +22,9 @@ use sentinel_tests::reprocess::{self as rp, INSTANCE, PRESSURE, Sent};
 
 const S: i64 = 1_000_000;
 /// Historical rows (source epoch 1), written under version 1.
-const HISTORICAL: u64 = 200;
+/// Enough, in chunks of [`CHUNK_ROWS`], that the run lasts while the test asks again.
+const HISTORICAL: u64 = 3_000;
+const CHUNK_ROWS: &str = "5";
 /// Live readings (source epoch 2) published before the request, and during it.
 const LIVE_BEFORE: u64 = 50;
 const LIVE_DURING: u64 = 100;
@@ -170,26 +172,42 @@ async fn a_running_core_asked_over_the_bus_reprocesses_under_its_epoch_while_ing
     let env_url = env.roles.writer_url.clone();
     let nats_url = env.nats.url();
     let args: Vec<String> = reprocess_args.iter().map(|s| s.to_string()).collect();
-    let cli = tokio::task::spawn_blocking(move || {
-        Command::new(sentinel_bin())
-            .current_dir(workspace_root())
-            .args(&args)
-            .args(["--chunk-rows", "10"])
-            .env("SENTINEL_DATABASE_URL", env_url)
-            .env("SENTINEL_NATS_URL", nats_url)
-            .env_remove("SENTINEL_LOG")
-            .stdin(Stdio::null())
-            .output()
-            .expect("run sentinel reprocess")
-    });
+    let mut cli = Command::new(sentinel_bin())
+        .current_dir(workspace_root())
+        .args(&args)
+        .args(["--chunk-rows", CHUNK_ROWS])
+        .env("SENTINEL_DATABASE_URL", env_url)
+        .env("SENTINEL_NATS_URL", nats_url)
+        .env_remove("SENTINEL_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sentinel reprocess");
     publish_live(&env, LIVE_BEFORE + 1..LIVE_BEFORE + LIVE_DURING + 1).await;
-    let out = cli.await.expect("join");
+    // While it runs, the core's loop still answers: a second request is refused `busy` at once
+    // (a loop blocked on the run would only answer it afterwards, and admit it).
+    let mut busy_seen = false;
+    while cli.try_wait().expect("try_wait").is_none() {
+        let out = sentinel(&env, &dry);
+        if out.status.code() == Some(12) {
+            let reply: serde_json::Value = serde_json::from_slice(&out.stdout).expect("reply JSON");
+            assert_eq!(reply["outcome"], "busy", "{reply}");
+            busy_seen = true;
+            break;
+        }
+    }
+    let out = tokio::task::spawn_blocking(move || cli.wait_with_output().expect("reprocess output"))
+        .await
+        .expect("join");
     assert!(
         out.status.success(),
         "reprocess: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(busy_seen, "a second request during the run was answered busy");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("report JSON");
+    eprintln!("the core's report: {report}");
     assert_eq!(report["epoch"], 2, "under the running core's epoch: {report}");
     assert_eq!(report["registry_version"], 2);
 
