@@ -906,6 +906,18 @@ impl Core {
     }
 
     fn exit(&mut self, reason: ExitReason) {
+        // A reprocess in flight is abandoned (the runtime stops its task; whole chunks stay
+        // done): its asker hears so now rather than waiting out its timeout.
+        if let Some(reply_to) = self.reprocess.abandon() {
+            let reply = crate::reprocess_request::ReprocessReply::Failed {
+                epoch: self.epoch,
+                why: format!("the core stopped ({}) before the reprocess finished", reason.why),
+            };
+            self.effects.push_back(Effect::ReprocessReply {
+                reply_to,
+                payload: reply.to_bytes(),
+            });
+        }
         self.mode = Mode::Exited;
         self.open = None;
         self.effects.push_back(Effect::Exit(reason));

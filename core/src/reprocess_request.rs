@@ -211,6 +211,11 @@ impl ReprocessSlot {
         }
     }
 
+    /// The core stops with a run in flight: frees the slot and returns where to say so.
+    pub fn abandon(&mut self) -> Option<String> {
+        self.running.take().map(|(_, reply_to)| reply_to)
+    }
+
     pub fn is_running(&self) -> bool {
         self.running.is_some()
     }

@@ -216,3 +216,20 @@ fn a_fenced_run_answers_and_stops_the_core() {
         "{effects:?}"
     );
 }
+
+#[test]
+fn a_core_that_stops_mid_run_tells_the_asker_before_it_exits() {
+    let mut core = core();
+    request(&mut core, "a", 7);
+    core.handle(core.now(), Input::Shutdown);
+    let effects = drain(&mut core);
+    assert!(matches!(
+        replies(&effects).as_slice(),
+        [(to, ReprocessReply::Failed { epoch: 5, .. })] if to == "_INBOX_operator.a"
+    ));
+    let reply_at = effects
+        .iter()
+        .position(|e| matches!(e, Effect::ReprocessReply { .. }));
+    let exit_at = effects.iter().position(|e| matches!(e, Effect::Exit(_)));
+    assert!(reply_at < exit_at, "the reply goes before the exit: {effects:?}");
+}
