@@ -15,7 +15,8 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sentinel_core::wire::COMMAND_REQUEST_SUBJECT;
+use sentinel_core::reprocess_request::{ReprocessAsk, ReprocessReply};
+use sentinel_core::wire::{COMMAND_REQUEST_SUBJECT, REPROCESS_REQUEST_SUBJECT};
 use sentinel_core::{CommandRequest, QuarantineReason};
 use sentinel_driver::commands::CommandIntake;
 use sentinel_driver::connect::{BusConnection, Credentials, RefusedOp};
@@ -301,6 +302,52 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
             ..
         })
     ));
+
+    // A reprocess: the operator may ask the core and hears its answer (here the version rule's
+    // refusal, which changes nothing); a driver host may not ask.
+    let ask = ReprocessAsk {
+        request_id: "perm-1".into(),
+        principal: "operator:test".into(),
+        glob: "*".into(),
+        from_us: 0,
+        to_us: None,
+        registry_version: 999,
+        dry_run: true,
+        chunk_rows: 100,
+    };
+    let ask_bytes = bytes::Bytes::from(serde_json::to_vec(&ask).expect("encode"));
+    let answer = tokio::time::timeout(
+        Duration::from_secs(10),
+        operator_connection
+            .client
+            .request(REPROCESS_REQUEST_SUBJECT, ask_bytes.clone()),
+    )
+    .await
+    .expect("the core answers in time")
+    .expect("the operator may ask for a reprocess");
+    assert!(
+        matches!(
+            serde_json::from_slice::<ReprocessReply>(&answer.payload),
+            Ok(ReprocessReply::Version { asked: 999, .. })
+        ),
+        "{:?}",
+        String::from_utf8_lossy(&answer.payload)
+    );
+    let host = &connections["plant-a"];
+    let seen = host.refusals.total();
+    host.client
+        .publish(REPROCESS_REQUEST_SUBJECT, ask_bytes)
+        .await
+        .expect("sent");
+    host.client.flush().await.expect("flush");
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        host.refusals
+            .refused_after(RefusedOp::Publish, REPROCESS_REQUEST_SUBJECT, 0),
+    )
+    .await
+    .expect("a driver host's reprocess request is refused");
+    assert!(host.refusals.total() > seen);
 
     assert!(
         first.try_wait().expect("try_wait").is_none(),

@@ -51,6 +51,13 @@ pub enum Input {
     RetentionRan(crate::retention::RetentionOutcome),
     /// The epoch fence refused a retention drop: a newer core holds the lock.
     RetentionFenced,
+    /// A reprocess is asked over the bus; `reply_to` is where the answer goes (opaque here).
+    ReprocessRequested {
+        ask: crate::reprocess_request::ReprocessAsk,
+        reply_to: String,
+    },
+    /// The reprocess job (`Effect::Reprocess`) answered.
+    ReprocessFinished(crate::reprocess_request::ReprocessFinished),
     /// Time passed; due flushes and checkpoints happen.
     Tick,
     /// Orderly stop: flush, wait for in-flight batches, write a final checkpoint, exit 0.
@@ -89,6 +96,13 @@ pub enum Effect {
     /// control event, and answer with `Input::RetentionRan` (or `RetentionFenced`). Not
     /// ordered with commits: no commit writes below a cut-off.
     DropExpired(crate::retention::RetentionRequest),
+    /// Run this reprocess off the ingest loop, fenced on the job's epoch, under the core's
+    /// registry, and answer with `Input::ReprocessFinished`. Not ordered with commits: the rows
+    /// it writes are fenced and the projection takes its result only where no newer row moved
+    /// it (`reprocess_request`).
+    Reprocess(crate::reprocess_request::ReprocessJob),
+    /// Answer a reprocess request at its reply address.
+    ReprocessReply { reply_to: String, payload: Bytes },
     /// Stop the process with this code.
     Exit(ExitReason),
 }

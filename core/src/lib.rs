@@ -15,6 +15,8 @@
 //! - [`derived`] — derived points: sliding-window and two-input values computed from committed
 //!   rows, keyed by the triggering row, with provenance and typed gaps;
 //! - [`gap`] — the closed vocabulary of gap reasons the system writes;
+//! - [`reprocess_request`] — a reprocess asked of the running core: admission, the job, the
+//!   "newer row wins" rule for the projection;
 //! - [`control`] — the control events the core writes (epoch-stamped);
 //! - [`self_points`] — the figures the core publishes about itself, as observations;
 //! - [`drivers`] — restart step 7: the driver instances, this core's epoch announcement to them
@@ -40,6 +42,7 @@ pub mod planted;
 pub mod projection;
 pub mod registry;
 pub mod reprocess;
+pub mod reprocess_request;
 pub mod retention;
 pub mod rollup;
 pub mod self_points;

@@ -106,6 +106,8 @@ pub struct Core {
     /// dropped; the rest are published when the stream's oldest message is newer.
     held: BTreeMap<(Arc<str>, u32, u64), Effect>,
     held_through_seq: u64,
+    /// The one reprocess asked over the bus that runs (`reprocess_request.rs`).
+    reprocess: crate::reprocess_request::ReprocessSlot,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
     planted: Option<PlantedBug>,
 }
@@ -153,6 +155,7 @@ impl Core {
             derived,
             held: BTreeMap::new(),
             held_through_seq: 0,
+            reprocess: Default::default(),
             planted: None,
         };
         core.count_drivers();
@@ -331,6 +334,8 @@ impl Core {
                 self.on_tick();
             }
             Input::RetentionFenced => self.exit(ExitReason::FENCED),
+            Input::ReprocessRequested { ask, reply_to } => self.on_reprocess_requested(ask, reply_to),
+            Input::ReprocessFinished(finished) => self.on_reprocess_finished(finished),
             Input::Tick => self.on_tick(),
             Input::Shutdown => {
                 self.mode = Mode::Draining;
@@ -424,6 +429,10 @@ impl Core {
 
     pub fn epoch(&self) -> u32 {
         self.epoch
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
     }
 
     pub fn registry(&self) -> &Arc<Registry> {
@@ -953,7 +962,75 @@ impl Core {
         self.exit(ExitReason::CLEAN);
     }
 
+    /// A reprocess asked over the bus: started as an effect the runtime runs off the loop, or
+    /// refused at once (`reprocess_request.rs`).
+    fn on_reprocess_requested(&mut self, ask: crate::reprocess_request::ReprocessAsk, reply_to: String) {
+        use crate::reprocess_request::Admission;
+        let draining = self.mode != Mode::Running;
+        match self
+            .reprocess
+            .admit(ask, reply_to.clone(), self.epoch, self.registry.version, draining)
+        {
+            Admission::Start(job) => self.effects.push_back(Effect::Reprocess(job)),
+            Admission::Refuse(reply) => self.effects.push_back(Effect::ReprocessReply {
+                reply_to,
+                payload: reply.to_bytes(),
+            }),
+        }
+    }
+
+    /// The reprocess job answered: its log heads replace projection entries that no newer row
+    /// moved (no transition is published), then the asker is answered. A fenced run stops the
+    /// core like every fenced write.
+    fn on_reprocess_finished(&mut self, finished: crate::reprocess_request::ReprocessFinished) {
+        use crate::reprocess_request::{JobOutcome, ReprocessReply};
+        let Some(reply_to) = self.reprocess.finish(&finished.request_id) else {
+            return;
+        };
+        let epoch = self.epoch;
+        let (reply, fenced) = match finished.outcome {
+            JobOutcome::Read { reply } => (reply, false),
+            JobOutcome::Done { heads, report } => {
+                let mut replaced = 0;
+                for head in &heads {
+                    if let Some(idx) = self.registry.resolve(&head.state.point_id)
+                        && self.projection.replace_if_unmoved(idx, head, self.now)
+                    {
+                        replaced += 1;
+                    }
+                }
+                let reply = ReprocessReply::Done {
+                    epoch,
+                    report,
+                    points_replaced: replaced,
+                    points_kept: heads.len() - replaced,
+                };
+                (reply, false)
+            }
+            JobOutcome::Failed { why, fenced } => (ReprocessReply::Failed { epoch, why }, fenced),
+        };
+        self.effects.push_back(Effect::ReprocessReply {
+            reply_to,
+            payload: reply.to_bytes(),
+        });
+        if fenced {
+            self.exit(ExitReason::FENCED);
+        }
+    }
+
     fn exit(&mut self, reason: ExitReason) {
+        // A reprocess in flight is abandoned (the runtime stops its task; whole chunks stay
+        // done): its asker hears so now rather than waiting out its timeout.
+        if let Some(reply_to) = self.reprocess.abandon() {
+            let reply = crate::reprocess_request::ReprocessReply::Failed {
+                epoch: self.epoch,
+                why: format!("the core stopped ({}) before the reprocess finished", reason.why),
+            };
+            self.effects.push_back(Effect::ReprocessReply {
+                reply_to,
+                payload: reply.to_bytes(),
+            });
+        }
         self.mode = Mode::Exited;
         self.open = None;
         self.effects.push_back(Effect::Exit(reason));

@@ -377,6 +377,42 @@ impl Projection {
         taken
     }
 
+    /// Reprocess by the running core (`reprocess_request`, "the projection rule"): the point
+    /// takes the state rebuilt from `head` (its log head, read after the reprocess's row updates
+    /// committed) only where the projection still sits on the same rows as the head, for the
+    /// quality and for the value. Where a newer row moved the point since, that row wins and
+    /// nothing changes. The recovery rule holds: a head row that is not current never raises
+    /// the point to `live`. Publishes nothing; the point is checkpointed as usual. Returns
+    /// whether the entry was replaced.
+    pub fn replace_if_unmoved(&mut self, point: PointIdx, head: &LogHead, now: Micros) -> bool {
+        let slot = &mut self.slots[point.0 as usize];
+        if order_key_of(&slot.state) != order_key_of(&head.state) || slot.value_key != head.value_order {
+            return false;
+        }
+        let mut rebuilt =
+            crate::reprocess::rebuild_state(slot.state.point_id.clone(), Some(head), Some(&slot.state), now);
+        let current = head
+            .state
+            .observed_at
+            .is_some_and(|o| o.0.saturating_add(slot.freshness_us) > now.0);
+        if rebuilt.quality == Quality::Live && slot.state.quality != Quality::Live && !current {
+            rebuilt.quality = slot.state.quality;
+            rebuilt.reason = slot.state.reason.clone();
+            rebuilt.quality_since = slot.state.quality_since;
+        }
+        if rebuilt.value != slot.state.value {
+            slot.edge_value = rebuilt.value.clone();
+        }
+        let quality_changed = rebuilt.quality != slot.state.quality;
+        slot.state = rebuilt;
+        if quality_changed {
+            self.dirty_quality.insert(point);
+        } else {
+            self.dirty_value.insert(point);
+        }
+        true
+    }
+
     pub fn has_dirty(&self) -> bool {
         !(self.dirty_value.is_empty() && self.dirty_quality.is_empty())
     }

@@ -61,6 +61,9 @@ pub const SCOPE_POINTS_MAX: usize = 100_000;
 /// Rows updated per fenced transaction.
 pub const CHUNK_ROWS_DEFAULT: usize = 5_000;
 
+/// Most rows one chunk may carry.
+pub const CHUNK_ROWS_MAX: usize = 50_000;
+
 /// A stored observation row as reprocess and reinterpret read it (the class tables' columns).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StoredObservation {

@@ -447,6 +447,10 @@ pub const STALE_EPOCH: &str = "stale_epoch";
 /// NATS, not the stream: a request made while no core runs is not queued for a later one.
 pub const COMMAND_REQUEST_SUBJECT: &str = "sentinel.command.request";
 
+/// Where a reprocess is asked of the running core (request/reply: the core answers on the
+/// request's reply subject; `crate::reprocess_request`). Plain NATS like command requests.
+pub const REPROCESS_REQUEST_SUBJECT: &str = "sentinel.reprocess.request";
+
 pub fn cmd_subject(host: &str, driver_instance: &str) -> String {
     format!("cmd.{host}.{driver_instance}")
 }

@@ -249,7 +249,9 @@ impl World {
                 | Effect::Control { .. }
                 | Effect::PublishObservation { .. }
                 | Effect::RefreshRollups(_)
-                | Effect::DropExpired(_) => {}
+                | Effect::DropExpired(_)
+                | Effect::Reprocess(_)
+                | Effect::ReprocessReply { .. } => {}
                 Effect::Exit(reason) => panic!("unexpected exit: {reason:?}"),
             }
         }

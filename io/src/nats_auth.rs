@@ -9,9 +9,9 @@
 //! | principal | publish | subscribe |
 //! | --- | --- | --- |
 //! | driver host `H` | `obs.H.>`, `drv.H.>`, replies to commands it received | `cmd.H.>`, `_INBOX_driver-H.>` |
-//! | the core | `$JS.API` for its stream and consumer only, acks, `state.>`, `cmd.>`, `obs.sentinel.>`, replies to requests | `drv.>`, `sentinel.command.request`, `_INBOX_sentinel-core.>` |
+//! | the core | `$JS.API` for its stream and consumer only, acks, `state.>`, `cmd.>`, `obs.sentinel.>`, replies to requests | `drv.>`, `sentinel.command.request`, `sentinel.reprocess.request`, `_INBOX_sentinel-core.>` |
 //! | reader | stream and consumer info only | `state.>`, `_INBOX_reader.>` |
-//! | operator (optional) | `sentinel.command.request` | `_INBOX_operator.>` |
+//! | operator (optional) | `sentinel.command.request`, `sentinel.reprocess.request` | `_INBOX_operator.>` |
 //!
 //! Credentials are the operator's: a password (preferably a bcrypt hash, which nats-server
 //! accepts as is), read from the file, a file it names or an environment variable, or an nkey
@@ -29,6 +29,9 @@ use serde::Deserialize;
 
 /// The command-request subject the core listens on (ports, `Inbound`).
 pub const COMMAND_REQUEST_SUBJECT: &str = "sentinel.command.request";
+
+/// The reprocess request subject the core answers on (ports, `Inbound::ReprocessRequest`).
+pub use sentinel_core::wire::REPROCESS_REQUEST_SUBJECT;
 
 /// The principal names whose inbox prefixes the permissions name.
 pub const READER_PRINCIPAL: &str = "reader";
@@ -214,6 +217,7 @@ fn core_permissions(stream: &str, consumer: &str) -> Permissions {
         subscribe: vec![
             "drv.>".to_owned(),
             COMMAND_REQUEST_SUBJECT.to_owned(),
+            REPROCESS_REQUEST_SUBJECT.to_owned(),
             format!("{}.>", inbox_prefix(crate::bus::nats::CORE_PRINCIPAL)),
         ],
         allow_responses: true,
@@ -237,7 +241,10 @@ fn reader_permissions(stream: &str, consumer: &str) -> Permissions {
 
 fn operator_permissions() -> Permissions {
     Permissions {
-        publish: vec![COMMAND_REQUEST_SUBJECT.to_owned()],
+        publish: vec![
+            COMMAND_REQUEST_SUBJECT.to_owned(),
+            REPROCESS_REQUEST_SUBJECT.to_owned(),
+        ],
         subscribe: vec![format!("{}.>", inbox_prefix(OPERATOR_PRINCIPAL))],
         allow_responses: false,
     }

@@ -42,6 +42,12 @@ pub enum Inbound {
     CommandRequest(CommandRequest),
     /// On `drv.<host>.<driver_instance>` (restart step 7).
     DriverHello { host: String, hello: DriverHello },
+    /// On [`sentinel_core::wire::REPROCESS_REQUEST_SUBJECT`], with the reply subject the
+    /// answer goes to (a request without one cannot be answered and is dropped).
+    ReprocessRequest {
+        ask: sentinel_core::reprocess_request::ReprocessAsk,
+        reply_to: String,
+    },
 }
 
 impl Inbound {
@@ -52,6 +58,9 @@ impl Inbound {
             return serde_json::from_slice(payload)
                 .map(Inbound::CommandRequest)
                 .map_err(|_| "not a command request");
+        }
+        if subject == sentinel_core::wire::REPROCESS_REQUEST_SUBJECT {
+            return Err("a reprocess request needs its reply subject (Inbound::decode_request)");
         }
         let Some((host, instance)) = sentinel_core::wire::parse_driver_subject(subject) else {
             return Err("not an inbound subject");
@@ -69,11 +78,24 @@ impl Inbound {
     }
 }
 
+impl Inbound {
+    /// Decodes a reprocess request; `reply` is the message's reply subject.
+    pub fn decode_reprocess(payload: &[u8], reply: Option<&str>) -> Result<Inbound, &'static str> {
+        let reply_to = reply.ok_or("a reprocess request without a reply subject")?;
+        let ask = serde_json::from_slice(payload).map_err(|_| "not a reprocess request")?;
+        Ok(Inbound::ReprocessRequest {
+            ask,
+            reply_to: reply_to.to_owned(),
+        })
+    }
+}
+
 impl From<Inbound> for Input {
     fn from(inbound: Inbound) -> Input {
         match inbound {
             Inbound::CommandRequest(request) => Input::CommandRequested(request),
             Inbound::DriverHello { host, hello } => Input::DriverHello { host, hello },
+            Inbound::ReprocessRequest { ask, reply_to } => Input::ReprocessRequested { ask, reply_to },
         }
     }
 }

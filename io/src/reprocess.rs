@@ -18,14 +18,20 @@
 //! come out the same), then refreshes the rollups and writes the event.
 //!
 //! It is a single-writer operation: the caller holds the lock (the `sentinel reprocess`
-//! command takes it when no core runs). Asking a running core over the bus is not built yet.
+//! command takes it when no core runs), or is the running core itself, asked over the bus
+//! ([`Projecting::RunningCore`]): then the runtime runs it off the ingest loop under the core's
+//! epoch and registry, nothing is checkpointed here, and the log heads go back to the core,
+//! whose projection takes them only where no newer row moved the point
+//! (`sentinel_core::reprocess_request`). The control event is written before the core's
+//! projection takes the heads; a crash between the two leaves the checkpoint behind, which the
+//! next start rebuilds from the log heads anyway (restart steps 2–3).
 
 use std::sync::Arc;
 
 use sentinel_core::reprocess::{
     self, Offender, ReprocessRecord, RowUpdate, StoredObservation, affected_range, round_outward,
 };
-use sentinel_core::{Config, Micros, PointState, Registry, RetentionClass};
+use sentinel_core::{Config, LogHead, Micros, PointState, Registry, RetentionClass};
 
 use crate::ports::{ClassExtent, RollupGrain, RollupRefresh, Store, StoreError};
 
@@ -42,7 +48,17 @@ pub struct Request {
 }
 
 /// Most rows one chunk may carry.
-pub const CHUNK_ROWS_MAX: usize = 50_000;
+pub const CHUNK_ROWS_MAX: usize = reprocess::CHUNK_ROWS_MAX;
+
+/// Who keeps the projection of the reprocessed points.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Projecting {
+    /// No core runs and the caller holds the lock: the rebuilt states are checkpointed here.
+    Checkpoint,
+    /// The running core: nothing is checkpointed here; its projection takes
+    /// [`Report::heads`] where no newer row moved the point.
+    RunningCore,
+}
 
 /// The validated scope: everything a dry run reports.
 #[derive(Clone, Debug, PartialEq)]
@@ -89,6 +105,8 @@ pub struct Report {
     pub rows: u64,
     pub refresh: Option<RollupRefresh>,
     pub states: Vec<PointState>,
+    /// The scope's log heads, read after the row updates committed.
+    pub heads: Vec<LogHead>,
     pub event_seq: i64,
     pub record: ReprocessRecord,
 }
@@ -146,6 +164,7 @@ pub async fn run<S: Store>(
     plan: &Plan,
     principal: &str,
     now: Micros,
+    projecting: Projecting,
     progress: &mut (dyn FnMut(u64) + Send),
 ) -> Result<Report, ReprocessError> {
     if plan.refused() {
@@ -210,8 +229,10 @@ pub async fn run<S: Store>(
             reprocess::rebuild_state(id.clone(), head, checkpoint, now)
         })
         .collect();
-    for chunk in states.chunks(config.checkpoint_points_max.max(1)) {
-        store.checkpoint(epoch, chunk.to_vec()).await?;
+    if projecting == Projecting::Checkpoint {
+        for chunk in states.chunks(config.checkpoint_points_max.max(1)) {
+            store.checkpoint(epoch, chunk.to_vec()).await?;
+        }
     }
 
     let mut classes: Vec<&'static str> = plan.points.iter().map(|(_, c)| c.as_str()).collect();
@@ -238,6 +259,7 @@ pub async fn run<S: Store>(
         rows: done,
         refresh,
         states,
+        heads: restored.log_heads,
         event_seq,
         record,
     })

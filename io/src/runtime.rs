@@ -4,7 +4,8 @@
 //!
 //! Owns: overlapping fetches with commits (a fetcher task asked for at most the core's accept
 //! budget), running up to `inflight_batches_max` commits concurrently, writing checkpoints and
-//! control events one at a time in order, running the core's rollup steps off the loop, reading the consumer's lag for the core's watchdog
+//! control events one at a time in order, running the core's rollup steps and the reprocess
+//! asked over the bus off the loop (`reprocess_job`), reading the consumer's lag for the core's watchdog
 //! (a task of its own), sending self-points, the periodic lock ownership check, and turning the core's `Exit` into
 //! a return value. It decides nothing about ordering: acks and publishes happen exactly where
 //! the core emitted them.
@@ -151,6 +152,10 @@ where
     // The rollup step and the retention run in flight (at most one each: the core asks for
     // the next after the answer).
     let mut maintenance = Maintenance::default();
+    // The reprocess asked over the bus, in flight (at most one: the core answers a second
+    // `busy`), and its request id, to answer the core should its task fail.
+    let mut reprocess_jobs: JoinSet<Input> = JoinSet::new();
+    let mut reprocess_running: Option<String> = None;
     let (checkpoint_tx, checkpoint_rx) = mpsc::unbounded_channel();
     let (checkpoint_done_tx, mut checkpoint_done_rx) = mpsc::unbounded_channel::<Result<(), StoreError>>();
     let checkpointer = tokio::spawn(checkpoint_loop(store.clone(), checkpoint_rx, checkpoint_done_tx));
@@ -184,6 +189,27 @@ where
         if let Some(input) = input.take() {
             core.handle(clock.now(), input);
             while let Some(effect) = core.poll_effect() {
+                let effect = match effect {
+                    Effect::Reprocess(job) => {
+                        // Off the loop, so ingest, acks and lock checks go on meanwhile.
+                        reprocess_running = Some(job.ask.request_id.clone());
+                        let (store, registry, core_config, clock) = (
+                            store.clone(),
+                            core.registry().clone(),
+                            core.config().clone(),
+                            clock.clone(),
+                        );
+                        reprocess_jobs.spawn(async move {
+                            let now = move || clock.now();
+                            let finished =
+                                crate::reprocess_job::run_job(&store, registry, &core_config, job, &now)
+                                    .await;
+                            Input::ReprocessFinished(finished)
+                        });
+                        continue;
+                    }
+                    other => other,
+                };
                 if let Some(reason) = execute(
                     effect,
                     &bus,
@@ -256,6 +282,22 @@ where
                     Input::RetentionRan(RetentionOutcome::Failed)
                 }
             },
+            Some(joined) = reprocess_jobs.join_next() => {
+                let request_id = reprocess_running.take().unwrap_or_default();
+                match joined {
+                    Ok(answer) => answer,
+                    Err(join_error) => {
+                        error!(error = %join_error, "reprocess task failed");
+                        Input::ReprocessFinished(sentinel_core::reprocess_request::ReprocessFinished {
+                            request_id,
+                            outcome: sentinel_core::reprocess_request::JobOutcome::Failed {
+                                why: "the reprocess task failed".into(),
+                                fenced: false,
+                            },
+                        })
+                    }
+                }
+            },
             Some(result) = checkpoint_done_rx.recv() => match result {
                 Ok(()) => continue,
                 Err(e) => {
@@ -326,6 +368,7 @@ where
     commits.abort_all();
     maintenance.rollup_steps.abort_all();
     maintenance.retention_runs.abort_all();
+    reprocess_jobs.abort_all();
     controller.abort();
     // An orderly exit waits for its final checkpoint; a failure exit does not.
     drop(checkpoint_tx);
@@ -492,6 +535,15 @@ async fn execute<B: Bus, S: Store>(
                     }
                 }
             });
+        }
+        Effect::ReprocessReply { reply_to, payload } => {
+            if let Err(e) = bus.publish(reply_to, payload).await {
+                warn!(error = %e, "reprocess reply publish failed");
+            }
+        }
+        Effect::Reprocess(_) => {
+            // Run by the loop itself (it needs the core's registry); never reaches here.
+            warn!("a reprocess effect reached the executor; ignored");
         }
         Effect::Exit(reason) => return Some(reason),
     }

@@ -196,6 +196,7 @@ async fn main() {
             &plan,
             "operator:bench",
             now,
+            reprocess::Projecting::Checkpoint,
             &mut |_| {},
         )
         .await

@@ -219,6 +219,7 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
         &plan,
         "operator:test",
         now,
+        reprocess::Projecting::Checkpoint,
         &mut |n| seen.push(n),
     )
     .await
@@ -415,6 +416,7 @@ pub(super) async fn a_refused_reprocess_changes_nothing<B: Backend>(b: &B) {
         &plan,
         "operator:test",
         now,
+        reprocess::Projecting::Checkpoint,
         &mut |_| {},
     )
     .await;
@@ -475,6 +477,7 @@ pub(super) async fn reprocess_writes_are_fenced<B: Backend>(b: &B) {
         &plan,
         "operator:test",
         t,
+        reprocess::Projecting::Checkpoint,
         &mut |_| {},
     )
     .await;
@@ -574,6 +577,7 @@ async fn check_reprocess<B: Backend>(
         &plan,
         "operator:test",
         t,
+        reprocess::Projecting::Checkpoint,
         &mut |_| {},
     )
     .await

@@ -281,6 +281,11 @@ impl Transitions {
         rows + controls
     }
 
+    /// The message keys transitions were published for, with how often each.
+    pub fn keys(&self) -> BTreeMap<MessageKey, u32> {
+        self.by_key.lock().expect("lock").clone()
+    }
+
     /// Every transition seen so far, in arrival order.
     pub fn seen(&self) -> Vec<TransitionSeen> {
         self.seen.lock().expect("lock").clone()

@@ -93,6 +93,17 @@ pub fn snapshot(n: u32) -> RegistrySnapshot {
     canonical::snapshot(&format!("rp-v{n}"), &descriptors)
 }
 
+/// Writes version `n` as a registry folder (`sentinel run --registry DIR` loads it).
+pub fn write_dir(n: u32, dir: &std::path::Path) {
+    let unit = if n == 1 { "Pa" } else { "kPa" };
+    let registry = crate::bin::workspace_root().join("registry");
+    std::fs::create_dir_all(dir.join("hosts")).expect("registry folder");
+    for f in ["units.toml", "codebooks.toml"] {
+        std::fs::copy(registry.join(f), dir.join(f)).expect("copy the sample vocabulary");
+    }
+    std::fs::write(dir.join("hosts/rp-host.toml"), host_toml(unit)).expect("write the host file");
+}
+
 /// Stores version `n` and compiles what the store holds.
 pub async fn load<S: Store>(store: &S, n: u32) -> Registry {
     let load = store

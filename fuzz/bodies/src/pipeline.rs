@@ -375,6 +375,10 @@ impl Harness {
                 Effect::DropExpired(run) => {
                     assert_eq!(run.epoch, EPOCH, "retention run on the wrong epoch");
                 }
+                Effect::Reprocess(_) | Effect::ReprocessReply { .. } => {
+                    // Only in answer to a reprocess request, which this body never sends.
+                    panic!("reprocess effect without a request: {effect:?}");
+                }
                 Effect::PublishObservation { msg_id, .. } => {
                     // A self-point: keyed by the core's own instance and epoch.
                     assert!(

@@ -505,7 +505,9 @@ impl Bus for NatsBus {
 
     async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
         use futures::StreamExt as _;
-        use sentinel_core::wire::{COMMAND_REQUEST_SUBJECT, DRIVER_HELLO_WILDCARD};
+        use sentinel_core::wire::{
+            COMMAND_REQUEST_SUBJECT, DRIVER_HELLO_WILDCARD, REPROCESS_REQUEST_SUBJECT,
+        };
         let client = &self.inner.client;
         let subscribe = |subject: &'static str| async move {
             client
@@ -515,13 +517,18 @@ impl Bus for NatsBus {
         };
         let requests = subscribe(COMMAND_REQUEST_SUBJECT).await?;
         let hellos = subscribe(DRIVER_HELLO_WILDCARD).await?;
-        // One stream of both, so the runtime has one channel to read.
-        let mut merged = futures::stream::select(requests, hellos);
+        let reprocess = subscribe(REPROCESS_REQUEST_SUBJECT).await?;
+        // One stream of all, so the runtime has one channel to read.
+        let mut merged = futures::stream::select(futures::stream::select(requests, hellos), reprocess);
         let (tx, rx) = tokio::sync::mpsc::channel(INBOUND_QUEUED_MAX);
         tokio::spawn(async move {
             while let Some(message) = merged.next().await {
                 let subject = message.subject.as_str();
-                let decoded = Inbound::decode(subject, &message.payload);
+                let decoded = if subject == REPROCESS_REQUEST_SUBJECT {
+                    Inbound::decode_reprocess(&message.payload, message.reply.as_deref())
+                } else {
+                    Inbound::decode(subject, &message.payload)
+                };
                 match decoded {
                     Ok(inbound) => {
                         if tx.send(inbound).await.is_err() {
@@ -640,5 +647,38 @@ impl Consumer for NatsConsumer {
             }
         }
         self.to_deliveries(messages)
+    }
+}
+
+/// Why a request on a plain subject got no answer ([`request_reply`]).
+#[derive(Debug, thiserror::Error)]
+pub enum RequestFailed {
+    #[error("nothing listens on {0}")]
+    NoResponders(String),
+    #[error("no answer within {0} ms")]
+    TimedOut(u64),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// One request/reply on a plain subject as `connection`'s principal (the answer comes to its
+/// inbox), waiting at most `timeout_ms`. The operator's tools ask the running core this way
+/// (`sentinel reprocess` while a core holds the lock).
+pub async fn request_reply(
+    connection: &sentinel_driver::connect::BusConnection,
+    subject: &str,
+    payload: Bytes,
+    timeout_ms: u64,
+) -> Result<Bytes, RequestFailed> {
+    let request = async_nats::Request::new()
+        .payload(payload)
+        .timeout(Some(Duration::from_millis(timeout_ms)));
+    match connection.client.send_request(subject.to_owned(), request).await {
+        Ok(message) => Ok(message.payload),
+        Err(e) => Err(match e.kind() {
+            async_nats::RequestErrorKind::NoResponders => RequestFailed::NoResponders(subject.to_owned()),
+            async_nats::RequestErrorKind::TimedOut => RequestFailed::TimedOut(timeout_ms),
+            _ => RequestFailed::Other(e.to_string()),
+        }),
     }
 }

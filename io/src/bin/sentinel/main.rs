@@ -1,7 +1,9 @@
 //! The `sentinel` binary: the CLI edge (clap). Errors become messages and exit codes here;
 //! everything else lives in the library. `status.rs` gathers and prints `sentinel status`;
-//! `plan.rs` prints `sentinel registry plan`.
+//! `plan.rs` prints `sentinel registry plan`; `reprocess.rs` runs `sentinel reprocess` under the
+//! lock and `bus_ask.rs` asks the running core for it instead while one holds the lock.
 
+mod bus_ask;
 mod history;
 mod plan;
 mod reprocess;
@@ -171,7 +173,9 @@ enum Command {
     /// then refresh the rollups over the range, rebuild the points' state and record one
     /// `reprocess` control event. Validates the whole scope first: exit 11, changing nothing,
     /// when any point's range reaches past its class's raw horizon. Under the single-writer
-    /// lock the command takes (exit 10 while a core runs); `--dry-run` only reads.
+    /// lock the command takes; while a core holds it, that core is asked over the bus and runs
+    /// it (dry runs too) to the registry version it runs: exit 12 when it refuses (busy,
+    /// another version, stopping), 13 when none answers in time. `--dry-run` changes nothing.
     Reprocess {
         #[command(flatten)]
         db: DbArgs,
@@ -197,6 +201,12 @@ enum Command {
         /// Rows per fenced transaction.
         #[arg(long, default_value_t = sentinel_core::reprocess::CHUNK_ROWS_DEFAULT)]
         chunk_rows: usize,
+        /// Where the running core is asked, when one holds the lock (as the operator principal).
+        #[command(flatten)]
+        nats: NatsArgs,
+        /// How long to wait for a running core's answer (a real run answers when it is done).
+        #[arg(long, default_value_t = 600_000)]
+        reply_timeout_ms: u64,
     },
     /// What the stored rows of a point observed at an instant mean under a registry version,
     /// from native, beside the stored canonical values. Reads only.
@@ -486,9 +496,16 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             dry_run,
             json,
             chunk_rows,
+            nats,
+            reply_timeout_ms,
         } => {
             reprocess::reprocess(reprocess::ReprocessArgs {
                 database_url: db.database_url,
+                bus: bus_ask::BusArgs {
+                    credentials: nats.credentials()?,
+                    nats_url: nats.nats_url,
+                    reply_timeout_ms,
+                },
                 glob: point_glob,
                 from,
                 to,

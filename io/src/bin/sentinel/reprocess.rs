@@ -1,11 +1,13 @@
 //! `sentinel reprocess` and `sentinel reinterpret` (ingest spec, "Reprocess"; issue 9 items 3
 //! and 5): the CLI edge of `sentinel_io::reprocess`.
 //!
-//! A real reprocess is a write, so it runs only under the single-writer lock, which the command
-//! takes itself; while a core runs it exits 10 naming the holder (asking the running core to
-//! do it over the bus is not built yet). A dry run and `reinterpret` only read and take no
-//! lock. A scope that reaches past a class's raw horizon exits [`EXIT_REFUSED`], naming every
-//! offending point, and changes nothing.
+//! A real reprocess is a write, so it is single-writer: when no core runs, the command takes
+//! the lock and runs it itself; while a core holds the lock, the command asks that core over
+//! the bus (`sentinel.reprocess.request`, request/reply, as the operator principal) and the core
+//! runs it under its own epoch and registry version (`sentinel_core::reprocess_request`), a
+//! dry run too (`bus_ask.rs`). `reinterpret` only reads and takes no lock. A scope that reaches
+//! past a class's raw horizon exits [`EXIT_REFUSED`] on either path, naming every offending
+//! point, and changes nothing.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -15,12 +17,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use indicatif::{ProgressBar, ProgressStyle};
 use sentinel_core::control::PRINCIPAL_REPROCESS_CLI;
-use sentinel_core::reprocess::Offender;
 use sentinel_core::{CanonicalValue, Config, Micros, Registry};
 use sentinel_io::clock::{Clock, SystemClock};
 use sentinel_io::ports::{Lease, StartupStep, Store, StoreError};
 use sentinel_io::registry_dir;
 use sentinel_io::reprocess::{self, Plan, ReprocessError, Request};
+use sentinel_io::reprocess_job::{plan_json, report_json};
 use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
 
 use super::rollup::parse_instant;
@@ -30,6 +32,8 @@ pub const EXIT_REFUSED: u8 = 11;
 
 pub struct ReprocessArgs {
     pub database_url: String,
+    /// How to reach a running core, and how long to wait for its answer.
+    pub bus: super::bus_ask::BusArgs,
     pub glob: String,
     pub from: String,
     pub to: Option<String>,
@@ -62,47 +66,7 @@ async fn registry(store: &PgStore, version: &str) -> anyhow::Result<Arc<Registry
     Ok(registry_dir::compile_stored_shared(stored)?)
 }
 
-fn offender_json(o: &Offender) -> serde_json::Value {
-    serde_json::json!({
-        "point_id": &*o.point_id,
-        "class": o.class.as_str(),
-        "horizon_days": o.horizon_days,
-        "kept_from": o.kept_from.to_rfc3339(),
-        "oldest_partition": o.oldest_partition.map(|t| t.to_rfc3339()),
-        "needs_from": o.needs_from.to_rfc3339(),
-        "beyond": o.beyond,
-    })
-}
-
-fn range_json(range: Option<(Micros, Micros)>) -> serde_json::Value {
-    range.map_or(
-        serde_json::Value::Null,
-        |(from, to)| serde_json::json!({ "from": from.to_rfc3339(), "to": to.to_rfc3339() }),
-    )
-}
-
-fn plan_json(plan: &Plan, config: &Config, now: Micros) -> serde_json::Value {
-    serde_json::json!({
-        "registry_version": plan.version,
-        "points": plan.points.len(),
-        "rows": plan.rows,
-        "old_versions": plan.old_versions,
-        "classes": plan.extents.iter().map(|e| serde_json::json!({
-            "class": e.class.as_str(),
-            "rows": e.rows,
-            "horizon_days": config.retention.raw_horizon_days(e.class),
-            "kept_from": config.retention.raw_kept_from(e.class, now).to_rfc3339(),
-            "oldest_partition": e.oldest_partition.map(|t| t.to_rfc3339()),
-        })).collect::<Vec<_>>(),
-        "rollup_1m": range_json(plan.minute_range),
-        "rollup_1h": range_json(plan.hour_range),
-        "estimate_ms": plan.estimate_ms,
-        "refused": plan.refused(),
-        "offenders": plan.offenders.iter().map(offender_json).collect::<Vec<_>>(),
-    })
-}
-
-fn print_plan(plan: &Plan, config: &Config, now: Micros) {
+pub(crate) fn print_plan(plan: &Plan, config: &Config, now: Micros) {
     println!(
         "scope: {} point(s) under registry version {}, {} row(s), versions seen {:?}",
         plan.points.len(),
@@ -133,12 +97,17 @@ fn print_refusal(plan: &Plan, json: bool, config: &Config, now: Micros) {
     if json {
         println!("{}", plan_json(plan, config, now));
     }
+    print_offenders(&plan.offenders);
+}
+
+/// The refusal's message on stderr, naming every offender.
+pub(crate) fn print_offenders(offenders: &[sentinel_core::reprocess::Offender]) {
     eprintln!(
         "sentinel: reprocess refused, nothing changed: {} point(s) reach past their class's raw horizon \
          (narrow the glob or the range):",
-        plan.offenders.len()
+        offenders.len()
     );
-    for o in &plan.offenders {
+    for o in offenders {
         let why = match o.beyond {
             sentinel_core::reprocess::Beyond::Horizon => format!(
                 "class {} keeps raw rows {} days, from {}",
@@ -194,6 +163,10 @@ pub async fn reprocess(args: ReprocessArgs) -> anyhow::Result<ExitCode> {
 
     if args.dry_run {
         let registry = registry(&store, &args.version).await?;
+        if let Ok(Some(_holder)) = store.lock_holder().await {
+            // A core runs: it plans under its own registry version (the version rule).
+            return super::bus_ask::ask(&args, registry.version).await;
+        }
         let now = SystemClock.now();
         let plan = reprocess::plan(&store, &registry, &config, &request, now)
             .await
@@ -215,12 +188,9 @@ pub async fn reprocess(args: ReprocessArgs) -> anyhow::Result<ExitCode> {
     let lease = match store.acquire().await {
         Ok(lease) => lease,
         Err(StoreError::LockHeld) => {
-            return super::lock_held(
-                &store,
-                "reprocessing nothing (asking a running core to reprocess is not built yet: stop it, \
-                 then run this again)",
-            )
-            .await;
+            // A core runs: it performs the reprocess, asked over the bus.
+            let registry = registry(&store, &args.version).await?;
+            return super::bus_ask::ask(&args, registry.version).await;
         }
         Err(e) => return Err(e.into()),
     };
@@ -246,6 +216,7 @@ pub async fn reprocess(args: ReprocessArgs) -> anyhow::Result<ExitCode> {
         &plan,
         PRINCIPAL_REPROCESS_CLI,
         now,
+        reprocess::Projecting::Checkpoint,
         &mut progress,
     )
     .await
@@ -262,50 +233,42 @@ pub async fn reprocess(args: ReprocessArgs) -> anyhow::Result<ExitCode> {
         )
         .await?;
     lease.release().await?;
-    if args.json {
-        println!(
-            "{}",
-            serde_json::json!({
-                "rows": report.rows,
-                "registry_version": registry.version,
-                "old_versions": report.record.old_versions,
-                "rollup_1m": report.refresh.map(|r| serde_json::json!({
-                    "from": r.minute_range.0.to_rfc3339(), "to": r.minute_range.1.to_rfc3339(),
-                    "buckets": r.minute_buckets })),
-                "rollup_1h": report.refresh.map(|r| serde_json::json!({
-                    "from": r.hour_range.0.to_rfc3339(), "to": r.hour_range.1.to_rfc3339(),
-                    "buckets": r.hour_buckets })),
-                "points_rebuilt": report.states.len(),
-                "control_event_seq": report.event_seq,
-                "duration_us": duration_us,
-            })
-        );
-    } else {
-        println!(
-            "reprocessed {} row(s) of {} point(s) to registry version {} (from versions {:?})",
-            report.rows,
-            plan.points.len(),
-            registry.version,
-            report.record.old_versions
-        );
-        if let Some(r) = report.refresh {
+    let json = report_json(&report, plan.points.len(), registry.version, duration_us);
+    print_report(&json, args.json);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// A real run's report, as JSON (`--json`) or text; the same on both paths.
+pub(crate) fn print_report(report: &serde_json::Value, json: bool) {
+    if json {
+        println!("{report}");
+        return;
+    }
+    let field = |name: &str| report.get(name).cloned().unwrap_or(serde_json::Value::Null);
+    println!(
+        "reprocessed {} row(s) of {} point(s) to registry version {} (from versions {}) under epoch {}",
+        field("rows"),
+        field("points"),
+        field("registry_version"),
+        field("old_versions"),
+        field("epoch")
+    );
+    for grain in ["rollup_1m", "rollup_1h"] {
+        if let Some(r) = report.get(grain).filter(|r| !r.is_null()) {
             println!(
-                "rollup_1m refreshed over [{}, {}): {} buckets",
-                r.minute_range.0, r.minute_range.1, r.minute_buckets
-            );
-            println!(
-                "rollup_1h refreshed over [{}, {}): {} buckets",
-                r.hour_range.0, r.hour_range.1, r.hour_buckets
+                "{grain} refreshed over [{}, {}): {} buckets",
+                r["from"].as_str().unwrap_or("?"),
+                r["to"].as_str().unwrap_or("?"),
+                r["buckets"]
             );
         }
-        println!(
-            "point_state rebuilt for {} point(s); control event {}; in {:.3} s",
-            report.states.len(),
-            report.event_seq,
-            duration_us as f64 / 1e6
-        );
     }
-    Ok(ExitCode::SUCCESS)
+    println!(
+        "point_state rebuilt for {} point(s); control event {}; in {:.3} s",
+        field("points_rebuilt"),
+        field("control_event_seq"),
+        field("duration_us").as_f64().unwrap_or(0.0) / 1e6
+    );
 }
 
 fn scope_error(e: ReprocessError) -> anyhow::Error {
