@@ -41,8 +41,8 @@ use rollups::{rollup_writes_are_fenced, rollups_keep_counts_only_for_points_not_
 #[path = "store_conformance/reprocess.rs"]
 mod reprocess;
 use reprocess::{
-    a_refused_reprocess_changes_nothing, reprocess_fixes_a_wrong_scale_and_the_rollups_over_it,
-    reprocess_writes_are_fenced,
+    a_refused_reprocess_changes_nothing, a_reprocess_cut_off_before_its_refresh_is_healed_by_the_core_steps,
+    reprocess_fixes_a_wrong_scale_and_the_rollups_over_it, reprocess_writes_are_fenced,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -260,6 +260,7 @@ conformance!(
     control_events_are_sequenced_fenced_and_carry_the_epoch,
     rollups_keep_counts_only_for_points_not_agg_safe,
     rollup_writes_are_fenced,
+    a_reprocess_cut_off_before_its_refresh_is_healed_by_the_core_steps,
     derived_windows_are_bounded_by_time_and_rows,
     reprocess_fixes_a_wrong_scale_and_the_rollups_over_it,
     a_refused_reprocess_changes_nothing,

@@ -631,10 +631,10 @@ pub trait Store: Clone + Send + Sync + 'static {
         to: Micros,
         point_id: Option<&str>,
     ) -> impl Future<Output = Result<Vec<RollupRow>, StoreError>> + Send;
-    // reprocess
-    //
-    // Default bodies refuse (see `no_reprocess`); `PgStore` and `MemoryStore` implement all
-    // four and the conformance suite checks them on both.
+
+    // --- Reprocess (issue 9 item 3) -----------------------------------------------------
+    // `PgStore` and `MemoryStore` implement all four, checked by the conformance suite; the
+    // simulator's `SimStore` delegates to the model.
 
     /// Per class table holding any of `points`: the rows of those points observed in
     /// `[from, to)` (no upper bound when `to` is `None`), their versions and extent, and the
@@ -644,10 +644,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         points: &[(String, RetentionClass)],
         from: Micros,
         to: Option<Micros>,
-    ) -> impl Future<Output = Result<Vec<ClassExtent>, StoreError>> + Send {
-        let _ = (points, from, to);
-        async { Err(no_reprocess()) }
-    }
+    ) -> impl Future<Output = Result<Vec<ClassExtent>, StoreError>> + Send;
 
     /// One page of the rows of `point` in `class`'s table observed in `[from, to)`, ordered by
     /// `(observed_at, ingested_at, key)`, strictly after `after` (a row of the same point) in
@@ -662,10 +659,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         to: Option<Micros>,
         after: Option<&StoredObservation>,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<StoredObservation>, StoreError>> + Send {
-        let _ = (class, point, from, to, after, limit);
-        async { Err(no_reprocess()) }
-    }
+    ) -> impl Future<Output = Result<Vec<StoredObservation>, StoreError>> + Send;
 
     /// Writes one chunk of recomputed rows of `class`'s table in one transaction fenced on
     /// `epoch`: only the canonical columns, quality, reason and version, and `native_text`
@@ -675,10 +669,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         epoch: u32,
         class: RetentionClass,
         updates: Vec<RowUpdate>,
-    ) -> impl Future<Output = Result<u64, StoreError>> + Send {
-        let _ = (epoch, class, updates);
-        async { Err(no_reprocess()) }
-    }
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
 
     /// Writes the run's one `reprocess` control event (no point: `point_id` NULL), fenced on
     /// `epoch`. Returns its `seq`.
@@ -688,16 +679,11 @@ pub trait Store: Clone + Send + Sync + 'static {
         occurred_at: Micros,
         principal: &str,
         record: &ReprocessRecord,
-    ) -> impl Future<Output = Result<i64, StoreError>> + Send {
-        let _ = (epoch, occurred_at, principal, record);
-        async { Err(no_reprocess()) }
-    }
+    ) -> impl Future<Output = Result<i64, StoreError>> + Send;
 
     // --- Retention (issue 9 item 2) -----------------------------------------------------
-    // The methods below have bodies that refuse, so adapters that do not implement them yet
-    // (the simulator's `SimStore`, which delegates per method) still compile: a running core
-    // over such a store logs its retention runs as failed and retries. `PgStore` and
-    // `MemoryStore` implement every one, checked by the conformance suite.
+    // `PgStore` and `MemoryStore` implement every one, checked by the conformance suite; the
+    // simulator's `SimStore` delegates to the model.
 
     /// The existing partitions that end at or before their table's cut-off, oldest first
     /// (ordered by `(from, table)`), at most `limit` (itself at most
@@ -706,12 +692,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
         cutoffs: RetentionCutoffs,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<Partition>, StoreError>> + Send {
-        let _ = (cutoffs, limit);
-        std::future::ready(Err(StoreError::Other(
-            "this store does not implement retention".into(),
-        )))
-    }
+    ) -> impl Future<Output = Result<Vec<Partition>, StoreError>> + Send;
 
     /// Drops the expired partitions ([`Store::expired_partitions`]), at most `partitions_max`,
     /// oldest first, each in its own transaction fenced on `epoch` that also moves the table's
@@ -725,20 +706,11 @@ pub trait Store: Clone + Send + Sync + 'static {
         partitions_max: u32,
         principal: &str,
         occurred_at: Micros,
-    ) -> impl Future<Output = Result<RetentionRun, StoreError>> + Send {
-        let _ = (epoch, cutoffs, partitions_max, principal, occurred_at);
-        std::future::ready(Err(StoreError::Other(
-            "this store does not implement retention".into(),
-        )))
-    }
+    ) -> impl Future<Output = Result<RetentionRun, StoreError>> + Send;
 
     /// Each table's retention mark: the first instant it still keeps after its drops (`None`:
     /// nothing dropped yet), in [`RetainedTable::ALL`] order.
-    fn retention_marks(&self) -> impl Future<Output = Result<[Option<Micros>; 5], StoreError>> + Send {
-        std::future::ready(Err(StoreError::Other(
-            "this store does not implement retention".into(),
-        )))
-    }
+    fn retention_marks(&self) -> impl Future<Output = Result<[Option<Micros>; 5], StoreError>> + Send;
 
     // --- Class changes (issue 9 item 4) -------------------------------------------------
 
@@ -753,12 +725,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         to: RetentionClass,
         principal: &str,
         occurred_at: Micros,
-    ) -> impl Future<Output = Result<ClassMove, StoreError>> + Send {
-        let _ = (epoch, point_id, to, principal, occurred_at);
-        std::future::ready(Err(StoreError::Other(
-            "this store does not implement class moves".into(),
-        )))
-    }
+    ) -> impl Future<Output = Result<ClassMove, StoreError>> + Send;
 
     // --- History (issue 9 item 6) -------------------------------------------------------
 
@@ -772,19 +739,7 @@ pub trait Store: Clone + Send + Sync + 'static {
         from: Micros,
         to: Micros,
         limit: usize,
-    ) -> impl Future<Output = Result<Vec<HistoryRow>, StoreError>> + Send {
-        let _ = (point_id, class, from, to, limit);
-        std::future::ready(Err(StoreError::Other(
-            "this store does not implement history".into(),
-        )))
-    }
-}
-
-/// The answer of a store that does not implement reprocess (the trait's default bodies: only
-/// the simulator's wrapper, which does not reprocess yet, relies on them; both real stores
-/// implement every operation).
-fn no_reprocess() -> StoreError {
-    StoreError::Other("this store does not implement reprocess".to_owned())
+    ) -> impl Future<Output = Result<Vec<HistoryRow>, StoreError>> + Send;
 }
 
 #[cfg(test)]

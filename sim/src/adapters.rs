@@ -14,14 +14,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use sentinel_core::reprocess::{ReprocessRecord, RowUpdate, StoredObservation};
 use sentinel_core::{
     Batch, CommitReport, ControlDetail, ControlEvent, Delivery, DeliveryTag, Micros, PointState,
     RegistrySnapshot, RestoredState, RetentionClass,
 };
 use sentinel_io::bus::{MemoryConsumer, PublishAck};
 use sentinel_io::ports::{
-    Bus, BusError, CommitError, Consumer, INBOUND_QUEUED_MAX, Inbound, Lag, Lease, RegistryLoad, RollupGrain,
-    RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError,
+    Bus, BusError, ClassExtent, ClassMove, CommitError, Consumer, HistoryRow, INBOUND_QUEUED_MAX, Inbound,
+    Lag, Lease, Partition, RegistryLoad, RetentionCutoffs, RetentionRun, RollupGrain, RollupRefresh,
+    RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError,
     StoredControlEvent, StoredRegistry,
 };
 use sentinel_io::store::MemoryLease;
@@ -600,6 +602,163 @@ impl Store for SimStore {
             check_rollup_watermark(&self.world, step.watermark).await;
         }
         Ok(step)
+    }
+
+    // Reprocess, retention and class moves: delegated to the model like every operation, the
+    // writes judged by invariant 6's fence check. A reprocess's rewritten rows are handed to the
+    // checker, which rebuilds its fold and rollup aggregates of their points from the log.
+
+    async fn reprocess_extent(
+        &self,
+        points: &[(String, RetentionClass)],
+        from: Micros,
+        to: Option<Micros>,
+    ) -> Result<Vec<ClassExtent>, StoreError> {
+        self.enter(None).await?;
+        self.world.store.reprocess_extent(points, from, to).await
+    }
+
+    async fn load_reprocess_rows(
+        &self,
+        class: RetentionClass,
+        point: &str,
+        from: Micros,
+        to: Option<Micros>,
+        after: Option<&StoredObservation>,
+        limit: usize,
+    ) -> Result<Vec<StoredObservation>, StoreError> {
+        self.enter(None).await?;
+        self.world
+            .store
+            .load_reprocess_rows(class, point, from, to, after, limit)
+            .await
+    }
+
+    async fn apply_reprocess(
+        &self,
+        epoch: u32,
+        class: RetentionClass,
+        updates: Vec<RowUpdate>,
+    ) -> Result<u64, StoreError> {
+        self.enter(Some("reprocesses rows")).await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        let keys: std::collections::BTreeSet<(sentinel_core::ObsKey, Micros)> =
+            updates.iter().map(|u| (u.key.clone(), u.ingested_at)).collect();
+        let updated = self.world.store.apply_reprocess(epoch, class, updates).await?;
+        let rows = self.world.store.rows(class);
+        let points: std::collections::BTreeSet<Arc<str>> = rows
+            .iter()
+            .filter(|r| keys.contains(&(r.key.clone(), r.ingested_at)))
+            .map(|r| r.point_id.clone())
+            .collect();
+        let rewritten: Vec<_> = rows
+            .into_iter()
+            .filter(|r| points.contains(&r.point_id))
+            .collect();
+        let now = self.world.now();
+        let mut inner = self.world.lock();
+        inner
+            .checker
+            .on_write("a reprocess chunk", epoch, epoch_at_write, now);
+        inner.checker.on_rows_rewritten(&points, &rewritten);
+        Ok(updated)
+    }
+
+    async fn write_reprocess_event(
+        &self,
+        epoch: u32,
+        occurred_at: Micros,
+        principal: &str,
+        record: &ReprocessRecord,
+    ) -> Result<i64, StoreError> {
+        self.enter(Some("writes a reprocess event")).await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        let seq = self
+            .world
+            .store
+            .write_reprocess_event(epoch, occurred_at, principal, record)
+            .await?;
+        let now = self.world.now();
+        self.world
+            .lock()
+            .checker
+            .on_write("a reprocess event", epoch, epoch_at_write, now);
+        Ok(seq)
+    }
+
+    async fn expired_partitions(
+        &self,
+        cutoffs: RetentionCutoffs,
+        limit: usize,
+    ) -> Result<Vec<Partition>, StoreError> {
+        self.enter(None).await?;
+        self.world.store.expired_partitions(cutoffs, limit).await
+    }
+
+    async fn drop_expired(
+        &self,
+        epoch: u32,
+        cutoffs: RetentionCutoffs,
+        partitions_max: u32,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> Result<RetentionRun, StoreError> {
+        self.enter(Some("drops expired partitions")).await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        let run = self
+            .world
+            .store
+            .drop_expired(epoch, cutoffs, partitions_max, principal, occurred_at)
+            .await?;
+        let now = self.world.now();
+        self.world
+            .lock()
+            .checker
+            .on_write("a retention drop", epoch, epoch_at_write, now);
+        Ok(run)
+    }
+
+    async fn retention_marks(&self) -> Result<[Option<Micros>; 5], StoreError> {
+        self.enter(None).await?;
+        self.world.store.retention_marks().await
+    }
+
+    async fn move_point_class(
+        &self,
+        epoch: u32,
+        point_id: &str,
+        to: RetentionClass,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> Result<ClassMove, StoreError> {
+        self.enter(Some("moves a point's class")).await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        let moved = self
+            .world
+            .store
+            .move_point_class(epoch, point_id, to, principal, occurred_at)
+            .await?;
+        let now = self.world.now();
+        self.world
+            .lock()
+            .checker
+            .on_write("a class move", epoch, epoch_at_write, now);
+        Ok(moved)
+    }
+
+    async fn load_history(
+        &self,
+        point_id: &str,
+        class: RetentionClass,
+        from: Micros,
+        to: Micros,
+        limit: usize,
+    ) -> Result<Vec<HistoryRow>, StoreError> {
+        self.enter(None).await?;
+        self.world
+            .store
+            .load_history(point_id, class, from, to, limit)
+            .await
     }
 
     async fn rollup_watermark(&self) -> Result<Option<RollupWatermark>, StoreError> {

@@ -1,6 +1,7 @@
 //! The registry a run uses: the repository's sample registry, loaded exactly as production
 //! loads a registry folder, plus a second version stored mid-stream by the `registry_reload`
-//! fault (a changed deadband and a newly added point). Its derived points (host `sentinel`,
+//! fault or by the operator before a reprocess (a changed deadband, a corrected conversion and
+//! a newly added point). Its derived points (host `sentinel`,
 //! computed by the core) run in every seed and are checked by invariant 17. Loaded once per process and shared by
 //! every seed, since parsing TOML per seed would dominate a short run.
 
@@ -38,6 +39,10 @@ pub struct SimRegistry {
     pub freshness_us: std::sync::Arc<BTreeMap<std::sync::Arc<str>, i64>>,
     /// The derived points of either version (for the checker's invariant 17).
     pub derived: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::derived::DerivedDef>>,
+    /// The point version 2 gives another conversion (offset + 1), which the operator's
+    /// reprocess corrects: an `agg_safe` number point on a device host that no derived point
+    /// reads (so invariant 17's windows are not rewritten under it).
+    pub reprocess_point: String,
     /// `agg_safe` of every point of either version (for the checker's invariant 10).
     pub agg_safe: std::sync::Arc<BTreeMap<std::sync::Arc<str>, bool>>,
 }
@@ -77,6 +82,23 @@ impl SimRegistry {
         if let Some(d) = v2_descriptors.iter_mut().find(|d| d.id == template.id) {
             d.deadband += 0.5;
         }
+        let derived_inputs: std::collections::BTreeSet<String> = v2_descriptors
+            .iter()
+            .filter_map(|d| d.derived.as_ref())
+            .flat_map(|derived| derived.inputs.iter().cloned())
+            .collect();
+        let reprocess_point = v2_descriptors
+            .iter_mut()
+            .find(|d| {
+                d.kind == Kind::Number
+                    && d.agg_safe
+                    && d.assignment.host != SELF_HOST
+                    && d.id != template.id
+                    && !derived_inputs.contains(&d.id)
+            })
+            .context("the sample registry has no second agg_safe number point outside derived inputs")?;
+        reprocess_point.conversion.offset += 1.0;
+        let reprocess_point = reprocess_point.id.clone();
         let mut added = template;
         added.id = format!("{}.sim_added", added.id);
         let added_point = driver_point(&added);
@@ -99,6 +121,7 @@ impl SimRegistry {
         );
         let agg_safe = crate::checker::rollups::agg_safe_points(v2_descriptors.iter());
         Ok(SimRegistry {
+            reprocess_point,
             agg_safe: std::sync::Arc::new(agg_safe),
             derived: std::sync::Arc::new(derived),
             v1,

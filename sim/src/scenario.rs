@@ -331,12 +331,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             world.trace(format_args!("crash {} (restart in {delay_ms} ms)", core.host()));
             scheduled.push((now.add_ms(delay_ms), Scheduled::Bounce(core)));
         }
-        if crashed
-            && now < safety_end
-            && world.settings.is_active(Site::OperatorRollupRefresh)
-            && world.lock().rng.chance(0.5)
-        {
-            operator_rollup_refresh(&world, now);
+        if crashed && now < safety_end {
+            crate::operator::maintenance(&world, registry, now);
         }
         let (due, later): (Vec<_>, Vec<_>) = scheduled.drain(..).partition(|(at, _)| *at <= now);
         scheduled = later;
@@ -602,54 +598,6 @@ fn operator_commands(world: &World, points: &[String], sent: &mut u64) {
     }
 }
 
-/// The operator runs `sentinel rollup refresh --from T --to T` over a range of the last hour,
-/// while drivers keep publishing. Like the command, it takes the single-writer lock itself and
-/// refuses (exit 10) when a core holds it; it runs between two simulated instants, so no core
-/// sees the lock taken. Its session dies half the time instead of releasing (the operator's
-/// process killed after its refresh committed). Invariant 10 is checked on what it refreshed.
-fn operator_rollup_refresh(world: &World, now: Micros) {
-    if world.store.lock_held() {
-        world.trace(format_args!("operator rollup refresh: lock held, exit 10"));
-        return;
-    }
-    let lease = match now_or_never(sentinel_io::ports::Store::acquire(&world.store)) {
-        Ok(lease) => lease,
-        Err(e) => {
-            let what = format!("operator rollup refresh could not take a free lock: {e}");
-            world.lock().checker.fail(0, now, what);
-            return;
-        }
-    };
-    let epoch = sentinel_io::ports::Lease::epoch(&lease);
-    world.lock().checker.on_acquire(epoch, now);
-    let from = now.add_ms(-(world.between(0, 3_600_000) as i64));
-    let to = from.add_ms(world.between(1_000, 7_200_000) as i64);
-    match now_or_never(sentinel_io::ports::Store::refresh_rollups(
-        &world.store,
-        epoch,
-        from,
-        to,
-    )) {
-        Ok(refresh) => {
-            world.trace(format_args!(
-                "operator rollup refresh epoch {epoch} over [{from}, {to}): {} + {} buckets",
-                refresh.minute_buckets, refresh.hour_buckets
-            ));
-            now_or_never(crate::adapters::check_refreshed_rollups(world, &refresh));
-        }
-        Err(e) => world.lock().checker.fail(
-            0,
-            now,
-            format!("operator rollup refresh failed under the lock: {e}"),
-        ),
-    }
-    if world.lock().rng.chance(0.5) {
-        world.store.kill_session(&lease);
-        world.trace(format_args!("operator session killed"));
-    }
-    drop(lease);
-}
-
 /// Hands one operator request to `core`'s intake and traces whether it took it.
 fn request_command(
     world: &World,
@@ -882,7 +830,7 @@ fn standby_down_fault(
 }
 
 /// Runs a future that cannot wait (the memory store's operations never do) to completion.
-fn now_or_never<F: std::future::Future>(future: F) -> F::Output {
+pub(crate) fn now_or_never<F: std::future::Future>(future: F) -> F::Output {
     let mut future = std::pin::pin!(future);
     let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
     match future.as_mut().poll(&mut cx) {

@@ -48,10 +48,15 @@ pub enum Site {
     /// refresh` over a recent range, under the lock, as drivers keep publishing; half the time
     /// the operator's session dies right after instead of releasing.
     OperatorRollupRefresh,
+    /// While the lock is free, the operator loads registry version 2 (which corrects a
+    /// point's conversion) and runs `sentinel reprocess` for that point over the last minutes,
+    /// under the lock; half the time the run is cut off between chunks (its session dies and
+    /// the restarting core takes the lock).
+    OperatorReprocess,
 }
 
 impl Site {
-    pub const ALL: [Site; 16] = [
+    pub const ALL: [Site; 17] = [
         Site::CrashBeforeCommit,
         Site::CrashAfterCommit,
         Site::CrashAfterAck,
@@ -68,6 +73,7 @@ impl Site {
         Site::LockSessionKilledAlone,
         Site::CrashMidRollupStep,
         Site::OperatorRollupRefresh,
+        Site::OperatorReprocess,
     ];
     /// Sites added after the first twelve are drawn from a generator of their own, so the
     /// seeds of `sim/tests/regressions.rs` keep the settings and runs they failed with.
@@ -91,6 +97,7 @@ impl Site {
             Site::LockSessionKilledAlone => "lock_session_killed_alone",
             Site::CrashMidRollupStep => "crash_mid_rollup_step",
             Site::OperatorRollupRefresh => "operator_rollup_refresh",
+            Site::OperatorReprocess => "operator_reprocess",
         }
     }
 }

@@ -635,3 +635,96 @@ fn after_reprocess_the_rollups_match_the_corrected_rows_memory() {
 fn after_reprocess_the_rollups_match_the_corrected_rows_postgres() {
     run_property::<Pg>(12);
 }
+
+/// A reprocess that dies between its row updates and its rollup refresh (the process killed,
+/// the lock lost) leaves the minutes of the rows it updated invalidated, so the running core's
+/// steps bring the rollups back to the aggregate of the rows as they now are: no bucket stays
+/// stale until someone runs the command again.
+pub(super) async fn a_reprocess_cut_off_before_its_refresh_is_healed_by_the_core_steps<B: Backend>(b: &B) {
+    let store = b.store();
+    let lease = store.acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    let v1 = rp::load(store, 1).await;
+    let t = at(T0);
+    let sents = [
+        sent(PRESSURE, 1, t, Some(101.5), None),
+        sent(PRESSURE, 2, Micros(t.0 + 20 * S), Some(102.0), None),
+        sent(PRESSURE, 3, Micros(t.0 + 3_000 * S), Some(99.5), None),
+    ];
+    let rows: Vec<ObsRow> = sents.iter().map(|s| rp::row(&v1, s)).collect();
+    store.commit(batch(1, epoch, rows, vec![])).await.expect("commit");
+    // The core's steps pass every row: the rollups hold version 1's wrong scale.
+    let closed_before = Micros(t.0 + 3 * 3_600 * S);
+    let limits = sentinel_io::ports::RollupStepLimits {
+        step_minutes_max: 1_440,
+        invalidations_max: 1_000,
+    };
+    let drain = || async {
+        for _ in 0..100 {
+            let step = store
+                .refresh_closed_rollups(epoch, closed_before, limits)
+                .await
+                .expect("a rollup step");
+            if !step.more && step.watermark.refreshed_to >= RollupGrain::Minute.floor(closed_before) {
+                return;
+            }
+        }
+        panic!("the rollup steps do not converge");
+    };
+    // The first step only starts the marks; later rows are covered by the range it advances.
+    store
+        .refresh_rollups(epoch, t, closed_before)
+        .await
+        .expect("history refreshed on demand");
+    drain().await;
+    let hour = |rows: Vec<RollupRow>| rows.first().and_then(|r| r.sum);
+    let wrong = store
+        .load_rollups(RollupGrain::Hour, t, Micros(t.0 + 3_600 * S), Some(PRESSURE))
+        .await
+        .expect("load");
+    let wrong = hour(wrong);
+    assert!(
+        close(wrong, Some(0.303)),
+        "version 1's scale in the rollup: {wrong:?}"
+    );
+
+    // The reprocess's updates commit, and its process dies before the refresh.
+    let v2 = rp::load(store, 2).await;
+    let point = v2.point(v2.resolve(PRESSURE).expect("in version 2"));
+    let page = store
+        .load_reprocess_rows(RetentionClass::Measurement, PRESSURE, t, None, None, 100)
+        .await
+        .expect("the rows");
+    assert_eq!(page.len(), 3);
+    let updates = page
+        .iter()
+        .map(|row| sentinel_core::reprocess::recompute(point, &Config::default(), v2.version, row))
+        .collect();
+    let updated = store
+        .apply_reprocess(epoch, RetentionClass::Measurement, updates)
+        .await
+        .expect("the updates");
+    assert_eq!(updated, 3);
+
+    // The core's next steps recompute the rewritten minutes and their closed hours.
+    drain().await;
+    let after = all_rows(store).await;
+    for (grain, range) in [
+        (RollupGrain::Minute, (t, Micros(t.0 + 3_600 * S))),
+        (RollupGrain::Hour, (t, Micros(t.0 + 3_600 * S))),
+    ] {
+        rollups_match(store, &after, grain, range)
+            .await
+            .unwrap_or_else(|e| panic!("not healed by the core's steps: {e}"));
+    }
+    let healed = store
+        .load_rollups(RollupGrain::Hour, t, Micros(t.0 + 3_600 * S), Some(PRESSURE))
+        .await
+        .expect("load");
+    let healed = hour(healed);
+    assert!(
+        close(healed, Some(303.0)),
+        "the corrected scale in the rollup: {healed:?}"
+    );
+    b.release(lease).await;
+}

@@ -405,6 +405,12 @@ impl Store for MemoryStore {
         model.next_session += 1;
         model.lock_holder = Some(session);
         model.epoch = epoch;
+        // As the PostgreSQL adapter does under the lock at startup (`migrate` ensures the
+        // partitions around today): yesterday through three days ahead.
+        let day_us = sentinel_core::time::US_PER_DAY;
+        model
+            .retention
+            .ensure_days(Micros(started_at.0 - day_us), Micros(started_at.0 + 3 * day_us));
         model.cold_starts.insert(
             epoch,
             ColdStart {

@@ -297,16 +297,7 @@ impl Checker {
                     format!("a second row for key {key:?} (ingested_at {})", row.ingested_at.0),
                 );
             }
-            let head = self.fold.entry(row.point_id.clone()).or_default();
-            let order = (row.observed_at, row.ingested_at, row.key.clone());
-            if head.latest.as_ref().is_none_or(|l| order > *l) {
-                head.latest = Some(order.clone());
-            }
-            if let Some(value) = &row.value
-                && head.valued.as_ref().is_none_or(|(o, _)| order > *o)
-            {
-                head.valued = Some((order, value.clone()));
-            }
+            fold_in(&mut self.fold, row);
             if let Some(what) = self.derived.on_committed(row, (applied, rank(ordinal))) {
                 self.fail(17, at, what);
             }
@@ -315,6 +306,26 @@ impl Checker {
         for entry in &report.batch.quarantine {
             self.quarantined_seqs.insert(entry.stream_seq);
         }
+    }
+
+    /// Rows of `points` were rewritten in place by a reprocess (canonical value, quality and
+    /// version; never the key, `observed_at` or `ingested_at`). `rows` is every row the log
+    /// now holds for those points: the fold (invariant 5) and the rollup aggregates
+    /// (invariant 10) of those points are rebuilt from it, since the log is the truth they
+    /// are judged against. Derived inputs are never in a simulated reprocess's scope, so
+    /// invariant 17's windows stay as they were.
+    pub fn on_rows_rewritten(&mut self, points: &BTreeSet<Arc<str>>, rows: &[sentinel_core::ObsRow]) {
+        for point in points {
+            self.fold.remove(point);
+        }
+        for row in rows {
+            let key = key3(&row.key);
+            if let Some(facts) = self.committed.get_mut(&key) {
+                facts.quality = row.quality;
+            }
+            fold_in(&mut self.fold, row);
+        }
+        self.rollups.on_rewritten(points, rows);
     }
 
     /// Whether `key` is the latest committed row of `point` under the fold's order.
@@ -565,6 +576,20 @@ impl Checker {
             .copied()
             .filter(|&seq| !self.covered(seq))
             .collect()
+    }
+}
+
+/// Folds one committed row into its point's head under invariant 5's total order.
+fn fold_in(fold: &mut BTreeMap<Arc<str>, FoldHead>, row: &sentinel_core::ObsRow) {
+    let head = fold.entry(row.point_id.clone()).or_default();
+    let order = (row.observed_at, row.ingested_at, row.key.clone());
+    if head.latest.as_ref().is_none_or(|l| order > *l) {
+        head.latest = Some(order.clone());
+    }
+    if let Some(value) = &row.value
+        && head.valued.as_ref().is_none_or(|(o, _)| order > *o)
+    {
+        head.valued = Some((order, value.clone()));
     }
 }
 

@@ -91,6 +91,19 @@ impl RollupModel {
         self.touched.insert(RollupGrain::Minute.floor(row.observed_at));
     }
 
+    /// Rows of `points` were rewritten in place (a reprocess): their aggregates are rebuilt
+    /// from `rows`, every row the log now holds for them, and every minute they touch is due
+    /// for the next watermark check.
+    pub fn on_rewritten(&mut self, points: &BTreeSet<Arc<str>>, rows: &[ObsRow]) {
+        for table in [&mut self.minute, &mut self.hour] {
+            table.retain(|(_, point), _| !points.contains(point));
+        }
+        for row in rows {
+            debug_assert!(points.contains(&row.point_id));
+            self.on_committed(row);
+        }
+    }
+
     /// An on-demand refresh reported `range` for `grain`; `stored` is what the store holds in
     /// it now. `None` when they agree, else what differs.
     pub fn check_refreshed(

@@ -141,10 +141,12 @@ impl Model {
             .map(|u| ((u.key.clone(), u.ingested_at), u))
             .collect();
         let mut updated = 0;
+        let mut changed_at: Vec<Micros> = Vec::new();
         for row in &mut self.tables[class.index()].rows {
             let Some(u) = by_key.remove(&(row.key.clone(), row.ingested_at)) else {
                 continue;
             };
+            changed_at.push(row.observed_at);
             row.value = u.value;
             if row.native_text.is_none() {
                 row.native_text = u.native_text_fill.map(String::into_boxed_str);
@@ -157,6 +159,9 @@ impl Model {
                 break;
             }
         }
+        // As `sentinel_reprocess_apply` does: the updated rows' minutes are invalidated, so a
+        // run that dies before its refresh leaves nothing stale for the core's steps to miss.
+        self.rollups.rows_changed(changed_at.into_iter());
         Ok(updated)
     }
 

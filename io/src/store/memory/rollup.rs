@@ -48,14 +48,20 @@ impl Rollups {
 
     /// The statement trigger: called with the rows a commit actually inserted.
     pub(super) fn rows_inserted<'a>(&mut self, rows: impl Iterator<Item = &'a ObsRow>) {
+        self.rows_changed(rows.map(|r| r.observed_at));
+    }
+
+    /// Rows observed at these instants were inserted or rewritten: their minutes below
+    /// `claimed_to` are invalidated. Before the first step every row is invalidated: the first
+    /// step recomputes them.
+    pub(super) fn rows_changed(&mut self, observed_at: impl Iterator<Item = Micros>) {
         if self.ignore_late_rows {
             return;
         }
-        // Before the first step every row is invalidated: the first step recomputes them.
         let mark = self.watermark.map(|w| w.claimed_to);
-        let minutes: BTreeSet<Micros> = rows
-            .filter(|r| mark.is_none_or(|mark| r.observed_at < mark))
-            .map(|r| RollupGrain::Minute.floor(r.observed_at))
+        let minutes: BTreeSet<Micros> = observed_at
+            .filter(|at| mark.is_none_or(|mark| *at < mark))
+            .map(|at| RollupGrain::Minute.floor(at))
             .collect();
         self.invalidations.extend(minutes);
     }
