@@ -207,6 +207,10 @@ enum Command {
         /// How long to wait for a running core's answer (a real run answers when it is done).
         #[arg(long, default_value_t = 600_000)]
         reply_timeout_ms: u64,
+        /// The raw horizons the refusal checks (the same flags and defaults as `sentinel run`;
+        /// a running core asked over the bus checks its own).
+        #[command(flatten)]
+        horizons: retention::RetentionArgs,
     },
     /// What the stored rows of a point observed at an instant mean under a registry version,
     /// from native, beside the stored canonical values. Reads only.
@@ -498,8 +502,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             chunk_rows,
             nats,
             reply_timeout_ms,
+            horizons,
         } => {
             reprocess::reprocess(reprocess::ReprocessArgs {
+                retention: horizons.config()?,
                 database_url: db.database_url,
                 bus: bus_ask::BusArgs {
                     credentials: nats.credentials()?,

@@ -41,6 +41,8 @@ pub struct ReprocessArgs {
     pub dry_run: bool,
     pub json: bool,
     pub chunk_rows: usize,
+    /// The raw horizons the refusal checks when the command runs it itself.
+    pub retention: sentinel_core::retention::RetentionConfig,
 }
 
 async fn connect(database_url: &str) -> anyhow::Result<PgStore> {
@@ -152,7 +154,10 @@ pub async fn reprocess(args: ReprocessArgs) -> anyhow::Result<ExitCode> {
     if !(1..=reprocess::CHUNK_ROWS_MAX).contains(&args.chunk_rows) {
         bail!("--chunk-rows must be within 1..={}", reprocess::CHUNK_ROWS_MAX);
     }
-    let config = Config::default();
+    let config = Config {
+        retention: args.retention.clone(),
+        ..Config::default()
+    };
     let store = connect(&args.database_url).await?;
     let request = Request {
         glob: args.glob.clone(),
