@@ -40,3 +40,11 @@ fn seed_25_retry_fired_late_past_the_duplicate_window() {
 fn seed_280_retry_fired_late_past_the_duplicate_window() {
     passes(280);
 }
+
+// Seed 17137: the lock holder's bus had been failing (a bus partition) when a store partition
+// killed its lock session; 400 ms later the runtime gave up on the bus, exit 6, before its lock
+// check would have said 5. A fail-fast exit within the bound: invariant 15 now allows 6.
+#[test]
+fn seed_17137_bus_failure_exit_after_losing_the_lock() {
+    passes(17137);
+}

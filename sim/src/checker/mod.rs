@@ -32,7 +32,8 @@
 //!     current observation for it waiting in the stream — on every stale transition;
 //! 15. lock ownership ([`ownership`]): an incarnation whose lock session is gone commits,
 //!     acks, publishes and binds nothing later than the lock-check interval plus one tick
-//!     after losing it, and exits with code 5 (3 or 4 when a failed write stopped it first) —
+//!     after losing it, and exits with code 5 (3 or 4 when a failed write stopped it first, 6
+//!     when repeated bus failures did) —
 //!     on every such call, every exit and every controller step;
 //! 16. command epochs: a driver never applies a command whose epoch is below one already
 //!     announced to it, by the checker's own record of announcements — on every command a
