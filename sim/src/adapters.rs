@@ -327,6 +327,27 @@ impl SimStore {
         SimStore { world, incarnation }
     }
 
+    /// A write through the model, the way every fenced write goes: entered as `action`
+    /// (invariant 15, a cut link), then judged by invariant 6's fence check as `what` against
+    /// the epoch current just before it. `write` is lazy: nothing runs before the entry.
+    async fn fenced_write<T>(
+        &self,
+        action: &str,
+        what: &str,
+        epoch: u32,
+        write: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.enter(Some(action)).await?;
+        let epoch_at_write = self.world.store.current_epoch();
+        let out = write.await?;
+        let now = self.world.now();
+        self.world
+            .lock()
+            .checker
+            .on_write(what, epoch, epoch_at_write, now);
+        Ok(out)
+    }
+
     /// Every call of this incarnation's: a zombie's hangs; `action` (a commit or another
     /// write) is reported for invariant 15; a cut link fails it.
     async fn enter(&self, action: Option<&str>) -> Result<(), StoreError> {
@@ -465,15 +486,9 @@ impl Store for SimStore {
     }
 
     async fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
-        self.enter(Some("writes a checkpoint")).await?;
-        let epoch_at_write = self.world.store.current_epoch();
-        self.world.store.checkpoint(epoch, states).await?;
-        let now = self.world.now();
-        self.world
-            .lock()
-            .checker
-            .on_write("a checkpoint", epoch, epoch_at_write, now);
-        Ok(())
+        let write = self.world.store.checkpoint(epoch, states);
+        self.fenced_write("writes a checkpoint", "a checkpoint", epoch, write)
+            .await
     }
 
     async fn write_control_events(
@@ -541,15 +556,9 @@ impl Store for SimStore {
     }
 
     async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
-        self.enter(Some("writes its cold start")).await?;
-        let epoch_at_write = self.world.store.current_epoch();
-        self.world.store.record_cold_start(epoch, steps).await?;
-        let now = self.world.now();
-        self.world
-            .lock()
-            .checker
-            .on_write("a cold-start record", epoch, epoch_at_write, now);
-        Ok(())
+        let write = self.world.store.record_cold_start(epoch, steps);
+        self.fenced_write("writes its cold start", "a cold-start record", epoch, write)
+            .await
     }
 
     async fn refresh_rollups(
@@ -558,14 +567,10 @@ impl Store for SimStore {
         from: Micros,
         to: Micros,
     ) -> Result<RollupRefresh, StoreError> {
-        self.enter(Some("refreshes rollups")).await?;
-        let epoch_at_write = self.world.store.current_epoch();
-        let refresh = self.world.store.refresh_rollups(epoch, from, to).await?;
-        let now = self.world.now();
-        self.world
-            .lock()
-            .checker
-            .on_write("a rollup refresh", epoch, epoch_at_write, now);
+        let write = self.world.store.refresh_rollups(epoch, from, to);
+        let refresh = self
+            .fenced_write("refreshes rollups", "a rollup refresh", epoch, write)
+            .await?;
         check_refreshed_rollups(&self.world, &refresh).await;
         Ok(refresh)
     }
@@ -671,19 +676,12 @@ impl Store for SimStore {
         principal: &str,
         record: &ReprocessRecord,
     ) -> Result<i64, StoreError> {
-        self.enter(Some("writes a reprocess event")).await?;
-        let epoch_at_write = self.world.store.current_epoch();
-        let seq = self
+        let write = self
             .world
             .store
-            .write_reprocess_event(epoch, occurred_at, principal, record)
-            .await?;
-        let now = self.world.now();
-        self.world
-            .lock()
-            .checker
-            .on_write("a reprocess event", epoch, epoch_at_write, now);
-        Ok(seq)
+            .write_reprocess_event(epoch, occurred_at, principal, record);
+        self.fenced_write("writes a reprocess event", "a reprocess event", epoch, write)
+            .await
     }
 
     async fn expired_partitions(
@@ -703,19 +701,12 @@ impl Store for SimStore {
         principal: &str,
         occurred_at: Micros,
     ) -> Result<RetentionRun, StoreError> {
-        self.enter(Some("drops expired partitions")).await?;
-        let epoch_at_write = self.world.store.current_epoch();
-        let run = self
+        let write = self
             .world
             .store
-            .drop_expired(epoch, cutoffs, partitions_max, principal, occurred_at)
-            .await?;
-        let now = self.world.now();
-        self.world
-            .lock()
-            .checker
-            .on_write("a retention drop", epoch, epoch_at_write, now);
-        Ok(run)
+            .drop_expired(epoch, cutoffs, partitions_max, principal, occurred_at);
+        self.fenced_write("drops expired partitions", "a retention drop", epoch, write)
+            .await
     }
 
     async fn retention_marks(&self) -> Result<[Option<Micros>; 5], StoreError> {
@@ -731,19 +722,12 @@ impl Store for SimStore {
         principal: &str,
         occurred_at: Micros,
     ) -> Result<ClassMove, StoreError> {
-        self.enter(Some("moves a point's class")).await?;
-        let epoch_at_write = self.world.store.current_epoch();
-        let moved = self
+        let write = self
             .world
             .store
-            .move_point_class(epoch, point_id, to, principal, occurred_at)
-            .await?;
-        let now = self.world.now();
-        self.world
-            .lock()
-            .checker
-            .on_write("a class move", epoch, epoch_at_write, now);
-        Ok(moved)
+            .move_point_class(epoch, point_id, to, principal, occurred_at);
+        self.fenced_write("moves a point's class", "a class move", epoch, write)
+            .await
     }
 
     async fn load_history(
