@@ -13,11 +13,13 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use sentinel_bus_nats::{NatsBus, NatsBusConfig};
 use sentinel_core::{Delivery, DeliveryTag, Micros};
 use sentinel_driver::{ObservationPublisher, ObservationSink, PublisherConfig, msg_id};
-use sentinel_io::bus::{MemoryBus, MemoryBusConfig, NatsBus, NatsBusConfig, PublishAck};
-use sentinel_io::clock::Clock;
-use sentinel_io::ports::{Bus, BusError, Consumer, Lag};
+use sentinel_models::{MemoryBus, MemoryBusConfig};
+use sentinel_ports::PublishAck;
+use sentinel_ports::clock::Clock;
+use sentinel_ports::{Bus, BusError, Consumer, Lag};
 use sentinel_tests::nats::{NatsServer, subscribe_synced};
 
 const ACK_WAIT_MS: u64 = 500;
@@ -209,7 +211,7 @@ impl Backend for NatsBackend {
     }
 
     fn now(&self) -> Micros {
-        sentinel_io::clock::SystemClock.now()
+        sentinel_ports::clock::SystemClock.now()
     }
 }
 

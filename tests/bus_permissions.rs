@@ -15,14 +15,14 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
+use sentinel_bus_nats::CORE_PRINCIPAL;
+use sentinel_bus_nats::auth::{OPERATOR_PRINCIPAL, READER_PRINCIPAL, host_principal};
 use sentinel_core::reprocess_request::{ReprocessAsk, ReprocessReply};
 use sentinel_core::wire::{COMMAND_REQUEST_SUBJECT, REPROCESS_REQUEST_SUBJECT};
 use sentinel_core::{CommandRequest, QuarantineReason};
 use sentinel_driver::commands::CommandIntake;
 use sentinel_driver::connect::{BusConnection, Credentials, RefusedOp};
 use sentinel_driver::{BusError, ObservationPublisher, PublisherConfig};
-use sentinel_io::bus::nats::CORE_PRINCIPAL;
-use sentinel_io::nats_auth::{OPERATOR_PRINCIPAL, READER_PRINCIPAL, host_principal};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
 use sentinel_tests::harness::{
     Env, Transitions, assert_exact_counts, now, spawn_core, terminate, wait_drained, wait_ready,

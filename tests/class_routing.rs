@@ -16,9 +16,9 @@ use sentinel_core::registry::PointIdx;
 use sentinel_core::{
     Batch, BatchId, CanonicalValue, DeliveryTag, Micros, ObsKey, ObsRow, Quality, RetentionClass,
 };
-use sentinel_io::ports::{Lease, Store};
-use sentinel_io::registry_dir::{self, RegistryDirError};
-use sentinel_io::store::{PgStore, PgStoreConfig};
+use sentinel_ports::{Lease, Store};
+use sentinel_runtime::registry_dir::{self, RegistryDirError};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::pg::TestDb;
 
 const MOVING: &str = "ahu1.supply_air_temp";

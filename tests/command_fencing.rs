@@ -18,8 +18,8 @@ use sentinel_core::wire::{
     cmd_subject, driver_subject,
 };
 use sentinel_driver::commands::{CommandIntake, MALFORMED, Received};
-use sentinel_io::ports::{Lease, Store};
-use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_ports::{Lease, Store};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::nats::{NatsServer, subscribe_synced};
 use sentinel_tests::pg::TestDb;
 

@@ -7,7 +7,7 @@
 
 use std::process::{Command, Stdio};
 
-use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
 use sentinel_tests::harness::pg;
 use sentinel_tests::pg::{TestDb, TestRoles};

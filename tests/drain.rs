@@ -18,7 +18,7 @@ use sentinel_core::Micros;
 use sentinel_core::registry::{CompiledPoint, Kind, Registry};
 use sentinel_core::wire::EnvelopeOut;
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
-use sentinel_io::ports::Bus;
+use sentinel_ports::Bus;
 use sentinel_tests::harness::{self, DRAIN_TIMEOUT_S, Env, Transitions, committed, now, pg, terminate};
 use sentinel_tests::traffic;
 

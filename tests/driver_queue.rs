@@ -6,12 +6,12 @@
 use std::collections::BTreeSet;
 
 use bytes::Bytes;
+use sentinel_bus_nats::{NatsBus, NatsBusConfig};
 use sentinel_core::Micros;
 use sentinel_driver::disk_queue::{DiskQueue, DiskQueueConfig, Published, QueuedPublisher};
 use sentinel_driver::{ObservationPublisher, PublisherConfig, msg_id};
-use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
-use sentinel_io::clock::{Clock, SystemClock};
-use sentinel_io::ports::{Bus, Consumer};
+use sentinel_ports::clock::{Clock, SystemClock};
+use sentinel_ports::{Bus, Consumer};
 use sentinel_tests::harness::bus_with_stream;
 use sentinel_tests::nats::NatsServer;
 

@@ -6,13 +6,13 @@
 
 use std::time::Duration;
 
+use sentinel_bus_nats::NatsBus;
 use sentinel_core::{Config, Micros};
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
-use sentinel_io::bus::nats::NatsBus;
-use sentinel_io::clock::SystemClock;
-use sentinel_io::ports::{Bus, BusError, Lag};
-use sentinel_io::startup;
-use sentinel_io::store::postgres::PgStore;
+use sentinel_ports::clock::SystemClock;
+use sentinel_ports::{Bus, BusError, Lag};
+use sentinel_runtime::startup;
+use sentinel_store_pg::PgStore;
 use sentinel_tests::bin::sentinel_bin;
 use sentinel_tests::harness::{
     DRAIN_TIMEOUT_S, Env, InProcessCore, Transitions, assert_exact_counts, committed, now, pg, spawn_core,
@@ -132,7 +132,7 @@ impl Bus for AckLosingBus {
         subject: String,
         msg_id: String,
         payload: bytes::Bytes,
-    ) -> Result<sentinel_io::bus::PublishAck, BusError> {
+    ) -> Result<sentinel_ports::PublishAck, BusError> {
         self.0.publish_observation(subject, msg_id, payload).await
     }
 
@@ -140,7 +140,7 @@ impl Bus for AckLosingBus {
         self.0.lag().await
     }
 
-    async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<sentinel_io::ports::Inbound>, BusError> {
+    async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<sentinel_ports::Inbound>, BusError> {
         self.0.inbound().await
     }
 }
@@ -377,7 +377,7 @@ async fn sigkill_mid_stream_then_restart_gives_the_derived_rows_of_an_uninterrup
         .fetch_one(&mut conn)
         .await
         .expect("registry version");
-    let descriptors = sentinel_io::registry_dir::check_dir(&shipped).expect("shipped registry");
+    let descriptors = sentinel_runtime::registry_dir::check_dir(&shipped).expect("shipped registry");
     let registry = Registry::compile(version, "test".into(), "test".into(), descriptors).expect("compiles");
     let derived: Vec<String> = registry
         .points()

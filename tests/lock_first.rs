@@ -15,8 +15,8 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sentinel_io::store::postgres::PgStore;
-use sentinel_io::store::postgres::PgStoreConfig;
+use sentinel_store_pg::PgStore;
+use sentinel_store_pg::PgStoreConfig;
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
 use sentinel_tests::harness::{
     Env, monitor, nats_connection_name, pg, spawn_core, terminate, wait_exit, wait_ready,
@@ -230,7 +230,7 @@ async fn migrate_while_the_lock_is_held_exits_10_and_applies_nothing() {
 /// naming the holder (refreshing nothing) while a core holds it, and refuses a backwards range.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollup_refresh_runs_only_under_the_lock_it_takes() {
-    use sentinel_io::ports::{Lease, Store};
+    use sentinel_ports::{Lease, Store};
     let db = TestDb::create().await.expect("test database");
     let store = PgStore::connect(&db.url, PgStoreConfig::default())
         .await
@@ -314,7 +314,7 @@ async fn rollup_refresh_runs_only_under_the_lock_it_takes() {
 /// `retention_drop` control event; horizons that break their own rule are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_drops_only_under_the_lock_it_takes_and_a_dry_run_only_reads() {
-    use sentinel_io::ports::Store;
+    use sentinel_ports::Store;
     let db = TestDb::create().await.expect("test database");
     let store = PgStore::connect(&db.url, PgStoreConfig::default())
         .await

@@ -19,8 +19,10 @@ use sentinel_core::{
     Batch, BatchId, CanonicalValue, CommitReport, DeliveryTag, Micros, ObsKey, ObsRow, Quality,
     QuarantineEntry, QuarantineReason, RetentionClass, registry::PointIdx,
 };
-use sentinel_io::ports::{Lease, Store};
-use sentinel_io::store::{ClassCounts, MemoryStore, PgStore, PgStoreConfig};
+use sentinel_models::MemoryStore;
+use sentinel_ports::ClassCounts;
+use sentinel_ports::{Lease, Store};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::pg::TestDb;
 use sqlx::PgPool;
 
@@ -128,7 +130,7 @@ macro_rules! on_both_stores {
             }
             #[tokio::test]
             async fn memory() {
-                super::$name(&super::Mem(sentinel_io::store::MemoryStore::default())).await
+                super::$name(&super::Mem(sentinel_models::MemoryStore::default())).await
             }
         }
     )*};
@@ -158,7 +160,7 @@ mod one_key_in_two_class_tables_returns_both_ordinals {
     #[tokio::test]
     async fn memory() {
         super::one_key_in_two_class_tables_returns_both_ordinals(&super::Mem(
-            sentinel_io::store::MemoryStore::default(),
+            sentinel_models::MemoryStore::default(),
         ))
         .await
     }

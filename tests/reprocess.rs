@@ -14,9 +14,9 @@
 use std::process::{Command, Output, Stdio};
 
 use sentinel_core::{CanonicalValue, Micros, ObsRow};
-use sentinel_io::clock::{Clock, SystemClock};
-use sentinel_io::ports::{Lease, Store};
-use sentinel_io::store::{PgStore, PgStoreConfig};
+use sentinel_ports::clock::{Clock, SystemClock};
+use sentinel_ports::{Lease, Store};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
 use sentinel_tests::pg::TestDb;
 use sentinel_tests::reprocess::{self as rp, LEVEL, PRESSURE, RSSI, Sent};

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use sentinel_core::wire::EnvelopeOut;
 use sentinel_core::{Batch, BatchId, Micros, ObsRow};
-use sentinel_io::ports::{Bus, Lease, Store};
+use sentinel_ports::{Bus, Lease, Store};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
 use sentinel_tests::harness::{Env, Transitions, now, pg, terminate, wait_ready};
 use sentinel_tests::reprocess::{self as rp, INSTANCE, PRESSURE, Sent};

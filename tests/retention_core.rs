@@ -9,11 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sentinel_core::Config;
-use sentinel_io::bus::memory::{MemoryBus, MemoryBusConfig};
-use sentinel_io::clock::SystemClock;
-use sentinel_io::registry_dir;
-use sentinel_io::startup::{self, StartError, already_connected};
-use sentinel_io::store::{PgStore, PgStoreConfig};
+use sentinel_models::bus::{MemoryBus, MemoryBusConfig};
+use sentinel_ports::clock::SystemClock;
+use sentinel_runtime::registry_dir;
+use sentinel_runtime::startup::{self, StartError, already_connected};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::harness::InProcessCore;
 use sentinel_tests::pg::TestDb;
 

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
-use sentinel_io::ports::{ColdStart, lock_session_name};
-use sentinel_io::store::postgres::{LOCK_KEY, PgStore};
+use sentinel_ports::{ColdStart, lock_session_name};
+use sentinel_store_pg::{LOCK_KEY, PgStore};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
 use sentinel_tests::harness::{
     self, DRAIN_TIMEOUT_S, Env, Transitions, assert_exact_counts, committed, now, pg, terminate,

@@ -22,10 +22,10 @@ use sentinel_core::{
     PointState, Quality, QuarantineEntry, QuarantineReason, RegistrySnapshot, RetentionClass,
     registry::{PointIdx, SnapshotEntry},
 };
-use sentinel_io::ports::{Lease, RegistryLoad, Store, StoreError};
-use sentinel_io::store::{
-    ClassCounts, CommitInsert, MemoryLease, MemoryStore, PgLease, PgStore, PgStoreConfig,
-};
+use sentinel_models::{MemoryLease, MemoryStore};
+use sentinel_ports::ClassCounts;
+use sentinel_ports::{Lease, RegistryLoad, Store, StoreError};
+use sentinel_store_pg::{CommitInsert, PgLease, PgStore, PgStoreConfig};
 use sentinel_tests::pg::TestDb;
 use sqlx::PgPool;
 
@@ -70,7 +70,7 @@ trait Backend: Sized {
         &self,
         epoch: u32,
         closed_before: Micros,
-        limits: sentinel_io::ports::RollupStepLimits,
+        limits: sentinel_ports::RollupStepLimits,
     ) -> Result<(), StoreError>;
 }
 
@@ -109,7 +109,7 @@ impl Backend for Mem {
         &self,
         epoch: u32,
         closed_before: Micros,
-        limits: sentinel_io::ports::RollupStepLimits,
+        limits: sentinel_ports::RollupStepLimits,
     ) -> Result<(), StoreError> {
         self.0.rollup_claim(epoch, closed_before, limits)
     }
@@ -209,7 +209,7 @@ impl Backend for Pg {
         &self,
         epoch: u32,
         closed_before: Micros,
-        limits: sentinel_io::ports::RollupStepLimits,
+        limits: sentinel_ports::RollupStepLimits,
     ) -> Result<(), StoreError> {
         self.store.rollup_claim(epoch, closed_before, limits).await
     }

@@ -300,6 +300,13 @@ pub fn state_subject(point_id: &str) -> String {
     format!("state.{point_id}")
 }
 
+/// The point a driver instance reports its disk queue's drop count on, as the registry names
+/// it: `<host>.<driver_instance>.queue_drops` (driver contract v1; the driver library's
+/// `disk_queue`, the demo fleet and the simulator's drivers all name it through this).
+pub fn queue_drops_point(host: &str, driver_instance: &str) -> String {
+    format!("{host}.{driver_instance}.queue_drops")
+}
+
 /// The `Nats-Msg-Id` of an observation: `<driver_instance>:<source_epoch>:<source_seq>`.
 pub fn msg_id(driver_instance: &str, source_epoch: u32, source_seq: u64) -> String {
     format!("{driver_instance}:{source_epoch}:{source_seq}")

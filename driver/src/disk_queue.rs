@@ -357,11 +357,8 @@ fn write_head(dir: &Path, generation: u64, offset: u64) -> io::Result<()> {
     fs::rename(&tmp, dir.join(HEAD_FILE))
 }
 
-/// The point a driver instance reports its queue's drop count on, as the registry names it:
-/// `<host>.<driver_instance>.queue_drops`.
-pub fn queue_drops_point(host: &str, driver_instance: &str) -> String {
-    format!("{host}.{driver_instance}.queue_drops")
-}
+/// The point a driver instance reports its queue's drop count on (the wire contract's name).
+pub use sentinel_core::wire::queue_drops_point;
 
 /// What [`QueuedPublisher::publish`] did with an observation.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]

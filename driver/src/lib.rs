@@ -10,8 +10,8 @@
 //! inside the duplicate window, and pipelined publishing for loading large backlogs fast.
 //!
 //! [`ObservationSink`] is the one interface the demo fleet and tests publish through; it is
-//! implemented by [`ObservationPublisher`] (real JetStream) and, in `sentinel-io`, by the
-//! in-memory bus model.
+//! implemented by [`ObservationPublisher`] (real JetStream) and, in `sentinel-models`, by the
+//! in-memory bus model; it and the error types are the port's (`sentinel-ports`).
 //!
 //! [`EpochGuard`] is the driver's half of bus fencing (core runtime spec, "Fencing the bus"):
 //! it remembers the highest core epoch seen and refuses commands from a lower one with outcome
@@ -34,7 +34,7 @@ pub mod gaps;
 pub use gaps::gap_observation;
 
 use std::collections::VecDeque;
-use std::future::{Future, IntoFuture};
+use std::future::IntoFuture;
 use std::time::Duration;
 
 use async_nats::jetstream::{self, context::PublishErrorKind, message::PublishMessage};
@@ -42,51 +42,18 @@ use bytes::Bytes;
 
 use sentinel_core::wire::{CommandEnvelope, CommandOutcome, CommandReply, STALE_EPOCH};
 
-/// Errors talking to the bus, shared with `sentinel-io`'s bus port (it re-exports this type).
-#[derive(Debug, thiserror::Error)]
-pub enum BusError {
-    #[error("bus connection: {0}")]
-    Connection(String),
-    /// The stream is full and rejects new messages (discard-new).
-    #[error("stream full")]
-    StreamFull,
-    /// The server refused the operation under this principal's permissions (a driver host
-    /// publishing outside `obs.<host>.>`, subscribing outside `cmd.<host>.>`, …).
-    #[error("the bus refused to let this principal {operation} on {subject}: not permitted")]
-    PermissionDenied {
-        operation: &'static str,
-        subject: String,
-    },
-    #[error("bus: {0}")]
-    Other(String),
-}
-
-/// What a stream answers to an accepted publish.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub struct PublishAck {
-    /// The stream sequence the message was stored at; for a duplicate, the original's.
-    pub seq: u64,
-    /// True when the stream's duplicate window dropped this publish (same `Nats-Msg-Id` seen
-    /// within the window). The message is stored once; the publisher may treat it as success.
-    pub duplicate: bool,
-}
+/// The bus's errors and a stream's answer to a publish: the port's types, which both sides of
+/// the bus speak (`sentinel-ports`).
+pub use sentinel_ports::{BusError, PublishAck};
 
 pub use connect::{BusConnection, Credentials, Refusals, RefusedOp};
 
 /// The message id of an observation: `"<driver_instance>:<source_epoch>:<source_seq>"`.
 pub use sentinel_core::wire::msg_id;
 
-/// Anything observations can be published into: real JetStream or the in-memory model.
-pub trait ObservationSink: Send + Sync {
-    /// Publishes one observation with its message id; resolves once the stream accepted it
-    /// (or dropped it as a duplicate).
-    fn publish_observation(
-        &self,
-        subject: &str,
-        msg_id: &str,
-        payload: Bytes,
-    ) -> impl Future<Output = Result<PublishAck, BusError>> + Send;
-}
+/// Anything observations can be published into: real JetStream ([`ObservationPublisher`]) or
+/// the in-memory model (`sentinel-models`).
+pub use sentinel_ports::ObservationSink;
 
 /// Retry and timeout policy for [`ObservationPublisher`].
 #[derive(Clone, Debug)]

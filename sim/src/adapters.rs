@@ -1,4 +1,4 @@
-//! The simulator's implementations of the ports (`sentinel_io::ports`): thin wrappers over
+//! The simulator's implementations of the ports (`sentinel_ports`): thin wrappers over
 //! the in-memory bus and store models that put the faults in at the port (DESIGN.md §6) and
 //! report every event the invariant checker needs.
 //!
@@ -19,14 +19,15 @@ use sentinel_core::{
     Batch, CommitReport, ControlDetail, ControlEvent, Delivery, DeliveryTag, Micros, PointState,
     RegistrySnapshot, RestoredState, RetentionClass,
 };
-use sentinel_io::bus::{MemoryConsumer, PublishAck};
-use sentinel_io::ports::{
+use sentinel_models::MemoryConsumer;
+use sentinel_models::MemoryLease;
+use sentinel_ports::PublishAck;
+use sentinel_ports::{
     Bus, BusError, ClassExtent, ClassMove, CommitError, Consumer, HistoryRow, INBOUND_QUEUED_MAX, Inbound,
     Lag, Lease, Partition, RegistryLoad, RetentionCutoffs, RetentionRun, RollupGrain, RollupRefresh,
     RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError,
     StoredControlEvent, StoredRegistry,
 };
-use sentinel_io::store::MemoryLease;
 
 use crate::checker::quality::ControlFacts;
 use crate::settings::Site;

@@ -21,7 +21,7 @@ use sentinel_core::Micros;
 use sentinel_core::registry::Kind;
 use sentinel_core::wire::EnvelopeOut;
 use sentinel_driver::disk_queue::queue_drops_point;
-use sentinel_io::ports::BusError;
+use sentinel_ports::BusError;
 
 use crate::checker::Key3;
 use crate::registry::DriverPoint;

@@ -19,9 +19,9 @@ use std::sync::Arc;
 
 use sentinel_core::time::US_PER_DAY;
 use sentinel_core::{Config, Micros, RetentionClass};
-use sentinel_io::ports::{Lease, Store};
-use sentinel_io::reprocess::{self, Request};
-use sentinel_io::store::MemoryLease;
+use sentinel_models::MemoryLease;
+use sentinel_ports::{Lease, Store};
+use sentinel_runtime::reprocess::{self, Request};
 
 use crate::registry::SimRegistry;
 use crate::scenario::now_or_never;
@@ -108,7 +108,7 @@ fn operator_reprocess(world: &World, registry: &SimRegistry, now: Micros) {
         .and_then(|_| now_or_never(Store::load_registry(&world.store, None)));
     let compiled = match stored {
         Ok(Some(stored)) => {
-            sentinel_io::registry_dir::compile_stored_shared(stored).map_err(|e| e.to_string())
+            sentinel_runtime::registry_dir::compile_stored_shared(stored).map_err(|e| e.to_string())
         }
         Ok(None) => Err("no registry version stored".to_owned()),
         Err(e) => Err(e.to_string()),

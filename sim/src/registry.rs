@@ -11,7 +11,7 @@ use anyhow::Context as _;
 use sentinel_core::RegistrySnapshot;
 use sentinel_core::registry::canonical;
 use sentinel_core::registry::{Descriptor, Kind};
-use sentinel_io::registry_dir;
+use sentinel_runtime::registry_dir;
 
 /// A point a driver publishes, with what it needs to make plausible readings.
 #[derive(Clone, Debug)]
@@ -134,7 +134,7 @@ impl SimRegistry {
 }
 
 fn driver_point(d: &Descriptor) -> DriverPoint {
-    let (native_lo, native_hi) = sentinel_io::demo::native_span(d);
+    let (native_lo, native_hi) = sentinel_models::fleet::native_span(d);
     DriverPoint {
         id: d.id.clone(),
         host: d.assignment.host.clone(),

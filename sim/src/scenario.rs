@@ -3,7 +3,7 @@
 //!
 //! Hosts: `core-a` (and `core-b` when the seed asks for two cores), each a supervisor that
 //! starts a core process through the production startup sequence and runtime loop
-//! (`sentinel_io::startup`, `sentinel_io::runtime`) over the sim's adapters and restarts it
+//! (`sentinel_runtime::startup`, `sentinel_runtime::event_loop`) over the sim's adapters and restarts it
 //! after it exits; one driver host per device host of the registry. The bus and store models
 //! are shared state that every host reaches through its ports.
 //!
@@ -15,12 +15,12 @@ use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
 
 use sentinel_core::{Config, Micros, PlantedBug};
-use sentinel_io::bus::{MemoryBus, MemoryBusConfig};
-use sentinel_io::clock::Clock;
-use sentinel_io::ports::Inbound;
-use sentinel_io::runtime::{self, RuntimeConfig};
-use sentinel_io::startup::{self, StartError};
-use sentinel_io::store::MemoryStore;
+use sentinel_models::MemoryStore;
+use sentinel_models::{MemoryBus, MemoryBusConfig};
+use sentinel_ports::Inbound;
+use sentinel_ports::clock::Clock;
+use sentinel_runtime::startup::{self, StartError};
+use sentinel_runtime::{self as runtime, RuntimeConfig};
 
 use crate::adapters::{SimBus, SimStore};
 use crate::checker::{Checker, CheckerConfig, Violation};
@@ -182,7 +182,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     if let Some(bug) = options.plant {
         store.plant(bug);
     }
-    now_or_never(sentinel_io::ports::Store::store_registry(&store, &registry.v1))
+    now_or_never(sentinel_ports::Store::store_registry(&store, &registry.v1))
         .expect("invariant: storing into a fresh memory store cannot fail");
 
     let cores: Vec<CoreId> = if settings.two_cores {
@@ -785,10 +785,7 @@ fn controller_faults(
     }
     if !*reloaded && fires(Site::RegistryReload) {
         *reloaded = true;
-        let load = now_or_never(sentinel_io::ports::Store::store_registry(
-            &world.store,
-            &registry.v2,
-        ));
+        let load = now_or_never(sentinel_ports::Store::store_registry(&world.store, &registry.v2));
         world.trace(format_args!(
             "fault registry_reload: {:?}",
             load.map(|l| l.version)

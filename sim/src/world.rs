@@ -14,10 +14,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use sentinel_core::wire::{DriverHello, ToDriver};
 use sentinel_core::{Core, Micros};
-use sentinel_io::bus::MemoryBus;
-use sentinel_io::clock::Clock;
-use sentinel_io::ports::Inbound;
-use sentinel_io::store::MemoryStore;
+use sentinel_models::MemoryBus;
+use sentinel_models::MemoryStore;
+use sentinel_ports::Inbound;
+use sentinel_ports::clock::Clock;
 
 use crate::checker::Checker;
 use crate::rng::SimRng;

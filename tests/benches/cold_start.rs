@@ -26,15 +26,15 @@
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use sentinel_bus_nats::{NatsBus, NatsBusConfig};
 use sentinel_core::registry::{Archetype, Derived, DerivedOp, Descriptor, Kind, RetentionClass, canonical};
 use sentinel_core::wire::EnvelopeOut;
 use sentinel_core::{Config, ControlDetail, ControlEvent, Micros, Quality, registry::PointIdx};
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
-use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
-use sentinel_io::clock::{Clock, SystemClock};
-use sentinel_io::ports::{Bus, Lease, Store, StoreError};
-use sentinel_io::startup::{self, StartError};
-use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_ports::clock::{Clock, SystemClock};
+use sentinel_ports::{Bus, Lease, Store, StoreError};
+use sentinel_runtime::startup::{self, StartError};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::harness::{InProcessCore, bus_with_stream};
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg::TestDb;
@@ -405,7 +405,7 @@ async fn main() {
         // A separate stream would collide on the name; reuse the bus, whose consumer is free.
         (db, store, bus.clone())
     };
-    sentinel_io::registry_dir::load_dir(&store_small, &traffic::sample_registry_dir())
+    sentinel_runtime::registry_dir::load_dir(&store_small, &traffic::sample_registry_dir())
         .await
         .expect("sample registry");
     let small = measure(&bus_small, &store_small).await;

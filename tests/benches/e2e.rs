@@ -39,14 +39,14 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream;
 use bytes::Bytes;
 use futures::StreamExt;
+use sentinel_bus_nats::NatsBusConfig;
 use sentinel_core::{Config, Micros};
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
-use sentinel_io::bus::nats::NatsBusConfig;
-use sentinel_io::clock::{Clock, SystemClock};
-use sentinel_io::demo::Fleet;
-use sentinel_io::ports::{Bus, Store};
-use sentinel_io::startup;
-use sentinel_io::store::postgres::{CommitInsert, PgStore, PgStoreConfig};
+use sentinel_models::fleet::Fleet;
+use sentinel_ports::clock::{Clock, SystemClock};
+use sentinel_ports::{Bus, Store};
+use sentinel_runtime::startup;
+use sentinel_store_pg::{CommitInsert, PgStore, PgStoreConfig};
 use sentinel_tests::harness::{InProcessCore, bus_with_stream, pg};
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg::TestDb;
@@ -306,7 +306,7 @@ async fn commit_path(store: &PgStore, messages: usize, concurrency: usize, sourc
     let registry = Arc::new(traffic::sample_registry());
     let now = SystemClock.now();
     let lease = store.acquire().await.expect("lock");
-    let epoch = sentinel_io::ports::Lease::epoch(&lease);
+    let epoch = sentinel_ports::Lease::epoch(&lease);
     let mut core = Core::new(
         Config::default(),
         registry.clone(),

@@ -9,7 +9,7 @@
 //!   * `scan`: the comparison, a sequential aggregate of the same rows (`count`, `sum` of
 //!     `native_num` over the scope's point and range): reading them once, writing nothing;
 //!   * `read`: the reprocess's own read path alone, every page of `Store::load_reprocess_rows`;
-//!   * `reprocess`: `sentinel_io::reprocess::run` end to end, as `sentinel reprocess` runs it:
+//!   * `reprocess`: `sentinel_runtime::reprocess::run` end to end, as `sentinel reprocess` runs it:
 //!     pages read, stages 6–8 recomputed, chunks updated through `sentinel_reprocess_apply`
 //!     (each its own fenced transaction), then both rollups refreshed over the whole range, the
 //!     point's state rebuilt and one control event. Rounds alternate between version 2 and
@@ -23,9 +23,9 @@
 use std::time::{Duration, Instant};
 
 use sentinel_core::{Config, Micros};
-use sentinel_io::ports::{Lease, Store};
-use sentinel_io::reprocess::{self, Request};
-use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_ports::{Lease, Store};
+use sentinel_runtime::reprocess::{self, Request};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::pg::TestDb;
 use sentinel_tests::reprocess::{self as rp, PRESSURE};
 use sqlx::{Connection, PgConnection};

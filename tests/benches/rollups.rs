@@ -26,8 +26,8 @@
 use std::time::{Duration, Instant};
 
 use sentinel_core::Micros;
-use sentinel_io::ports::{Lease, Store};
-use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_ports::{Lease, Store};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::pg::TestDb;
 use sqlx::{Connection, PgConnection};
 
@@ -185,7 +185,7 @@ async fn main() {
 
 /// The first day's raw partition dropped by retention, beside a sequential scan of its rows.
 async fn retention_drop(store: &PgStore, epoch: u32, conn: &mut PgConnection, start: Micros) {
-    use sentinel_io::ports::RetentionCutoffs;
+    use sentinel_ports::RetentionCutoffs;
     let day_end = Micros(start.0 + 86_400_000_000);
     let far_past = Micros::parse_rfc3339("2000-01-01T00:00:00Z").expect("instant");
     let (bytes, pretty): (i64, String) = sqlx::query_as(

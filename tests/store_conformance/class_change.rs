@@ -8,7 +8,7 @@
 //! rows stays behind in the old table.
 
 use sentinel_core::{CanonicalValue, Micros, Quality, RetentionClass};
-use sentinel_io::ports::{Lease, RollupGrain, Store, StoreError};
+use sentinel_ports::{Lease, RollupGrain, Store, StoreError};
 
 use super::{Backend, RowSpec, at, batch, row, snapshot};
 

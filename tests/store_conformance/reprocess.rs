@@ -1,6 +1,6 @@
 //! Reprocess in the Store port's conformance suite (issue 9 item 3; ingest spec, "Reprocess",
 //! "The horizon is per class, and partial reprocess is refused"): the same bodies against the
-//! memory model and PostgreSQL, driven through `sentinel_io::reprocess` exactly as the
+//! memory model and PostgreSQL, driven through `sentinel_runtime::reprocess` exactly as the
 //! `sentinel reprocess` command drives it.
 //!
 //! - a real run fixes a wrong scale: rows recomputed from native under version 2, native
@@ -18,8 +18,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as RunnerConfig, TestCaseError, TestRunner};
 use sentinel_core::reprocess::{Beyond, StoredObservation};
 use sentinel_core::{CanonicalValue, Config, Micros, ObsRow, Quality, RetentionClass};
-use sentinel_io::ports::{Lease, RollupGrain, RollupRow, Store};
-use sentinel_io::reprocess::{self, ReprocessError, Request};
+use sentinel_ports::{Lease, RollupGrain, RollupRow, Store};
+use sentinel_runtime::reprocess::{self, ReprocessError, Request};
 use sentinel_tests::reprocess::{self as rp, LEVEL, POINTS, PRESSURE, RSSI, Sent};
 
 use super::{Backend, Mem, Pg, at, batch};
@@ -338,7 +338,7 @@ pub(super) async fn reprocess_fixes_a_wrong_scale_and_the_rollups_over_it<B: Bac
     // Reinterpretation under version 1 gives back what ingest stored, from native.
     let v1_again = {
         let stored = store.load_registry(Some(1)).await.expect("read").expect("v1");
-        sentinel_io::registry_dir::compile_stored(stored).expect("compile")
+        sentinel_runtime::registry_dir::compile_stored(stored).expect("compile")
     };
     for r in &after {
         let found = reprocess::reinterpret(store, &v1_again, &config, &r.point_id, r.observed_at)
@@ -484,9 +484,7 @@ pub(super) async fn reprocess_writes_are_fenced<B: Backend>(b: &B) {
     assert!(
         matches!(
             outcome,
-            Err(ReprocessError::Store(
-                sentinel_io::ports::StoreError::Fenced { .. }
-            ))
+            Err(ReprocessError::Store(sentinel_ports::StoreError::Fenced { .. }))
         ),
         "{outcome:?}"
     );
@@ -655,7 +653,7 @@ pub(super) async fn a_reprocess_cut_off_before_its_refresh_is_healed_by_the_core
     store.commit(batch(1, epoch, rows, vec![])).await.expect("commit");
     // The core's steps pass every row: the rollups hold version 1's wrong scale.
     let closed_before = Micros(t.0 + 3 * 3_600 * S);
-    let limits = sentinel_io::ports::RollupStepLimits {
+    let limits = sentinel_ports::RollupStepLimits {
         step_minutes_max: 1_440,
         invalidations_max: 1_000,
     };

@@ -7,7 +7,7 @@
 //! rollups there as they were (the recompute is clipped at the raw table's mark).
 
 use sentinel_core::{CanonicalValue, Micros, Quality, RetentionClass};
-use sentinel_io::ports::{Lease, Partition, RetainedTable, RetentionCutoffs, RollupGrain, Store, StoreError};
+use sentinel_ports::{Lease, Partition, RetainedTable, RetentionCutoffs, RollupGrain, Store, StoreError};
 
 use super::{Backend, RowSpec, at, batch, row, snapshot};
 

@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use sentinel_core::{CanonicalValue, Micros, ObsRow, Quality, RetentionClass};
-use sentinel_io::ports::{Lease, RollupGrain, RollupRow, RollupStepLimits, Store, StoreError};
+use sentinel_ports::{Lease, RollupGrain, RollupRow, RollupStepLimits, Store, StoreError};
 
 use super::{Backend, Mem, Pg, RowSpec, at, batch, row, snapshot};
 

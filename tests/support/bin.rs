@@ -28,7 +28,7 @@ pub fn sentinel_bin() -> PathBuf {
             }
             build
                 .current_dir(workspace_root())
-                .args(["build", "-p", "sentinel-io", "--bin", "sentinel"]);
+                .args(["build", "-p", "sentinel-cli", "--bin", "sentinel"]);
             if release {
                 build.arg("--release");
             }

@@ -18,13 +18,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use sentinel_bus_nats::{NatsBus, NatsBusConfig};
 use sentinel_core::{Micros, RetentionClass};
-use sentinel_io::bus::nats::{NatsBus, NatsBusConfig};
-use sentinel_io::clock::{Clock, SystemClock};
-use sentinel_io::ports::{Bus, ColdStart, Store};
-use sentinel_io::runtime::{self, RunOutcome, RuntimeConfig};
-use sentinel_io::startup::Started;
-use sentinel_io::store::postgres::{PgStore, PgStoreConfig};
+use sentinel_ports::clock::{Clock, SystemClock};
+use sentinel_ports::{Bus, ColdStart, Store};
+use sentinel_runtime::startup::Started;
+use sentinel_runtime::{self as runtime, RunOutcome, RuntimeConfig};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
 
 use crate::bin::{sentinel_bin, workspace_root};
 use sentinel_driver::Credentials;

@@ -12,8 +12,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use sentinel_bus_nats::CORE_PRINCIPAL;
 use sentinel_driver::connect::{Credentials, connect_options};
-use sentinel_io::bus::nats::CORE_PRINCIPAL;
 
 /// The oldest server version the bus semantics are checked against.
 pub const NATS_SERVER_VERSION_MIN: (u32, u32) = (2, 10);

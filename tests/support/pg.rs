@@ -9,7 +9,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use anyhow::Context;
-use sentinel_io::clock::{Clock, SystemClock};
+use sentinel_ports::clock::{Clock, SystemClock};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 /// Environment variable naming an admin URL for the test server.

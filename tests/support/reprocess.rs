@@ -10,8 +10,8 @@ use sentinel_core::pipeline::{self, Asserted};
 use sentinel_core::registry::{canonical, source};
 use sentinel_core::wire::NativeValue;
 use sentinel_core::{Config, DeliveryTag, Micros, ObsKey, ObsRow, Quality, Registry, RegistrySnapshot};
-use sentinel_io::ports::Store;
-use sentinel_io::registry_dir;
+use sentinel_ports::Store;
+use sentinel_runtime::registry_dir;
 
 /// The driver instance of every point here.
 pub const INSTANCE: &str = "rp-drv";

@@ -93,7 +93,7 @@ fn copy_registry(from: &std::path::Path, to: &std::path::Path) {
 /// versions).
 pub fn sample_registry() -> Registry {
     let descriptors =
-        sentinel_io::registry_dir::check_dir(&sample_registry_dir()).expect("sample registry is valid");
+        sentinel_runtime::registry_dir::check_dir(&sample_registry_dir()).expect("sample registry is valid");
     Registry::compile(0, "test".into(), "test".into(), descriptors).expect("sample registry compiles")
 }
 

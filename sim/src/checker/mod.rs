@@ -469,12 +469,12 @@ impl Checker {
     /// in the ranges the refresh reported.
     pub fn on_rollup_refresh(
         &mut self,
-        refresh: &sentinel_io::ports::RollupRefresh,
-        minutes: &[sentinel_io::ports::RollupRow],
-        hours: &[sentinel_io::ports::RollupRow],
+        refresh: &sentinel_ports::RollupRefresh,
+        minutes: &[sentinel_ports::RollupRow],
+        hours: &[sentinel_ports::RollupRow],
         at: Micros,
     ) {
-        use sentinel_io::ports::RollupGrain;
+        use sentinel_ports::RollupGrain;
         let failure = self
             .rollups
             .check_refreshed(RollupGrain::Minute, refresh.minute_range, minutes)
@@ -492,10 +492,10 @@ impl Checker {
     /// ([`rollups::RollupModel::check_from`]) up to the watermark.
     pub fn on_rollup_step(
         &mut self,
-        watermark: sentinel_io::ports::RollupWatermark,
+        watermark: sentinel_ports::RollupWatermark,
         from: Micros,
-        minutes: &[sentinel_io::ports::RollupRow],
-        hours: &[sentinel_io::ports::RollupRow],
+        minutes: &[sentinel_ports::RollupRow],
+        hours: &[sentinel_ports::RollupRow],
         at: Micros,
     ) {
         if let Some(what) = self.rollups.check_watermark(watermark, from, minutes, hours) {

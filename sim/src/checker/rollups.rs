@@ -22,7 +22,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use sentinel_core::{Micros, ObsRow, Quality, RetentionClass};
-use sentinel_io::ports::{RollupGrain, RollupRow, RollupWatermark};
+use sentinel_ports::{RollupGrain, RollupRow, RollupWatermark};
 
 /// One bucket's aggregate, as the rollup tables define it.
 #[derive(Clone, Debug, Default, PartialEq)]

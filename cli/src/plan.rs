@@ -1,0 +1,125 @@
+//! `sentinel registry plan DIR`: the declared load of a registry against the installation's
+//! capacity (sensor paradigm, "Write-budget sizing"; core runtime spec, "Buffer sizing"), and
+//! the admission flags `registry check` and `registry plan` share. The arithmetic is
+//! `sentinel_core::registry::plan`; this file parses flags and prints.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use sentinel_core::registry::plan::{
+    Admission, INGEST_BUDGET_OBS_S_DEFAULT, OUTAGE_S_DEFAULT, Plan, STREAM_MAX_BYTES_DEFAULT,
+    STREAM_MAX_MSGS_DEFAULT,
+};
+use sentinel_runtime::registry_dir;
+
+/// The installation's capacity a registry is admitted against.
+#[derive(clap::Args, Clone)]
+pub struct AdmissionArgs {
+    /// Total declared peak rate the core is budgeted for, observations per second (the spec's
+    /// design rate by default).
+    #[arg(long, default_value_t = INGEST_BUDGET_OBS_S_DEFAULT)]
+    ingest_budget_obs_s: f64,
+    /// The unplanned outage the stream must absorb, seconds (four hours by default).
+    #[arg(long, default_value_t = OUTAGE_S_DEFAULT)]
+    outage_s: u64,
+    /// The observation stream's message bound (as `sentinel run` creates it by default).
+    #[arg(long, default_value_t = STREAM_MAX_MSGS_DEFAULT)]
+    stream_max_msgs: u64,
+    /// The observation stream's byte bound.
+    #[arg(long, default_value_t = STREAM_MAX_BYTES_DEFAULT)]
+    stream_max_bytes: u64,
+}
+
+impl AdmissionArgs {
+    pub fn admission(&self) -> Admission {
+        Admission {
+            ingest_budget_obs_s: self.ingest_budget_obs_s,
+            outage_s: self.outage_s,
+            stream_max_msgs: self.stream_max_msgs,
+            stream_max_bytes: self.stream_max_bytes,
+        }
+    }
+}
+
+/// Prints the plan; exit 1 with the issues if the folder fails its checks.
+pub fn run(dir: &Path, admission: &Admission, json: bool) -> anyhow::Result<ExitCode> {
+    let plan = match registry_dir::plan_dir(dir, admission) {
+        Ok(plan) => plan,
+        Err(report) => {
+            eprintln!("{report}");
+            return Ok(ExitCode::from(1));
+        }
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&plan)?);
+    } else {
+        print!("{}", text(dir, &plan));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn text(dir: &Path, plan: &Plan) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let load = &plan.load;
+    let a = &plan.admission;
+    let _ = writeln!(
+        out,
+        "{}: {} points, loads at declared peak rates",
+        dir.display(),
+        plan.points
+    );
+    let _ = writeln!(
+        out,
+        "{:<12} {:>7} {:>12} {:>16} {:>18}",
+        "class", "points", "peak obs/s", "rows/day", "bytes/day"
+    );
+    for c in &load.classes {
+        let _ = writeln!(
+            out,
+            "{:<12} {:>7} {:>12.2} {:>16.0} {:>18.0}",
+            c.class, c.points, c.peak_obs_s, c.rows_per_day, c.bytes_per_day
+        );
+    }
+    let rows: f64 = load.classes.iter().map(|c| c.rows_per_day).sum();
+    let bytes: f64 = load.classes.iter().map(|c| c.bytes_per_day).sum();
+    let _ = writeln!(
+        out,
+        "{:<12} {:>7} {:>12.2} {:>16.0} {:>18.0}",
+        "total", plan.points, load.total_peak_obs_s, rows, bytes
+    );
+    let _ = writeln!(
+        out,
+        "ingest budget: {:.2} of {} obs/s ({})",
+        load.total_peak_obs_s,
+        a.ingest_budget_obs_s,
+        if plan.within_budget { "within" } else { "OVER" }
+    );
+    let _ = writeln!(
+        out,
+        "outage buffer: a {} s outage needs {} messages / {} bytes; the stream holds {} / {} ({})",
+        a.outage_s,
+        load.outage_msgs_needed,
+        load.outage_bytes_needed,
+        a.stream_max_msgs,
+        a.stream_max_bytes,
+        if plan.stream_fits { "fits" } else { "TOO SMALL" }
+    );
+    if plan.derived_in_dependency_order.is_empty() {
+        let _ = writeln!(out, "derived points: none");
+    } else {
+        let _ = writeln!(out, "derived points in dependency order:");
+        for (i, d) in plan.derived_in_dependency_order.iter().enumerate() {
+            let window = d.window_s.map_or(String::new(), |w| format!(" over {w} s"));
+            let _ = writeln!(
+                out,
+                "  {:>3}. {} = {}({}){window}",
+                i + 1,
+                d.id,
+                d.op,
+                d.inputs.join(", ")
+            );
+        }
+    }
+    out
+}

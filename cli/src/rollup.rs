@@ -1,0 +1,86 @@
+//! `sentinel rollup refresh --from T --to T [--json]`: recompute both rollups over a range on
+//! demand (ingest spec, "Retention and rollups"; issue 9). A write, so it runs only under the
+//! single-writer lock, taken by the command itself: never beside a running core (exit 10,
+//! naming the holder, when one runs). The range is rounded outward to each rollup's buckets.
+
+use std::process::ExitCode;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+use sentinel_core::Micros;
+use sentinel_ports::{Lease, StartupStep, Store, StoreError};
+use sentinel_store_pg::{PgStore, PgStoreConfig};
+
+/// Parses an RFC 3339 instant or a UTC date (`2026-06-01`, meaning its midnight).
+pub fn parse_instant(text: &str) -> anyhow::Result<Micros> {
+    if let Some(at) = Micros::parse_rfc3339(text) {
+        return Ok(at);
+    }
+    Micros::parse_rfc3339(&format!("{text}T00:00:00Z"))
+        .with_context(|| format!("{text:?} is neither an RFC 3339 instant nor a date (YYYY-MM-DD)"))
+}
+
+pub async fn refresh(database_url: &str, from: &str, to: &str, json: bool) -> anyhow::Result<ExitCode> {
+    let (from, to) = (parse_instant(from)?, parse_instant(to)?);
+    if from >= to {
+        bail!("--from {from} must be before --to {to}");
+    }
+    let store = PgStore::connect(database_url, PgStoreConfig::default())
+        .await
+        .context("connecting to PostgreSQL")?;
+    store.require_current_schema().await?;
+    let lease = match store.acquire().await {
+        Ok(lease) => lease,
+        Err(StoreError::LockHeld) => {
+            return super::lock_held(
+                &store,
+                "refreshing nothing (a running core refreshes closed buckets itself)",
+            )
+            .await;
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let started = Instant::now();
+    let refresh = store.refresh_rollups(lease.epoch(), from, to).await?;
+    let duration_us = started.elapsed().as_micros() as u64;
+    // The acquisition's record says what this epoch was for.
+    store
+        .record_cold_start(
+            lease.epoch(),
+            vec![StartupStep {
+                step: "rollup refresh".into(),
+                duration_us,
+            }],
+        )
+        .await?;
+    lease.release().await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "minute": {
+                    "from": refresh.minute_range.0.to_rfc3339(),
+                    "to": refresh.minute_range.1.to_rfc3339(),
+                    "buckets": refresh.minute_buckets,
+                },
+                "hour": {
+                    "from": refresh.hour_range.0.to_rfc3339(),
+                    "to": refresh.hour_range.1.to_rfc3339(),
+                    "buckets": refresh.hour_buckets,
+                },
+                "duration_us": duration_us,
+            })
+        );
+    } else {
+        println!(
+            "rollup_1m refreshed over [{}, {}): {} buckets",
+            refresh.minute_range.0, refresh.minute_range.1, refresh.minute_buckets
+        );
+        println!(
+            "rollup_1h refreshed over [{}, {}): {} buckets",
+            refresh.hour_range.0, refresh.hour_range.1, refresh.hour_buckets
+        );
+        println!("in {:.3} s", duration_us as f64 / 1e6);
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,64 @@
+//! The model's single-writer lock and epoch: taking the lock, the epoch increment, the
+//! `core_start` record and its cold-start timings (core runtime spec, "Acquisition order at
+//! startup", "Restart time").
+
+use super::{ColdStart, MemoryLease, MemoryStore, Micros, StartupStep, StoreError, lock, lock_session_name};
+
+impl MemoryStore {
+    pub(super) async fn acquire_inner(&self) -> Result<MemoryLease, StoreError> {
+        let started_at = self.clock.now();
+        let mut model = lock(&self.model);
+        if model.lock_holder.is_some() {
+            return Err(StoreError::LockHeld);
+        }
+        // Check the epoch can move before taking the lock, so a refusal leaves the lock free.
+        let epoch = model
+            .epoch
+            .checked_add(1)
+            .filter(|e| i32::try_from(*e).is_ok())
+            .ok_or_else(|| StoreError::Other("core epoch exhausted the integer range".into()))?;
+        let session = model.next_session;
+        model.next_session += 1;
+        model.lock_holder = Some(session);
+        model.epoch = epoch;
+        // As the PostgreSQL adapter does under the lock at startup (`migrate` ensures the
+        // partitions around today): yesterday through three days ahead.
+        let day_us = sentinel_core::time::US_PER_DAY;
+        model
+            .retention
+            .ensure_days(Micros(started_at.0 - day_us), Micros(started_at.0 + 3 * day_us));
+        model.cold_starts.insert(
+            epoch,
+            ColdStart {
+                epoch,
+                started_at,
+                backend_pid: i64::try_from(session).unwrap_or(i64::MAX),
+                application_name: lock_session_name(epoch),
+                ready_at: None,
+                steps: Vec::new(),
+            },
+        );
+        Ok(MemoryLease {
+            model: self.model.clone(),
+            session,
+            epoch: model.epoch,
+        })
+    }
+
+    pub(super) async fn record_cold_start_inner(
+        &self,
+        epoch: u32,
+        steps: Vec<StartupStep>,
+    ) -> Result<(), StoreError> {
+        let ready_at = self.clock.now();
+        let mut model = lock(&self.model);
+        model.fence(epoch)?;
+        let row = model
+            .cold_starts
+            .get_mut(&epoch)
+            .ok_or_else(|| StoreError::Other(format!("no acquisition recorded for epoch {epoch}")))?;
+        row.ready_at = Some(ready_at);
+        row.steps = steps;
+        Ok(())
+    }
+}

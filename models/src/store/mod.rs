@@ -1,0 +1,615 @@
+//! The in-memory reference model of the PostgreSQL store (DESIGN.md §6), used by the demo and
+//! the simulator. Same semantics as `sentinel_store_pg::PgStore`, checked by the conformance
+//! suite in `tests/store_conformance.rs`.
+//!
+//! Owns: a model of exactly the database behaviour the core relies on (DESIGN.md §3, §5):
+//! - the single-writer advisory lock, held by a session; a dead session releases it
+//!   ([`MemoryStore::kill_session`], [`MemoryStore::kill_lock_holder`]) the way PostgreSQL
+//!   does when a connection dies;
+//! - the core epoch, incremented only on acquisition, and the fence every write verifies;
+//! - one `core_start` record per acquisition, its startup timings written under the fence;
+//! - one table per retention class with the 4-column unique key and `ON CONFLICT DO NOTHING
+//!   RETURNING` (only new rows are reported);
+//! - quarantine keyed by `(stream, stream_seq)`;
+//! - the `point_state` checkpoint upsert and the log-head rule of `load_state`;
+//! - registry versions with "identical content creates no version".
+//!
+//! Everything is ordered (`BTreeMap`, `Vec`) so that the model is deterministic under the
+//! simulator. All state sits behind one `Mutex` that is never held across an `.await`.
+//! Fault hooks beyond session death (slow commits, unreachable store) are meant to be added to
+//! [`Model`] and checked at the top of each operation.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::Bytes;
+use rustc_hash::{FxHashMap, FxHashSet};
+use sentinel_core::derived::{WindowRequest, WindowRow};
+use sentinel_core::{
+    Batch, CommitReport, ControlEvent, LogHead, Micros, ObsKey, ObsRow, PointState, QuarantineReason,
+    RegistrySnapshot, RestoredState, RetentionClass,
+};
+
+use sentinel_ports::ClassCounts;
+
+mod class_change;
+mod commit;
+mod control;
+mod history;
+mod lock;
+mod registry;
+mod reprocess;
+mod retention;
+mod rollup;
+mod state;
+use sentinel_ports::clock::{Clock, SystemClock};
+use sentinel_ports::{
+    ClassMove, ColdStart, CommitError, DroppedPartition, HistoryRow, Lease, Partition, RegistryLoad,
+    RetainedTable, RetentionCutoffs, RetentionRun, RollupGrain, RollupRefresh, RollupRow, RollupStep,
+    RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError, StoredControlEvent, StoredRegistry,
+    lock_session_name,
+};
+
+/// A quarantine entry as the model stores it (the `quarantine` table's columns).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredQuarantine {
+    pub stream: String,
+    pub stream_seq: u64,
+    pub ingested_at: Micros,
+    pub subject: String,
+    pub reason: QuarantineReason,
+    pub detail: String,
+    pub payload: Bytes,
+    pub payload_bytes: u32,
+    pub core_epoch: u32,
+    pub recorded_at: Micros,
+}
+
+/// The 4-column unique key of a class table: `(driver_instance, source_epoch, source_seq,
+/// ingested_at)`.
+type UniqueKey = (Arc<str>, u32, u64, Micros);
+
+#[derive(Default)]
+struct ClassTable {
+    /// In insertion order, as a heap table would return them without ORDER BY.
+    rows: Vec<ObsRow>,
+    /// Each row's `applied` column (migration 0007), parallel to `rows`.
+    applied: Vec<Option<i64>>,
+    keys: BTreeSet<UniqueKey>,
+}
+
+struct RegistryVersionRow {
+    version: i32,
+    git_sha: String,
+    content_hash: String,
+    /// `(point_id, hash)`, sorted by point id.
+    descriptors: Vec<(String, String)>,
+    #[allow(dead_code)] // kept for parity with the table and for future inspection
+    loaded_at: Micros,
+}
+
+/// The modelled database.
+struct Model {
+    stream_name: String,
+    epoch: u32,
+    /// Session ids are never reused, so a stale lease can never look alive again.
+    next_session: u64,
+    lock_holder: Option<u64>,
+    tables: [ClassTable; 3],
+    quarantine: BTreeMap<(String, u64), StoredQuarantine>,
+    point_state: BTreeMap<Arc<str>, PointState>,
+    /// Ascending by version.
+    registry_versions: Vec<RegistryVersionRow>,
+    /// hash → canonical descriptor text.
+    blobs: BTreeMap<String, String>,
+    /// The `core_start` table, by epoch.
+    cold_starts: BTreeMap<u32, ColdStart>,
+    /// Planted bug (simulator tests only): `commit` skips the epoch fence.
+    commit_unfenced: bool,
+    /// The `control_event` table, ascending by `seq`.
+    control_events: Vec<StoredControlEvent>,
+    /// The rollup tables, their watermark and invalidations (`rollup.rs`).
+    rollups: rollup::Rollups,
+    /// Which partitions exist and the retention marks (`retention.rs`).
+    retention: retention::RetentionState,
+}
+
+impl Model {
+    /// What the rollups read from the newest registry version (agg_safe, retention class).
+    fn rollup_info(&self) -> rollup::PointRollupInfo {
+        let Some(newest) = self.registry_versions.last() else {
+            return rollup::PointRollupInfo::new();
+        };
+        rollup::rollup_info(newest.descriptors.iter().filter_map(|(point, hash)| {
+            self.blobs
+                .get(hash)
+                .map(|canonical| (point.as_str(), canonical.as_str()))
+        }))
+    }
+
+    fn fence(&self, epoch: u32) -> Result<(), StoreError> {
+        if epoch == self.epoch {
+            Ok(())
+        } else {
+            Err(StoreError::Fenced {
+                epoch,
+                current: self.epoch,
+            })
+        }
+    }
+}
+
+/// The class tables' rows, for the rollups.
+fn class_rows(tables: &[ClassTable; 3]) -> [&[ObsRow]; 3] {
+    std::array::from_fn(|i| tables[i].rows.as_slice())
+}
+
+/// The in-memory store. Cheap to clone; clones share one model.
+#[derive(Clone)]
+pub struct MemoryStore {
+    model: Arc<Mutex<Model>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl std::fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryStore").finish_non_exhaustive()
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new("OBS", Arc::new(SystemClock))
+    }
+}
+
+/// Locks the model. A panic while holding the lock cannot leave a half-applied operation
+/// visible (every operation validates before it mutates), so a poisoned lock is recovered.
+fn lock(model: &Mutex<Model>) -> MutexGuard<'_, Model> {
+    model.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl MemoryStore {
+    /// An empty, "migrated" store. `stream_name` keys quarantine entries like the PostgreSQL
+    /// adapter's `PgStoreConfig::stream_name`; `clock` stamps `recorded_at` and `loaded_at`.
+    pub fn new(stream_name: impl Into<String>, clock: Arc<dyn Clock>) -> MemoryStore {
+        MemoryStore {
+            model: Arc::new(Mutex::new(Model {
+                stream_name: stream_name.into(),
+                epoch: 0,
+                next_session: 1,
+                lock_holder: None,
+                tables: Default::default(),
+                quarantine: BTreeMap::new(),
+                point_state: BTreeMap::new(),
+                registry_versions: Vec::new(),
+                blobs: BTreeMap::new(),
+                cold_starts: BTreeMap::new(),
+                commit_unfenced: false,
+                control_events: Vec::new(),
+                rollups: rollup::Rollups::default(),
+                retention: retention::RetentionState::default(),
+            })),
+            clock,
+        }
+    }
+
+    /// Simulates the death of `lease`'s session: its lock is released at once and its
+    /// `alive()` turns false. A no-op if the session no longer holds the lock.
+    pub fn kill_session(&self, lease: &MemoryLease) {
+        self.kill_session_id(lease.session);
+    }
+
+    /// Simulates the death of whichever session holds the lock. Returns whether one did.
+    pub fn kill_lock_holder(&self) -> bool {
+        lock(&self.model).lock_holder.take().is_some()
+    }
+
+    /// Plants a known bug in the model (simulator tests only). Only
+    /// [`sentinel_core::PlantedBug::CommitWithoutFence`] and
+    /// [`sentinel_core::PlantedBug::RollupIgnoresLateRows`] live in the store; the others are
+    /// the core's and are ignored here.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant(&self, bug: sentinel_core::PlantedBug) {
+        match bug {
+            sentinel_core::PlantedBug::CommitWithoutFence => lock(&self.model).commit_unfenced = true,
+            sentinel_core::PlantedBug::RollupIgnoresLateRows => {
+                lock(&self.model).rollups.ignore_late_rows = true
+            }
+            _ => {}
+        }
+    }
+
+    /// The first half of the running core's rollup step (`sentinel_rollup_claim`): the
+    /// simulator calls the halves apart to crash between them.
+    pub fn rollup_claim(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+    ) -> Result<(), StoreError> {
+        let mut guard = lock(&self.model);
+        guard.fence(epoch)?;
+        guard.rollups.claim(closed_before, limits)
+    }
+
+    /// The second half (`sentinel_rollup_apply`): recomputes the open claim.
+    pub fn rollup_apply(&self, epoch: u32) -> Result<RollupStep, StoreError> {
+        let mut guard = lock(&self.model);
+        guard.fence(epoch)?;
+        let registry = guard.rollup_info();
+        let model = &mut *guard;
+        model
+            .rollups
+            .apply(class_rows(&model.tables), &registry, &mut model.retention)
+    }
+
+    /// The session holding the single-writer lock, if any (see [`MemoryLease::session`]).
+    pub fn lock_holder(&self) -> Option<u64> {
+        lock(&self.model).lock_holder
+    }
+
+    /// Simulates the death of session `session`, as [`MemoryStore::kill_session`] does for a
+    /// lease the caller does not hold. Returns whether it held the lock.
+    pub fn kill_session_id(&self, session: u64) -> bool {
+        let mut model = lock(&self.model);
+        let held = model.lock_holder == Some(session);
+        if held {
+            model.lock_holder = None;
+        }
+        held
+    }
+
+    /// Whether any session holds the single-writer lock.
+    pub fn lock_held(&self) -> bool {
+        lock(&self.model).lock_holder.is_some()
+    }
+
+    pub fn current_epoch(&self) -> u32 {
+        lock(&self.model).epoch
+    }
+
+    /// The rows of one class table, in insertion order.
+    pub fn rows(&self, class: RetentionClass) -> Vec<ObsRow> {
+        lock(&self.model).tables[class.index()].rows.clone()
+    }
+
+    pub fn row_counts(&self) -> ClassCounts {
+        let model = lock(&self.model);
+        ClassCounts(std::array::from_fn(|i| model.tables[i].rows.len() as u64))
+    }
+
+    /// All quarantine entries, ordered by `(stream, stream_seq)`.
+    pub fn quarantine(&self) -> Vec<StoredQuarantine> {
+        lock(&self.model).quarantine.values().cloned().collect()
+    }
+
+    /// Quarantine entry counts per reason, ordered by reason.
+    pub fn quarantine_counts(&self) -> Vec<(QuarantineReason, u64)> {
+        let model = lock(&self.model);
+        let mut counts: BTreeMap<QuarantineReason, u64> = BTreeMap::new();
+        for entry in model.quarantine.values() {
+            *counts.entry(entry.reason).or_default() += 1;
+        }
+        counts.into_iter().collect()
+    }
+
+    /// Every acquisition and its cold start, ascending by epoch.
+    pub fn cold_starts(&self) -> Vec<ColdStart> {
+        lock(&self.model).cold_starts.values().cloned().collect()
+    }
+
+    /// The checkpoint table, ordered by point id.
+    pub fn point_states(&self) -> Vec<PointState> {
+        lock(&self.model).point_state.values().cloned().collect()
+    }
+}
+
+/// Holding the modelled advisory lock. Dropping it releases the lock, as closing the
+/// connection does in PostgreSQL.
+pub struct MemoryLease {
+    model: Arc<Mutex<Model>>,
+    session: u64,
+    epoch: u32,
+}
+
+impl std::fmt::Debug for MemoryLease {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryLease")
+            .field("session", &self.session)
+            .field("epoch", &self.epoch)
+            .finish()
+    }
+}
+
+impl MemoryLease {
+    /// The modelled session id (the analogue of a backend pid).
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+}
+
+impl Drop for MemoryLease {
+    fn drop(&mut self) {
+        let mut model = lock(&self.model);
+        if model.lock_holder == Some(self.session) {
+            model.lock_holder = None;
+        }
+    }
+}
+
+impl Lease for MemoryLease {
+    fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    async fn alive(&mut self) -> Result<bool, StoreError> {
+        Ok(lock(&self.model).lock_holder == Some(self.session))
+    }
+}
+
+/// The PostgreSQL columns are `integer` and `bigint`; a key outside them cannot be stored.
+/// Checked up front so a refused batch writes nothing, as the real transaction would.
+fn check_key_range(key: &ObsKey) -> Result<(), StoreError> {
+    if i32::try_from(key.source_epoch).is_err() || i64::try_from(key.source_seq).is_err() {
+        return Err(StoreError::Other(format!(
+            "key ({}, {}, {}) is outside the integer/bigint range of the observation tables",
+            key.driver_instance, key.source_epoch, key.source_seq
+        )));
+    }
+    Ok(())
+}
+
+/// The greatest row under invariant 5's total order `(observed_at, ingested_at, key)`, and the
+/// greatest row that carries a value, turned into a log head (ingest spec, "Restart").
+fn log_head<'a>(rows: impl Iterator<Item = &'a ObsRow>) -> Option<LogHead> {
+    let mut latest: Option<&ObsRow> = None;
+    let mut latest_valued: Option<&ObsRow> = None;
+    for row in rows {
+        if latest.is_none_or(|l| row.order_key() > l.order_key()) {
+            latest = Some(row);
+        }
+        if row.value.is_some() && latest_valued.is_none_or(|l| row.order_key() > l.order_key()) {
+            latest_valued = Some(row);
+        }
+    }
+    let latest = latest?;
+    Some(LogHead {
+        state: PointState {
+            point_id: latest.point_id.clone(),
+            value: latest_valued.and_then(|r| r.value.clone()),
+            quality: latest.quality,
+            reason: latest.reason.as_deref().map(str::to_owned),
+            observed_at: Some(latest.observed_at),
+            ingested_at: Some(latest.ingested_at),
+            key: Some(latest.key.clone()),
+            changed_at: None,
+            quality_since: latest.ingested_at,
+            watermark_seq: None,
+        },
+        value_order: latest_valued.map(|r| (r.observed_at, r.ingested_at, r.key.clone())),
+    })
+}
+
+impl Store for MemoryStore {
+    type Lease = MemoryLease;
+
+    async fn acquire(&self) -> Result<MemoryLease, StoreError> {
+        self.acquire_inner().await
+    }
+
+    async fn store_registry(&self, snapshot: &RegistrySnapshot) -> Result<RegistryLoad, StoreError> {
+        self.store_registry_inner(snapshot).await
+    }
+
+    async fn load_registry(&self, version: Option<i32>) -> Result<Option<StoredRegistry>, StoreError> {
+        self.load_registry_inner(version).await
+    }
+
+    async fn load_state(&self, points: &[(String, RetentionClass)]) -> Result<RestoredState, StoreError> {
+        self.load_state_inner(points).await
+    }
+
+    async fn load_windows(
+        &self,
+        requests: &[WindowRequest],
+        rows_max_per_point: usize,
+    ) -> Result<Vec<WindowRow>, StoreError> {
+        self.load_windows_inner(requests, rows_max_per_point).await
+    }
+
+    async fn commit(&self, batch: Batch) -> Result<CommitReport, CommitError> {
+        self.commit_inner(batch).await
+    }
+
+    async fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
+        self.checkpoint_inner(epoch, states).await
+    }
+
+    async fn write_control_events(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.write_control_events_inner(epoch, events).await
+    }
+
+    async fn load_control_events(
+        &self,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredControlEvent>, StoreError> {
+        self.load_control_events_inner(after_seq, limit).await
+    }
+
+    async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
+        self.record_cold_start_inner(epoch, steps).await
+    }
+
+    async fn refresh_rollups(
+        &self,
+        epoch: u32,
+        from: Micros,
+        to: Micros,
+    ) -> Result<RollupRefresh, StoreError> {
+        let mut guard = lock(&self.model);
+        guard.fence(epoch)?;
+        let registry = guard.rollup_info();
+        let model = &mut *guard;
+        model.rollups.refresh_range(
+            (from, to),
+            class_rows(&model.tables),
+            &registry,
+            &mut model.retention,
+        )
+    }
+
+    async fn refresh_closed_rollups(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+    ) -> Result<RollupStep, StoreError> {
+        self.rollup_claim(epoch, closed_before, limits)?;
+        self.rollup_apply(epoch)
+    }
+
+    async fn rollup_watermark(&self) -> Result<Option<RollupWatermark>, StoreError> {
+        Ok(lock(&self.model).rollups.watermark())
+    }
+
+    async fn expired_partitions(
+        &self,
+        cutoffs: RetentionCutoffs,
+        limit: usize,
+    ) -> Result<Vec<Partition>, StoreError> {
+        Ok(lock(&self.model).retention.expired(&cutoffs, limit))
+    }
+
+    async fn drop_expired(
+        &self,
+        epoch: u32,
+        cutoffs: RetentionCutoffs,
+        partitions_max: u32,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> Result<RetentionRun, StoreError> {
+        let mut model = lock(&self.model);
+        model.fence(epoch)?;
+        let max = partitions_max as usize;
+        let mut expired = model.retention.expired(&cutoffs, max + 1);
+        let more = expired.len() > max;
+        expired.truncate(max);
+        let mut dropped = Vec::with_capacity(expired.len());
+        for partition in expired {
+            // One transaction each: the mark, the rows and the event together.
+            if !model
+                .retention
+                .drop_partition(partition, partition.table.kept_from(&cutoffs))?
+            {
+                continue;
+            }
+            let in_range = |at: Micros| at >= partition.from && at < partition.to;
+            match partition.table {
+                RetainedTable::Raw(class) => {
+                    let table = &mut model.tables[class.index()];
+                    table.rows.retain(|r| !in_range(r.ingested_at));
+                    table.keys.retain(|k| !in_range(k.3));
+                }
+                RetainedTable::Rollup(grain) => model.rollups.drop_range(grain, partition.from, partition.to),
+            }
+            let seq = model.control_events.last().map_or(1, |e| e.seq + 1);
+            let registry_version = model.registry_versions.last().map_or(0, |v| v.version);
+            model.control_events.push(StoredControlEvent {
+                seq,
+                occurred_at,
+                kind: sentinel_core::ControlKind::RetentionDrop.as_str().to_owned(),
+                point_id: None,
+                principal: principal.to_owned(),
+                core_epoch: epoch,
+                payload: retention::drop_payload(&partition),
+                registry_version,
+            });
+            dropped.push(DroppedPartition { partition, seq });
+        }
+        Ok(RetentionRun { dropped, more })
+    }
+
+    async fn retention_marks(&self) -> Result<[Option<Micros>; 5], StoreError> {
+        Ok(lock(&self.model).retention.marks())
+    }
+
+    async fn move_point_class(
+        &self,
+        epoch: u32,
+        point_id: &str,
+        to: RetentionClass,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> Result<ClassMove, StoreError> {
+        lock(&self.model).move_point_class(epoch, point_id, to, principal, occurred_at)
+    }
+
+    async fn load_history(
+        &self,
+        point_id: &str,
+        class: RetentionClass,
+        from: Micros,
+        to: Micros,
+        limit: usize,
+    ) -> Result<Vec<HistoryRow>, StoreError> {
+        Ok(lock(&self.model).history(point_id, class, (from, to), limit))
+    }
+
+    async fn load_rollups(
+        &self,
+        grain: RollupGrain,
+        from: Micros,
+        to: Micros,
+        point_id: Option<&str>,
+    ) -> Result<Vec<RollupRow>, StoreError> {
+        Ok(lock(&self.model).rollups.load(grain, (from, to), point_id))
+    }
+
+    // reprocess
+
+    async fn reprocess_extent(
+        &self,
+        points: &[(String, RetentionClass)],
+        from: Micros,
+        to: Option<Micros>,
+    ) -> Result<Vec<sentinel_ports::ClassExtent>, StoreError> {
+        Ok(lock(&self.model).reprocess_extent(points, from, to))
+    }
+
+    async fn load_reprocess_rows(
+        &self,
+        class: RetentionClass,
+        point: &str,
+        from: Micros,
+        to: Option<Micros>,
+        after: Option<&sentinel_core::reprocess::StoredObservation>,
+        limit: usize,
+    ) -> Result<Vec<sentinel_core::reprocess::StoredObservation>, StoreError> {
+        Ok(lock(&self.model).load_reprocess_rows(class, point, from, to, after, limit))
+    }
+
+    async fn apply_reprocess(
+        &self,
+        epoch: u32,
+        class: RetentionClass,
+        updates: Vec<sentinel_core::reprocess::RowUpdate>,
+    ) -> Result<u64, StoreError> {
+        lock(&self.model).apply_reprocess(epoch, class, updates)
+    }
+
+    async fn write_reprocess_event(
+        &self,
+        epoch: u32,
+        occurred_at: Micros,
+        principal: &str,
+        record: &sentinel_core::reprocess::ReprocessRecord,
+    ) -> Result<i64, StoreError> {
+        lock(&self.model).write_reprocess_event(epoch, occurred_at, principal, record)
+    }
+}

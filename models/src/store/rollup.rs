@@ -1,0 +1,355 @@
+//! The memory model's rollups: the same definition as `migrations/0004_rollups.sql` (ingest
+//! spec, "Retention and rollups"), evaluated over the model's class tables.
+//!
+//! Owns: the 1-minute and 1-hour tables, the refresh watermark and the late-row invalidations
+//! of the model. A step is two actions, as in the SQL: [`Rollups::claim`] moves `claimed_to`
+//! and claims the invalidations present, [`Rollups::apply`] recomputes the claim and moves
+//! `refreshed_to`. Each runs under the model's one mutex; commits may land between them, and a
+//! crash between them leaves the claim open for the next step to finish first (the simulator
+//! crashes there on purpose).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use sentinel_core::{Micros, ObsRow, Quality, RetentionClass};
+
+use super::retention::RetentionState;
+use sentinel_ports::{
+    RetainedTable, RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark,
+    StoreError,
+};
+
+/// The rollup half of the modelled database.
+#[derive(Default)]
+pub(super) struct Rollups {
+    minute: BTreeMap<(String, Micros), RollupRow>,
+    hour: BTreeMap<(String, Micros), RollupRow>,
+    watermark: Option<RollupWatermark>,
+    /// Minutes of rows committed below `claimed_to` since the last step, in commit order.
+    invalidations: Vec<Micros>,
+    /// How many of the first `invalidations` the open claim holds (`claimed_invalidation`
+    /// in SQL: `None` when it holds none).
+    claimed_invalidations: Option<usize>,
+    /// Planted bug (simulator tests only): the statement trigger records nothing.
+    pub(super) ignore_late_rows: bool,
+}
+
+/// Longest on-demand refresh, as in `sentinel_rollup_refresh_range`.
+const REFRESH_RANGE_MAX_US: i64 = 400 * sentinel_core::time::US_PER_DAY;
+
+const MINUTE_US: i64 = 60 * sentinel_core::time::US_PER_S;
+
+impl Rollups {
+    fn table(&mut self, grain: RollupGrain) -> &mut BTreeMap<(String, Micros), RollupRow> {
+        match grain {
+            RollupGrain::Minute => &mut self.minute,
+            RollupGrain::Hour => &mut self.hour,
+        }
+    }
+
+    /// The statement trigger: called with the rows a commit actually inserted.
+    pub(super) fn rows_inserted<'a>(&mut self, rows: impl Iterator<Item = &'a ObsRow>) {
+        self.rows_changed(rows.map(|r| r.observed_at));
+    }
+
+    /// Rows observed at these instants were inserted or rewritten: their minutes below
+    /// `claimed_to` are invalidated. Before the first step every row is invalidated: the first
+    /// step recomputes them.
+    pub(super) fn rows_changed(&mut self, observed_at: impl Iterator<Item = Micros>) {
+        if self.ignore_late_rows {
+            return;
+        }
+        let mark = self.watermark.map(|w| w.claimed_to);
+        let minutes: BTreeSet<Micros> = observed_at
+            .filter(|at| mark.is_none_or(|mark| *at < mark))
+            .map(|at| RollupGrain::Minute.floor(at))
+            .collect();
+        self.invalidations.extend(minutes);
+    }
+
+    /// `sentinel_rollup_recompute`: `[from, to)` on `grain`'s boundaries.
+    fn recompute(
+        &mut self,
+        grain: RollupGrain,
+        (from, to): (Micros, Micros),
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+        retention: &mut RetentionState,
+    ) -> u64 {
+        debug_assert!(grain.floor(from) == from && grain.floor(to) == to && from <= to);
+        retention.ensure_rollup_range(grain, from, to);
+        self.recompute_where(
+            grain,
+            |bucket| bucket >= from && bucket < to,
+            tables,
+            registry,
+            retention,
+        )
+    }
+
+    /// Recomputes every bucket of `grain` that `chosen` picks, in one pass over the rows (the
+    /// simulator runs this often: a step's range and its invalidated buckets go together).
+    /// Clipped as in migration 0005: a class's buckets before its raw table's retention mark are
+    /// neither removed nor recomputed (their raw rows are gone), and nothing is written below
+    /// the rollup table's own mark.
+    fn recompute_where(
+        &mut self,
+        grain: RollupGrain,
+        chosen: impl Fn(Micros) -> bool,
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+        retention: &RetentionState,
+    ) -> u64 {
+        let clip = RetentionClass::ALL.map(|c| retention.kept_from(RetainedTable::Raw(c)));
+        let clip_own = retention.kept_from(RetainedTable::Rollup(grain));
+        let table = self.table(grain);
+        table.retain(|(_, bucket), row| !(chosen(*bucket) && *bucket >= clip[row.class.index()]));
+        let mut built: BTreeMap<(String, Micros), RollupRow> = BTreeMap::new();
+        for class in RetentionClass::ALL {
+            for row in tables[class.index()] {
+                let bucket = grain.floor(row.observed_at);
+                if !chosen(bucket) || row.observed_at < clip[class.index()] {
+                    continue;
+                }
+                let entry = built
+                    .entry((row.point_id.to_string(), bucket))
+                    .or_insert_with(|| RollupRow {
+                        point_id: row.point_id.to_string(),
+                        bucket,
+                        class,
+                        count: 0,
+                        live_count: 0,
+                        sum: None,
+                        min: None,
+                        max: None,
+                    });
+                // A point the registry does not name keeps the first of its rows' class names.
+                if class.as_str() < entry.class.as_str() {
+                    entry.class = class;
+                }
+                entry.count += 1;
+                if row.quality == Quality::Live {
+                    entry.live_count += 1;
+                    if let Some(v) = row.value.as_ref().and_then(|v| v.num()) {
+                        entry.sum = Some(entry.sum.unwrap_or(0.0) + v);
+                        entry.min = Some(entry.min.map_or(v, |m| m.min(v)));
+                        entry.max = Some(entry.max.map_or(v, |m| m.max(v)));
+                    }
+                }
+            }
+        }
+        built.retain(|(_, bucket), _| *bucket >= clip_own);
+        let written = built.len() as u64;
+        for (key, mut row) in built {
+            let (safe, class) = registry.get(&row.point_id).copied().unwrap_or((false, None));
+            if let Some(class) = class {
+                row.class = class;
+            }
+            // agg_safe is enforced here, in the refresh, whatever the rows hold.
+            if !safe {
+                row.sum = None;
+                row.min = None;
+                row.max = None;
+            }
+            table.insert(key, row);
+        }
+        written
+    }
+
+    pub(super) fn refresh_range(
+        &mut self,
+        (from, to): (Micros, Micros),
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+        retention: &mut RetentionState,
+    ) -> Result<RollupRefresh, StoreError> {
+        if from >= to || to.0 - from.0 > REFRESH_RANGE_MAX_US {
+            return Err(StoreError::Other(format!(
+                "a rollup refresh needs a non-empty range of at most 400 days, got [{from}, {to})"
+            )));
+        }
+        let minute_range = (RollupGrain::Minute.floor(from), RollupGrain::Minute.ceil(to));
+        let hour_range = (RollupGrain::Hour.floor(from), RollupGrain::Hour.ceil(to));
+        let minute_buckets = self.recompute(RollupGrain::Minute, minute_range, tables, registry, retention);
+        let hour_buckets = self.recompute(RollupGrain::Hour, hour_range, tables, registry, retention);
+        Ok(RollupRefresh {
+            minute_range,
+            minute_buckets,
+            hour_range,
+            hour_buckets,
+        })
+    }
+
+    /// `sentinel_rollup_claim`: claims `[refreshed_to, claimed_to)` with `claimed_to` at most
+    /// `closed_before` (floored to a minute) and `step_minutes_max` past `refreshed_to`, and at
+    /// most `invalidations_max` invalidations. An open claim (a crash between the halves) is
+    /// kept as it is: the next apply finishes it first.
+    pub(super) fn claim(
+        &mut self,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+    ) -> Result<(), StoreError> {
+        if !(1..=1440).contains(&limits.step_minutes_max)
+            || !(1..=100_000).contains(&limits.invalidations_max)
+        {
+            return Err(StoreError::Other(
+                "rollup step limits: step_minutes_max within 1..1440, invalidations_max within 1..100000"
+                    .into(),
+            ));
+        }
+        if let Some(w) = self.watermark
+            && (w.claimed_to > w.refreshed_to || self.claimed_invalidations.is_some())
+        {
+            return Ok(());
+        }
+        let closed = RollupGrain::Minute.floor(closed_before);
+        let claimed = self.invalidations.len().min(limits.invalidations_max as usize);
+        self.claimed_invalidations = (claimed > 0).then_some(claimed);
+        let w = match self.watermark {
+            // The first claim starts the marks at `closed` and claims what every earlier row
+            // left (before the first step, every row leaves an invalidation).
+            None => RollupWatermark {
+                refreshed_from: closed,
+                refreshed_to: closed,
+                claimed_to: closed,
+            },
+            Some(w) => {
+                let step_end = Micros(w.refreshed_to.0 + i64::from(limits.step_minutes_max) * MINUTE_US);
+                RollupWatermark {
+                    claimed_to: w.refreshed_to.max(closed.min(step_end)),
+                    ..w
+                }
+            }
+        };
+        debug_assert!(w.refreshed_from <= w.refreshed_to && w.refreshed_to <= w.claimed_to);
+        self.watermark = Some(w);
+        Ok(())
+    }
+
+    /// `sentinel_rollup_apply`: recomputes the claim — 1m buckets over the range claimed and
+    /// the claimed invalidations' minutes, 1h buckets that closed in the range and the closed
+    /// hours of claimed invalidations — then moves `refreshed_to` up to `claimed_to`.
+    pub(super) fn apply(
+        &mut self,
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+        retention: &mut RetentionState,
+    ) -> Result<RollupStep, StoreError> {
+        let Some(w) = self.watermark else {
+            return Err(StoreError::Other("a rollup apply with no claim ever made".into()));
+        };
+        let claimed = self.claimed_invalidations.take().unwrap_or(0);
+        debug_assert!(claimed <= self.invalidations.len());
+        let minutes: BTreeSet<Micros> = self.invalidations.drain(..claimed).collect();
+        let claimed_to = w.claimed_to;
+
+        // The range moved over, and the claimed invalidations: every minute in either, and
+        // every hour that closed in the range or holds an invalidated minute and is closed.
+        let advanced = (w.refreshed_to, claimed_to);
+        let hours = (
+            RollupGrain::Hour.floor(w.refreshed_to),
+            RollupGrain::Hour.floor(claimed_to),
+        );
+        let invalidated_hours: BTreeSet<Micros> = minutes
+            .iter()
+            .map(|m| RollupGrain::Hour.floor(*m))
+            .filter(|h| Micros(h.0 + RollupGrain::Hour.width_us()) <= claimed_to)
+            .collect();
+        // The partitions the SQL's per-range recomputes make.
+        retention.ensure_rollup_range(RollupGrain::Minute, advanced.0, advanced.1);
+        retention.ensure_rollup_range(RollupGrain::Hour, hours.0, hours.1);
+        for m in &minutes {
+            retention.ensure_rollup_range(RollupGrain::Minute, *m, Micros(m.0 + MINUTE_US));
+        }
+        for h in &invalidated_hours {
+            retention.ensure_rollup_range(RollupGrain::Hour, *h, Micros(h.0 + RollupGrain::Hour.width_us()));
+        }
+        let mut written = self.recompute_where(
+            RollupGrain::Minute,
+            |m| (m >= advanced.0 && m < advanced.1) || minutes.contains(&m),
+            tables,
+            registry,
+            retention,
+        );
+        written += self.recompute_where(
+            RollupGrain::Hour,
+            |h| (advanced.0 < advanced.1 && h >= hours.0 && h < hours.1) || invalidated_hours.contains(&h),
+            tables,
+            registry,
+            retention,
+        );
+        let watermark = RollupWatermark {
+            refreshed_from: w.refreshed_from,
+            refreshed_to: claimed_to,
+            claimed_to,
+        };
+        self.watermark = Some(watermark);
+        Ok(RollupStep {
+            watermark,
+            minutes_advanced: ((claimed_to.0 - w.refreshed_to.0) / MINUTE_US) as u32,
+            invalidated_minutes: minutes.len() as u32,
+            buckets_written: written,
+            more: !self.invalidations.is_empty(),
+        })
+    }
+
+    /// Drops the buckets of `grain` in `[from, to)`: a dropped rollup partition.
+    pub(super) fn drop_range(&mut self, grain: RollupGrain, from: Micros, to: Micros) {
+        self.table(grain)
+            .retain(|(_, bucket), _| !(*bucket >= from && *bucket < to));
+    }
+
+    /// `sentinel_rollup_recompute` over `[from, to)` on `grain`'s boundaries (a class move).
+    pub(super) fn recompute_range(
+        &mut self,
+        grain: RollupGrain,
+        range: (Micros, Micros),
+        tables: [&[ObsRow]; 3],
+        registry: &PointRollupInfo,
+        retention: &mut RetentionState,
+    ) -> u64 {
+        self.recompute(grain, range, tables, registry, retention)
+    }
+
+    pub(super) fn watermark(&self) -> Option<RollupWatermark> {
+        self.watermark
+    }
+
+    pub(super) fn load(
+        &self,
+        grain: RollupGrain,
+        (from, to): (Micros, Micros),
+        point_id: Option<&str>,
+    ) -> Vec<RollupRow> {
+        let table = match grain {
+            RollupGrain::Minute => &self.minute,
+            RollupGrain::Hour => &self.hour,
+        };
+        table
+            .values()
+            .filter(|r| r.bucket >= from && r.bucket < to && point_id.is_none_or(|p| r.point_id == p))
+            .take(sentinel_ports::ROLLUPS_LOAD_MAX)
+            .cloned()
+            .collect()
+    }
+}
+
+/// Per point of the newest registry version: whether it is `agg_safe`, and its retention class.
+pub(super) type PointRollupInfo = BTreeMap<String, (bool, Option<RetentionClass>)>;
+
+/// What the refresh reads from the newest registry version's descriptors.
+pub(super) fn rollup_info<'a>(descriptors: impl Iterator<Item = (&'a str, &'a str)>) -> PointRollupInfo {
+    descriptors
+        .map(|(point, canonical)| {
+            let d = serde_json::from_str::<serde_json::Value>(canonical).ok();
+            let safe = d
+                .as_ref()
+                .and_then(|d| d.get("agg_safe").and_then(serde_json::Value::as_bool))
+                .unwrap_or(false);
+            let class = d
+                .as_ref()
+                .and_then(|d| d.get("retention").and_then(serde_json::Value::as_str))
+                .and_then(|c| RetentionClass::ALL.into_iter().find(|k| k.as_str() == c));
+            (point.to_owned(), (safe, class))
+        })
+        .collect()
+}

@@ -1,0 +1,104 @@
+//! The model's projection reads and checkpoints: restart's log heads and derived windows, and the
+//! `point_state` upsert (ingest spec, "Projection", "Restart").
+
+use super::{
+    BTreeSet, FxHashMap, FxHashSet, LogHead, MemoryStore, ObsRow, PointState, RestoredState, RetentionClass,
+    StoreError, WindowRequest, WindowRow, check_key_range, lock, log_head,
+};
+
+impl MemoryStore {
+    pub(super) async fn load_state_inner(
+        &self,
+        points: &[(String, RetentionClass)],
+    ) -> Result<RestoredState, StoreError> {
+        let model = lock(&self.model);
+        // A hash set, not an ordered one: every row of every class table is looked up here,
+        // on every restart (the simulator restarts cores dozens of times per seed).
+        let wanted: FxHashSet<(&str, RetentionClass)> =
+            points.iter().map(|(id, c)| (id.as_str(), *c)).collect();
+        let ids: BTreeSet<&str> = wanted.iter().map(|(id, _)| *id).collect();
+        let checkpoints = ids
+            .iter()
+            .filter_map(|id| model.point_state.get(*id).cloned())
+            .collect();
+        // One pass per class table, grouping rows by point: restarts must not cost
+        // points × rows.
+        let mut per_point: FxHashMap<(&str, RetentionClass), Vec<&ObsRow>> = FxHashMap::default();
+        for class in RetentionClass::ALL {
+            for row in &model.tables[class.index()].rows {
+                if wanted.contains(&(&*row.point_id, class)) {
+                    per_point.entry((&*row.point_id, class)).or_default().push(row);
+                }
+            }
+        }
+        // In (point, class) order, as the ordered map this replaced gave: the heads' order
+        // must not depend on hashing.
+        let mut groups: Vec<_> = per_point.into_iter().collect();
+        groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut log_heads: Vec<LogHead> = groups
+            .into_iter()
+            .filter_map(|(_, rows)| log_head(rows.into_iter()))
+            .collect();
+        log_heads.sort_by(|a, b| a.state.point_id.cmp(&b.state.point_id));
+        Ok(RestoredState {
+            checkpoints,
+            log_heads,
+        })
+    }
+
+    pub(super) async fn load_windows_inner(
+        &self,
+        requests: &[WindowRequest],
+        rows_max_per_point: usize,
+    ) -> Result<Vec<WindowRow>, StoreError> {
+        let model = lock(&self.model);
+        let mut out = Vec::new();
+        for request in requests {
+            let table = &model.tables[request.class.index()];
+            let mut rows: Vec<(&ObsRow, Option<i64>)> = table
+                .rows
+                .iter()
+                .zip(table.applied.iter().copied())
+                .filter(|(r, _)| r.point_id == request.point_id)
+                .collect();
+            // Newest first, as the PostgreSQL query orders before its LIMIT: those since the
+            // bound (at most the row bound) and, whatever their age, the newest `rows_min`.
+            rows.sort_by(|a, b| b.0.order_key().cmp(&a.0.order_key()));
+            let since = rows
+                .iter()
+                .take_while(|(r, _)| r.observed_at >= request.since)
+                .count()
+                .min(rows_max_per_point);
+            let take = since.max(rows.len().min(request.rows_min as usize));
+            out.extend(rows.into_iter().take(take).map(|(r, applied)| WindowRow {
+                point_id: r.point_id.clone(),
+                observed_at: r.observed_at,
+                ingested_at: r.ingested_at,
+                key: r.key.clone(),
+                quality: r.quality,
+                value: r.value.as_ref().and_then(sentinel_core::CanonicalValue::num),
+                applied,
+            }));
+        }
+        Ok(out)
+    }
+
+    pub(super) async fn checkpoint_inner(
+        &self,
+        epoch: u32,
+        states: Vec<PointState>,
+    ) -> Result<(), StoreError> {
+        let mut model = lock(&self.model);
+        model.fence(epoch)?;
+        for state in &states {
+            if let Some(key) = &state.key {
+                check_key_range(key)?;
+            }
+        }
+        // Later states for the same point win, as in the adapter's deduplicated upsert.
+        for state in states {
+            model.point_state.insert(state.point_id.clone(), state);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,232 @@
+//! The bus port: what the runtime needs from a bus (DESIGN.md §1, "Ports and runtime"; core
+//! runtime spec, "Backpressure").
+//!
+//! Owns: the `Bus` and `Consumer` traits, the consumer lag reading ([`Lag`]), what reaches the
+//! core on plain subjects ([`Inbound`]), and the shapes both sides of the bus speak — the errors
+//! ([`BusError`]), a stream's answer to a publish ([`PublishAck`]) and anything observations can
+//! be published into ([`ObservationSink`]). Those three live here, below the driver library and
+//! every adapter, so a crate that needs them links neither async-nats nor the runtime.
+
+use std::future::Future;
+
+use bytes::Bytes;
+use sentinel_core::wire::DriverHello;
+use sentinel_core::{CommandRequest, Delivery, DeliveryTag, Input};
+use tokio::sync::mpsc;
+
+/// Errors talking to the bus, on both sides of it: the core's adapters and the driver library.
+#[derive(Debug, thiserror::Error)]
+pub enum BusError {
+    #[error("bus connection: {0}")]
+    Connection(String),
+    /// The stream is full and rejects new messages (discard-new).
+    #[error("stream full")]
+    StreamFull,
+    /// The server refused the operation under this principal's permissions (a driver host
+    /// publishing outside `obs.<host>.>`, subscribing outside `cmd.<host>.>`, …).
+    #[error("the bus refused to let this principal {operation} on {subject}: not permitted")]
+    PermissionDenied {
+        operation: &'static str,
+        subject: String,
+    },
+    #[error("bus: {0}")]
+    Other(String),
+}
+
+/// What a stream answers to an accepted publish.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PublishAck {
+    /// The stream sequence the message was stored at; for a duplicate, the original's.
+    pub seq: u64,
+    /// True when the stream's duplicate window dropped this publish (same `Nats-Msg-Id` seen
+    /// within the window). The message is stored once; the publisher may treat it as success.
+    pub duplicate: bool,
+}
+
+/// Anything observations can be published into: real JetStream or the in-memory model.
+pub trait ObservationSink: Send + Sync {
+    /// Publishes one observation with its message id; resolves once the stream accepted it
+    /// (or dropped it as a duplicate).
+    fn publish_observation(
+        &self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+    ) -> impl Future<Output = Result<PublishAck, BusError>> + Send;
+}
+
+/// The most deliveries one `fetch` may ask for. A larger request is clamped: one fetch must
+/// never hold more than a few batches' worth of messages in memory.
+pub const FETCH_MAX: usize = 10_000;
+
+/// Consumer lag, read from the durable consumer itself (core runtime spec, "Backpressure").
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Lag {
+    /// Messages not yet delivered.
+    pub pending: u64,
+    /// Delivered and not yet acked.
+    pub ack_pending: u64,
+    /// Age of the oldest unacked message in ms, if any is unacked or pending.
+    pub oldest_unacked_age_ms: Option<u64>,
+    /// The oldest message still in the stream (under WorkQueue retention: not yet acked),
+    /// `None` when the stream is empty.
+    pub first_seq: Option<u64>,
+    /// The last sequence the stream ever stored (0 before the first message).
+    pub last_seq: u64,
+}
+
+/// What reaches the core on plain subjects rather than through the stream: a request made
+/// while no core runs is not queued for a later one, and a hello is about now.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Inbound {
+    /// On [`sentinel_core::wire::COMMAND_REQUEST_SUBJECT`].
+    CommandRequest(CommandRequest),
+    /// On `drv.<host>.<driver_instance>` (restart step 7).
+    DriverHello { host: String, hello: DriverHello },
+    /// On [`sentinel_core::wire::REPROCESS_REQUEST_SUBJECT`], with the reply subject the
+    /// answer goes to (a request without one cannot be answered and is dropped).
+    ReprocessRequest {
+        ask: sentinel_core::reprocess_request::ReprocessAsk,
+        reply_to: String,
+    },
+}
+
+impl Inbound {
+    /// Decodes a message from one of the core's inbound subjects. The error says why in a
+    /// fixed phrase, never with the payload's content (a request may carry a value).
+    pub fn decode(subject: &str, payload: &[u8]) -> Result<Inbound, &'static str> {
+        if subject == sentinel_core::wire::COMMAND_REQUEST_SUBJECT {
+            return serde_json::from_slice(payload)
+                .map(Inbound::CommandRequest)
+                .map_err(|_| "not a command request");
+        }
+        if subject == sentinel_core::wire::REPROCESS_REQUEST_SUBJECT {
+            return Err("a reprocess request needs its reply subject (Inbound::decode_request)");
+        }
+        let Some((host, instance)) = sentinel_core::wire::parse_driver_subject(subject) else {
+            return Err("not an inbound subject");
+        };
+        let hello: DriverHello = serde_json::from_slice(payload).map_err(|_| "not a driver hello")?;
+        // Bus permissions confine a host to its own `drv.<host>.>`, so the hello must name the
+        // subject's instance.
+        if hello.driver_instance != instance {
+            return Err("the hello names another driver instance than its subject");
+        }
+        Ok(Inbound::DriverHello {
+            host: host.to_owned(),
+            hello,
+        })
+    }
+}
+
+impl Inbound {
+    /// Decodes a reprocess request; `reply` is the message's reply subject.
+    pub fn decode_reprocess(payload: &[u8], reply: Option<&str>) -> Result<Inbound, &'static str> {
+        let reply_to = reply.ok_or("a reprocess request without a reply subject")?;
+        let ask = serde_json::from_slice(payload).map_err(|_| "not a reprocess request")?;
+        Ok(Inbound::ReprocessRequest {
+            ask,
+            reply_to: reply_to.to_owned(),
+        })
+    }
+}
+
+impl From<Inbound> for Input {
+    fn from(inbound: Inbound) -> Input {
+        match inbound {
+            Inbound::CommandRequest(request) => Input::CommandRequested(request),
+            Inbound::DriverHello { host, hello } => Input::DriverHello { host, hello },
+            Inbound::ReprocessRequest { ask, reply_to } => Input::ReprocessRequested { ask, reply_to },
+        }
+    }
+}
+
+/// Inbound messages decoded but not yet taken by the runtime; beyond this the subscription
+/// waits (NATS then drops for a slow consumer, which is what a plain subject means).
+pub const INBOUND_QUEUED_MAX: usize = 1_000;
+
+/// A bus handle: cheap to clone, shared by the fetcher and the effect executor.
+pub trait Bus: Clone + Send + Sync + 'static {
+    type Consumer: Consumer;
+
+    /// Binds the durable consumer on `obs.>`. Must only be called while holding the lock.
+    fn bind(&self) -> impl Future<Output = Result<Self::Consumer, BusError>> + Send;
+
+    /// Acks deliveries previously returned by this bus's consumer. Unknown tags are ignored.
+    fn ack(&self, tags: Vec<DeliveryTag>) -> impl Future<Output = Result<(), BusError>> + Send;
+
+    /// Publishes a core-side message (transitions on `state.<point_id>`), not through the stream.
+    fn publish(&self, subject: String, payload: Bytes) -> impl Future<Output = Result<(), BusError>> + Send;
+
+    /// Publishes an observation into the stream with its message id, as a driver does, and
+    /// waits for the stream to accept it (the core's self-points). A full stream is
+    /// [`BusError::StreamFull`].
+    fn publish_observation(
+        &self,
+        subject: String,
+        msg_id: String,
+        payload: Bytes,
+    ) -> impl Future<Output = Result<PublishAck, BusError>> + Send;
+
+    fn lag(&self) -> impl Future<Output = Result<Lag, BusError>> + Send;
+
+    /// Subscribes to command requests and driver hellos ([`Inbound`]), decoded. Must only be
+    /// called while holding the lock. What cannot be decoded is dropped with a warning that
+    /// names its subject and size, never its content.
+    fn inbound(&self) -> impl Future<Output = Result<mpsc::Receiver<Inbound>, BusError>> + Send;
+}
+
+pub trait Consumer: Send + 'static {
+    /// Returns up to `max` deliveries, waiting at most `wait_ms` for the first; may return none.
+    fn fetch(
+        &mut self,
+        max: usize,
+        wait_ms: u64,
+    ) -> impl Future<Output = Result<Vec<Delivery>, BusError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inbound_messages_decode_by_subject() {
+        let request = br#"{"command_id":"c","point_id":"p","value":1,"principal":"operator:x"}"#;
+        assert!(matches!(
+            Inbound::decode("sentinel.command.request", request),
+            Ok(Inbound::CommandRequest(r)) if r.command_id == "c"
+        ));
+        let hello = br#"{"v":1,"driver_instance":"modbus-1","source_epoch":2,"highest_epoch_seen":5}"#;
+        assert_eq!(
+            Inbound::decode("drv.plant-a.modbus-1", hello),
+            Ok(Inbound::DriverHello {
+                host: "plant-a".into(),
+                hello: DriverHello {
+                    v: 1,
+                    driver_instance: "modbus-1".into(),
+                    source_epoch: 2,
+                    highest_epoch_seen: 5,
+                },
+            })
+        );
+    }
+
+    #[test]
+    fn each_refusal_says_why() {
+        let request = br#"{"command_id":"c","point_id":"p","value":"v","principal":"operator:x"}"#;
+        let hello = br#"{"v":1,"driver_instance":"modbus-1","source_epoch":2,"highest_epoch_seen":5}"#;
+        let cases: [(&str, &[u8], &str); 4] = [
+            ("sentinel.command.request", hello, "not a command request"),
+            ("drv.plant-a.modbus-1", request, "not a driver hello"),
+            (
+                "drv.plant-a.other",
+                hello,
+                "the hello names another driver instance than its subject",
+            ),
+            ("drv.plant-a", hello, "not an inbound subject"),
+        ];
+        for (subject, payload, why) in cases {
+            assert_eq!(Inbound::decode(subject, payload), Err(why), "{subject}");
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! The store port: what the runtime needs from a store (DESIGN.md §1, "Ports and runtime";
+//! ingest spec, "Two logs", "Restart", "Reprocess", "Retention and rollups").
+//!
+//! Owns: the `Store` and `Lease` traits and their errors, and the shapes the store hands back,
+//! by concern: [`records`] (registry versions, control events, cold starts), [`rollups`],
+//! [`retention`] and [`maintenance`] (reprocess extents, class moves, history rows). Each has a
+//! production adapter (`sentinel-store-pg`) and an in-memory reference model
+//! (`sentinel-models`); the conformance suite in `tests/` runs the same bodies against both.
+
+pub mod maintenance;
+pub mod records;
+pub mod retention;
+pub mod rollups;
+
+use std::future::Future;
+
+use sentinel_core::reprocess::{ReprocessRecord, RowUpdate, StoredObservation};
+use sentinel_core::{
+    Batch, BatchId, CommitReport, ControlEvent, Micros, PointState, RegistrySnapshot, RestoredState,
+    RetentionClass,
+};
+
+use maintenance::{ClassExtent, ClassMove, HistoryRow};
+use records::{RegistryLoad, StartupStep, StoredControlEvent, StoredRegistry};
+use retention::{Partition, RetentionCutoffs, RetentionRun};
+use rollups::{RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// Another session holds the single-writer lock.
+    #[error("the single-writer lock is held by another core")]
+    LockHeld,
+    /// The write's epoch is no longer current: a newer core has taken over.
+    #[error("epoch {epoch} is stale; the current epoch is {current}")]
+    Fenced { epoch: u32, current: u32 },
+    #[error("database schema version {found} is newer than this binary's {supported}")]
+    SchemaFromFuture { found: i64, supported: i64 },
+    #[error("store: {0}")]
+    Other(String),
+}
+
+/// A failed commit names its batch so the core can tell which one.
+#[derive(Debug, thiserror::Error)]
+#[error("commit of batch {batch:?} failed: {source}")]
+pub struct CommitError {
+    pub batch: BatchId,
+    pub source: StoreError,
+}
+
+/// Holding the single-writer lock. Dropping it releases the lock.
+pub trait Lease: Send + 'static {
+    /// The epoch this acquisition incremented to.
+    fn epoch(&self) -> u32;
+    /// Checks the lock is still held by this session.
+    fn alive(&mut self) -> impl Future<Output = Result<bool, StoreError>> + Send;
+}
+
+/// A store handle: cheap to clone; commits from clones may run concurrently.
+pub trait Store: Clone + Send + Sync + 'static {
+    type Lease: Lease;
+
+    /// Takes the single-writer lock (or fails with `LockHeld` at once), then increments and
+    /// reads the core epoch and records the acquisition (a [`ColdStart`] without steps).
+    fn acquire(&self) -> impl Future<Output = Result<Self::Lease, StoreError>> + Send;
+
+    /// Stores a registry snapshot; identical content creates no new version.
+    fn store_registry(
+        &self,
+        snapshot: &RegistrySnapshot,
+    ) -> impl Future<Output = Result<RegistryLoad, StoreError>> + Send;
+
+    /// Loads a registry version (`None`: the newest). `Ok(None)` when nothing was ever loaded.
+    fn load_registry(
+        &self,
+        version: Option<i32>,
+    ) -> impl Future<Output = Result<Option<StoredRegistry>, StoreError>> + Send;
+
+    /// The checkpoint and the per-point log heads for these points, each read from its own
+    /// class table (restart steps 2–3).
+    fn load_state(
+        &self,
+        points: &[(String, RetentionClass)],
+    ) -> impl Future<Output = Result<RestoredState, StoreError>> + Send;
+
+    /// Restart step 5: for each request, its point's rows in its class table with
+    /// `observed_at >= since`, newest first and at most `rows_max_per_point` of them (the
+    /// lookback is bounded twice: by time and by rows). One query per class table, however
+    /// many points are asked about, so the number of queries does not grow with the number of
+    /// derived points. Rows come back in no particular order across points.
+    fn load_windows(
+        &self,
+        requests: &[sentinel_core::derived::WindowRequest],
+        rows_max_per_point: usize,
+    ) -> impl Future<Output = Result<Vec<sentinel_core::derived::WindowRow>, StoreError>> + Send;
+
+    /// Commits a batch in one transaction fenced on `batch.epoch`, with the semantics of
+    /// `ON CONFLICT DO NOTHING`, and reports the RETURNING set: exactly the rows and entries
+    /// this commit inserted.
+    fn commit(&self, batch: Batch) -> impl Future<Output = Result<CommitReport, CommitError>> + Send;
+
+    /// Upserts point states, fenced on `epoch`.
+    fn checkpoint(
+        &self,
+        epoch: u32,
+        states: Vec<PointState>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Writes control events in one transaction fenced on `epoch`; returns the `seq` the log
+    /// gave each, in order. Every event carries `epoch` as its `core_epoch`.
+    fn write_control_events(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+    ) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
+
+    /// Control events with `seq > after_seq`, ascending, at most `limit` (restart step 4).
+    fn load_control_events(
+        &self,
+        after_seq: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StoredControlEvent>, StoreError>> + Send;
+
+    /// Records how long each startup step of the acquisition that took `epoch` ran, fenced on
+    /// `epoch` like every other write.
+    fn record_cold_start(
+        &self,
+        epoch: u32,
+        steps: Vec<StartupStep>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
+
+    /// Recomputes both rollups over `[from, to)`, each rounded outward to its own bucket
+    /// boundaries, from the raw rows, fenced on `epoch` (`sentinel rollup refresh`, reprocess).
+    /// Idempotent; moves no watermark. At most 400 days.
+    fn refresh_rollups(
+        &self,
+        epoch: u32,
+        from: Micros,
+        to: Micros,
+    ) -> impl Future<Output = Result<RollupRefresh, StoreError>> + Send;
+
+    /// One bounded step of the running core's refresh of closed buckets: claims up to
+    /// `closed_before` (at most `limits.step_minutes_max` past the watermark) and the waiting
+    /// invalidations, recomputes them, and moves the watermark, fenced on `epoch`. A step
+    /// interrupted between its claim and its apply is finished by the next one. The first step
+    /// ever only starts the watermark at `closed_before`.
+    fn refresh_closed_rollups(
+        &self,
+        epoch: u32,
+        closed_before: Micros,
+        limits: RollupStepLimits,
+    ) -> impl Future<Output = Result<RollupStep, StoreError>> + Send;
+
+    /// The refresh watermark; `None` before the first step.
+    fn rollup_watermark(&self) -> impl Future<Output = Result<Option<RollupWatermark>, StoreError>> + Send;
+
+    /// Rollup rows of `grain` with `bucket` in `[from, to)`, ordered by `(point_id, bucket)`, at
+    /// most [`ROLLUPS_LOAD_MAX`]; only `point_id`'s when given.
+    fn load_rollups(
+        &self,
+        grain: RollupGrain,
+        from: Micros,
+        to: Micros,
+        point_id: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<RollupRow>, StoreError>> + Send;
+
+    // --- Reprocess (issue 9 item 3) -----------------------------------------------------
+    // `PgStore` and `MemoryStore` implement all four, checked by the conformance suite; the
+    // simulator's `SimStore` delegates to the model.
+
+    /// Per class table holding any of `points`: the rows of those points observed in
+    /// `[from, to)` (no upper bound when `to` is `None`), their versions and extent, and the
+    /// table's oldest partition. One entry per class named in `points`, in class order.
+    fn reprocess_extent(
+        &self,
+        points: &[(String, RetentionClass)],
+        from: Micros,
+        to: Option<Micros>,
+    ) -> impl Future<Output = Result<Vec<ClassExtent>, StoreError>> + Send;
+
+    /// One page of the rows of `point` in `class`'s table observed in `[from, to)`, ordered by
+    /// `(observed_at, ingested_at, key)`, strictly after `after` (a row of the same point) in
+    /// that order, at most `limit` (capped at [`REPROCESS_ROWS_LOAD_MAX`]). One point per call,
+    /// so each page is an index range scan of `(point_id, observed_at)`, never a sort of the
+    /// whole scope.
+    fn load_reprocess_rows(
+        &self,
+        class: RetentionClass,
+        point: &str,
+        from: Micros,
+        to: Option<Micros>,
+        after: Option<&StoredObservation>,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<StoredObservation>, StoreError>> + Send;
+
+    /// Writes one chunk of recomputed rows of `class`'s table in one transaction fenced on
+    /// `epoch`: only the canonical columns, quality, reason and version, and `native_text`
+    /// where it is NULL (see `sentinel_core::reprocess`). Returns the rows updated.
+    fn apply_reprocess(
+        &self,
+        epoch: u32,
+        class: RetentionClass,
+        updates: Vec<RowUpdate>,
+    ) -> impl Future<Output = Result<u64, StoreError>> + Send;
+
+    /// Writes the run's one `reprocess` control event (no point: `point_id` NULL), fenced on
+    /// `epoch`. Returns its `seq`.
+    fn write_reprocess_event(
+        &self,
+        epoch: u32,
+        occurred_at: Micros,
+        principal: &str,
+        record: &ReprocessRecord,
+    ) -> impl Future<Output = Result<i64, StoreError>> + Send;
+
+    // --- Retention (issue 9 item 2) -----------------------------------------------------
+    // `PgStore` and `MemoryStore` implement every one, checked by the conformance suite; the
+    // simulator's `SimStore` delegates to the model.
+
+    /// The existing partitions that end at or before their table's cut-off, oldest first
+    /// (ordered by `(from, table)`), at most `limit` (itself at most
+    /// [`EXPIRED_PARTITIONS_LIST_MAX`]). Reads only: `sentinel retention --dry-run`.
+    fn expired_partitions(
+        &self,
+        cutoffs: RetentionCutoffs,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<Partition>, StoreError>> + Send;
+
+    /// Drops the expired partitions ([`Store::expired_partitions`]), at most `partitions_max`,
+    /// oldest first, each in its own transaction fenced on `epoch` that also moves the table's
+    /// retention mark (rollup refreshes never recompute below a raw table's mark; partitions
+    /// are never created again below a mark) and writes a `retention_drop` control event
+    /// (`principal`, `occurred_at`, payload: table, class, day). Never a row DELETE.
+    fn drop_expired(
+        &self,
+        epoch: u32,
+        cutoffs: RetentionCutoffs,
+        partitions_max: u32,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> impl Future<Output = Result<RetentionRun, StoreError>> + Send;
+
+    /// Each table's retention mark: the first instant it still keeps after its drops (`None`:
+    /// nothing dropped yet), in [`RetainedTable::ALL`] order.
+    fn retention_marks(&self) -> impl Future<Output = Result<[Option<Micros>; 5], StoreError>> + Send;
+
+    // --- Class changes (issue 9 item 4) -------------------------------------------------
+
+    /// Moves every row of `point_id` held by another class table into `to`'s, in one
+    /// transaction fenced on `epoch`, recomputes both rollups over the moved rows' range
+    /// (from the newest registry version, which must already name the new class) and writes a
+    /// `class_moved` control event. Idempotent: nothing to move writes nothing.
+    fn move_point_class(
+        &self,
+        epoch: u32,
+        point_id: &str,
+        to: RetentionClass,
+        principal: &str,
+        occurred_at: Micros,
+    ) -> impl Future<Output = Result<ClassMove, StoreError>> + Send;
+
+    // --- History (issue 9 item 6) -------------------------------------------------------
+
+    /// `point_id`'s rows in `class`'s table with `observed_at` in `[from, to)`, ordered by
+    /// `(observed_at, ingested_at)`, at most `limit` (itself at most [`HISTORY_ROWS_MAX`]).
+    /// Reads only.
+    fn load_history(
+        &self,
+        point_id: &str,
+        class: RetentionClass,
+        from: Micros,
+        to: Micros,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<HistoryRow>, StoreError>> + Send;
+}

@@ -1,0 +1,632 @@
+//! The runtime loop: feeds the core its inputs and executes its effects in emitted order
+//! (DESIGN.md §1, "Ports and runtime"). The same code runs in production (NATS + PostgreSQL),
+//! in the demo (the in-memory models) and in the simulator (`sentinel-sim`).
+//!
+//! Owns: overlapping fetches with commits (a fetcher task asked for at most the core's accept
+//! budget), running up to `inflight_batches_max` commits concurrently, writing checkpoints and
+//! control events one at a time in order, running the core's rollup steps and the reprocess
+//! asked over the bus off the loop (`reprocess_job`), reading the consumer's lag for the core's watchdog
+//! (a task of its own), sending self-points, the periodic lock ownership check, and turning the core's `Exit` into
+//! a return value. It decides nothing about ordering: acks and publishes happen exactly where
+//! the core emitted them.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sentinel_core::retention::RetentionOutcome;
+use sentinel_core::rollup::RollupStepOutcome;
+use sentinel_core::{Core, Effect, ExitReason, Input, Metrics, Micros};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+use tracing::{debug, error, info, warn};
+
+use sentinel_ports::clock::Clock;
+use sentinel_ports::{
+    Bus, BusError, CommitError, Consumer, Inbound, Lease, RollupStepLimits, Store, StoreError,
+};
+
+#[derive(Clone, Debug)]
+pub struct RuntimeConfig {
+    /// Largest single fetch; the core's accept budget may make it smaller.
+    pub fetch_max: usize,
+    /// Smallest fetch worth a pull request. The budget only drops below a batch when every
+    /// in-flight slot is taken, and a commit completing raises it again, so waiting for that
+    /// costs nothing and saves the server a stream of tiny pulls.
+    pub fetch_min: usize,
+    /// How long one fetch waits for the first message.
+    pub fetch_wait_ms: u64,
+    /// How often the lock's ownership is checked (core runtime spec, "Losing the lock").
+    pub lock_check_interval_ms: u64,
+    /// How often a progress line is logged.
+    pub progress_interval_ms: u64,
+    /// How often the consumer's lag is read and handed to the core (watchdog suppression).
+    pub lag_poll_interval_ms: u64,
+    /// Consecutive failed fetches tolerated before the runtime gives up.
+    pub fetch_failures_max: u32,
+}
+
+impl Default for RuntimeConfig {
+    fn default() -> Self {
+        RuntimeConfig {
+            fetch_max: 500,
+            fetch_min: 100,
+            fetch_wait_ms: 100,
+            lock_check_interval_ms: 1_000,
+            progress_interval_ms: 10_000,
+            lag_poll_interval_ms: 1_000,
+            fetch_failures_max: 30,
+        }
+    }
+}
+
+/// Why the runtime stopped, and what the core counted.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub exit: ExitReason,
+    pub metrics: Metrics,
+}
+
+impl RunOutcome {
+    pub const LOCK_LOST: ExitReason = ExitReason {
+        code: 5,
+        why: "the single-writer lock was lost",
+    };
+    pub const BUS_FAILED: ExitReason = ExitReason {
+        code: 6,
+        why: "the bus failed repeatedly",
+    };
+}
+
+type CommitResult = Result<sentinel_core::CommitReport, CommitError>;
+
+/// Runs the core until it exits. `shutdown` resolving asks for an orderly stop.
+#[allow(clippy::too_many_arguments)] // the ports, the clock and the config: each is one thing
+pub async fn run<B, S, L>(
+    core: Core,
+    bus: B,
+    consumer: B::Consumer,
+    store: S,
+    lease: L,
+    clock: Arc<dyn Clock>,
+    config: RuntimeConfig,
+    shutdown: impl Future<Output = ()>,
+) -> RunOutcome
+where
+    B: Bus,
+    S: Store,
+    L: Lease,
+{
+    // Nothing inbound: the sender is dropped at once, so the branch never fires.
+    let (_, inbound) = mpsc::channel(1);
+    run_observed(
+        core,
+        bus,
+        consumer,
+        store,
+        lease,
+        clock,
+        config,
+        shutdown,
+        inbound,
+        |_| {},
+    )
+    .await
+}
+
+/// [`run`], also taking command requests and driver hellos from `inbound` (from
+/// [`crate::startup::Started`]), and
+/// calling `observe` with the core on every wake-up of the loop, after the effects of the input
+/// it brought (if any) have been executed.
+/// The simulator's invariant checker looks at the projection through it; it must not block.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_observed<B, S, L>(
+    mut core: Core,
+    bus: B,
+    consumer: B::Consumer,
+    store: S,
+    mut lease: L,
+    clock: Arc<dyn Clock>,
+    config: RuntimeConfig,
+    shutdown: impl Future<Output = ()>,
+    mut inbound: mpsc::Receiver<Inbound>,
+    mut observe: impl FnMut(&Core) + Send,
+) -> RunOutcome
+where
+    B: Bus,
+    S: Store,
+    L: Lease,
+{
+    let (fetch_request_tx, fetch_request_rx) = mpsc::channel::<usize>(1);
+    let (fetched_tx, mut fetched_rx) = mpsc::channel::<Result<Vec<sentinel_core::Delivery>, BusError>>(1);
+    let fetcher = tokio::spawn(fetch_loop(
+        consumer,
+        fetch_request_rx,
+        fetched_tx,
+        config.fetch_wait_ms,
+    ));
+
+    // Commits in flight. A failure exit aborts them: no finishing the batch in flight (the
+    // epoch fence refuses them anyway once another core has taken over).
+    let mut commits: JoinSet<CommitResult> = JoinSet::new();
+    // The rollup step and the retention run in flight (at most one each: the core asks for
+    // the next after the answer).
+    let mut maintenance = Maintenance::default();
+    // The reprocess asked over the bus, in flight (at most one: the core answers a second
+    // `busy`), and its request id, to answer the core should its task fail.
+    let mut reprocess_jobs: JoinSet<Input> = JoinSet::new();
+    let mut reprocess_running: Option<String> = None;
+    let (checkpoint_tx, checkpoint_rx) = mpsc::unbounded_channel();
+    let (checkpoint_done_tx, mut checkpoint_done_rx) = mpsc::unbounded_channel::<Result<(), StoreError>>();
+    let checkpointer = tokio::spawn(checkpoint_loop(store.clone(), checkpoint_rx, checkpoint_done_tx));
+    // Control-event writes, one at a time in order; their answers come back as inputs.
+    let (control_tx, control_rx) = mpsc::unbounded_channel();
+    let (control_done_tx, mut control_done_rx) = mpsc::unbounded_channel::<Input>();
+    let controller = tokio::spawn(control_loop(store.clone(), control_rx, control_done_tx));
+    // Lag readings come from their own task, so a slow consumer-info request never holds up
+    // commits, acks and lock checks.
+    let (lag_tx, mut lag_rx) = mpsc::channel::<Input>(1);
+    let lag_reader = tokio::spawn(lag_loop(
+        bus.clone(),
+        Duration::from_millis(config.lag_poll_interval_ms.max(1)),
+        lag_tx,
+    ));
+
+    let mut lock_check = tokio::time::interval(Duration::from_millis(config.lock_check_interval_ms));
+    lock_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut progress = tokio::time::interval(Duration::from_millis(config.progress_interval_ms));
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut fetch_outstanding = false;
+    let mut fetch_failures = 0u32;
+    let mut shutdown_sent = false;
+    let mut driver_hellos_ahead_logged = 0u64;
+    tokio::pin!(shutdown);
+
+    // The core may have queued effects while it was built (the checkpoint recording restored
+    // qualities); an initial tick gets them executed without waiting for the first message.
+    let mut input = Some(Input::Tick);
+    let exit = 'run: loop {
+        if let Some(input) = input.take() {
+            core.handle(clock.now(), input);
+            while let Some(effect) = core.poll_effect() {
+                let effect = match effect {
+                    Effect::Reprocess(job) => {
+                        // Off the loop, so ingest, acks and lock checks go on meanwhile.
+                        reprocess_running = Some(job.ask.request_id.clone());
+                        let (store, registry, core_config, clock) = (
+                            store.clone(),
+                            core.registry().clone(),
+                            core.config().clone(),
+                            clock.clone(),
+                        );
+                        reprocess_jobs.spawn(async move {
+                            let now = move || clock.now();
+                            let finished =
+                                crate::reprocess_job::run_job(&store, registry, &core_config, job, &now)
+                                    .await;
+                            Input::ReprocessFinished(finished)
+                        });
+                        continue;
+                    }
+                    other => other,
+                };
+                if let Some(reason) = execute(
+                    effect,
+                    &bus,
+                    &store,
+                    &mut commits,
+                    &mut maintenance,
+                    &checkpoint_tx,
+                    &control_tx,
+                )
+                .await
+                {
+                    break 'run reason;
+                }
+            }
+        }
+        let ahead = core.metrics().driver_hellos_ahead;
+        if ahead > driver_hellos_ahead_logged {
+            driver_hellos_ahead_logged = ahead;
+            // The lock check is what stops this core; the drivers already refuse its commands.
+            warn!(
+                epoch = core.epoch(),
+                hellos = ahead,
+                "a driver has seen a newer core epoch than this one; this core has been replaced"
+            );
+        }
+        // On every wake-up, idle ones included, so an observer sees the settled state too.
+        observe(&core);
+        if !fetch_outstanding {
+            let budget = core.accept_budget().min(config.fetch_max);
+            if budget >= config.fetch_min.min(config.fetch_max).max(1)
+                && fetch_request_tx.try_send(budget).is_ok()
+            {
+                fetch_outstanding = true;
+            }
+        }
+        let deadline = core.next_deadline();
+        let has_deadline = deadline.is_some();
+        let sleep = deadline.map(|deadline| {
+            let wait_us = deadline.saturating_sub(clock.now()).max(0) as u64;
+            tokio::time::sleep(Duration::from_micros(wait_us))
+        });
+
+        let next = tokio::select! {
+            biased;
+            Some(joined) = commits.join_next() => match joined {
+                Ok(Ok(report)) => Input::Committed(report),
+                Err(join_error) => {
+                    // A panicking commit task is a bug; its batch's outcome is unknown.
+                    error!(error = %join_error, "commit task failed");
+                    break 'run ExitReason::COMMIT_FAILED;
+                }
+                Ok(Err(CommitError { batch, source })) => {
+                    let fenced = matches!(source, StoreError::Fenced { .. });
+                    error!(batch = batch.0, error = %source, "commit failed");
+                    Input::CommitFailed { batch, fenced }
+                }
+            },
+            Some(answer) = control_done_rx.recv() => answer,
+            Some(joined) = maintenance.rollup_steps.join_next() => match joined {
+                Ok(answer) => answer,
+                Err(join_error) => {
+                    error!(error = %join_error, "rollup step task failed");
+                    Input::RollupStepped(RollupStepOutcome::Failed)
+                }
+            },
+            Some(joined) = maintenance.retention_runs.join_next() => match joined {
+                Ok(answer) => answer,
+                Err(join_error) => {
+                    error!(error = %join_error, "retention run task failed");
+                    Input::RetentionRan(RetentionOutcome::Failed)
+                }
+            },
+            Some(joined) = reprocess_jobs.join_next() => {
+                let request_id = reprocess_running.take().unwrap_or_default();
+                match joined {
+                    Ok(answer) => answer,
+                    Err(join_error) => {
+                        error!(error = %join_error, "reprocess task failed");
+                        Input::ReprocessFinished(sentinel_core::reprocess_request::ReprocessFinished {
+                            request_id,
+                            outcome: sentinel_core::reprocess_request::JobOutcome::Failed {
+                                why: "the reprocess task failed".into(),
+                                fenced: false,
+                            },
+                        })
+                    }
+                }
+            },
+            Some(result) = checkpoint_done_rx.recv() => match result {
+                Ok(()) => continue,
+                Err(e) => {
+                    error!(error = %e, "checkpoint failed");
+                    Input::CheckpointFailed { fenced: matches!(e, StoreError::Fenced { .. }) }
+                }
+            },
+            _ = lock_check.tick() => {
+                match lease.alive().await {
+                    Ok(true) => continue,
+                    _ if lock_loss_ignored(&core) => continue,
+                    Ok(false) => error!("the single-writer lock is gone; stopping at once"),
+                    Err(e) => error!(error = %e, "lock ownership check failed; stopping at once"),
+                }
+                // Fail fast: no draining, no finishing the batch in flight (core runtime spec).
+                break 'run RunOutcome::LOCK_LOST;
+            },
+            () = &mut shutdown, if !shutdown_sent => {
+                shutdown_sent = true;
+                info!("shutdown requested; draining in-flight batches");
+                Input::Shutdown
+            },
+            () = async { if let Some(s) = sleep { s.await } }, if has_deadline => Input::Tick,
+            Some(fetched) = fetched_rx.recv() => {
+                fetch_outstanding = false;
+                match fetched {
+                    Ok(deliveries) if deliveries.is_empty() => continue,
+                    Ok(deliveries) => {
+                        fetch_failures = 0;
+                        Input::Delivered(deliveries)
+                    }
+                    Err(e) => {
+                        fetch_failures += 1;
+                        warn!(error = %e, failures = fetch_failures, "fetch failed");
+                        if fetch_failures >= config.fetch_failures_max {
+                            break 'run RunOutcome::BUS_FAILED;
+                        }
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                }
+            },
+            Some(lag) = lag_rx.recv() => lag,
+            Some(message) = inbound.recv() => message.into(),
+            _ = progress.tick() => {
+                let m = core.metrics();
+                let [drivers_connecting, drivers_connected, drivers_ready] = m.drivers;
+                info!(
+                    drivers_connecting,
+                    drivers_connected,
+                    drivers_ready,
+                    delivered = m.delivered,
+                    rows = m.rows_inserted.iter().sum::<u64>(),
+                    quarantined = m.quarantined_total(),
+                    wrong_instance = m.wrong_instance(),
+                    transitions = m.transitions_published,
+                    in_flight = core.in_flight_batches(),
+                    "progress"
+                );
+                continue;
+            },
+        };
+        input = Some(next);
+    };
+
+    fetcher.abort();
+    lag_reader.abort();
+    commits.abort_all();
+    maintenance.rollup_steps.abort_all();
+    maintenance.retention_runs.abort_all();
+    reprocess_jobs.abort_all();
+    controller.abort();
+    // An orderly exit waits for its final checkpoint; a failure exit does not.
+    drop(checkpoint_tx);
+    if exit.code == 0 {
+        let _ = checkpointer.await;
+    } else {
+        checkpointer.abort();
+    }
+    RunOutcome {
+        exit,
+        metrics: core.metrics().clone(),
+    }
+}
+
+/// The planted bug that carries on after losing the lock (simulator tests only; always false
+/// without the `planted-bugs` feature).
+fn lock_loss_ignored(core: &Core) -> bool {
+    #[cfg(feature = "planted-bugs")]
+    {
+        core.is_planted(sentinel_core::PlantedBug::LockLossIgnored)
+    }
+    #[cfg(not(feature = "planted-bugs"))]
+    {
+        let _ = core;
+        false
+    }
+}
+
+/// The store work the core asks for beside ingest, run off the loop: its answers come back as
+/// inputs.
+#[derive(Default)]
+struct Maintenance {
+    rollup_steps: JoinSet<Input>,
+    retention_runs: JoinSet<Input>,
+}
+
+/// Executes one effect, in emitted order. Returns the exit reason for `Effect::Exit`.
+async fn execute<B: Bus, S: Store>(
+    effect: Effect,
+    bus: &B,
+    store: &S,
+    commits: &mut JoinSet<CommitResult>,
+    maintenance: &mut Maintenance,
+    checkpoints: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::PointState>)>,
+    controls: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::ControlEvent>)>,
+) -> Option<ExitReason> {
+    match effect {
+        Effect::Commit(batch) => {
+            debug!(
+                batch = batch.id.0,
+                rows = batch.rows.len(),
+                quarantine = batch.quarantine.len(),
+                "commit"
+            );
+            let store = store.clone();
+            commits.spawn(async move { store.commit(batch).await });
+        }
+        Effect::Ack(tags) => {
+            if let Err(e) = bus.ack(tags).await {
+                // The rows are durable; an ack lost here only means a redelivery that the
+                // unique index swallows.
+                warn!(error = %e, "ack failed");
+            }
+        }
+        Effect::Publish { subject, payload } => {
+            if let Err(e) = bus.publish(subject, payload).await {
+                warn!(error = %e, "transition publish failed");
+            }
+        }
+        Effect::Checkpoint { epoch, states } => {
+            let _ = checkpoints.send((epoch, states));
+        }
+        Effect::Control { epoch, events } => {
+            debug!(events = events.len(), epoch, "control events");
+            let _ = controls.send((epoch, events));
+        }
+        Effect::PublishObservation {
+            subject,
+            msg_id,
+            payload,
+        } => {
+            // A self-point: independent of every other effect, so it is sent off the loop (a
+            // slow or unreachable bus must not hold up lock checks). Losing one reading to a
+            // full stream is what the stream's bound means; the next interval sends fresh ones.
+            let bus = bus.clone();
+            tokio::spawn(async move {
+                if let Err(e) = bus.publish_observation(subject, msg_id, payload).await {
+                    warn!(error = %e, "self-point publish failed");
+                }
+            });
+        }
+        Effect::RefreshRollups(step) => {
+            // Off the loop: a step may take a while, and the store's watermark makes it safe
+            // beside commits. The core asks for one at a time.
+            let store = store.clone();
+            maintenance.rollup_steps.spawn(async move {
+                let limits = RollupStepLimits {
+                    step_minutes_max: step.step_minutes_max,
+                    invalidations_max: step.invalidations_max,
+                };
+                match store
+                    .refresh_closed_rollups(step.epoch, step.closed_before, limits)
+                    .await
+                {
+                    Ok(done) => {
+                        debug!(
+                            minutes_advanced = done.minutes_advanced,
+                            invalidated_minutes = done.invalidated_minutes,
+                            buckets = done.buckets_written,
+                            "rollup step"
+                        );
+                        let behind = done.more
+                            || done.watermark.refreshed_to
+                                < Micros(step.closed_before.0.div_euclid(60_000_000) * 60_000_000);
+                        Input::RollupStepped(RollupStepOutcome::Done { behind })
+                    }
+                    Err(StoreError::Fenced { epoch, current }) => {
+                        error!(epoch, current, "rollup step fenced");
+                        Input::RollupStepFenced
+                    }
+                    Err(e) => {
+                        // Idempotent, and an unfinished claim is finished by the next step.
+                        warn!(error = %e, "rollup step failed; retrying after the interval");
+                        Input::RollupStepped(RollupStepOutcome::Failed)
+                    }
+                }
+            });
+        }
+        Effect::DropExpired(run) => {
+            // Off the loop, like a rollup step: each drop is its own short fenced transaction.
+            let store = store.clone();
+            maintenance.retention_runs.spawn(async move {
+                match store
+                    .drop_expired(
+                        run.epoch,
+                        run.cutoffs,
+                        run.partitions_max,
+                        sentinel_core::control::PRINCIPAL_RETENTION,
+                        run.at,
+                    )
+                    .await
+                {
+                    Ok(done) => {
+                        if !done.dropped.is_empty() {
+                            info!(
+                                dropped = done.dropped.len(),
+                                more = done.more,
+                                epoch = run.epoch,
+                                "retention dropped expired partitions"
+                            );
+                        }
+                        Input::RetentionRan(RetentionOutcome::Done {
+                            dropped: u32::try_from(done.dropped.len()).unwrap_or(u32::MAX),
+                            more: done.more,
+                        })
+                    }
+                    Err(StoreError::Fenced { epoch, current }) => {
+                        error!(epoch, current, "retention run fenced");
+                        Input::RetentionFenced
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "retention run failed; retrying after the catch-up interval");
+                        Input::RetentionRan(RetentionOutcome::Failed)
+                    }
+                }
+            });
+        }
+        Effect::ReprocessReply { reply_to, payload } => {
+            if let Err(e) = bus.publish(reply_to, payload).await {
+                warn!(error = %e, "reprocess reply publish failed");
+            }
+        }
+        Effect::Reprocess(_) => {
+            // Run by the loop itself (it needs the core's registry); never reaches here.
+            warn!("a reprocess effect reached the executor; ignored");
+        }
+        Effect::Exit(reason) => return Some(reason),
+    }
+    None
+}
+
+async fn fetch_loop<C: Consumer>(
+    mut consumer: C,
+    mut requests: mpsc::Receiver<usize>,
+    fetched: mpsc::Sender<Result<Vec<sentinel_core::Delivery>, BusError>>,
+    wait_ms: u64,
+) {
+    while let Some(max) = requests.recv().await {
+        let result = consumer.fetch(max, wait_ms).await;
+        if fetched.send(result).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads the consumer's lag every `period` and hands it to the core as `Input::Lag`. Each read
+/// is bounded by the period; without a reading the watchdog's suppression keeps its last
+/// state, and fetch failures are what decide whether the bus is gone.
+async fn lag_loop<B: Bus>(bus: B, period: Duration, readings: mpsc::Sender<Input>) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        match tokio::time::timeout(period, bus.lag()).await {
+            Ok(Ok(lag)) => {
+                let reading = Input::Lag {
+                    pending: lag.pending,
+                    oldest_unacked_age_ms: lag.oldest_unacked_age_ms,
+                };
+                if readings.send(reading).await.is_err() {
+                    return;
+                }
+                let front = Input::StreamFront {
+                    first_seq: lag.first_seq,
+                };
+                if readings.send(front).await.is_err() {
+                    return;
+                }
+            }
+            Ok(Err(e)) => warn!(error = %e, "reading consumer lag failed"),
+            Err(_elapsed) => warn!("reading consumer lag timed out"),
+        }
+    }
+}
+
+async fn control_loop<S: Store>(
+    store: S,
+    mut queue: mpsc::UnboundedReceiver<(u32, Vec<sentinel_core::ControlEvent>)>,
+    done: mpsc::UnboundedSender<Input>,
+) {
+    while let Some((epoch, events)) = queue.recv().await {
+        let answer = match store.write_control_events(epoch, events.clone()).await {
+            Ok(seqs) => Input::ControlCommitted(sentinel_core::ControlReport { events, seqs }),
+            Err(e) => {
+                error!(error = %e, "control-event write failed");
+                Input::ControlFailed {
+                    fenced: matches!(e, StoreError::Fenced { .. }),
+                }
+            }
+        };
+        if done.send(answer).is_err() {
+            return;
+        }
+    }
+}
+
+async fn checkpoint_loop<S: Store>(
+    store: S,
+    mut queue: mpsc::UnboundedReceiver<(u32, Vec<sentinel_core::PointState>)>,
+    done: mpsc::UnboundedSender<Result<(), StoreError>>,
+) {
+    // One at a time, in order, so an older checkpoint never overwrites a newer one.
+    while let Some((epoch, states)) = queue.recv().await {
+        let points = states.len();
+        let result = store.checkpoint(epoch, states).await;
+        debug!(points, ok = result.is_ok(), "checkpoint");
+        if done.send(result).is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,348 @@
+//! The startup sequence (core runtime spec, "Acquisition order at startup"; ingest spec,
+//! "Restart" steps 1–3): take the lock (the store brings its schema up to date under it, then
+//! increments the epoch), load the registry, restore the projection, and only then connect to
+//! the bus and bind the consumer. Shared by `sentinel run`, the demo and the simulator.
+//!
+//! The bus arrives as a connector, called only once the store phase has succeeded: a core that
+//! cannot take the lock returns `LockHeld` having opened no connection to the bus at all.
+//!
+//! Then restart steps 4–8 (control-event replay, derived windows, durable timers, drivers,
+//! warmup), each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
+//! command requests) and announces this core's epoch to every driver instance the registry
+//! names, so each raises its epoch floor at the takeover rather than at this core's first
+//! command to it.
+//!
+//! Owns: the order of those steps and their timings. Nothing may connect to the bus, let alone
+//! bind the consumer, before the lock is held.
+//! Once the consumer is bound the timings are recorded in the store against this acquisition's
+//! epoch (core runtime spec, exit criteria: cold-start duration per startup step, measured and
+//! recorded), so `sentinel status` can show the last cold start after the fact.
+
+use std::future::Future;
+use std::path::Path;
+use std::time::Instant;
+
+use sentinel_core::{Config, Core, RetentionClass};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+
+use crate::registry_dir;
+use sentinel_ports::clock::Clock;
+use sentinel_ports::{
+    Bus, BusError, CONTROL_EVENTS_LOAD_MAX, Inbound, Lease, StartupStep, Store, StoreError,
+};
+
+/// How long each startup step took, in the order they ran.
+#[derive(Clone, Debug, Default)]
+pub struct StartupTimings {
+    pub steps: Vec<(&'static str, u64)>,
+}
+
+impl StartupTimings {
+    fn record(&mut self, step: &'static str, started: Instant) {
+        let micros = started.elapsed().as_micros() as u64;
+        info!(step, duration_us = micros, "startup step");
+        self.steps.push((step, micros));
+    }
+
+    /// The steps as the store records them.
+    pub fn to_steps(&self) -> Vec<StartupStep> {
+        self.steps
+            .iter()
+            .map(|&(step, duration_us)| StartupStep {
+                step: step.to_owned(),
+                duration_us,
+            })
+            .collect()
+    }
+}
+
+pub struct Started<B: Bus, S: Store> {
+    pub core: Core,
+    /// The bus, connected only after the store phase (lock, schema, epoch, registry, restore).
+    pub bus: B,
+    pub consumer: B::Consumer,
+    pub lease: S::Lease,
+    /// Driver hellos and command requests, subscribed at step 7 (before the announcements, so
+    /// no answer is missed); the runtime reads it.
+    pub inbound: mpsc::Receiver<Inbound>,
+    pub timings: StartupTimings,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("another core holds the single-writer lock")]
+    LockHeld,
+    #[error("no registry has been loaded; run `sentinel registry load DIR` or pass --registry")]
+    NoRegistry,
+    #[error("registry: {0}")]
+    Registry(String),
+    #[error(transparent)]
+    Store(StoreError),
+    #[error(transparent)]
+    Bus(#[from] BusError),
+    #[error("core: {0}")]
+    Core(String),
+}
+
+impl From<StoreError> for StartError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::LockHeld => StartError::LockHeld,
+            other => StartError::Store(other),
+        }
+    }
+}
+
+/// A connector for a bus that needs no connecting (the memory models, the simulator, tests
+/// that share one bus between cores): hands over a clone of it when startup asks.
+pub fn already_connected<B: Bus>(
+    bus: &B,
+) -> impl FnOnce() -> std::future::Ready<Result<B, BusError>> + use<B> {
+    let bus = bus.clone();
+    move || std::future::ready(Ok(bus))
+}
+
+/// Restart step 4: reads the control log from the core's lowest watermark to its end, in pages
+/// of at most `page_max` events, and replays each page. Returns `(read, replayed)`.
+async fn replay_control_log<S: Store>(
+    store: &S,
+    core: &mut Core,
+    page_max: usize,
+) -> Result<(usize, usize), StoreError> {
+    assert!(page_max > 0 && page_max <= CONTROL_EVENTS_LOAD_MAX);
+    let (mut after_seq, mut read, mut replayed) = (core.control_watermark(), 0, 0);
+    loop {
+        let page = store.load_control_events(after_seq, page_max).await?;
+        debug_assert!(page.len() <= page_max && page.windows(2).all(|w| w[0].seq < w[1].seq));
+        read += page.len();
+        replayed += core.replay_control_events(
+            page.iter()
+                .filter_map(|e| e.point_id.as_deref().map(|point| (point, e.seq))),
+        );
+        match page.last() {
+            Some(last) if page.len() == page_max => after_seq = last.seq,
+            _ => return Ok((read, replayed)),
+        }
+    }
+}
+
+/// Runs the startup sequence. `registry_dir`, when given, is loaded into the store first (a
+/// no-op when its content is unchanged). `connect_bus` is called once, after the projection is
+/// restored; for NATS it connects and ensures the stream.
+pub async fn start<B, S, C, F>(
+    store: &S,
+    connect_bus: C,
+    registry_dir: Option<&Path>,
+    config: Config,
+    clock: &dyn Clock,
+) -> Result<Started<B, S>, StartError>
+where
+    B: Bus,
+    S: Store,
+    C: FnOnce() -> F,
+    F: Future<Output = Result<B, BusError>>,
+{
+    let mut timings = StartupTimings::default();
+
+    let step = Instant::now();
+    let lease = store.acquire().await?;
+    let epoch = lease.epoch();
+    timings.record("lock_and_epoch", step);
+    info!(epoch, "single-writer lock held");
+
+    let step = Instant::now();
+    if let Some(dir) = registry_dir {
+        let load = registry_dir::load_dir(store, dir)
+            .await
+            .map_err(|e| StartError::Registry(e.to_string()))?;
+        info!(
+            version = load.version,
+            created = load.created,
+            "registry folder loaded"
+        );
+    }
+    let stored = store.load_registry(None).await?.ok_or(StartError::NoRegistry)?;
+    let registry =
+        registry_dir::compile_stored_shared(stored).map_err(|e| StartError::Registry(e.to_string()))?;
+    timings.record("registry", step);
+    info!(
+        version = registry.version,
+        points = registry.len(),
+        "registry compiled"
+    );
+
+    let step = Instant::now();
+    let points: Vec<(String, RetentionClass)> = registry
+        .points()
+        .map(|(_, p)| (p.id.to_string(), p.descriptor.retention))
+        .collect();
+    let restored = store.load_state(&points).await?;
+    let mut core = Core::new(config, registry, epoch, &restored, clock.now())
+        .map_err(|e| StartError::Core(e.to_string()))?;
+    timings.record("restore_projection", step);
+
+    // Only now, holding the lock with the projection restored, does the core touch the bus.
+    let step = Instant::now();
+    let bus = connect_bus().await?;
+    timings.record("connect_bus", step);
+
+    // Restart step 3: the consumer resumes from its ack position.
+    let step = Instant::now();
+    let consumer = bus.bind().await?;
+    timings.record("bind_consumer", step);
+
+    // Restart step 4: the control log above each point's watermark.
+    let step = Instant::now();
+    let (read, replayed) = replay_control_log(store, &mut core, CONTROL_EVENTS_LOAD_MAX).await?;
+    timings.record("replay_control_events", step);
+    info!(read, replayed, "control events replayed");
+
+    // Restart step 5: the derived points' windows, from the class tables, in one query per
+    // class (batched over every input and derived point, each bounded by its readers' newest
+    // reading minus its longest window, and by rows), replayed in the order the cores applied
+    // them, so a restart derives what an uninterrupted run would, and derives again the
+    // readings a crash lost between a commit and their publish (queued as effects, published
+    // when the runtime starts).
+    let step = Instant::now();
+    let requests = core.derived_window_requests();
+    let rows = store
+        .load_windows(&requests, sentinel_core::derived::WINDOW_SAMPLES_MAX)
+        .await?;
+    // Where the stream stands: a reading derived again may still be in it, unconsumed
+    // (read only when there are derived points at all).
+    let stream = if requests.is_empty() {
+        (None, 0)
+    } else {
+        match bus.lag().await {
+            Ok(lag) => (lag.first_seq, lag.last_seq),
+            // Unknown: hold them until the stream is seen empty.
+            Err(e) => {
+                warn!(error = %e, "reading the stream's position failed; readings derived again wait for an empty stream");
+                (Some(0), u64::MAX)
+            }
+        }
+    };
+    let (folded, again) = core.rehydrate_derived(
+        &requests,
+        rows,
+        sentinel_core::derived::WINDOW_SAMPLES_MAX,
+        stream,
+    );
+    timings.record("rehydrate_derived_windows", step);
+    info!(
+        points = requests.len(),
+        rows = folded,
+        derived_again = again,
+        "derived windows rehydrated"
+    );
+
+    // Restart step 6: freshness deadlines from the restored projection.
+    let step = Instant::now();
+    let armed = core.rehydrate_timers();
+    timings.record("rehydrate_timers", step);
+    info!(armed, "freshness deadlines armed");
+
+    // Restart step 7: driver processes run on the driver hosts and reconnect by themselves;
+    // what this core starts is their relationship with it. Each instance hears this core's
+    // epoch and answers with a hello (connecting → connected; ready once its current data
+    // commits). A lost announcement is repaired by the driver's next hello.
+    let step = Instant::now();
+    let inbound = bus.inbound().await?;
+    let announcements = core.start_drivers();
+    let instances = announcements.len();
+    let mut announced = 0usize;
+    for announcement in announcements {
+        match bus.publish(announcement.subject, announcement.payload).await {
+            Ok(()) => announced += 1,
+            Err(e) => warn!(error = %e, "announcing the core epoch to a driver instance failed"),
+        }
+    }
+    timings.record("start_drivers", step);
+    info!(
+        instances,
+        announced, epoch, "core epoch announced to driver instances"
+    );
+
+    // Restart step 8: rules leave warmup as their inputs reach live. No rules exist (the Rules
+    // Engine is not built), so nothing is in warmup; the watchdog's startup grace is this
+    // core's only warm-up. The step is timed so the record has its slot.
+    let step = Instant::now();
+    timings.record("warmup", step);
+
+    // Recorded after binding so the record covers the whole cold start. Fenced: a core that
+    // has already been replaced fails here rather than starting to ingest.
+    store.record_cold_start(epoch, timings.to_steps()).await?;
+
+    Ok(Started {
+        core,
+        bus,
+        consumer,
+        lease,
+        inbound,
+        timings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use sentinel_core::registry::{Descriptor, Kind, Registry};
+    use sentinel_core::{ControlDetail, ControlEvent, Micros, Quality, RestoredState};
+
+    use super::*;
+    use sentinel_models::MemoryStore;
+    use sentinel_ports::clock::SystemClock;
+
+    #[tokio::test]
+    async fn the_control_log_is_replayed_to_its_end_page_by_page() {
+        let registry = Arc::new(
+            Registry::compile(
+                1,
+                "sha".into(),
+                "hash".into(),
+                vec![Descriptor::new(
+                    "p",
+                    Kind::Number,
+                    RetentionClass::Measurement,
+                    "h",
+                    "i",
+                )],
+            )
+            .expect("registry"),
+        );
+        let store = MemoryStore::new("OBS", Arc::new(SystemClock));
+        let lease = store.acquire().await.expect("lock");
+        let epoch = lease.epoch();
+        let events: Vec<ControlEvent> = (0..5)
+            .map(|i| ControlEvent {
+                occurred_at: Micros(i),
+                point: registry.resolve("p").expect("p"),
+                point_id: "p".into(),
+                principal: "core:watchdog".into(),
+                core_epoch: epoch,
+                registry_version: 1,
+                detail: ControlDetail::QualityChanged {
+                    from: Quality::Live,
+                    to: Quality::Stale,
+                    reason: sentinel_core::GapReason::Freshness,
+                    deadline: Micros(i),
+                },
+            })
+            .collect();
+        store.write_control_events(epoch, events).await.expect("write");
+        let mut core = Core::new(
+            Config::default(),
+            registry,
+            epoch,
+            &RestoredState::default(),
+            Micros(0),
+        )
+        .expect("core");
+
+        let (read, replayed) = replay_control_log(&store, &mut core, 2).await.expect("replay");
+        assert_eq!((read, replayed), (5, 5), "three pages: 2, 2 and 1");
+        assert_eq!(core.point_state("p").and_then(|s| s.watermark_seq), Some(5));
+    }
+}

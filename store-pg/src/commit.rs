@@ -1,0 +1,477 @@
+//! The fenced commit of a batch (ingest spec, stages 11–12; issue 13): one statement per
+//! attempt, a plain `INSERT … RETURNING` first and `ON CONFLICT DO NOTHING` only when the
+//! unique index refuses it ([`crate::CommitInsert`]), rows routed to their class table, the
+//! quarantine entries beside them, and the RETURNING ordinals mapped back to the batch.
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+
+use sentinel_core::{Batch, ObsRow, QuarantineEntry};
+use sentinel_ports::StoreError;
+use sqlx::Row;
+use time::OffsetDateTime;
+
+use crate::{CommitInsert, PgStore, db_error, epoch_to_db, from_odt, key_to_db, to_odt, value_columns};
+
+// ---------------------------------------------------------------------------------------------
+// Static SQL. The class tables are written from one template so the three stay identical.
+
+/// One fenced batch in ONE statement, run in autocommit: one round trip and one implicit
+/// transaction per batch instead of BEGIN, fence, an INSERT per class, the quarantine INSERT
+/// and COMMIT. Data-modifying CTEs run with one snapshot and commit or roll back together.
+/// The fence locks the epoch row FOR SHARE, so a new core's epoch increment waits for this
+/// batch and every later batch of ours sees the new epoch and inserts nothing; the statement
+/// always returns the current epoch so the caller can tell a refused batch from an
+/// all-conflict one. Rows are routed by `class` (0 measurement, 1 state, 2 diagnostic).
+///
+/// Two forms share the fence and the source (issue 13, [`CommitInsert`]): `COMMIT_BATCH`, the
+/// spec's `ON CONFLICT DO NOTHING RETURNING`, and `COMMIT_BATCH_PLAIN`, plain inserts that
+/// either insert every row and entry of the batch or fail as a whole on the unique index.
+macro_rules! observation_columns {
+    () => {
+        "ingested_at, point_id, observed_at, device_time, value_num, value_bool, value_text, \
+         native_num, native_text, unit_native, quality, reason, detail, changed, registry_version, \
+         driver_instance, source_epoch, source_seq, skew_flagged"
+    };
+}
+
+/// The fence and the batch's rows (`src`, empty when the fence refuses); `$1`–`$21`.
+macro_rules! fenced_source {
+    () => {
+        concat!(
+            "WITH fence AS (SELECT epoch FROM core_epoch WHERE singleton FOR SHARE), \
+             allowed AS (SELECT 1 FROM fence WHERE epoch = $20), \
+             src AS (SELECT u.* FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], \
+               $4::timestamptz[], $5::float8[], $6::bool[], $7::text[], $8::float8[], $9::text[], \
+               $10::text[], $11::text[]::quality[], $12::text[], $13::text[]::jsonb[], $14::bool[], \
+               $15::integer[], $16::text[], $17::integer[], $18::bigint[], $19::bool[], $21::smallint[]) \
+               AS u(",
+            observation_columns!(),
+            ", class) WHERE EXISTS (SELECT 1 FROM allowed))"
+        )
+    };
+}
+
+macro_rules! insert_class {
+    ($table:literal, $class:literal, $tail:literal) => {
+        concat!(
+            "INSERT INTO ",
+            $table,
+            " (",
+            observation_columns!(),
+            ", applied) SELECT ",
+            observation_columns!(),
+            ", $30::bigint FROM src WHERE class = ",
+            $class,
+            $tail
+        )
+    };
+}
+
+/// The quarantine entries (`$22`–`$29`), fenced by the same `allowed`.
+macro_rules! insert_quarantine {
+    ($tail:literal) => {
+        concat!(
+            "INSERT INTO quarantine \
+             (stream, stream_seq, ingested_at, subject, reason, detail, payload, payload_bytes, core_epoch) \
+             SELECT $22::text, u.*, $20::integer FROM UNNEST($23::bigint[], $24::timestamptz[], $25::text[], \
+             $26::text[], $27::text[], $28::bytea[], $29::integer[]) AS u \
+             WHERE EXISTS (SELECT 1 FROM allowed)",
+            $tail
+        )
+    };
+}
+
+/// The redelivery-safe form: what the unique index refuses is skipped, and RETURNING keys
+/// (`kind = 0`), quarantine sequences (`kind = 1`) and the current epoch (`kind = 2`) come
+/// back in one result.
+pub(crate) const COMMIT_BATCH: &str = concat!(
+    fenced_source!(),
+    ", m AS (",
+    insert_class!(
+        "observation_measurement",
+        "0",
+        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+    ),
+    "), s AS (",
+    insert_class!(
+        "observation_state",
+        "1",
+        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+    ),
+    "), d AS (",
+    insert_class!(
+        "observation_diagnostic",
+        "2",
+        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+    ),
+    "), q AS (",
+    insert_quarantine!(" ON CONFLICT (stream, stream_seq) DO NOTHING RETURNING stream_seq"),
+    ") SELECT 0::smallint AS kind, driver_instance, source_epoch, source_seq, ingested_at FROM m \
+     UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM s \
+     UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM d \
+     UNION ALL SELECT 1::smallint, NULL::text, NULL::integer, stream_seq, NULL::timestamptz FROM q \
+     UNION ALL SELECT 2::smallint, NULL::text, epoch, NULL::bigint, NULL::timestamptz FROM fence"
+);
+
+/// The optimistic form: no speculative insertion, so a unique violation (SQLSTATE 23505)
+/// aborts the whole statement and nothing of it stays. When it succeeds every row and entry
+/// was inserted, so RETURNING only has to be counted per table: one row back with the four
+/// counts and the current epoch (none when the epoch row is missing).
+pub(crate) const COMMIT_BATCH_PLAIN: &str = concat!(
+    fenced_source!(),
+    ", m AS (",
+    insert_class!("observation_measurement", "0", " RETURNING 1"),
+    "), s AS (",
+    insert_class!("observation_state", "1", " RETURNING 1"),
+    "), d AS (",
+    insert_class!("observation_diagnostic", "2", " RETURNING 1"),
+    "), q AS (",
+    insert_quarantine!(" RETURNING 1"),
+    ") SELECT (SELECT count(*) FROM m), (SELECT count(*) FROM s), (SELECT count(*) FROM d), \
+     (SELECT count(*) FROM q), epoch FROM fence"
+);
+
+impl PgStore {
+    pub(crate) async fn commit_inner(&self, batch: &Batch) -> Result<(Vec<u32>, u32), StoreError> {
+        if batch.len() > self.config.commit_rows_max {
+            return Err(StoreError::Other(format!(
+                "batch of {} entries exceeds commit_rows_max {}",
+                batch.len(),
+                self.config.commit_rows_max
+            )));
+        }
+        let epoch = epoch_to_db(batch.epoch)?;
+        self.ensure_days_for(&batch.rows).await?;
+
+        let rows = ObservationColumns::new(&batch.rows)?;
+        let quarantine = QuarantineColumns::new(&batch.quarantine)?;
+        let (inserted, quarantine_inserted) = match self.config.commit_insert {
+            CommitInsert::OnConflict => self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?,
+            CommitInsert::Optimistic => match self.commit_plain(batch, epoch, &rows, &quarantine).await? {
+                Some(report) => report,
+                None => {
+                    self.commit_fallbacks.fetch_add(1, Ordering::Relaxed);
+                    tracing::debug!(
+                        batch = batch.id.0,
+                        rows = batch.rows.len(),
+                        quarantine = batch.quarantine.len(),
+                        "unique index refused the plain insert; committing with ON CONFLICT DO NOTHING"
+                    );
+                    self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?
+                }
+            },
+        };
+        tracing::debug!(
+            batch = batch.id.0,
+            rows = batch.rows.len(),
+            inserted = inserted.len(),
+            quarantine = batch.quarantine.len(),
+            quarantine_inserted,
+            "batch committed"
+        );
+        Ok((inserted, quarantine_inserted))
+    }
+
+    /// `COMMIT_BATCH_PLAIN`. `Ok(None)` when the unique index refused the statement: it was
+    /// rolled back as a whole, so nothing of the batch is in the database.
+    pub(crate) async fn commit_plain(
+        &self,
+        batch: &Batch,
+        epoch: i32,
+        rows: &ObservationColumns<'_>,
+        quarantine: &QuarantineColumns<'_>,
+    ) -> Result<Option<(Vec<u32>, u32)>, StoreError> {
+        let answer = match bind_batch(
+            COMMIT_BATCH_PLAIN,
+            epoch,
+            batch.applied(),
+            &self.config.stream_name,
+            rows,
+            quarantine,
+        )
+        .fetch_optional(&self.pool)
+        .await
+        {
+            Ok(answer) => answer,
+            Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
+            Err(e) => return Err(db_error("committing the batch")(e)),
+        };
+        let answer = answer.ok_or_else(|| StoreError::Other("the core_epoch row is missing".into()))?;
+        let decode = || -> Result<([i64; 4], i32), sqlx::Error> {
+            Ok((
+                [
+                    answer.try_get(0)?,
+                    answer.try_get(1)?,
+                    answer.try_get(2)?,
+                    answer.try_get(3)?,
+                ],
+                answer.try_get(4)?,
+            ))
+        };
+        let (counts, current) = decode().map_err(db_error("decoding the commit counts"))?;
+        if current != epoch {
+            // The fence refused: nothing was inserted (every INSERT reads `allowed`).
+            debug_assert_eq!(counts, [0; 4]);
+            return Err(StoreError::Fenced {
+                epoch: batch.epoch,
+                current: current.max(0) as u32,
+            });
+        }
+        // A plain INSERT inserts every row it selects or fails, so the counts must be the
+        // batch's own; anything else means a row matched no class table.
+        let expected = [
+            rows.class_rows[0] as i64,
+            rows.class_rows[1] as i64,
+            rows.class_rows[2] as i64,
+            batch.quarantine.len() as i64,
+        ];
+        if counts != expected {
+            return Err(StoreError::Other(format!(
+                "the plain insert wrote {counts:?} rows per table and quarantine entries, the batch holds {expected:?}"
+            )));
+        }
+        let inserted = (0..batch.rows.len() as u32).collect();
+        Ok(Some((inserted, batch.quarantine.len() as u32)))
+    }
+
+    /// `COMMIT_BATCH`: what is already there is skipped, and RETURNING names what was inserted.
+    pub(crate) async fn commit_on_conflict(
+        &self,
+        batch: &Batch,
+        epoch: i32,
+        rows: &ObservationColumns<'_>,
+        quarantine: &QuarantineColumns<'_>,
+    ) -> Result<(Vec<u32>, u32), StoreError> {
+        let returned = bind_batch(
+            COMMIT_BATCH,
+            epoch,
+            batch.applied(),
+            &self.config.stream_name,
+            rows,
+            quarantine,
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error("committing the batch"))?;
+
+        let by_key = ordinals_by_key(&batch.rows)?;
+        let mut inserted = Vec::with_capacity(returned.len());
+        let mut quarantine_inserted = 0u32;
+        let mut current_epoch = None;
+        for row in &returned {
+            let kind: i16 = row.try_get(0).map_err(db_error("decoding RETURNING"))?;
+            match kind {
+                0 => {
+                    let instance: &str = row.try_get(1).map_err(db_error("decoding RETURNING"))?;
+                    let source_epoch: i32 = row.try_get(2).map_err(db_error("decoding RETURNING"))?;
+                    let seq: i64 = row.try_get(3).map_err(db_error("decoding RETURNING"))?;
+                    let at: OffsetDateTime = row.try_get(4).map_err(db_error("decoding RETURNING"))?;
+                    let ordinal = by_key
+                        .get(&(instance, source_epoch, seq, from_odt(at).0))
+                        .ok_or_else(|| {
+                            StoreError::Other(format!(
+                                "RETURNING named key ({instance}, {source_epoch}, {seq}) not in the batch"
+                            ))
+                        })?;
+                    inserted.push(*ordinal);
+                }
+                1 => quarantine_inserted += 1,
+                _ => current_epoch = Some(row.try_get::<i32, _>(2).map_err(db_error("decoding the fence"))?),
+            }
+        }
+        let current =
+            current_epoch.ok_or_else(|| StoreError::Other("the core_epoch row is missing".into()))?;
+        if current != epoch {
+            // The fence refused: nothing was inserted (every INSERT reads `allowed`).
+            debug_assert!(inserted.is_empty() && quarantine_inserted == 0);
+            return Err(StoreError::Fenced {
+                epoch: batch.epoch,
+                current: current.max(0) as u32,
+            });
+        }
+        inserted.sort_unstable();
+        Ok((inserted, quarantine_inserted))
+    }
+}
+
+/// A row's full unique key as the database returns it: driver_instance, source_epoch,
+/// source_seq, ingested_at in µs.
+pub(crate) type DbKey<'a> = (&'a str, i32, i64, i64);
+
+/// The full unique key → the first ordinal carrying it (a key repeated within a batch inserts
+/// once; the first occurrence is the one reported). Only the `ON CONFLICT` form needs it.
+pub(crate) fn ordinals_by_key(rows: &[ObsRow]) -> Result<HashMap<DbKey<'_>, u32>, StoreError> {
+    let mut by_key = HashMap::with_capacity(rows.len());
+    for (ordinal, row) in rows.iter().enumerate() {
+        let (epoch, seq) = key_to_db(&row.key)?;
+        by_key
+            .entry((&*row.key.driver_instance, epoch, seq, row.ingested_at.0))
+            .or_insert(ordinal as u32);
+    }
+    Ok(by_key)
+}
+
+/// Binds a batch to either commit statement (both take the same 30 parameters; `$30` is the
+/// batch's `applied` position, migration 0007). The values are encoded here, so a fallback
+/// binds the same columns again.
+pub(crate) fn bind_batch<'q>(
+    sql: &'static str,
+    epoch: i32,
+    applied: i64,
+    stream_name: &str,
+    rows: &ObservationColumns<'_>,
+    quarantine: &QuarantineColumns<'_>,
+) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
+    sqlx::query(sql)
+        .bind(&rows.ingested_at)
+        .bind(&rows.point_id)
+        .bind(&rows.observed_at)
+        .bind(&rows.device_time)
+        .bind(&rows.value_num)
+        .bind(&rows.value_bool)
+        .bind(&rows.value_text)
+        .bind(&rows.native_num)
+        .bind(&rows.native_text)
+        .bind(&rows.unit_native)
+        .bind(&rows.quality)
+        .bind(&rows.reason)
+        .bind(&rows.detail)
+        .bind(&rows.changed)
+        .bind(&rows.registry_version)
+        .bind(&rows.driver_instance)
+        .bind(&rows.source_epoch)
+        .bind(&rows.source_seq)
+        .bind(&rows.skew_flagged)
+        .bind(epoch)
+        .bind(&rows.class)
+        .bind(stream_name)
+        .bind(&quarantine.stream_seq)
+        .bind(&quarantine.ingested_at)
+        .bind(&quarantine.subject)
+        .bind(&quarantine.reason)
+        .bind(&quarantine.detail)
+        .bind(&quarantine.payload)
+        .bind(&quarantine.payload_bytes)
+        .bind(applied)
+}
+
+/// A batch's rows as the column arrays the commit statements bind, built in one pass.
+pub(crate) struct ObservationColumns<'a> {
+    ingested_at: Vec<OffsetDateTime>,
+    point_id: Vec<&'a str>,
+    observed_at: Vec<OffsetDateTime>,
+    device_time: Vec<Option<OffsetDateTime>>,
+    value_num: Vec<Option<f64>>,
+    value_bool: Vec<Option<bool>>,
+    value_text: Vec<Option<&'a str>>,
+    native_num: Vec<Option<f64>>,
+    native_text: Vec<Option<&'a str>>,
+    unit_native: Vec<Option<&'a str>>,
+    quality: Vec<&'static str>,
+    reason: Vec<Option<&'a str>>,
+    detail: Vec<Option<&'a str>>,
+    changed: Vec<bool>,
+    registry_version: Vec<i32>,
+    driver_instance: Vec<&'a str>,
+    source_epoch: Vec<i32>,
+    source_seq: Vec<i64>,
+    skew_flagged: Vec<bool>,
+    class: Vec<i16>,
+    /// Rows per class, indexed like `class`.
+    class_rows: [usize; 3],
+}
+
+impl<'a> ObservationColumns<'a> {
+    pub(crate) fn new(rows: &'a [ObsRow]) -> Result<ObservationColumns<'a>, StoreError> {
+        let n = rows.len();
+        let mut c = ObservationColumns {
+            ingested_at: Vec::with_capacity(n),
+            point_id: Vec::with_capacity(n),
+            observed_at: Vec::with_capacity(n),
+            device_time: Vec::with_capacity(n),
+            value_num: Vec::with_capacity(n),
+            value_bool: Vec::with_capacity(n),
+            value_text: Vec::with_capacity(n),
+            native_num: Vec::with_capacity(n),
+            native_text: Vec::with_capacity(n),
+            unit_native: Vec::with_capacity(n),
+            quality: Vec::with_capacity(n),
+            reason: Vec::with_capacity(n),
+            detail: Vec::with_capacity(n),
+            changed: Vec::with_capacity(n),
+            registry_version: Vec::with_capacity(n),
+            driver_instance: Vec::with_capacity(n),
+            source_epoch: Vec::with_capacity(n),
+            source_seq: Vec::with_capacity(n),
+            skew_flagged: Vec::with_capacity(n),
+            class: Vec::with_capacity(n),
+            class_rows: [0; 3],
+        };
+        for row in rows {
+            let (epoch, seq) = key_to_db(&row.key)?;
+            c.ingested_at.push(to_odt(row.ingested_at)?);
+            c.point_id.push(&row.point_id);
+            c.observed_at.push(to_odt(row.observed_at)?);
+            c.device_time.push(row.device_time.map(to_odt).transpose()?);
+            let (num, boolean, text) = value_columns(&row.value);
+            c.value_num.push(num);
+            c.value_bool.push(boolean);
+            c.value_text.push(text);
+            c.native_num.push(row.native_num);
+            c.native_text.push(row.native_text.as_deref());
+            c.unit_native.push(row.unit_native.as_deref());
+            c.quality.push(row.quality.as_str());
+            c.reason.push(row.reason.as_deref());
+            c.detail.push(row.detail.as_deref());
+            c.changed.push(row.changed);
+            c.registry_version.push(row.registry_version);
+            c.driver_instance.push(&row.key.driver_instance);
+            c.source_epoch.push(epoch);
+            c.source_seq.push(seq);
+            c.skew_flagged.push(row.skew_flagged);
+            c.class.push(row.class.index() as i16);
+            c.class_rows[row.class.index()] += 1;
+        }
+        Ok(c)
+    }
+}
+
+/// A batch's quarantine entries as column arrays.
+pub(crate) struct QuarantineColumns<'a> {
+    stream_seq: Vec<i64>,
+    ingested_at: Vec<OffsetDateTime>,
+    subject: Vec<&'a str>,
+    reason: Vec<&'static str>,
+    detail: Vec<&'a str>,
+    payload: Vec<&'a [u8]>,
+    payload_bytes: Vec<i32>,
+}
+
+impl<'a> QuarantineColumns<'a> {
+    pub(crate) fn new(entries: &'a [QuarantineEntry]) -> Result<QuarantineColumns<'a>, StoreError> {
+        let n = entries.len();
+        let mut c = QuarantineColumns {
+            stream_seq: Vec::with_capacity(n),
+            ingested_at: Vec::with_capacity(n),
+            subject: Vec::with_capacity(n),
+            reason: Vec::with_capacity(n),
+            detail: Vec::with_capacity(n),
+            payload: Vec::with_capacity(n),
+            payload_bytes: Vec::with_capacity(n),
+        };
+        for entry in entries {
+            c.stream_seq.push(i64::try_from(entry.stream_seq).map_err(|_| {
+                StoreError::Other(format!("stream sequence {} exceeds bigint", entry.stream_seq))
+            })?);
+            c.ingested_at.push(to_odt(entry.ingested_at)?);
+            c.subject.push(&entry.subject);
+            c.reason.push(entry.reason.as_str());
+            c.detail.push(&entry.detail);
+            c.payload.push(&entry.payload);
+            c.payload_bytes
+                .push(i32::try_from(entry.payload_bytes).unwrap_or(i32::MAX));
+        }
+        Ok(c)
+    }
+}

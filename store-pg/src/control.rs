@@ -1,0 +1,111 @@
+//! The control log (ingest spec, "Two logs"): fenced, epoch-stamped appends to
+//! `control_event` and the paged read restart step 4 replays.
+
+use sentinel_core::ControlEvent;
+use sentinel_ports::{StoreError, StoredControlEvent};
+use sqlx::Row;
+
+use crate::{PgStore, db_error, epoch_to_db, fence, from_odt, to_odt};
+
+/// Control events in input order: `seq` is drawn as rows are inserted in `ord` order, and the
+/// outer ORDER BY returns them in that order.
+pub(crate) const INSERT_CONTROL_EVENTS: &str = "\
+WITH ins AS ( \
+  INSERT INTO control_event (occurred_at, kind, point_id, principal, core_epoch, payload, registry_version) \
+  SELECT o, k, p, pr, $5, pl::jsonb, rv \
+  FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::text[], $6::text[], $7::int[]) \
+       WITH ORDINALITY AS t(o, k, p, pr, pl, rv, ord) \
+  ORDER BY ord \
+  RETURNING seq) \
+SELECT seq FROM ins ORDER BY seq";
+
+impl PgStore {
+    pub(crate) async fn write_control_events_inner(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+    ) -> Result<Vec<i64>, StoreError> {
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        sentinel_ports::check_control_stamps(epoch, &events)?;
+        let epoch_db = epoch_to_db(epoch)?;
+        let n = events.len();
+        let mut occurred = Vec::with_capacity(n);
+        let mut kinds = Vec::with_capacity(n);
+        let mut points = Vec::with_capacity(n);
+        let mut principals = Vec::with_capacity(n);
+        let mut payloads = Vec::with_capacity(n);
+        let mut versions = Vec::with_capacity(n);
+        for event in &events {
+            occurred.push(to_odt(event.occurred_at)?);
+            kinds.push(event.kind().as_str());
+            points.push(&*event.point_id);
+            principals.push(&*event.principal);
+            payloads.push(event.payload_json());
+            versions.push(event.registry_version);
+        }
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(db_error("beginning the control-event transaction"))?;
+        fence(&mut tx, epoch).await?;
+        let seqs: Vec<i64> = sqlx::query_scalar(INSERT_CONTROL_EVENTS)
+            .bind(occurred)
+            .bind(kinds)
+            .bind(points)
+            .bind(principals)
+            .bind(epoch_db)
+            .bind(payloads)
+            .bind(versions)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error("inserting control events"))?;
+        tx.commit().await.map_err(db_error("committing control events"))?;
+        debug_assert_eq!(seqs.len(), n);
+        tracing::debug!(events = n, epoch, "control events committed");
+        Ok(seqs)
+    }
+
+    pub(crate) async fn load_control_events_inner(
+        &self,
+        after_seq: i64,
+        limit: usize,
+    ) -> Result<Vec<StoredControlEvent>, StoreError> {
+        let limit = limit.min(sentinel_ports::CONTROL_EVENTS_LOAD_MAX) as i64;
+        let rows = sqlx::query(
+            "SELECT seq, occurred_at, kind, point_id, principal, core_epoch, payload::text AS payload, \
+             registry_version FROM control_event WHERE seq > $1 ORDER BY seq LIMIT $2",
+        )
+        .bind(after_seq)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error("loading control events"))?;
+        rows.iter()
+            .map(|row| {
+                Ok(StoredControlEvent {
+                    seq: row
+                        .try_get("seq")
+                        .map_err(db_error("reading control_event.seq"))?,
+                    occurred_at: from_odt(
+                        row.try_get("occurred_at")
+                            .map_err(db_error("reading occurred_at"))?,
+                    ),
+                    kind: row.try_get("kind").map_err(db_error("reading kind"))?,
+                    point_id: row.try_get("point_id").map_err(db_error("reading point_id"))?,
+                    principal: row.try_get("principal").map_err(db_error("reading principal"))?,
+                    core_epoch: row
+                        .try_get::<i32, _>("core_epoch")
+                        .map_err(db_error("reading core_epoch"))?
+                        .max(0) as u32,
+                    payload: row.try_get("payload").map_err(db_error("reading payload"))?,
+                    registry_version: row
+                        .try_get("registry_version")
+                        .map_err(db_error("reading registry_version"))?,
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,268 @@
+//! `sentinel-store-pg`: the PostgreSQL store adapter (DESIGN.md §3, §5, §10; ingest spec,
+//! "Schema", "Projection", "The registry is versioned data", stages 11–12; core runtime spec,
+//! single writer and epoch). The only Sentinel library crate that names sqlx, and the only
+//! code that names the observation tables (checked by `tests/architecture.rs`).
+//!
+//! [`PgStore`] implements `sentinel_ports::Store` ([`store_impl`]); its operations live in one
+//! file per concern:
+//!
+//! | file | owns |
+//! | --- | --- |
+//! | `lib.rs` | the pool and its configuration, the conversions between core types and columns, the epoch fence every write takes |
+//! | [`lock`] | the single-writer lock, migrations under it, the epoch, lock liveness and the holder |
+//! | [`partitions`] | daily partitions ahead of need |
+//! | [`commit`] | the fenced batch commit and its RETURNING ordinals |
+//! | [`state`] | checkpoints, the log heads and derived windows restart reads |
+//! | [`control`] | the control log |
+//! | [`cold_start`] | `core_start`: acquisitions and cold-start timings |
+//! | [`registry`] | registry versions |
+//! | [`rollup`] | rollup refreshes, the running core's steps, reading rollups |
+//! | [`retention`] | dropping whole expired partitions |
+//! | [`reprocess`] | reprocess reads and fenced updates |
+//! | [`history`] | `sentinel history` |
+//! | [`class_change`] | moving a point's history to another class table |
+//! | [`grants`] | the roles' grants |
+//! | [`inspect`] | counts for status and tests |
+//!
+//! All SQL is static (sqlx 0.9 `SqlSafeStr`); partition DDL lives in the SQL function
+//! `sentinel_ensure_partitions` so nothing here builds statements at run time.
+
+mod class_change;
+mod cold_start;
+mod commit;
+mod control;
+mod grants;
+mod history;
+mod inspect;
+pub mod lock;
+mod partitions;
+mod registry;
+mod reprocess;
+mod retention;
+mod rollup;
+mod state;
+mod store_impl;
+
+pub use lock::{LOCK_KEY, LockHolder, MigrateReport, PgLease, PgLock, SchemaState};
+pub(crate) use state::key_from_columns;
+
+use std::collections::BTreeSet;
+use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sentinel_core::{CanonicalValue, Micros, ObsKey, Quality};
+use sentinel_ports::StoreError;
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use time::OffsetDateTime;
+
+/// Bound on the ensured-day cache; older days fall out first (they are never written again
+/// once ingested_at has moved on, and re-ensuring one is harmless).
+pub(crate) const ENSURED_DAYS_MAX: usize = 64;
+
+#[derive(Clone, Debug)]
+pub struct PgStoreConfig {
+    /// The JetStream stream name; keys quarantine entries with the stream sequence.
+    pub stream_name: String,
+    /// Pool size for commits, checkpoints and reads; the runtime runs ~2–4 commits at once.
+    pub pool_connections_max: u32,
+    /// How long a caller waits for a pooled connection.
+    pub pool_acquire_timeout_ms: u64,
+    /// Connecting the dedicated lock session.
+    pub connect_timeout_ms: u64,
+    /// Server-side `statement_timeout` on every session.
+    pub statement_timeout_ms: u64,
+    /// Bound on one `Lease::alive` round trip; exceeding it reports the lease as not alive.
+    pub alive_timeout_ms: u64,
+    /// Server-side TCP keepalives so PostgreSQL notices a dead core and frees its lock
+    /// (DESIGN.md §10). sqlx does not expose client-side keepalives.
+    pub tcp_keepalives_idle_s: u32,
+    pub tcp_keepalives_interval_s: u32,
+    pub tcp_keepalives_count: u32,
+    /// Upper bound on rows plus quarantine entries in one committed batch.
+    pub commit_rows_max: usize,
+    /// Upper bound on states in one checkpoint.
+    pub checkpoint_rows_max: usize,
+    /// Daily partitions created ahead of today at migrate and acquire.
+    pub partition_days_ahead: u32,
+    /// How a batch is inserted; both forms are fenced and report the same RETURNING set.
+    pub commit_insert: CommitInsert,
+}
+
+/// How [`PgStore`] inserts a batch (issue 13). Both are one fenced statement per attempt and
+/// report exactly the rows and entries the database inserted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum CommitInsert {
+    /// A plain `INSERT … RETURNING` first, which pays for no speculative insertion. Only when
+    /// the unique index refuses it (a redelivery after a crash, or a key twice in one batch)
+    /// is the batch committed again with `ON CONFLICT DO NOTHING`, in a fresh implicit
+    /// transaction that takes the fence again: the refused statement left nothing behind, and
+    /// an epoch that moved in between refuses the retry.
+    #[default]
+    Optimistic,
+    /// Always `ON CONFLICT DO NOTHING RETURNING` (the form before issue 13). Kept so the
+    /// benchmark compares both in one run and the conformance suite checks the fallback's
+    /// statement on its own.
+    OnConflict,
+}
+
+impl Default for PgStoreConfig {
+    fn default() -> Self {
+        PgStoreConfig {
+            stream_name: "OBS".to_owned(),
+            // The runtime keeps up to 4 commits in flight, plus the checkpoint writer and reads.
+            pool_connections_max: 6,
+            pool_acquire_timeout_ms: 10_000,
+            connect_timeout_ms: 10_000,
+            statement_timeout_ms: 30_000,
+            alive_timeout_ms: 5_000,
+            tcp_keepalives_idle_s: 10,
+            tcp_keepalives_interval_s: 5,
+            tcp_keepalives_count: 3,
+            commit_rows_max: 65_536,
+            checkpoint_rows_max: 1 << 20,
+            partition_days_ahead: 3,
+            commit_insert: CommitInsert::Optimistic,
+        }
+    }
+}
+
+/// The PostgreSQL store. Cheap to clone; clones share the pool.
+#[derive(Clone)]
+pub struct PgStore {
+    pool: PgPool,
+    connect_options: PgConnectOptions,
+    config: Arc<PgStoreConfig>,
+    /// Days (since the Unix epoch, UTC) whose partitions are known to exist.
+    ensured_days: Arc<Mutex<BTreeSet<i64>>>,
+    /// Optimistic commits the unique index refused, each then committed with ON CONFLICT.
+    commit_fallbacks: Arc<AtomicU64>,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore")
+            .field("stream_name", &self.config.stream_name)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn db_error(context: &'static str) -> impl FnOnce(sqlx::Error) -> StoreError {
+    move |e| StoreError::Other(format!("{context}: {e}"))
+}
+
+pub(crate) fn to_odt(t: Micros) -> Result<OffsetDateTime, StoreError> {
+    OffsetDateTime::from_unix_timestamp_nanos(i128::from(t.0) * 1_000)
+        .map_err(|_| StoreError::Other(format!("timestamp {} µs is out of range", t.0)))
+}
+
+/// Exact: PostgreSQL timestamps are whole microseconds.
+pub(crate) fn from_odt(t: OffsetDateTime) -> Micros {
+    Micros::from_unix_nanos(t.unix_timestamp_nanos())
+}
+
+pub(crate) fn epoch_to_db(epoch: u32) -> Result<i32, StoreError> {
+    i32::try_from(epoch).map_err(|_| StoreError::Other(format!("epoch {epoch} exceeds the integer column")))
+}
+
+/// The columns are `integer` and `bigint`. A key outside them cannot be stored; refusing it
+/// beats wrapping it into a different key.
+pub(crate) fn key_to_db(key: &ObsKey) -> Result<(i32, i64), StoreError> {
+    match (i32::try_from(key.source_epoch), i64::try_from(key.source_seq)) {
+        (Ok(e), Ok(s)) => Ok((e, s)),
+        _ => Err(StoreError::Other(format!(
+            "key ({}, {}, {}) is outside the integer/bigint range of the observation tables",
+            key.driver_instance, key.source_epoch, key.source_seq
+        ))),
+    }
+}
+
+pub(crate) fn value_columns(value: &Option<CanonicalValue>) -> (Option<f64>, Option<bool>, Option<&str>) {
+    match value {
+        None => (None, None, None),
+        Some(CanonicalValue::Num(v)) => (Some(*v), None, None),
+        Some(CanonicalValue::Bool(v)) => (None, Some(*v), None),
+        Some(CanonicalValue::Text(v)) => (None, None, Some(v)),
+    }
+}
+
+pub(crate) fn value_from_columns(
+    num: Option<f64>,
+    boolean: Option<bool>,
+    text: Option<String>,
+) -> Option<CanonicalValue> {
+    match (num, boolean, text) {
+        (Some(v), _, _) => Some(CanonicalValue::Num(v)),
+        (None, Some(v), _) => Some(CanonicalValue::Bool(v)),
+        (None, None, Some(v)) => Some(CanonicalValue::Text(Arc::from(v))),
+        (None, None, None) => None,
+    }
+}
+
+pub(crate) fn quality_from_db(text: &str) -> Result<Quality, StoreError> {
+    Quality::parse(text).ok_or_else(|| StoreError::Other(format!("unknown quality {text:?} in the database")))
+}
+
+pub(crate) const FENCE: &str = "SELECT epoch FROM core_epoch WHERE singleton FOR SHARE";
+
+/// Verifies inside the transaction that `epoch` is still current. `FOR SHARE` lets commits
+/// run concurrently while making an acquisition's epoch increment wait for them, so no commit
+/// of a deposed core can land after the new epoch is visible.
+async fn fence(tx: &mut PgConnection, epoch: u32) -> Result<(), StoreError> {
+    let current: i32 = sqlx::query_scalar(FENCE)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error("reading the core epoch"))?;
+    if i64::from(current) == i64::from(epoch) {
+        Ok(())
+    } else {
+        // Dropping the transaction rolls it back.
+        Err(StoreError::Fenced {
+            epoch,
+            current: current.max(0) as u32,
+        })
+    }
+}
+
+impl PgStore {
+    /// Connects the commit pool. Does not migrate; call [`PgStore::migrate`] for that.
+    pub async fn connect(database_url: &str, config: PgStoreConfig) -> Result<PgStore, StoreError> {
+        let connect_options = PgConnectOptions::from_str(database_url)
+            .map_err(db_error("parsing the database URL"))?
+            .application_name("sentinel")
+            .options([
+                ("statement_timeout", config.statement_timeout_ms.to_string()),
+                ("tcp_keepalives_idle", config.tcp_keepalives_idle_s.to_string()),
+                (
+                    "tcp_keepalives_interval",
+                    config.tcp_keepalives_interval_s.to_string(),
+                ),
+                ("tcp_keepalives_count", config.tcp_keepalives_count.to_string()),
+            ]);
+        let pool = PgPoolOptions::new()
+            .max_connections(config.pool_connections_max.max(1))
+            .acquire_timeout(Duration::from_millis(config.pool_acquire_timeout_ms))
+            .connect_with(connect_options.clone())
+            .await
+            .map_err(db_error("connecting to PostgreSQL"))?;
+        Ok(PgStore {
+            pool,
+            connect_options,
+            config: Arc::new(config),
+            ensured_days: Default::default(),
+            commit_fallbacks: Default::default(),
+        })
+    }
+
+    /// Closes the pool. Leases hold their own connections and are unaffected.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// How many optimistic commits the unique index refused since connecting (each was then
+    /// committed with `ON CONFLICT DO NOTHING`). For the benchmark and the tests.
+    pub fn commit_fallbacks(&self) -> u64 {
+        self.commit_fallbacks.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,85 @@
+//! Daily partitions ahead of need (DESIGN.md §3): the ensured-day cache and the calls to the
+//! `sentinel_ensure_partitions` SQL function, so no DDL is built here at run time.
+
+use std::collections::BTreeSet;
+
+use sentinel_core::ObsRow;
+
+use sentinel_ports::StoreError;
+
+use crate::{ENSURED_DAYS_MAX, PgStore, db_error};
+
+/// A UTC day number (days since 1970-01-01) as the date an operator reads, e.g. `2026-11-30`.
+pub(crate) fn day_date(day: i64) -> String {
+    /// The Julian day number of 1970-01-01.
+    const UNIX_EPOCH_JULIAN_DAY: i64 = 2_440_588;
+    i32::try_from(day + UNIX_EPOCH_JULIAN_DAY)
+        .ok()
+        .and_then(|julian| time::Date::from_julian_day(julian).ok())
+        .map_or_else(|| format!("day {day}"), |date| date.to_string())
+}
+
+/// Yesterday through today + `$1`, as UTC days since the Unix epoch, created if missing.
+pub(crate) const ENSURE_AROUND_TODAY: &str = "SELECT (d - DATE '1970-01-01')::bigint, \
+     sentinel_ensure_partitions(d, $1::integer + 2) \
+     FROM (SELECT (now() AT TIME ZONE 'UTC')::date - 1 AS d) AS today";
+
+pub(crate) const ENSURE_DAY: &str = "SELECT sentinel_ensure_partitions(DATE '1970-01-01' + $1::integer, 1)";
+
+impl PgStore {
+    pub(crate) async fn ensure_partitions_around_today(&self) -> Result<(), StoreError> {
+        let ahead = i32::try_from(self.config.partition_days_ahead.min(366)).unwrap_or(366);
+        let (first_day, created): (i64, i32) = sqlx::query_as(ENSURE_AROUND_TODAY)
+            .bind(ahead)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error("ensuring daily partitions"))?;
+        if created > 0 {
+            tracing::info!(
+                created,
+                from = %day_date(first_day),
+                "created daily observation partitions"
+            );
+        }
+        self.remember_days(first_day..first_day + i64::from(ahead) + 2);
+        Ok(())
+    }
+
+    pub(crate) fn remember_days(&self, days: impl IntoIterator<Item = i64>) {
+        let mut ensured = self.ensured_days.lock().unwrap_or_else(|p| p.into_inner());
+        ensured.extend(days);
+        while ensured.len() > ENSURED_DAYS_MAX {
+            ensured.pop_first();
+        }
+    }
+
+    /// Creates the partitions of any day this batch writes to that we have not ensured yet.
+    /// Runs outside the commit transaction so the DDL's locks are short.
+    pub(crate) async fn ensure_days_for(&self, rows: &[ObsRow]) -> Result<(), StoreError> {
+        let missing: BTreeSet<i64> = {
+            let ensured = self.ensured_days.lock().unwrap_or_else(|p| p.into_inner());
+            rows.iter()
+                .map(|r| r.ingested_at.day())
+                .filter(|d| !ensured.contains(d))
+                .collect()
+        };
+        for day in &missing {
+            let day_db = i32::try_from(*day)
+                .map_err(|_| StoreError::Other(format!("day {day} is out of the date range")))?;
+            let created: i32 = sqlx::query_scalar(ENSURE_DAY)
+                .bind(day_db)
+                .fetch_one(&self.pool)
+                .await
+                .map_err(db_error("ensuring a daily partition"))?;
+            if created > 0 {
+                tracing::info!(
+                    created,
+                    day = %day_date(*day),
+                    "created daily observation partitions on demand"
+                );
+            }
+        }
+        self.remember_days(missing);
+        Ok(())
+    }
+}
