@@ -16,7 +16,7 @@ use sentinel_core::{CanonicalValue, Micros};
 use sentinel_ports::{HISTORY_ROWS_MAX, RollupGrain, RollupRow, Store};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 
-use super::rollup::parse_instant;
+use crate::args::parse_instant;
 
 /// Most buckets one `history` prints (stored or empty): a month of minutes.
 const BUCKETS_MAX: i64 = 31 * 24 * 60;

@@ -1,38 +1,34 @@
 //! The `sentinel` binary: the CLI edge (clap). Errors become messages and exit codes here;
-//! everything else lives in the library. `status.rs` gathers and prints `sentinel status`;
-//! `plan.rs` prints `sentinel registry plan`; `reprocess.rs` runs `sentinel reprocess` under the
-//! lock and `bus_ask.rs` asks the running core for it instead while one holds the lock.
+//! everything else lives in the library crates. This file holds the command line's shape and
+//! routes each subcommand to its own file: `run.rs` (`sentinel run`), `demo.rs`, `db.rs`
+//! (`migrate`, `db grants`), `registry.rs` (`registry check|load|nats-config`), `plan.rs`
+//! (`registry plan`), `rollup.rs`, `retention.rs`, `reprocess/` (under the lock, or asking the
+//! running core over the bus: `reprocess/over_bus.rs`), `reinterpret.rs`, `history.rs` and
+//! `status.rs`. What several of them share — connection flags, tuning, the "lock held" exit —
+//! is `args.rs`, below them all, so no subcommand file imports this one.
 
-mod bus_ask;
+mod args;
+mod db;
 mod demo;
 mod history;
 mod plan;
+mod registry;
+mod reinterpret;
 mod reprocess;
 mod retention;
 mod rollup;
+mod run;
 mod status;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use sentinel_bus_nats::auth as nats_auth;
-use sentinel_bus_nats::{NatsBus, NatsBusConfig};
-use sentinel_core::Config;
-use sentinel_driver::Credentials;
-use sentinel_ports::clock::{Clock, SystemClock};
-use sentinel_ports::{BusError, StoreError};
-use sentinel_runtime::registry_dir;
-use sentinel_runtime::startup::{self, StartError};
-use sentinel_runtime::{self as runtime, RuntimeConfig};
-use sentinel_store_pg::{PgStore, PgStoreConfig};
-use tracing::info;
+use sentinel_runtime::RuntimeConfig;
 
-/// Exit code of a core (or `migrate`) that could not take the single-writer lock.
-const EXIT_LOCK_HELD: u8 = 10;
+use args::{CoreTuningArgs, DbArgs, NatsArgs, RetentionArgs};
 
 #[derive(Parser)]
 #[command(
@@ -53,67 +49,6 @@ struct Cli {
 enum LogFormat {
     Text,
     Json,
-}
-
-/// The watchdog's suppression (core runtime spec, "A slow core must not look like a dead
-/// fleet") and the self-point interval.
-#[derive(clap::Args, Clone)]
-struct CoreTuningArgs {
-    /// No staleness for this long after the core starts.
-    #[arg(long, default_value_t = 60_000)]
-    startup_grace_ms: u64,
-    /// Staleness is suppressed while at least this many messages are pending...
-    #[arg(long, default_value_t = 5_000)]
-    lag_high_pending: u64,
-    /// ...or while the oldest unacked message is at least this old.
-    #[arg(long, default_value_t = 30_000)]
-    lag_high_age_ms: u64,
-    /// How often the core publishes its self-points (lag, oldest unacked age, throughput,
-    /// quarantine counts) into the stream; 0 turns them off.
-    #[arg(long, default_value_t = 5_000)]
-    self_points_interval_ms: u64,
-    /// How long raw rows and rollups are kept (the core drops what is past them daily).
-    #[command(flatten)]
-    retention: retention::RetentionArgs,
-}
-
-#[derive(clap::Args, Clone)]
-struct DbArgs {
-    /// PostgreSQL connection URL (`sentinel run` connects as the writer role, `migrate` and
-    /// `db grants` as the schema owner).
-    #[arg(
-        long,
-        env = "SENTINEL_DATABASE_URL",
-        default_value = "postgres://postgres@127.0.0.1:5432/sentinel"
-    )]
-    database_url: String,
-}
-
-#[derive(clap::Args, Clone)]
-struct NatsArgs {
-    /// NATS server URL.
-    #[arg(long, env = "SENTINEL_NATS_URL", default_value = "nats://127.0.0.1:4222")]
-    nats_url: String,
-    /// NATS user, with --nats-password-file (a server with an authorization block).
-    #[arg(long, env = "SENTINEL_NATS_USER")]
-    nats_user: Option<String>,
-    /// File holding the NATS user's password.
-    #[arg(long, env = "SENTINEL_NATS_PASSWORD_FILE", requires = "nats_user")]
-    nats_password_file: Option<PathBuf>,
-    /// File holding an nkey seed (`SU…`), instead of a user and password.
-    #[arg(long, env = "SENTINEL_NATS_NKEY_SEED_FILE", conflicts_with = "nats_user")]
-    nats_nkey_seed_file: Option<PathBuf>,
-}
-
-impl NatsArgs {
-    fn credentials(&self) -> anyhow::Result<Credentials> {
-        Credentials::from_files(
-            self.nats_user.as_deref(),
-            self.nats_password_file.as_deref(),
-            self.nats_nkey_seed_file.as_deref(),
-        )
-        .context("NATS credentials")
-    }
 }
 
 #[derive(Subcommand)]
@@ -212,7 +147,7 @@ enum Command {
         /// The raw horizons the refusal checks (the same flags and defaults as `sentinel run`;
         /// a running core asked over the bus checks its own).
         #[command(flatten)]
-        horizons: retention::RetentionArgs,
+        horizons: RetentionArgs,
     },
     /// What the stored rows of a point observed at an instant mean under a registry version,
     /// from native, beside the stored canonical values. Reads only.
@@ -238,7 +173,7 @@ enum Command {
         #[command(flatten)]
         db: DbArgs,
         #[command(flatten)]
-        horizons: retention::RetentionArgs,
+        horizons: RetentionArgs,
         /// Only list what would go; reads only, takes no lock.
         #[arg(long)]
         dry_run: bool,
@@ -410,21 +345,7 @@ fn main() -> ExitCode {
 
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Migrate { db } => {
-            let store = PgStore::connect(&db.database_url, PgStoreConfig::default())
-                .await
-                .context("connecting to PostgreSQL")?;
-            match store.migrate().await {
-                Ok(report) => {
-                    println!("{report}");
-                    Ok(ExitCode::SUCCESS)
-                }
-                Err(StoreError::LockHeld) => {
-                    lock_held(&store, "applying nothing (stop the running core, then migrate)").await
-                }
-                Err(e) => Err(e.into()),
-            }
-        }
+        Command::Migrate { db } => db::migrate(&db).await,
         Command::Registry {
             command:
                 RegistryCommand::Check {
@@ -433,63 +354,16 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     database_url,
                     move_class,
                 },
-        } => match registry_dir::check_dir_with(&dir, &admission.admission()) {
-            Ok(descriptors) => {
-                if let Some(url) = database_url {
-                    let store = PgStore::connect(&url, PgStoreConfig::default())
-                        .await
-                        .context("connecting to PostgreSQL")?;
-                    store.require_current_schema().await?;
-                    let changes = registry_dir::stored_class_changes(&store, &descriptors).await?;
-                    if !changes.is_empty() && !move_class {
-                        eprintln!("{}", registry_dir::RegistryDirError::ClassChanges(changes));
-                        return Ok(ExitCode::from(1));
-                    }
-                    for change in &changes {
-                        println!("{change} (to be moved by `registry load --move-class`)");
-                    }
-                }
-                println!(
-                    "{}: {} points, all admission checks passed",
-                    dir.display(),
-                    descriptors.len()
-                );
-                Ok(ExitCode::SUCCESS)
-            }
-            Err(report) => {
-                eprintln!("{report}");
-                Ok(ExitCode::from(1))
-            }
-        },
+        } => registry::check(&dir, &admission.admission(), database_url.as_deref(), move_class).await,
         Command::Registry {
             command: RegistryCommand::Plan { dir, admission, json },
         } => plan::run(&dir, &admission.admission(), json),
         Command::Registry {
             command: RegistryCommand::Load { dir, db, move_class },
-        } => {
-            let store = PgStore::connect(&db.database_url, PgStoreConfig::default()).await?;
-            store.require_current_schema().await?;
-            if move_class {
-                return load_moving(&store, &dir).await;
-            }
-            let load = match registry_dir::load_dir(&store, &dir).await {
-                Ok(load) => load,
-                Err(e @ registry_dir::RegistryDirError::ClassChanges(_)) => {
-                    eprintln!("{e}");
-                    return Ok(ExitCode::from(1));
-                }
-                Err(e) => return Err(e.into()),
-            };
-            if load.created {
-                println!("registry version {} stored", load.version);
-            } else {
-                println!("registry unchanged; current version stays {}", load.version);
-            }
-            Ok(ExitCode::SUCCESS)
-        }
+        } => registry::load(&dir, &db, move_class).await,
         Command::Registry {
             command: RegistryCommand::NatsConfig { dir, principals, out },
-        } => nats_config(&dir, &principals, out.as_deref()),
+        } => registry::nats_config(&dir, &principals, out.as_deref()),
         Command::Rollup {
             command: RollupCommand::Refresh { db, from, to, json },
         } => rollup::refresh(&db.database_url, &from, &to, json).await,
@@ -509,7 +383,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             reprocess::reprocess(reprocess::ReprocessArgs {
                 retention: horizons.config()?,
                 database_url: db.database_url,
-                bus: bus_ask::BusArgs {
+                bus: reprocess::over_bus::BusArgs {
                     credentials: nats.credentials()?,
                     nats_url: nats.nats_url,
                     reply_timeout_ms,
@@ -530,17 +404,10 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             at,
             registry_version,
             json,
-        } => reprocess::reinterpret(&db.database_url, &point, &at, &registry_version, json).await,
+        } => reinterpret::reinterpret(&db.database_url, &point, &at, &registry_version, json).await,
         Command::Db {
             command: DbCommand::Grants { db, writer, reader },
-        } => {
-            let store = PgStore::connect(&db.database_url, PgStoreConfig::default())
-                .await
-                .context("connecting to PostgreSQL")?;
-            store.apply_grants(&writer, &reader).await?;
-            println!("granted the writer role {writer} and the reader role {reader} their privileges");
-            Ok(ExitCode::SUCCESS)
-        }
+        } => db::grants(&db, &writer, &reader).await,
         Command::Run {
             db,
             nats,
@@ -554,7 +421,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 lock_check_interval_ms,
                 ..RuntimeConfig::default()
             };
-            run(
+            run::run(
                 db,
                 nats,
                 registry,
@@ -601,189 +468,4 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             json,
         } => history::run(&db.database_url, &point_id, &from, &to, bucket, json).await,
     }
-}
-
-/// `sentinel registry nats-config`: the registry's driver hosts and the operator's principals
-/// into a nats-server authorization block.
-fn nats_config(
-    dir: &std::path::Path,
-    principals: &std::path::Path,
-    out: Option<&std::path::Path>,
-) -> anyhow::Result<ExitCode> {
-    let descriptors = match registry_dir::check_dir(dir) {
-        Ok(descriptors) => descriptors,
-        Err(report) => {
-            eprintln!("{report}");
-            return Ok(ExitCode::from(1));
-        }
-    };
-    let hosts = nats_auth::driver_hosts(&descriptors);
-    let principals = nats_auth::PrincipalsFile::read(principals)?;
-    let defaults = NatsBusConfig::default();
-    let block = nats_auth::authorization_block(
-        &hosts,
-        &principals,
-        &defaults.stream_name,
-        &defaults.consumer_name,
-        &|var| std::env::var(var).ok(),
-    )?;
-    match out {
-        Some(path) => {
-            std::fs::write(path, &block).with_context(|| format!("writing {}", path.display()))?;
-            eprintln!(
-                "wrote the authorization block for {} driver host(s) to {}",
-                hosts.len(),
-                path.display()
-            );
-        }
-        None => print!("{block}"),
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-async fn run(
-    db: DbArgs,
-    nats: NatsArgs,
-    registry: Option<PathBuf>,
-    ack_wait_ms: u64,
-    inflight_batches_max: usize,
-    tuning: CoreTuningArgs,
-    runtime_config: RuntimeConfig,
-) -> anyhow::Result<ExitCode> {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let store = PgStore::connect(&db.database_url, PgStoreConfig::default())
-        .await
-        .context("connecting to PostgreSQL")?;
-    let config = Config {
-        inflight_batches_max,
-        startup_grace_ms: i64::try_from(tuning.startup_grace_ms).context("--startup-grace-ms")?,
-        lag_high_pending: tuning.lag_high_pending,
-        lag_high_age_ms: tuning.lag_high_age_ms,
-        self_points_interval_ms: i64::try_from(tuning.self_points_interval_ms)
-            .context("--self-points-interval-ms")?,
-        retention: tuning.retention.config()?,
-        ..Config::default()
-    };
-    let bus_config = NatsBusConfig {
-        url: nats.nats_url.clone(),
-        ack_wait_ms,
-        credentials: nats.credentials()?,
-        ..NatsBusConfig::default()
-    };
-    // Startup order (core runtime spec, "Acquisition order at startup"): the lock, then the
-    // schema under it, the epoch, the registry, the restored projection; only then NATS.
-    let connect_bus = || async move {
-        let bus = NatsBus::connect(bus_config)
-            .await
-            .map_err(|e| BusError::Connection(e.to_string()))?;
-        bus.ensure_stream()
-            .await
-            .map_err(|e| BusError::Other(format!("ensuring the observation stream: {e}")))?;
-        Ok(bus)
-    };
-    let started = match startup::start(&store, connect_bus, registry.as_deref(), config, clock.as_ref()).await
-    {
-        Ok(started) => started,
-        Err(StartError::LockHeld) => {
-            return lock_held(&store, "exiting before touching the bus or the schema").await;
-        }
-        Err(e) => return Err(e.into()),
-    };
-    info!(
-        epoch = started.core.epoch(),
-        points = started.core.registry().len(),
-        "core started"
-    );
-    let shutdown = async {
-        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(term) => term,
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
-                return;
-            }
-        };
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {},
-            _ = term.recv() => {},
-        }
-    };
-    let outcome = runtime::run_observed(
-        started.core,
-        started.bus,
-        started.consumer,
-        store,
-        started.lease,
-        clock,
-        runtime_config,
-        shutdown,
-        started.inbound,
-        |_| {},
-    )
-    .await;
-    let m = &outcome.metrics;
-    info!(
-        code = outcome.exit.code,
-        why = outcome.exit.why,
-        delivered = m.delivered,
-        rows = m.rows_inserted.iter().sum::<u64>(),
-        quarantined = m.quarantined_total(),
-        transitions = m.transitions_published,
-        "core stopped"
-    );
-    Ok(ExitCode::from(u8::try_from(outcome.exit.code).unwrap_or(1)))
-}
-
-/// `sentinel registry load --move-class`: under the lock the command takes (exit 10 while a
-/// core runs), store the folder and move every changed point's history.
-async fn load_moving(store: &PgStore, dir: &std::path::Path) -> anyhow::Result<ExitCode> {
-    use sentinel_ports::{Lease, Store};
-    let lease = match store.acquire().await {
-        Ok(lease) => lease,
-        Err(StoreError::LockHeld) => {
-            return lock_held(
-                store,
-                "loading nothing (stop the running core to move class histories)",
-            )
-            .await;
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let now = SystemClock.now();
-    let started = std::time::Instant::now();
-    let moving =
-        registry_dir::load_dir_moving(store, dir, lease.epoch(), "operator:sentinel-registry-load", now)
-            .await?;
-    store
-        .record_cold_start(
-            lease.epoch(),
-            vec![sentinel_ports::StartupStep {
-                step: "registry load --move-class".into(),
-                duration_us: started.elapsed().as_micros() as u64,
-            }],
-        )
-        .await?;
-    lease.release().await?;
-    if moving.load.created {
-        println!("registry version {} stored", moving.load.version);
-    } else {
-        println!(
-            "registry unchanged; current version stays {}",
-            moving.load.version
-        );
-    }
-    for (change, moved) in &moving.moves {
-        println!("{change}: {} rows moved", moved.rows);
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-/// Exit 10, naming the session that holds the lock so the operator can find the other core.
-async fn lock_held(store: &PgStore, what_now: &str) -> anyhow::Result<ExitCode> {
-    let holder = match store.lock_holder().await {
-        Ok(Some(holder)) => holder.describe(),
-        Ok(None) => "a session that has released it since".to_owned(),
-        Err(e) => format!("a session this role cannot see ({e})"),
-    };
-    eprintln!("sentinel: another core holds the single-writer lock: {holder}; {what_now}");
-    Ok(ExitCode::from(EXIT_LOCK_HELD))
 }

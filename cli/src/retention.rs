@@ -1,6 +1,6 @@
 //! `sentinel retention [--dry-run] [--json]` (issue 9 item 2; ingest spec, "Retention and
 //! rollups"): lists, or drops, every partition wholly before its table's horizon. The horizons
-//! are the flags `sentinel run` takes ([`RetentionArgs`]), mapped into
+//! are the flags `sentinel run` takes (`args::RetentionArgs`), mapped into
 //! `sentinel_core::retention::RetentionConfig`. A dry run only reads; a real one is a write, so it
 //! runs only under the single-writer lock the command takes itself (exit 10, naming the holder,
 //! while a core runs: the running core drops daily on its own). Each drop is its own fenced
@@ -12,53 +12,15 @@ use std::time::Instant;
 
 use anyhow::Context;
 use sentinel_core::Micros;
-use sentinel_core::retention::{PARTITIONS_PER_RUN_MAX, RetentionConfig};
+use sentinel_core::retention::PARTITIONS_PER_RUN_MAX;
 use sentinel_ports::clock::{Clock, SystemClock};
 use sentinel_ports::{EXPIRED_PARTITIONS_LIST_MAX, Lease, Partition, StartupStep, Store, StoreError};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 
+use crate::args::RetentionArgs;
+
 /// Who the command's drops are recorded as.
 const PRINCIPAL: &str = "operator:sentinel-retention";
-
-/// The horizons, shared by `sentinel run` and `sentinel retention` (defaults: README,
-/// "Retention").
-#[derive(clap::Args, Clone)]
-pub struct RetentionArgs {
-    /// Raw rows of class `measurement` kept, days.
-    #[arg(long, default_value_t = 30)]
-    pub retention_measurement_days: u32,
-    /// Raw rows of class `state` kept, days.
-    #[arg(long, default_value_t = 90)]
-    pub retention_state_days: u32,
-    /// Raw rows of class `diagnostic` kept, days.
-    #[arg(long, default_value_t = 7)]
-    pub retention_diagnostic_days: u32,
-    /// 1-minute rollup buckets kept, days (at least the longest raw horizon).
-    #[arg(long, default_value_t = 90)]
-    pub retention_rollup_1m_days: u32,
-    /// 1-hour rollup buckets kept, days (at least the longest raw horizon; dropped by whole
-    /// months).
-    #[arg(long, default_value_t = 730)]
-    pub retention_rollup_1h_days: u32,
-}
-
-impl RetentionArgs {
-    /// The horizons as the core's configuration; validated.
-    pub fn config(&self) -> anyhow::Result<RetentionConfig> {
-        let config = RetentionConfig {
-            raw_days: [
-                self.retention_measurement_days,
-                self.retention_state_days,
-                self.retention_diagnostic_days,
-            ],
-            rollup_1m_days: self.retention_rollup_1m_days,
-            rollup_1h_days: self.retention_rollup_1h_days,
-            ..RetentionConfig::default()
-        };
-        config.validate().map_err(anyhow::Error::msg)?;
-        Ok(config)
-    }
-}
 
 fn partition_json(p: &Partition, seq: Option<i64>) -> serde_json::Value {
     serde_json::json!({
@@ -114,7 +76,7 @@ pub async fn run(
     let lease = match store.acquire().await {
         Ok(lease) => lease,
         Err(StoreError::LockHeld) => {
-            return super::lock_held(
+            return crate::args::lock_held(
                 &store,
                 "dropping nothing (the running core drops expired partitions daily itself)",
             )

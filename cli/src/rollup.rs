@@ -7,18 +7,10 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context, bail};
-use sentinel_core::Micros;
+
+use crate::args::parse_instant;
 use sentinel_ports::{Lease, StartupStep, Store, StoreError};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
-
-/// Parses an RFC 3339 instant or a UTC date (`2026-06-01`, meaning its midnight).
-pub fn parse_instant(text: &str) -> anyhow::Result<Micros> {
-    if let Some(at) = Micros::parse_rfc3339(text) {
-        return Ok(at);
-    }
-    Micros::parse_rfc3339(&format!("{text}T00:00:00Z"))
-        .with_context(|| format!("{text:?} is neither an RFC 3339 instant nor a date (YYYY-MM-DD)"))
-}
 
 pub async fn refresh(database_url: &str, from: &str, to: &str, json: bool) -> anyhow::Result<ExitCode> {
     let (from, to) = (parse_instant(from)?, parse_instant(to)?);
@@ -32,7 +24,7 @@ pub async fn refresh(database_url: &str, from: &str, to: &str, json: bool) -> an
     let lease = match store.acquire().await {
         Ok(lease) => lease,
         Err(StoreError::LockHeld) => {
-            return super::lock_held(
+            return crate::args::lock_held(
                 &store,
                 "refreshing nothing (a running core refreshes closed buckets itself)",
             )

@@ -13,7 +13,7 @@ use sentinel_ports::Lag;
 use sentinel_store_pg::{PgStore, PgStoreConfig, SchemaState};
 use serde_json::{Value, json};
 
-use crate::{DbArgs, NatsArgs};
+use crate::args::{DbArgs, NatsArgs};
 
 /// Everything `status` reports; `None` where the part could not be read, with the reason.
 struct Report {

@@ -11,12 +11,13 @@ use sentinel_bus_nats::{RequestFailed, request_reply};
 use sentinel_core::control::PRINCIPAL_REPROCESS_CLI;
 use sentinel_core::reprocess_request::{ReprocessAsk, ReprocessReply};
 use sentinel_core::wire::REPROCESS_REQUEST_SUBJECT;
-use sentinel_driver::Credentials;
+
 use sentinel_driver::connect::BusConnection;
 use std::process::ExitCode;
 
-use super::reprocess::{EXIT_REFUSED, ReprocessArgs, print_report};
-use super::rollup::parse_instant;
+pub use super::shared::BusArgs;
+use super::shared::{EXIT_REFUSED, ReprocessArgs, print_report};
+use crate::args::parse_instant;
 
 /// Exit code when the running core would not start the reprocess: another one runs (`busy`),
 /// it runs another registry version than the one asked (`version`), it is stopping, or it
@@ -27,14 +28,6 @@ pub const EXIT_NO_CORE: u8 = 13;
 
 /// Longest wait accepted for the core's answer.
 pub const REPLY_TIMEOUT_MS_MAX: u64 = 24 * 3_600_000;
-
-/// How to reach the running core.
-pub struct BusArgs {
-    pub nats_url: String,
-    pub credentials: Credentials,
-    /// How long to wait for the answer (a real run answers when it is done).
-    pub reply_timeout_ms: u64,
-}
 
 /// Asks the running core; `version` is the registry version the operator asked for, resolved
 /// (`current` is the newest stored).

@@ -1,0 +1,136 @@
+//! What several subcommands share: the connection flags ([`DbArgs`], [`NatsArgs`]), the core's
+//! tuning and retention flags, instants on the command line, and the "another core holds the
+//! lock" exit. Below every subcommand file, so none of them imports `main.rs`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context;
+use sentinel_core::Micros;
+use sentinel_core::retention::RetentionConfig;
+use sentinel_driver::Credentials;
+use sentinel_store_pg::PgStore;
+
+/// Exit code of a core (or `migrate`) that could not take the single-writer lock.
+pub const EXIT_LOCK_HELD: u8 = 10;
+
+/// The watchdog's suppression (core runtime spec, "A slow core must not look like a dead
+/// fleet") and the self-point interval.
+#[derive(clap::Args, Clone)]
+pub struct CoreTuningArgs {
+    /// No staleness for this long after the core starts.
+    #[arg(long, default_value_t = 60_000)]
+    pub startup_grace_ms: u64,
+    /// Staleness is suppressed while at least this many messages are pending...
+    #[arg(long, default_value_t = 5_000)]
+    pub lag_high_pending: u64,
+    /// ...or while the oldest unacked message is at least this old.
+    #[arg(long, default_value_t = 30_000)]
+    pub lag_high_age_ms: u64,
+    /// How often the core publishes its self-points (lag, oldest unacked age, throughput,
+    /// quarantine counts) into the stream; 0 turns them off.
+    #[arg(long, default_value_t = 5_000)]
+    pub self_points_interval_ms: u64,
+    /// How long raw rows and rollups are kept (the core drops what is past them daily).
+    #[command(flatten)]
+    pub retention: RetentionArgs,
+}
+
+#[derive(clap::Args, Clone)]
+pub struct DbArgs {
+    /// PostgreSQL connection URL (`sentinel run` connects as the writer role, `migrate` and
+    /// `db grants` as the schema owner).
+    #[arg(
+        long,
+        env = "SENTINEL_DATABASE_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/sentinel"
+    )]
+    pub database_url: String,
+}
+
+#[derive(clap::Args, Clone)]
+pub struct NatsArgs {
+    /// NATS server URL.
+    #[arg(long, env = "SENTINEL_NATS_URL", default_value = "nats://127.0.0.1:4222")]
+    pub nats_url: String,
+    /// NATS user, with --nats-password-file (a server with an authorization block).
+    #[arg(long, env = "SENTINEL_NATS_USER")]
+    pub nats_user: Option<String>,
+    /// File holding the NATS user's password.
+    #[arg(long, env = "SENTINEL_NATS_PASSWORD_FILE", requires = "nats_user")]
+    pub nats_password_file: Option<PathBuf>,
+    /// File holding an nkey seed (`SU…`), instead of a user and password.
+    #[arg(long, env = "SENTINEL_NATS_NKEY_SEED_FILE", conflicts_with = "nats_user")]
+    pub nats_nkey_seed_file: Option<PathBuf>,
+}
+
+impl NatsArgs {
+    pub fn credentials(&self) -> anyhow::Result<Credentials> {
+        Credentials::from_files(
+            self.nats_user.as_deref(),
+            self.nats_password_file.as_deref(),
+            self.nats_nkey_seed_file.as_deref(),
+        )
+        .context("NATS credentials")
+    }
+}
+
+/// The horizons, shared by `sentinel run` and `sentinel retention` (defaults: README,
+/// "Retention").
+#[derive(clap::Args, Clone)]
+pub struct RetentionArgs {
+    /// Raw rows of class `measurement` kept, days.
+    #[arg(long, default_value_t = 30)]
+    pub retention_measurement_days: u32,
+    /// Raw rows of class `state` kept, days.
+    #[arg(long, default_value_t = 90)]
+    pub retention_state_days: u32,
+    /// Raw rows of class `diagnostic` kept, days.
+    #[arg(long, default_value_t = 7)]
+    pub retention_diagnostic_days: u32,
+    /// 1-minute rollup buckets kept, days (at least the longest raw horizon).
+    #[arg(long, default_value_t = 90)]
+    pub retention_rollup_1m_days: u32,
+    /// 1-hour rollup buckets kept, days (at least the longest raw horizon; dropped by whole
+    /// months).
+    #[arg(long, default_value_t = 730)]
+    pub retention_rollup_1h_days: u32,
+}
+
+impl RetentionArgs {
+    /// The horizons as the core's configuration; validated.
+    pub fn config(&self) -> anyhow::Result<RetentionConfig> {
+        let config = RetentionConfig {
+            raw_days: [
+                self.retention_measurement_days,
+                self.retention_state_days,
+                self.retention_diagnostic_days,
+            ],
+            rollup_1m_days: self.retention_rollup_1m_days,
+            rollup_1h_days: self.retention_rollup_1h_days,
+            ..RetentionConfig::default()
+        };
+        config.validate().map_err(anyhow::Error::msg)?;
+        Ok(config)
+    }
+}
+
+/// Parses an RFC 3339 instant or a UTC date (`2026-06-01`, meaning its midnight).
+pub fn parse_instant(text: &str) -> anyhow::Result<Micros> {
+    if let Some(at) = Micros::parse_rfc3339(text) {
+        return Ok(at);
+    }
+    Micros::parse_rfc3339(&format!("{text}T00:00:00Z"))
+        .with_context(|| format!("{text:?} is neither an RFC 3339 instant nor a date (YYYY-MM-DD)"))
+}
+
+/// Exit 10, naming the session that holds the lock so the operator can find the other core.
+pub async fn lock_held(store: &PgStore, what_now: &str) -> anyhow::Result<ExitCode> {
+    let holder = match store.lock_holder().await {
+        Ok(Some(holder)) => holder.describe(),
+        Ok(None) => "a session that has released it since".to_owned(),
+        Err(e) => format!("a session this role cannot see ({e})"),
+    };
+    eprintln!("sentinel: another core holds the single-writer lock: {holder}; {what_now}");
+    Ok(ExitCode::from(EXIT_LOCK_HELD))
+}
