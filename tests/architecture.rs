@@ -16,6 +16,10 @@
 //!
 //! Paths are relative to the workspace root (`CARGO_MANIFEST_DIR/..`).
 
+#[path = "architecture/imports.rs"]
+mod imports;
+
+use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -207,6 +211,17 @@ fn linked_dependencies(manifest: &str) -> Vec<(usize, String)> {
     deps
 }
 
+/// The source folders of the crates that must not name a database client or the bus client
+/// themselves (the adapters each add their own folder where the rule allows them).
+const LIBRARY_SOURCES: [&str; 6] = [
+    "core/src",
+    "ports/src",
+    "runtime/src",
+    "models/src",
+    "cli/src",
+    "sim/src",
+];
+
 fn fail_if_any(violations: Vec<String>, rule: &str) {
     assert!(
         violations.is_empty(),
@@ -215,76 +230,177 @@ fn fail_if_any(violations: Vec<String>, rule: &str) {
     );
 }
 
-#[test]
-fn the_core_links_no_async_runtime_io_library_or_rng() {
-    let forbidden = |name: &str| {
-        let name = name.replace('_', "-");
-        name.starts_with("tokio")
-            || name.starts_with("sqlx")
-            || name.starts_with("async-nats")
-            || name.starts_with("rand")
-    };
-    let violations = linked_dependencies("core/Cargo.toml")
-        .into_iter()
-        .filter(|(_, name)| forbidden(name))
-        .map(|(no, name)| format!("core/Cargo.toml:{no}: depends on `{name}`"))
-        .collect();
-    fail_if_any(
-        violations,
-        "sentinel-core depends on none of tokio, sqlx, async-nats, rand* (it is sans-IO and deterministic)",
-    );
+/// Sentinel's crates: (package, folder). The order is the dependency order, lowest first.
+const CRATES: [(&str, &str); 10] = [
+    ("sentinel-core", "core"),
+    ("sentinel-ports", "ports"),
+    ("sentinel-driver", "driver"),
+    ("sentinel-runtime", "runtime"),
+    ("sentinel-models", "models"),
+    ("sentinel-store-pg", "store-pg"),
+    ("sentinel-bus-nats", "bus-nats"),
+    ("sentinel-cli", "cli"),
+    ("sentinel-sim", "sim"),
+    ("sentinel-tests", "tests"),
+];
+
+/// Everything `package` links, through the workspace's own crates (their manifests' linked
+/// dependencies, transitively), with the chain that brings each one in. External crates'
+/// own dependencies are not followed here; `cargo tree` shows those (ARCHITECTURE.md gives the
+/// commands), and the crates this rule names (sqlx, async-nats) are only ever direct.
+fn links(package: &str) -> BTreeMap<String, String> {
+    let folder = |name: &str| CRATES.iter().find(|(p, _)| *p == name).map(|(_, f)| *f);
+    let mut seen: BTreeMap<String, String> = BTreeMap::new();
+    let mut todo = vec![(package.to_owned(), package.to_owned())];
+    while let Some((name, chain)) = todo.pop() {
+        let Some(dir) = folder(&name) else { continue };
+        for (_, dep) in linked_dependencies(&format!("{dir}/Cargo.toml")) {
+            let dep = dep.replace('_', "-");
+            if seen.contains_key(&dep) {
+                continue;
+            }
+            let via = format!("{chain} -> {dep}");
+            seen.insert(dep.clone(), via.clone());
+            todo.push((dep, via));
+        }
+    }
+    seen
 }
 
+/// What each crate must never link, anywhere in its graph (ARCHITECTURE.md, one Architecture
+/// Invariant line per row).
+const NEVER_LINKS: [(&str, &[&str]); 9] = [
+    (
+        "sentinel-core",
+        &[
+            "tokio",
+            "sqlx",
+            "async-nats",
+            "rand",
+            "rand-chacha",
+            "sentinel-ports",
+        ],
+    ),
+    (
+        "sentinel-ports",
+        &["sqlx", "async-nats", "sentinel-driver", "sentinel-runtime"],
+    ),
+    (
+        "sentinel-driver",
+        &[
+            "sqlx",
+            "sentinel-runtime",
+            "sentinel-models",
+            "sentinel-store-pg",
+            "sentinel-sim",
+        ],
+    ),
+    (
+        "sentinel-runtime",
+        &[
+            "sqlx",
+            "async-nats",
+            "sentinel-driver",
+            "sentinel-models",
+            "sentinel-store-pg",
+            "sentinel-bus-nats",
+        ],
+    ),
+    (
+        "sentinel-models",
+        &[
+            "sqlx",
+            "async-nats",
+            "sentinel-driver",
+            "sentinel-runtime",
+            "sentinel-store-pg",
+            "sentinel-bus-nats",
+        ],
+    ),
+    (
+        "sentinel-store-pg",
+        &[
+            "async-nats",
+            "sentinel-driver",
+            "sentinel-runtime",
+            "sentinel-models",
+            "sentinel-bus-nats",
+        ],
+    ),
+    (
+        "sentinel-bus-nats",
+        &["sqlx", "sentinel-runtime", "sentinel-models", "sentinel-store-pg"],
+    ),
+    (
+        "sentinel-sim",
+        &["sqlx", "sentinel-store-pg", "sentinel-bus-nats", "sentinel-cli"],
+    ),
+    ("sentinel-cli", &["rand", "rand-chacha", "turmoil"]),
+];
+
 #[test]
-fn only_io_links_nats_and_sql() {
+fn each_crate_links_only_what_its_job_needs() {
     let mut violations = Vec::new();
-    for manifest in ["core/Cargo.toml", "sim/Cargo.toml"] {
-        for (no, name) in linked_dependencies(manifest) {
-            let name = name.replace('_', "-");
-            if name.starts_with("sqlx") || name.starts_with("async-nats") {
-                violations.push(format!("{manifest}:{no}: depends on `{name}`"));
+    for (package, never) in NEVER_LINKS {
+        for (dep, chain) in links(package) {
+            if never.contains(&dep.as_str()) {
+                violations.push(format!("{package} links `{dep}`: {chain}"));
             }
         }
     }
     fail_if_any(
         violations,
-        "only sentinel-io, sentinel-driver (async-nats only) and the cross-crate tests may depend on \
-         async-nats or sqlx",
+        "crates split by what a user links: the pure core links no runtime, I/O library or RNG; \
+         the ports, the runtime and the models link neither sqlx nor async-nats; only the store \
+         adapter links sqlx and only the bus adapter and the driver library link async-nats \
+         (the binary and the cross-crate tests link them through those); the simulator never \
+         links sqlx",
     );
 }
 
 #[test]
-fn the_driver_library_links_no_database_client_and_not_the_core_runtime() {
-    // A device driver links `sentinel-driver` alone: the wire types of `sentinel-core` and
-    // async-nats. PostgreSQL (or any database) and the core's runtime (`sentinel-io`) stay out.
-    let forbidden = |name: &str| {
-        let name = name.replace('_', "-");
-        name.starts_with("sqlx")
-            || name.starts_with("postgres")
-            || name.starts_with("tokio-postgres")
-            || name.starts_with("rusqlite")
-            || name == "sentinel-io"
-            || name == "sentinel-sim"
-    };
+fn only_the_store_adapter_links_sqlx_and_only_the_bus_adapter_and_driver_link_async_nats() {
+    let mut violations = Vec::new();
+    for (package, dir) in CRATES {
+        for (no, dep) in linked_dependencies(&format!("{dir}/Cargo.toml")) {
+            let dep = dep.replace('_', "-");
+            let allowed = match dep.as_str() {
+                "sqlx" => ["sentinel-store-pg", "sentinel-tests"].contains(&package),
+                "async-nats" => ["sentinel-bus-nats", "sentinel-driver", "sentinel-tests"].contains(&package),
+                _ => true,
+            };
+            if !allowed {
+                violations.push(format!(
+                    "{dir}/Cargo.toml:{no}: {package} depends on `{dep}` itself"
+                ));
+            }
+        }
+    }
+    fail_if_any(
+        violations,
+        "only sentinel-store-pg (and the cross-crate tests) depend on sqlx directly; only \
+         sentinel-bus-nats, sentinel-driver (and the cross-crate tests) on async-nats",
+    );
+}
+
+#[test]
+fn the_driver_library_names_no_database_client_and_nothing_of_the_core_runtime() {
     let linked = linked_dependencies("driver/Cargo.toml");
     assert!(
         linked.iter().any(|(_, n)| n == "sentinel-core") && linked.iter().any(|(_, n)| n == "async-nats"),
         "the scanner must see the driver crate's real dependencies"
     );
-    let violations = linked
-        .into_iter()
-        .filter(|(_, name)| forbidden(name))
-        .map(|(no, name)| format!("driver/Cargo.toml:{no}: depends on `{name}`"))
-        .collect();
-    fail_if_any(
-        violations,
-        "sentinel-driver depends on sentinel-core's wire types and async-nats, never on sqlx or sentinel-io",
-    );
     confined(
         &["driver/src"],
-        &["sqlx", "sentinel_io", "postgres"],
+        &[
+            "sqlx",
+            "postgres",
+            "sentinel_runtime",
+            "sentinel_models",
+            "sentinel_store_pg",
+        ],
         &[],
-        "driver/src names no database client and nothing of sentinel-io",
+        "driver/src names no database client and nothing of the core's runtime or models",
     );
 }
 
@@ -338,68 +454,63 @@ fn confined(dirs: &[&str], needles: &[&str], allowed: &[&str], rule: &str) {
 
 #[test]
 fn only_the_postgres_adapter_names_the_observation_tables() {
+    let dirs: Vec<&str> = LIBRARY_SOURCES
+        .iter()
+        .chain(&["bus-nats/src", "driver/src"])
+        .copied()
+        .collect();
     confined(
-        &["core/src", "io/src", "sim/src"],
+        &dirs,
         &[
             "observation_measurement",
             "observation_state",
             "observation_diagnostic",
         ],
-        &[
-            "io/src/store/postgres.rs",
-            "io/src/store/postgres/rollup.rs",
-            "io/src/store/postgres/reprocess.rs",
-            "io/src/store/postgres/retention.rs",
-            "io/src/store/postgres/history.rs",
-        ],
-        "only io/src/store/postgres.rs and its files by concern (and migrations/) name the \
-         per-class observation tables",
+        &[],
+        "only store-pg/src (and migrations/) name the per-class observation tables",
     );
 }
 
 #[test]
 fn only_the_nats_adapter_and_the_driver_library_name_async_nats() {
+    let dirs: Vec<&str> = LIBRARY_SOURCES
+        .iter()
+        .chain(&["store-pg/src", "driver/src"])
+        .copied()
+        .collect();
     confined(
-        &["core/src", "io/src", "sim/src", "driver/src"],
+        &dirs,
         &["async_nats"],
         &[
-            "io/src/bus/nats.rs",
             "driver/src/lib.rs",
             "driver/src/commands.rs",
             "driver/src/connect.rs",
         ],
-        "only io/src/bus/nats.rs (the Bus adapter) and the driver crate's publisher, command \
-         intake and connection (credentials, refusals) use async_nats",
+        "only bus-nats/src (the Bus adapter) and the driver crate's publisher, command intake and \
+         connection (credentials, refusals) use async_nats",
     );
 }
 
 #[test]
 fn only_the_postgres_adapter_names_sqlx() {
-    confined(
-        &["core/src", "io/src", "sim/src", "driver/src"],
-        &["sqlx"],
-        &[
-            "io/src/store/postgres.rs",
-            "io/src/store/postgres/rollup.rs",
-            "io/src/store/postgres/reprocess.rs",
-            "io/src/store/postgres/retention.rs",
-            "io/src/store/postgres/class_change.rs",
-            "io/src/store/postgres/history.rs",
-        ],
-        "only io/src/store/postgres.rs and its files by concern use sqlx",
-    );
+    let dirs: Vec<&str> = LIBRARY_SOURCES
+        .iter()
+        .chain(&["bus-nats/src", "driver/src"])
+        .copied()
+        .collect();
+    confined(&dirs, &["sqlx"], &[], "only store-pg/src uses sqlx");
 }
 
 #[test]
 fn the_consumer_is_bound_only_by_startup_after_the_lock() {
     let mut violations = Vec::new();
     let mut startup_checked = false;
-    for dir in ["io/src", "sim/src"] {
+    for dir in ["runtime/src", "models/src", "bus-nats/src", "cli/src", "sim/src"] {
         for source in sources(dir, Scope::ProductionCode) {
             // `Bus::bind` takes no arguments; sqlx's `.bind(value)` always has one.
             let (text, starts) = source.joined();
             let binds: Vec<usize> = text.match_indices(".bind()").map(|(at, _)| at).collect();
-            if source.path == "io/src/startup.rs" {
+            if source.path == "runtime/src/startup.rs" {
                 startup_checked = true;
                 let acquire = text.find(".acquire()");
                 for &at in &binds {
@@ -420,7 +531,7 @@ fn the_consumer_is_bound_only_by_startup_after_the_lock() {
                         continue;
                     }
                     violations.push(format!(
-                        "{}:{}: binds the consumer outside io/src/startup.rs",
+                        "{}:{}: binds the consumer outside runtime/src/startup.rs",
                         source.path,
                         line_at(&starts, at)
                     ));
@@ -430,11 +541,11 @@ fn the_consumer_is_bound_only_by_startup_after_the_lock() {
     }
     assert!(
         startup_checked,
-        "io/src/startup.rs not found: update this test with the startup sequence"
+        "runtime/src/startup.rs not found: update this test with the startup sequence"
     );
     fail_if_any(
         violations,
-        "the consumer is bound only by io/src/startup.rs, after the single-writer lock is taken",
+        "the consumer is bound only by runtime/src/startup.rs, after the single-writer lock is taken",
     );
 }
 
@@ -589,7 +700,16 @@ fn log_records_above_debug_carry_no_values_payloads_or_descriptors() {
         "error_span!(",
     ];
     let mut violations = Vec::new();
-    for dir in ["core/src", "io/src", "driver/src"] {
+    for dir in [
+        "core/src",
+        "ports/src",
+        "runtime/src",
+        "models/src",
+        "store-pg/src",
+        "bus-nats/src",
+        "cli/src",
+        "driver/src",
+    ] {
         for source in sources(dir, Scope::ProductionCode) {
             let (text, starts) = source.joined();
             let mut calls: Vec<(usize, &str)> = MACROS
@@ -679,6 +799,64 @@ fn the_scanners_see_what_they_should() {
         !core.iter().any(|(_, n)| n == "proptest"),
         "dev-dependencies are not linked"
     );
-    let io = linked_dependencies("io/Cargo.toml");
-    assert!(io.iter().any(|(_, n)| n == "async-nats") && io.iter().any(|(_, n)| n == "sqlx"));
+    let pg = linked_dependencies("store-pg/Cargo.toml");
+    assert!(pg.iter().any(|(_, n)| n == "sqlx"));
+    let sim = links("sentinel-sim");
+    assert!(
+        sim.contains_key("sentinel-runtime")
+            && sim.contains_key("sentinel-core")
+            && sim.contains_key("tokio"),
+        "the crate graph follows workspace crates: {sim:?}"
+    );
+}
+
+/// Every Sentinel crate's source folder.
+const CRATE_SOURCES: [&str; 9] = [
+    "core/src",
+    "ports/src",
+    "driver/src",
+    "runtime/src",
+    "models/src",
+    "store-pg/src",
+    "bus-nats/src",
+    "cli/src",
+    "sim/src",
+];
+
+#[test]
+fn no_crate_has_an_import_circle() {
+    let mut violations = Vec::new();
+    for dir in CRATE_SOURCES {
+        let graph = imports::import_graph(dir);
+        if let Some(circle) = imports::find_circle(&graph) {
+            violations.push(format!("{dir}: {}", imports::describe(&circle)));
+        }
+    }
+    fail_if_any(
+        violations,
+        "no import circles between a crate's files (a file may use its ancestors' items; between \
+         any others, what two files share belongs below both)",
+    );
+}
+
+#[test]
+fn the_import_scanner_sees_trees_and_circles() {
+    let paths = imports::rooted_paths("use crate::{a, b::{c, D}};\nlet x = super::e::f(1); self::g;");
+    let joined: Vec<String> = paths.iter().map(|p| p.join("::")).collect();
+    assert_eq!(
+        joined,
+        ["crate::a", "crate::b::c", "crate::b::D", "super::e::f", "self::g"]
+    );
+    let m = |s: &str| s.split("::").map(str::to_owned).collect::<Vec<_>>();
+    let graph = BTreeMap::from([
+        (m("a"), [m("b")].into()),
+        (m("b"), [m("c")].into()),
+        (m("c"), [m("a")].into()),
+    ]);
+    assert_eq!(
+        imports::find_circle(&graph).map(|c| imports::describe(&c)),
+        Some("a -> b -> c -> a".to_owned())
+    );
+    // The graph of the core today is read, not empty.
+    assert!(imports::import_graph("core/src").len() > 10);
 }

@@ -24,9 +24,9 @@ use sentinel_ports::{Lease, Store};
 use sentinel_runtime::reprocess::{self, Request};
 
 use crate::registry::SimRegistry;
-use crate::scenario::now_or_never;
 use crate::settings::Site;
 use crate::world::World;
+use crate::world::now_or_never;
 
 /// Each active maintenance site runs with this chance at each crash of the lock holder.
 const RUN_P: f64 = 0.5;

@@ -50,8 +50,8 @@ const SLOW_DRIVER_LINK_FOR_MS: (u64, u64) = (5_000, 30_000);
 /// The `lock_session_killed_alone` fault: how long a two-core run's standby is held down.
 const STANDBY_DOWN_MS: (u64, u64) = (2_000, 15_000);
 
-/// Simulated wall-clock start of every run: 2026-01-01T00:00:00Z.
-pub const START_UNIX_S: u64 = 1_767_225_600;
+pub use crate::settings::START_UNIX_S;
+pub(crate) use crate::world::now_or_never;
 
 /// How a run is driven, beyond its seed.
 #[derive(Clone, Debug, Default)]
@@ -824,14 +824,4 @@ fn standby_down_fault(
         holder.host()
     ));
     standby.is_some()
-}
-
-/// Runs a future that cannot wait (the memory store's operations never do) to completion.
-pub(crate) fn now_or_never<F: std::future::Future>(future: F) -> F::Output {
-    let mut future = std::pin::pin!(future);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    match future.as_mut().poll(&mut cx) {
-        std::task::Poll::Ready(output) => output,
-        std::task::Poll::Pending => unreachable!("a memory store operation waited"),
-    }
 }

@@ -7,6 +7,9 @@ use std::fmt;
 
 use crate::rng::SimRng;
 
+/// Simulated wall-clock start of every run: 2026-01-01T00:00:00Z.
+pub const START_UNIX_S: u64 = 1_767_225_600;
+
 /// A place where the simulator injects a fault. Each is switched on for a run with
 /// probability [`SITE_ACTIVE_P`]; an active site then fires at random at each opportunity.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

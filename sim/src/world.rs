@@ -436,3 +436,13 @@ fn say_hello(inner: &mut Inner, cmd_subject: &str, now: Micros) {
         format_args!("driver {cmd_subject} hello, heard by {heard_by} cores"),
     );
 }
+
+/// Runs a future that cannot wait (the memory store's operations never do) to completion.
+pub(crate) fn now_or_never<F: std::future::Future>(future: F) -> F::Output {
+    let mut future = std::pin::pin!(future);
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    match future.as_mut().poll(&mut cx) {
+        std::task::Poll::Ready(output) => output,
+        std::task::Poll::Pending => unreachable!("a memory store operation waited"),
+    }
+}

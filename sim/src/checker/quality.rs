@@ -67,7 +67,7 @@ pub struct QualityModel {
 }
 
 fn seconds(at: Micros) -> f64 {
-    (at.0 - crate::scenario::START_UNIX_S as i64 * 1_000_000) as f64 / 1e6
+    (at.0 - crate::settings::START_UNIX_S as i64 * 1_000_000) as f64 / 1e6
 }
 
 impl Checker {
