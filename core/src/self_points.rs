@@ -16,8 +16,7 @@ use crate::time::Micros;
 use crate::wire::{EnvelopeOut, obs_subject};
 
 /// The host and driver instance the registry assigns the core's self-points to.
-pub const SELF_HOST: &str = "sentinel";
-pub const SELF_INSTANCE: &str = "core";
+pub use crate::registry::{SELF_HOST, SELF_INSTANCE};
 
 pub const LAG_PENDING: &str = "sentinel.core.lag_pending";
 /// Milliseconds, as its `unit_native` says; stored in seconds.
