@@ -28,6 +28,7 @@
 
 pub mod config;
 pub mod control;
+pub mod decide;
 pub mod dedup;
 pub mod delivery;
 pub mod derived;
