@@ -6,7 +6,7 @@
 //! released; a new reason is a new variant), and parsing them back.
 //!
 //! Who writes which reason:
-//! - the watchdog ([`crate::watchdog`], via `Core`): [`GapReason::Freshness`] when a point's
+//! - the watchdog (the core's watchdog part, `parts/watchdog.rs`): [`GapReason::Freshness`] when a point's
 //!   freshness deadline passes without a current reading, and [`GapReason::HeartbeatMissed`]
 //!   when the point declares a heartbeat (`heartbeat_s`) and it is the heartbeat that was
 //!   missed;

@@ -32,12 +32,12 @@ pub mod decide;
 pub mod dedup;
 pub mod delivery;
 pub mod derived;
-pub mod drivers;
 pub mod effect;
 pub mod gap;
 pub mod log;
 pub mod machine;
 pub mod metrics;
+mod parts;
 pub mod pipeline;
 pub mod planted;
 pub mod projection;
@@ -46,11 +46,11 @@ pub mod reprocess;
 pub mod reprocess_request;
 pub mod retention;
 pub mod rollup;
-pub mod self_points;
 pub mod state;
 pub mod time;
-pub mod watchdog;
 pub mod wire;
+
+pub use parts::{drivers, self_points};
 
 pub use config::Config;
 pub use control::{CommandRequest, ControlDetail, ControlEvent, ControlKind, ControlReport};

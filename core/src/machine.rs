@@ -17,20 +17,20 @@ use crate::control::{
 use crate::dedup::{DedupSet, Seen};
 use crate::delivery::{Delivery, DeliveryTag};
 use crate::derived::Derivations;
-use crate::drivers::{Announcement, DriverState, Drivers, HelloOutcome};
 use crate::effect::{Effect, ExitReason, Input};
 use crate::gap::GapReason;
 use crate::log::{Batch, BatchId, CommitReport, Quality};
 use crate::metrics::Metrics;
+use crate::parts::drivers::{Announcement, DriverState, Drivers, HelloOutcome};
+use crate::parts::self_points::{self, SelfPoints};
+use crate::parts::watchdog::Watchdog;
 use crate::pipeline::{self, Outcome};
 use crate::planted::PlantedBug;
 use crate::projection::Projection;
 use crate::registry::Registry;
 use crate::rollup::RollupSchedule;
-use crate::self_points::SelfPoints;
 use crate::state::{PointState, RestoredState};
 use crate::time::Micros;
-use crate::watchdog::Watchdog;
 use crate::wire::{DriverHello, ToDriver};
 
 /// How often dirty value-only points are considered for a checkpoint.
@@ -126,7 +126,7 @@ impl Core {
         let projection = Projection::restore(&registry, restored, &config, now);
         let watchdog = Watchdog::new(registry.len(), now.add_ms(config.startup_grace_ms));
         let self_points = SelfPoints::new(config.self_points_interval_ms, &registry, now);
-        let drivers = Drivers::new(&registry, crate::self_points::SELF_HOST, epoch, now);
+        let drivers = Drivers::new(&registry, self_points::SELF_HOST, epoch, now);
         let rollups = RollupSchedule::new(config.rollups.clone(), now);
         let retention = crate::retention::RetentionSchedule::new(config.retention.clone(), now);
         let derived = Derivations::new(&registry);
