@@ -1,26 +1,168 @@
-//! The freshness watchdog: one timer structure holding every point's freshness deadline
-//! (core runtime spec, "A slow core must not look like a dead fleet", "Draining"; the
-//! smallest real version of Watchdog & Derived Points the exit criteria need).
+//! The watchdog part: freshness deadlines and the `quality_changed` events they cause (core
+//! runtime spec, "A slow core must not look like a dead fleet", "Draining"; the smallest real
+//! version of Watchdog & Derived Points).
 //!
-//! Owns: each point's deadline (`observed_at` of its latest row plus the registry's
-//! `freshness_s`, or plus its `heartbeat_s` when a report-on-change point declares one: such a
-//! point promises a reading that often even when nothing changed, so a missed heartbeat is the
-//! earliest sign it is dead), and when expiries may fire. Expiry is suppressed during the startup grace,
-//! until the first lag reading arrives (a core that has not yet asked the consumer does not
-//! know whether it is draining a backlog), and while ingest lag is high: in both cases the absence of data is a fact about the core,
-//! not about the device, and reporting it as device staleness would be a lie. A suppressed
-//! deadline is not lost; it fires once suppression ends, if no current data arrived.
+//! Owns: one timer set holding each point's deadline (`observed_at` of its latest row plus
+//! the registry's `freshness_s`, or plus its `heartbeat_s` when a report-on-change point
+//! declares one: such a point promises a reading that often even when nothing changed, so a
+//! missed heartbeat is the earliest sign it is dead); when expiries may fire; and the points
+//! whose `quality_changed` event is at the store, not yet answered. Expiry is suppressed
+//! during the startup grace, until the first lag reading arrives (a core that has not yet
+//! asked the consumer does not know whether it is draining a backlog), and while ingest lag
+//! is high: in both cases the absence of data is a fact about the core, not about the device,
+//! and reporting it as device staleness would be a lie. A suppressed deadline is not lost; it
+//! fires once suppression ends, if no current data arrived.
 //!
-//! The timer structure is an ordered set of `(deadline, point)`: O(log n) arm (re-arming moves the entry) and pop
-//! for the ~4,000 points of the scale targets, and deterministic order on ties.
+//! The timer set is an ordered set of `(deadline, point)`: O(log n) arm (re-arming moves the
+//! entry) and pop for the ~4,000 points of the scale targets, and deterministic order on ties.
+//!
+//! Takes `Tick` (expiries, against a read-only view of the projection), `Lag` (suppression),
+//! each RETURNING row's new deadline (re-arm), and its own events in `ControlCommitted`.
+//!
+//! Emits `Control` with `quality_changed` events to `stale`, written before the projection
+//! moves: the projection follows only once the event is committed (the ordering rules,
+//! applied to the control log).
 
 use std::collections::BTreeSet;
 
+use crate::control::{CONTROL_EVENTS_PER_WRITE_MAX, ControlDetail, ControlEvent, PRINCIPAL_WATCHDOG};
+use crate::effect::Effect;
+use crate::gap::GapReason;
+use crate::log::Quality;
+use crate::planted::PlantedBug;
+use crate::projection::Projection;
 use crate::registry::PointIdx;
 use crate::time::Micros;
 
+use super::context::{Ctx, Out};
+
 #[derive(Debug)]
-pub struct Watchdog {
+pub(crate) struct Watchdog {
+    timers: Timers,
+    /// Points with a `quality_changed` event at the store, not yet answered.
+    pending: BTreeSet<PointIdx>,
+}
+
+impl Watchdog {
+    /// No expiry fires before `grace_until` (the startup grace).
+    pub fn new(points: usize, grace_until: Micros) -> Watchdog {
+        Watchdog {
+            timers: Timers::new(points, grace_until),
+            pending: BTreeSet::new(),
+        }
+    }
+
+    /// Sets (or moves) a point's deadline (restart step 6).
+    pub fn arm(&mut self, point: PointIdx, deadline: Micros) {
+        self.timers.arm(point, deadline);
+    }
+
+    /// A committed row moved the point's deadline to `deadline` (its freshness from the
+    /// projection): re-armed if it changed.
+    pub fn rearm(&mut self, point: PointIdx, deadline: Option<Micros>) {
+        if let Some(deadline) = deadline
+            && self.timers.deadline(point) != Some(deadline)
+        {
+            self.timers.arm(point, deadline);
+        }
+    }
+
+    pub fn armed(&self) -> usize {
+        self.timers.armed()
+    }
+
+    pub fn set_lag_high(&mut self, high: bool) {
+        self.timers.set_lag_high(high);
+    }
+
+    /// Whether staleness is held back now (startup grace, no lag reading yet, or high lag).
+    pub fn suppressed(&self, now: Micros) -> bool {
+        self.timers.suppressed(now)
+    }
+
+    /// When the running core should next tick for the watchdog.
+    pub fn next_deadline(&self, ctx: &Ctx) -> Option<Micros> {
+        let due = self.timers.next_deadline();
+        // Planted (a livelock): woken for a deadline suppression is holding back.
+        if ctx.planted(PlantedBug::WakeForSuppressedDeadline)
+            && let Some(at) = self.timers.earliest()
+        {
+            return Some(due.map_or(at, |d| d.min(at)));
+        }
+        due
+    }
+
+    /// Expiries, for a running core: each live, restored or assumed point whose deadline
+    /// passed gets a `quality_changed` event to `stale`, at most a bounded number per tick.
+    /// Its reason is `heartbeat_missed` for a point that declares a heartbeat (its deadline is
+    /// the heartbeat's), else `freshness`. A point whose event is still at the store gets none.
+    pub fn expire(&mut self, projection: &Projection, ctx: &Ctx, out: &mut Out) {
+        let max = ctx
+            .config
+            .watchdog_expiries_per_tick_max
+            .min(CONTROL_EVENTS_PER_WRITE_MAX);
+        let mut events = Vec::new();
+        let expired = if ctx.planted(PlantedBug::StaleWhileSuppressed) {
+            self.timers.pop_due(ctx.now, max)
+        } else {
+            self.timers.expired(ctx.now, max)
+        };
+        for (point, deadline) in expired {
+            let state = projection.state(point);
+            if !matches!(
+                state.quality,
+                Quality::Live | Quality::Restored | Quality::Assumed
+            ) || self.pending.contains(&point)
+            {
+                continue;
+            }
+            self.pending.insert(point);
+            let heartbeat = ctx
+                .registry
+                .point(point)
+                .descriptor
+                .manifest
+                .heartbeat_s
+                .is_some();
+            events.push(ControlEvent {
+                occurred_at: ctx.now,
+                point,
+                point_id: state.point_id.clone(),
+                principal: PRINCIPAL_WATCHDOG.into(),
+                core_epoch: ctx.epoch,
+                registry_version: ctx.registry.version,
+                detail: ControlDetail::QualityChanged {
+                    from: state.quality,
+                    to: Quality::Stale,
+                    reason: if heartbeat {
+                        GapReason::HeartbeatMissed
+                    } else {
+                        GapReason::Freshness
+                    },
+                    deadline,
+                },
+            });
+        }
+        if !events.is_empty() {
+            out.metrics.control_events += events.len() as u64;
+            out.push(Effect::Control {
+                epoch: ctx.epoch,
+                events,
+            });
+        }
+    }
+
+    /// The point's `quality_changed` event committed. Returns whether a row that arrived
+    /// meanwhile re-armed its deadline past `now` (the event is superseded then).
+    pub fn answered(&mut self, point: PointIdx, now: Micros) -> bool {
+        self.pending.remove(&point);
+        self.timers.deadline(point).is_some_and(|d| d > now)
+    }
+}
+
+/// Every point's deadline, in one ordered set, and when expiries may fire.
+#[derive(Debug)]
+struct Timers {
     deadlines: BTreeSet<(Micros, PointIdx)>,
     by_point: Vec<Option<Micros>>,
     /// No expiry fires before this (startup grace).
@@ -30,9 +172,9 @@ pub struct Watchdog {
     lag_high: Option<bool>,
 }
 
-impl Watchdog {
-    pub fn new(points: usize, grace_until: Micros) -> Watchdog {
-        Watchdog {
+impl Timers {
+    fn new(points: usize, grace_until: Micros) -> Timers {
+        Timers {
             deadlines: BTreeSet::new(),
             by_point: vec![None; points],
             grace_until,
@@ -41,7 +183,7 @@ impl Watchdog {
     }
 
     /// Sets (or moves) a point's deadline.
-    pub fn arm(&mut self, point: PointIdx, deadline: Micros) {
+    fn arm(&mut self, point: PointIdx, deadline: Micros) {
         let slot = &mut self.by_point[point.0 as usize];
         if let Some(old) = slot.replace(deadline) {
             self.deadlines.remove(&(old, point));
@@ -53,11 +195,11 @@ impl Watchdog {
         );
     }
 
-    pub fn deadline(&self, point: PointIdx) -> Option<Micros> {
+    fn deadline(&self, point: PointIdx) -> Option<Micros> {
         self.by_point[point.0 as usize]
     }
 
-    pub fn set_lag_high(&mut self, high: bool) {
+    fn set_lag_high(&mut self, high: bool) {
         self.lag_high = Some(high);
     }
 
@@ -66,14 +208,14 @@ impl Watchdog {
         self.lag_high != Some(false)
     }
 
-    pub fn suppressed(&self, now: Micros) -> bool {
+    fn suppressed(&self, now: Micros) -> bool {
         self.lag_high() || now < self.grace_until
     }
 
     /// When the caller should next tick for the watchdog: the earliest deadline, or the end
     /// of the grace if that is later; nothing while lag holds expiries back (a lag reading
     /// wakes the core anyway).
-    pub fn next_deadline(&self) -> Option<Micros> {
+    fn next_deadline(&self) -> Option<Micros> {
         if self.lag_high() {
             return None;
         }
@@ -83,7 +225,7 @@ impl Watchdog {
 
     /// Pops every deadline due at `now`, unless expiry is suppressed. At most `max` at once,
     /// so one tick's work is bounded; the rest stay due for the next tick.
-    pub fn expired(&mut self, now: Micros, max: usize) -> Vec<(PointIdx, Micros)> {
+    fn expired(&mut self, now: Micros, max: usize) -> Vec<(PointIdx, Micros)> {
         if self.suppressed(now) {
             return Vec::new();
         }
@@ -91,13 +233,13 @@ impl Watchdog {
     }
 
     /// The earliest deadline armed, suppressed or not.
-    pub fn earliest(&self) -> Option<Micros> {
+    fn earliest(&self) -> Option<Micros> {
         self.deadlines.first().map(|(deadline, _)| *deadline)
     }
 
     /// Pops every deadline due at `now`, at most `max`, whether or not expiry is suppressed
     /// ([`Self::expired`] is the suppressed-aware caller; a planted bug calls this directly).
-    pub(crate) fn pop_due(&mut self, now: Micros, max: usize) -> Vec<(PointIdx, Micros)> {
+    fn pop_due(&mut self, now: Micros, max: usize) -> Vec<(PointIdx, Micros)> {
         let mut out = Vec::new();
         while out.len() < max {
             let Some(&(deadline, point)) = self.deadlines.first() else {
@@ -113,7 +255,7 @@ impl Watchdog {
         out
     }
 
-    pub fn armed(&self) -> usize {
+    fn armed(&self) -> usize {
         self.deadlines.len()
     }
 }
@@ -126,7 +268,7 @@ mod tests {
 
     #[test]
     fn deadlines_fire_in_order_and_only_once_due() {
-        let mut w = Watchdog::new(3, T0);
+        let mut w = Timers::new(3, T0);
         w.set_lag_high(false);
         w.arm(PointIdx(2), T0.add_ms(200));
         w.arm(PointIdx(0), T0.add_ms(100));
@@ -148,7 +290,7 @@ mod tests {
 
     #[test]
     fn grace_and_lag_hold_expiries_back_without_losing_them() {
-        let mut w = Watchdog::new(1, T0.add_ms(60_000));
+        let mut w = Timers::new(1, T0.add_ms(60_000));
         w.arm(PointIdx(0), T0.add_ms(10));
         assert!(w.expired(T0.add_ms(30_000), 10).is_empty(), "no lag reading yet");
         assert_eq!(w.next_deadline(), None);
@@ -172,12 +314,100 @@ mod tests {
 
     #[test]
     fn one_tick_fires_at_most_max() {
-        let mut w = Watchdog::new(5, T0);
+        let mut w = Timers::new(5, T0);
         w.set_lag_high(false);
         for i in 0..5 {
             w.arm(PointIdx(i), T0.add_ms(i as i64));
         }
         assert_eq!(w.expired(T0.add_ms(10), 2).len(), 2);
         assert_eq!(w.expired(T0.add_ms(10), 10).len(), 3);
+    }
+
+    mod part {
+        use super::super::*;
+        use crate::parts::context::testing::{self, ctx, drain, row};
+        use crate::state::RestoredState;
+
+        /// Live `plant.temp` and `plant.flow` seen at `T0`, their deadlines armed, lag known low.
+        fn watched(ctx: &Ctx) -> (Watchdog, Projection) {
+            let mut projection =
+                Projection::restore(&ctx.registry, &RestoredState::default(), &ctx.config, ctx.now);
+            let mut watchdog = Watchdog::new(ctx.registry.len(), ctx.now);
+            watchdog.set_lag_high(false);
+            for (seq, id) in [(1, "plant.temp"), (2, "plant.flow")] {
+                let row = row(ctx, id, seq, 1.0, testing::T0);
+                projection.apply(&row, ctx.epoch, ctx.now);
+                watchdog.rearm(row.point, projection.freshness_deadline(row.point));
+            }
+            (watchdog, projection)
+        }
+
+        fn reasons(effects: &[Effect]) -> Vec<(&str, GapReason)> {
+            effects
+                .iter()
+                .flat_map(|e| match e {
+                    Effect::Control { events, .. } => events.as_slice(),
+                    _ => &[],
+                })
+                .map(|e| match &e.detail {
+                    ControlDetail::QualityChanged { reason, .. } => (&*e.point_id, *reason),
+                    other => panic!("not a quality change: {other:?}"),
+                })
+                .collect()
+        }
+
+        #[test]
+        fn a_missed_heartbeat_and_a_lost_freshness_each_get_one_event() {
+            let mut ctx = ctx();
+            let mut out = Out::default();
+            let (mut watchdog, projection) = watched(&ctx);
+            assert_eq!(
+                watchdog.next_deadline(&ctx),
+                Some(testing::T0.add_ms(10_000)),
+                "the heartbeat first"
+            );
+            ctx.now = testing::T0.add_ms(61_000);
+            watchdog.expire(&projection, &ctx, &mut out);
+            assert_eq!(
+                reasons(&drain(&mut out)),
+                [
+                    ("plant.flow", GapReason::HeartbeatMissed),
+                    ("plant.temp", GapReason::Freshness)
+                ]
+            );
+            assert_eq!(out.metrics.control_events, 2);
+            let flow = ctx.registry.resolve("plant.flow").expect("fixture point");
+            // Re-armed while the event was at the store, then expired again: still one event.
+            watchdog.arm(flow, ctx.now);
+            watchdog.expire(&projection, &ctx, &mut out);
+            assert!(drain(&mut out).is_empty(), "its first event is still pending");
+            assert!(!watchdog.answered(flow, ctx.now), "no deadline armed past now");
+        }
+
+        #[test]
+        fn a_row_that_arrived_meanwhile_supersedes_the_event() {
+            let mut ctx = ctx();
+            let mut out = Out::default();
+            let (mut watchdog, projection) = watched(&ctx);
+            ctx.now = testing::T0.add_ms(61_000);
+            watchdog.expire(&projection, &ctx, &mut out);
+            let temp = ctx.registry.resolve("plant.temp").expect("fixture point");
+            watchdog.rearm(temp, Some(ctx.now.add_ms(60_000)));
+            assert!(watchdog.answered(temp, ctx.now));
+        }
+
+        #[test]
+        fn nothing_expires_while_suppressed() {
+            let mut ctx = ctx();
+            let mut out = Out::default();
+            let (mut watchdog, projection) = watched(&ctx);
+            watchdog.set_lag_high(true);
+            assert!(watchdog.suppressed(ctx.now));
+            assert_eq!(watchdog.next_deadline(&ctx), None);
+            ctx.now = testing::T0.add_ms(61_000);
+            watchdog.expire(&projection, &ctx, &mut out);
+            assert!(drain(&mut out).is_empty());
+            assert_eq!(watchdog.armed(), 2, "held, not lost");
+        }
     }
 }
