@@ -15,13 +15,13 @@
 //!   a value) and [`GapReason::LateDropped`] (the driver discarded readings, for example its
 //!   disk queue dropped them past its bound), each as an observation with quality
 //!   `unavailable` and a null value;
-//! - derived points ([`crate::derived`]): [`GapReason::InputNotLive`] when the triggering row
+//! - derived points (`derived.rs`): [`GapReason::InputNotLive`] when the triggering row
 //!   (or a pair op's input) is not `live`, [`GapReason::Missing`] when there is nothing to
 //!   fold.
 //!
 //! A reason a third-party driver writes itself stays free text (the driver is its author); the
 //! reasons the core assigns to `bad` rows at stages 6–7 (`out_of_range`, …) are validation
-//! failures of a reading that exists, not gaps, and live in [`crate::pipeline::reason`].
+//! failures of a reading that exists, not gaps, and live with stages 6–8 (`decide.rs`).
 
 use std::fmt;
 
