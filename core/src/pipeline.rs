@@ -1,6 +1,6 @@
 //! Stages 2–10 for one delivery (ingest spec, "Ingest pipeline"). Pure: the registry, the dedup
-//! set and the projection are read, never written; the caller ([`crate::Core`]) applies the
-//! outcome.
+//! set and the projection are read, never written; the caller (the core's ingest part) applies
+//! the outcome.
 //!
 //! Owns: turning a delivery into exactly one of a row, a quarantine entry or a recognised
 //! duplicate. Stages 6–8 are [`crate::decide`], which reprocess shares; they are re-exported

@@ -9,6 +9,9 @@
 //! (`src/`, `src/registry/`, `src/parts/`). The second test asks the same of the paths named in
 //! comments (intra-doc links), so a lower module's documentation does not lean on an upper one.
 //!
+//! A third test keeps the router's shape: no module but `machine.rs` names a part under
+//! `parts/` (their shared `parts/context.rs` aside), so parts never call each other.
+//!
 //! `cargo test -p sentinel-core --test module_graph -- --nocapture` prints the edges.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -426,6 +429,25 @@ fn the_core_imports_one_way() {
     print(&edges);
     let circles = all_circles(&modules, &edges);
     assert!(circles.is_empty(), "import circles:\n{}", circles.join("\n"));
+}
+
+#[test]
+fn only_the_router_names_a_part_and_no_part_names_another() {
+    let (_, edges) = graph(false);
+    let mut violations = Vec::new();
+    for (from, tos) in &edges {
+        for to in tos {
+            let part = to.starts_with("parts::") && to != "parts::context";
+            if part && from != "machine" {
+                violations.push(format!("{from} names {to}"));
+            }
+        }
+    }
+    assert!(
+        violations.is_empty(),
+        "parts never call each other; only the router (machine.rs) routes to them:\n{}",
+        violations.join("\n")
+    );
 }
 
 #[test]
