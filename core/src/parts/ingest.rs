@@ -13,8 +13,9 @@
 //!
 //! Emits `Ack`, and only this part does: for a batch's rows, quarantine entries and held
 //! duplicates once its report is applied (rule 1: ack only after commit), or at once for a
-//! duplicate of a key already committed. It hands the router each batch to commit and, once
-//! its report applies, the batch with its RETURNING ordinals, in batch order.
+//! duplicate of a key already committed. It hands the router each batch to commit (the router
+//! emits its `Commit`, followed, only with a planted bug, by the batch projected or derived
+//! early) and, once its report applies, the batch with its RETURNING ordinals, in batch order.
 
 use std::collections::BTreeMap;
 
