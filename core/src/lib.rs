@@ -4,7 +4,7 @@
 //! every [`Input`], polls [`Effect`]s out, and asks [`Core::next_deadline`] when to tick. The
 //! same code runs under the production runtime, the demo and the simulator.
 //!
-//! Map (ingest spec, "Ingest pipeline"; core runtime spec, "The core API"). Imports run one way
+//! Map (ingest spec, "Ingest pipeline"; DESIGN.md §1, "The core API"). Imports run one way
 //! (`tests/module_graph.rs` checks that no modules name each other in a circle, and that only
 //! the router names a part): the router names the parts, the parts name the libraries and the
 //! vocabulary below, and no part names another.

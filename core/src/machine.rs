@@ -1,5 +1,5 @@
-//! [`Core`]: the sans-IO state machine, a router over its parts (DESIGN.md §1; core runtime
-//! spec, "The core API"). Like quinn-proto's `Connection`: [`Core::handle`] takes time and an
+//! [`Core`]: the sans-IO state machine, a router over its parts (DESIGN.md §1, "The core API"
+//! and "Growing the house"). Like quinn-proto's `Connection`: [`Core::handle`] takes time and an
 //! [`Input`], effects queue up for [`Core::poll_effect`], and [`Core::next_deadline`] says
 //! when to send `Input::Tick`. It never blocks, never reads a clock, never does I/O.
 //!

@@ -1,5 +1,5 @@
-//! What every part of [`crate::Core`] reads, and where every part writes (core runtime spec,
-//! "The core API"; DESIGN.md §1).
+//! What every part of [`crate::Core`] reads, and where every part writes (DESIGN.md §1, "The
+//! core API": one queue of effects, polled in the order they were emitted).
 //!
 //! Owns: [`Ctx`], the router's clock, epoch, registry, config and planted bug, which parts
 //! read and never change; and [`Out`], the one effect queue and the counters. There is one
