@@ -34,7 +34,7 @@ pub enum ControlKind {
     CommandIssued,
     /// A reprocess recomputed rows under a registry version (ingest spec, "Reprocess"): one
     /// event per run, about its scope, not a point (`point_id` is NULL). Its payload is
-    /// [`crate::reprocess::ReprocessRecord`].
+    /// reprocess's `ReprocessRecord` (`reprocess.rs`).
     Reprocess,
     /// Retention dropped one whole partition (payload: table, class, day). Written by the
     /// store in the drop's own transaction (`Store::drop_expired`), never by the core's

@@ -107,6 +107,22 @@ pub enum Effect {
     Exit(ExitReason),
 }
 
+/// Which part of the core asked to be woken at [`crate::Core::next_deadline`] (str0m's
+/// `Reason`): for logs and tests; the runtime sends `Input::Tick` whichever it is.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Deadline {
+    /// The open batch's flush interval.
+    Ingest,
+    /// The checkpoint scan, while points are dirty.
+    Projection,
+    /// A freshness deadline, or the end of the startup grace.
+    Watchdog,
+    /// The next self-point readings.
+    SelfPoints,
+    /// The next rollup step or retention run.
+    Maintenance,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExitReason {
     pub code: i32,

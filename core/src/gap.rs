@@ -6,7 +6,7 @@
 //! released; a new reason is a new variant), and parsing them back.
 //!
 //! Who writes which reason:
-//! - the watchdog ([`crate::watchdog`], via `Core`): [`GapReason::Freshness`] when a point's
+//! - the watchdog (the core's watchdog part, `parts/watchdog.rs`): [`GapReason::Freshness`] when a point's
 //!   freshness deadline passes without a current reading, and [`GapReason::HeartbeatMissed`]
 //!   when the point declares a heartbeat (`heartbeat_s`) and it is the heartbeat that was
 //!   missed;
@@ -15,13 +15,13 @@
 //!   a value) and [`GapReason::LateDropped`] (the driver discarded readings, for example its
 //!   disk queue dropped them past its bound), each as an observation with quality
 //!   `unavailable` and a null value;
-//! - derived points ([`crate::derived`]): [`GapReason::InputNotLive`] when the triggering row
+//! - derived points (`derived.rs`): [`GapReason::InputNotLive`] when the triggering row
 //!   (or a pair op's input) is not `live`, [`GapReason::Missing`] when there is nothing to
 //!   fold.
 //!
 //! A reason a third-party driver writes itself stays free text (the driver is its author); the
 //! reasons the core assigns to `bad` rows at stages 6–7 (`out_of_range`, …) are validation
-//! failures of a reading that exists, not gaps, and live in [`crate::pipeline::reason`].
+//! failures of a reading that exists, not gaps, and live with stages 6–8 (`decide.rs`).
 
 use std::fmt;
 

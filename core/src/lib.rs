@@ -4,39 +4,61 @@
 //! every [`Input`], polls [`Effect`]s out, and asks [`Core::next_deadline`] when to tick. The
 //! same code runs under the production runtime, the demo and the simulator.
 //!
-//! Map (ingest spec, "Ingest pipeline"):
-//! - [`delivery`] — stage 1's output, as any bus hands it over;
-//! - [`wire`] — the driver contract: envelope decoding (stage 2), subjects, transition encoding;
-//! - [`pipeline`] — stages 2–10 for one delivery;
-//! - [`dedup`] — stage 3's bounded set;
-//! - [`log`] — rows, quarantine entries, batches (stages 11–12);
-//! - [`projection`] — stage 13 and the checkpoint policy;
-//! - [`watchdog`] — freshness deadlines, startup grace and lag suppression;
+//! Map (ingest spec, "Ingest pipeline"; DESIGN.md §1, "The core API"). Imports run one way
+//! (`tests/module_graph.rs` checks that no modules name each other in a circle, and that only
+//! the router names a part): the router names the parts, the parts name the libraries and the
+//! vocabulary below, and no part names another.
+//!
+//! The router and its parts:
+//! - [`machine`] — [`Core`], the router (str0m's `Rtc` is the model): it owns the clock, the
+//!   mode, the epoch, the registry, the config, the one effect queue and the exit; it routes
+//!   each [`Input`] to the part that owns it, asks every part for the next deadline, and keeps
+//!   the ordering rules as checks across parts;
+//! - `parts/` — the parts, each a type with its own private state and its own tests, which
+//!   never name each other: `ingest` (dedup, batches, the commit report order, the only
+//!   `Ack`s), `projection` (the projection and its checkpoints), `watchdog` (freshness
+//!   deadlines, `quality_changed`), `commands`, [`drivers`] (restart step 7 and the driver
+//!   states), `derived` (derived points, the readings held at restart), `maintenance` (rollup
+//!   and retention schedules, the reprocess slot, "ingest behind") and [`self_points`];
+//!   `parts/context.rs` is what they all read (`Ctx`) and write (`Out`). Only `drivers` and
+//!   `self_points` are public, re-exported here.
+//!
+//! The pure stages and libraries the parts are built from (several are used by other crates):
+//! - [`pipeline`] — stages 2–10 for one delivery; [`decide`] — stages 6–8, which reprocess
+//!   shares; [`dedup`] — stage 3's bounded set;
+//! - [`projection`] — stage 13, the fold, the event policy and the checkpoint policy;
 //! - [`derived`] — derived points: sliding-window and two-input values computed from committed
 //!   rows, keyed by the triggering row, with provenance and typed gaps;
-//! - [`gap`] — the closed vocabulary of gap reasons the system writes;
+//! - [`rollup`], [`retention`] — when rollups refresh and partitions drop, and the horizons;
 //! - [`reprocess_request`] — a reprocess asked of the running core: admission, the job, the
-//!   "newer row wins" rule for the projection;
-//! - [`control`] — the control events the core writes (epoch-stamped);
-//! - [`self_points`] — the figures the core publishes about itself, as observations;
-//! - [`drivers`] — restart step 7: the driver instances, this core's epoch announcement to them
-//!   and their connecting → connected → ready states;
-//! - [`machine`] — [`Core`], which owns all of the above and keeps the ordering rules;
-//! - [`registry`] — the versioned registry;
-//! - [`time`] — the one time type;
+//!   reply; [`reprocess`] — reprocess's pure half (scope, refusal, recompute), which the
+//!   `sentinel reprocess` command drives too;
+//! - [`registry`] — the versioned registry: parsing, admission checks, canonical form, the
+//!   compiled lookup structure.
+//!
+//! The vocabulary:
+//! - [`effect`] — [`Input`], [`Effect`], [`Deadline`], [`ExitReason`]: everything the core is
+//!   told and asks for;
+//! - [`delivery`] — stage 1's output, as any bus hands it over;
+//! - [`wire`] — the driver contract: envelope decoding (stage 2), subjects, transition encoding;
+//! - [`log`] — rows, quarantine entries, batches (stages 11–12); [`state`] — the checkpointed
+//!   point state; [`control`] — the control events the core writes (epoch-stamped);
+//! - [`gap`] — the closed vocabulary of gap reasons the system writes; [`metrics`] — the
+//!   counters; [`config`]; [`time`] — the one time type;
 //! - [`planted`] — bugs the simulator's planted-bug test turns on (feature `planted-bugs`).
 
 pub mod config;
 pub mod control;
+pub mod decide;
 pub mod dedup;
 pub mod delivery;
 pub mod derived;
-pub mod drivers;
 pub mod effect;
 pub mod gap;
 pub mod log;
 pub mod machine;
 pub mod metrics;
+mod parts;
 pub mod pipeline;
 pub mod planted;
 pub mod projection;
@@ -45,16 +67,16 @@ pub mod reprocess;
 pub mod reprocess_request;
 pub mod retention;
 pub mod rollup;
-pub mod self_points;
 pub mod state;
 pub mod time;
-pub mod watchdog;
 pub mod wire;
+
+pub use parts::{drivers, self_points};
 
 pub use config::Config;
 pub use control::{CommandRequest, ControlDetail, ControlEvent, ControlKind, ControlReport};
 pub use delivery::{Delivery, DeliveryTag};
-pub use effect::{Effect, ExitReason, Input};
+pub use effect::{Deadline, Effect, ExitReason, Input};
 pub use gap::GapReason;
 pub use log::{
     Batch, BatchId, CanonicalValue, CommitReport, ObsKey, ObsRow, Quality, QuarantineEntry, QuarantineReason,

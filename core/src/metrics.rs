@@ -39,7 +39,7 @@ pub struct Metrics {
     pub driver_hellos_ahead: u64,
     pub driver_reannouncements: u64,
     /// Driver instances now connecting, connected and ready (a gauge, as
-    /// [`crate::drivers::DriverState::ALL`] orders them).
+    /// `DriverState::ALL` orders them).
     pub drivers: [u64; 3],
     /// The last lag reading from the durable consumer.
     pub lag_pending: u64,

@@ -390,7 +390,7 @@ impl Projection {
             return false;
         }
         let mut rebuilt =
-            crate::reprocess::rebuild_state(slot.state.point_id.clone(), Some(head), Some(&slot.state), now);
+            crate::state::rebuild_state(slot.state.point_id.clone(), Some(head), Some(&slot.state), now);
         let current = head
             .state
             .observed_at

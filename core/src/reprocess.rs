@@ -6,8 +6,9 @@
 //! - the scope: which points a glob names ([`glob_match`], [`scope`]);
 //! - the refusal ([`validate`]): the whole scope is checked before anything is written;
 //! - the recompute of one stored row under a registry version ([`recompute`]), by stages 6–8
-//!   of the pipeline ([`crate::pipeline::decide`], the one definition both share);
-//! - the projection rebuilt for a reprocessed point ([`rebuild_state`]);
+//!   of the pipeline ([`crate::decide::decide`], the one definition both share);
+//! - the projection rebuilt for a reprocessed point ([`rebuild_state`], defined with the state
+//!   type, below the running core's projection, which uses it too);
 //! - the `reprocess` control event's payload ([`ReprocessRecord`]);
 //! - the dry run's time estimate ([`estimate_ms`]).
 //!
@@ -27,7 +28,7 @@
 //!
 //! What the driver asserted ([`asserted_of`]) is kept wherever stages 6–8 do not decide:
 //! - `unavailable`, and `bad` with a reason that is not one of the pipeline's own
-//!   ([`crate::pipeline::reason`]), are the driver's: kept, with their reason, unless stages 6–8
+//!   ([`crate::decide::reason`]), are the driver's: kept, with their reason, unless stages 6–8
 //!   now fail (then `bad` with the pipeline's reason, as at ingest);
 //! - `live` keeps the driver's reason, if it gave one;
 //! - `bad` with a pipeline reason was decided by stages 6–8 and is decided again (what the
@@ -45,10 +46,10 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use crate::config::Config;
+use crate::decide::{self, Asserted};
 use crate::log::{CanonicalValue, ObsKey, Quality};
-use crate::pipeline::{self, Asserted};
 use crate::registry::{CompiledPoint, Registry, RetentionClass};
-use crate::state::{LogHead, PointState};
+pub use crate::state::rebuild_state;
 use crate::time::{Micros, US_PER_DAY};
 use crate::wire::NativeValue;
 
@@ -216,7 +217,7 @@ pub fn validate(
 }
 
 fn is_pipeline_reason(reason: Option<&str>) -> bool {
-    use pipeline::reason::*;
+    use decide::reason::*;
     matches!(
         reason,
         Some(
@@ -248,7 +249,7 @@ pub fn native_of(row: &StoredObservation) -> NativeValue<'_> {
 /// (see the module's rules).
 pub fn asserted_of(row: &StoredObservation) -> (Option<Quality>, Option<Cow<'static, str>>, Option<&str>) {
     let decided_by_pipeline = row.quality == Quality::Bad && is_pipeline_reason(row.reason.as_deref());
-    let unit = if row.reason.as_deref() == Some(pipeline::reason::UNIT_MISMATCH) {
+    let unit = if row.reason.as_deref() == Some(decide::reason::UNIT_MISMATCH) {
         row.unit_native.as_deref()
     } else {
         None
@@ -266,7 +267,7 @@ pub fn asserted_of(row: &StoredObservation) -> (Option<Quality>, Option<Cow<'sta
 pub fn recompute(point: &CompiledPoint, config: &Config, version: i32, row: &StoredObservation) -> RowUpdate {
     let native = native_of(row);
     let (quality, reason, unit) = asserted_of(row);
-    let decided = pipeline::decide(
+    let decided = decide::decide(
         point,
         config,
         Asserted {
@@ -289,42 +290,6 @@ pub fn recompute(point: &CompiledPoint, config: &Config, version: i32, row: &Sto
         reason: decided.reason.map(Cow::into_owned),
         registry_version: version,
     }
-}
-
-/// The state of a reprocessed point: the fold of its rows (the log head, which the store reads
-/// after the updates commit), with what the log does not hold from the checkpoint: the
-/// control-event watermark, `changed_at`, and a quality the system set after the head row
-/// (`stale` from the watchdog, `restored` from a restart) when the head is the checkpoint's
-/// own position. `quality_since` moves to `now` when the quality changes.
-pub fn rebuild_state(
-    point_id: Arc<str>,
-    head: Option<&LogHead>,
-    checkpoint: Option<&PointState>,
-    now: Micros,
-) -> PointState {
-    let Some(head) = head else {
-        return checkpoint
-            .cloned()
-            .unwrap_or_else(|| PointState::unknown(point_id, now));
-    };
-    let mut state = PointState {
-        point_id,
-        ..head.state.clone()
-    };
-    state.changed_at = checkpoint.and_then(|c| c.changed_at);
-    state.watermark_seq = checkpoint.and_then(|c| c.watermark_seq);
-    state.quality_since = now;
-    if let Some(checkpoint) = checkpoint {
-        let same_position = checkpoint.order_key() == state.order_key();
-        if same_position && matches!(checkpoint.quality, Quality::Stale | Quality::Restored) {
-            state.quality = checkpoint.quality;
-            state.reason = checkpoint.reason.clone();
-        }
-        if checkpoint.quality == state.quality {
-            state.quality_since = checkpoint.quality_since;
-        }
-    }
-    state
 }
 
 /// The range whose rollups a reprocess refreshes: from the first to just past the last
@@ -389,6 +354,8 @@ pub fn days_between(earlier: Micros, later: Micros) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline;
+    use crate::state::{LogHead, PointState};
 
     #[test]
     fn globs_match_stars_and_single_characters() {

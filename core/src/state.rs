@@ -1,7 +1,9 @@
 //! A point's state as checkpointed to `point_state` and restored from it (ingest spec,
 //! "Projection", "Restart" steps 2–3).
 //!
-//! Owns: the row shape shared by the projection, the checkpoint effect and the store.
+//! Owns: the row shape shared by the projection, the checkpoint effect and the store, and
+//! [`rebuild_state`], the state of a point rebuilt from its log head, which the running
+//! core's projection (after a reprocess) and the reprocess command both use.
 
 use std::sync::Arc;
 
@@ -71,4 +73,40 @@ pub struct LogHead {
 pub struct RestoredState {
     pub checkpoints: Vec<PointState>,
     pub log_heads: Vec<LogHead>,
+}
+
+/// The state of a reprocessed point: the fold of its rows (the log head, which the store reads
+/// after the updates commit), with what the log does not hold from the checkpoint: the
+/// control-event watermark, `changed_at`, and a quality the system set after the head row
+/// (`stale` from the watchdog, `restored` from a restart) when the head is the checkpoint's
+/// own position. `quality_since` moves to `now` when the quality changes.
+pub fn rebuild_state(
+    point_id: Arc<str>,
+    head: Option<&LogHead>,
+    checkpoint: Option<&PointState>,
+    now: Micros,
+) -> PointState {
+    let Some(head) = head else {
+        return checkpoint
+            .cloned()
+            .unwrap_or_else(|| PointState::unknown(point_id, now));
+    };
+    let mut state = PointState {
+        point_id,
+        ..head.state.clone()
+    };
+    state.changed_at = checkpoint.and_then(|c| c.changed_at);
+    state.watermark_seq = checkpoint.and_then(|c| c.watermark_seq);
+    state.quality_since = now;
+    if let Some(checkpoint) = checkpoint {
+        let same_position = checkpoint.order_key() == state.order_key();
+        if same_position && matches!(checkpoint.quality, Quality::Stale | Quality::Restored) {
+            state.quality = checkpoint.quality;
+            state.reason = checkpoint.reason.clone();
+        }
+        if checkpoint.quality == state.quality {
+            state.quality_since = checkpoint.quality_since;
+        }
+    }
+    state
 }

@@ -455,7 +455,8 @@ pub const STALE_EPOCH: &str = "stale_epoch";
 pub const COMMAND_REQUEST_SUBJECT: &str = "sentinel.command.request";
 
 /// Where a reprocess is asked of the running core (request/reply: the core answers on the
-/// request's reply subject; `crate::reprocess_request`). Plain NATS like command requests.
+/// request's reply subject; the request and reply shapes are in `reprocess_request.rs`). Plain
+/// NATS like command requests.
 pub const REPROCESS_REQUEST_SUBJECT: &str = "sentinel.reprocess.request";
 
 pub fn cmd_subject(host: &str, driver_instance: &str) -> String {

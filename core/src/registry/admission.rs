@@ -7,15 +7,14 @@
 //! inputs graph's acyclicity (a cycle is named, `a → b → c → a`), the total declared peak
 //! rate against the ingest budget, and the stream's bound against the backlog of an outage at
 //! that rate. Each refusal is one line naming a file and a point. Per-point checks that need
-//! nothing but the point live in [`super::check`], which calls this.
+//! nothing but the point live in `check.rs`, which calls this.
 
 use std::collections::BTreeMap;
 
-use super::descriptor::{Archetype, Kind};
+use super::descriptor::{Archetype, Kind, SELF_HOST};
+use super::folder::{FOLDER, LocatedPoint, RegistryIssue, SourceFolder};
 use super::graph;
-use super::plan::{Admission, DeclaredLoad};
-use super::source::{LocatedPoint, RegistryIssue, SourceFolder};
-use crate::self_points::SELF_HOST;
+use super::plan::{Admission, DeclaredLoad, PEAK_RATE_HZ_MAX};
 
 /// The longest sliding window a derived point may declare; it is also the lookback a restart
 /// rehydrates, so it bounds restart work.
@@ -132,7 +131,7 @@ fn check_cycles(points: &BTreeMap<&str, (&str, &LocatedPoint)>, issues: &mut Vec
         .collect();
     for cycle in graph::cycles(&edges) {
         let first = cycle[0].as_str();
-        let file = points.get(first).map_or(super::source::FOLDER, |(f, _)| f);
+        let file = points.get(first).map_or(FOLDER, |(f, _)| f);
         issues.push(RegistryIssue::point(
             file,
             first,
@@ -203,7 +202,7 @@ fn check_load(
 
 /// A rate the per-point check accepts; a refused one is reported there and not counted twice.
 fn admissible_rate(rate: Option<f64>) -> Option<f64> {
-    rate.filter(|r| r.is_finite() && *r > 0.0 && *r <= super::check::PEAK_RATE_HZ_MAX)
+    rate.filter(|r| r.is_finite() && *r > 0.0 && *r <= PEAK_RATE_HZ_MAX)
 }
 
 fn kind_str(kind: Kind) -> &'static str {

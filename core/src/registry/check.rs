@@ -2,7 +2,7 @@
 //! admission test").
 //!
 //! Owns: every rule a registry folder must satisfy before it may be loaded, run on the parsed
-//! folder ([`super::source::SourceFolder`]) so that one run reports everything wrong at once,
+//! folder ([`SourceFolder`]) so that one run reports everything wrong at once,
 //! each issue naming its file and point. `sentinel registry check` is this function, and is
 //! meant to run in a registry repository's own CI: a point that would hurt the system later
 //! (an event flood, a point that is always stale, a unit that cannot be converted, a host that
@@ -15,8 +15,8 @@
 use std::collections::BTreeMap;
 
 use super::descriptor::{EventPolicy, Kind, Reporting};
+use super::folder::{FOLDER, LocatedPoint, RegistryIssue, SourceFile, SourceFolder, SourcePoint, Vocabulary};
 use super::plan::Admission;
-use super::source::{FOLDER, LocatedPoint, RegistryIssue, SourceFile, SourceFolder, Vocabulary};
 
 /// Points in one registry. The spec targets ~4,000 (core runtime spec, "Scale targets"); this
 /// leaves room for sixteen times that.
@@ -31,8 +31,7 @@ pub const POINT_ID_BYTES_MAX: usize = 128;
 pub const NAME_BYTES_MAX: usize = 64;
 /// Codebook codes and members.
 pub const CODE_BYTES_MAX: usize = 64;
-/// Above this a point is not telemetry this core is sized for (spec: the fast tier is 1 Hz).
-pub const PEAK_RATE_HZ_MAX: f64 = 100.0;
+pub use super::plan::PEAK_RATE_HZ_MAX;
 /// `event_policy = "always"` raises one event per reading; above this rate that floods
 /// subscribers (sensor paradigm, "Record and raise are two verbs").
 pub const ALWAYS_RATE_HZ_MAX: f64 = 1.0;
@@ -410,7 +409,7 @@ fn check_point(
 
 /// A point that reports only on change must heartbeat, and its heartbeat must come before
 /// its freshness runs out, or an unchanged point would go stale between heartbeats.
-fn check_heartbeat(p: &super::source::SourcePoint, push: &mut impl FnMut(String)) {
+fn check_heartbeat(p: &SourcePoint, push: &mut impl FnMut(String)) {
     match (p.reporting, p.heartbeat_s) {
         (Some(Reporting::OnChange), None) => push(
             "reporting \"on_change\" without heartbeat_s: a point that only reports on change cannot be told \
@@ -433,7 +432,7 @@ fn check_heartbeat(p: &super::source::SourcePoint, push: &mut impl FnMut(String)
 }
 
 fn check_units(
-    p: &super::source::SourcePoint,
+    p: &SourcePoint,
     vocabulary: &Vocabulary,
     not_number: bool,
     kind_name: &str,

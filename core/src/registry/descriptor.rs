@@ -74,6 +74,12 @@ pub struct Range {
     pub max: f64,
 }
 
+/// The host the registry assigns the core's own points to (its self-points and derived
+/// points): the core publishes their readings itself, on `obs.sentinel.>`.
+pub const SELF_HOST: &str = "sentinel";
+/// The driver instance of the core's self-points, under [`SELF_HOST`].
+pub const SELF_INSTANCE: &str = "core";
+
 /// Which driver host and instance may publish this point (stage 5).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]

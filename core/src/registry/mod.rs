@@ -1,16 +1,23 @@
 //! The versioned, content-addressed registry (ingest spec, "The registry is versioned data";
 //! DESIGN.md §4).
 //!
-//! Owns: the descriptor format ([`descriptor`]), parsing a registry folder's TOML text into
-//! descriptors ([`source`]), the admission checks ([`check`]), canonical form and hashing
-//! ([`canonical`]), the registry-wide admission checks ([`admission`]) over the derived inputs
-//! graph ([`graph`]) and the declared load ([`plan`]), and the compiled, interned lookup structure the pipeline uses ([`Registry`]).
+//! Owns: the descriptor format ([`descriptor`]), a registry folder's TOML text parsed into
+//! its raw form with the issue types ([`folder`]), the admission checks ([`check`]), the
+//! registry-wide admission checks ([`admission`]) over the derived inputs graph ([`graph`])
+//! and the declared load ([`plan`]), loading (parse → check → resolve into descriptors,
+//! [`source`]), canonical form and hashing ([`canonical`]), and the compiled, interned lookup
+//! structure the pipeline uses ([`Registry`]).
+//!
+//! Imports run one way: `descriptor` and `graph` at the bottom; `folder` and `plan` over
+//! them; `admission` over those; `check` over `admission`; `source` (which loads) over
+//! `check`; `canonical` over the compiled registry.
 //! Reading files and git is the `io` crate's job: this module takes text in.
 
 pub mod admission;
 pub mod canonical;
 pub mod check;
 pub mod descriptor;
+pub mod folder;
 pub mod graph;
 pub mod plan;
 pub mod source;
@@ -21,7 +28,7 @@ use rustc_hash::FxHashMap;
 
 pub use descriptor::{
     Archetype, Assignment, Conversion, Derived, DerivedOp, Descriptor, EventPolicy, Kind, Manifest, Range,
-    Reporting, RetentionClass,
+    Reporting, RetentionClass, SELF_HOST, SELF_INSTANCE,
 };
 
 /// Index of a point in a compiled [`Registry`]. Stable for that registry only.

@@ -5,7 +5,7 @@
 //! ([`Admission`]: the ingest budget, the outage the stream must absorb, the stream's bound),
 //! the arithmetic from declared peak rates and row sizes to rows and bytes per day per
 //! retention class and to the stream needed for the outage ([`DeclaredLoad`]), and the plan
-//! `sentinel registry plan` prints ([`Plan`]). [`super::check`] refuses a registry whose
+//! `sentinel registry plan` prints ([`Plan`]). The admission checks refuse a registry whose
 //! declared load does not fit; this module only counts.
 //!
 //! Every rate here is a declared peak, so every figure is an upper bound: a registry that fits
@@ -18,6 +18,10 @@ use super::graph;
 
 /// The spec's design ingest rate (core runtime spec, "Scale targets": "The design figure is
 /// 500/s").
+/// Above this a point is not telemetry this core is sized for (spec: the fast tier is 1 Hz):
+/// the per-point check refuses it, and the declared load counts only rates up to it.
+pub const PEAK_RATE_HZ_MAX: f64 = 100.0;
+
 pub const INGEST_BUDGET_OBS_S_DEFAULT: f64 = 500.0;
 /// The tolerable unplanned outage the stream is sized for (core runtime spec, "Two different
 /// outage numbers": four hours).

@@ -1,23 +1,28 @@
-//! The core's own self-points (core runtime spec, "Scale targets": self-points are points in
+//! The self-points part: the core's own self-points (core runtime spec, "Scale targets": self-points are points in
 //! every respect; "Backpressure": lag read from the consumer, published as self-points;
 //! DESIGN.md §2: they travel through ingest like any other observation).
 //!
-//! Owns: which figures the core reports about itself, how often, and the envelopes that
+//! Owns: which figures the core reports about itself, how often (the interval, when the next
+//! readings are due, the last throughput sample), their sequence, and the envelopes that
 //! carry them. The core publishes them into the observation stream as the driver instance
 //! `core` of host `sentinel`, keyed `(core, core epoch, n)`: the epoch changes with every
 //! acquisition, so keys never repeat across incarnations. A figure whose point the registry
 //! does not declare is not published.
+//!
+//! Takes `Tick`, with the counters ([`Metrics`]). Emits `PublishObservation`.
 
 use bytes::Bytes;
 
+use crate::effect::Effect;
 use crate::metrics::Metrics;
 use crate::registry::Registry;
 use crate::time::Micros;
 use crate::wire::{EnvelopeOut, obs_subject};
 
+use super::context::{Ctx, Out};
+
 /// The host and driver instance the registry assigns the core's self-points to.
-pub const SELF_HOST: &str = "sentinel";
-pub const SELF_INSTANCE: &str = "core";
+pub use crate::registry::{SELF_HOST, SELF_INSTANCE};
 
 pub const LAG_PENDING: &str = "sentinel.core.lag_pending";
 /// Milliseconds, as its `unit_native` says; stored in seconds.
@@ -72,6 +77,17 @@ impl SelfPoints {
         (self.interval_ms > 0).then_some(self.next_at)
     }
 
+    /// For a running core: the readings due now, published.
+    pub(crate) fn on_tick(&mut self, ctx: &Ctx, out: &mut Out) {
+        for o in self.take_due(ctx.now, ctx.epoch, &ctx.registry, &out.metrics) {
+            out.push(Effect::PublishObservation {
+                subject: o.subject,
+                msg_id: o.msg_id,
+                payload: o.payload,
+            });
+        }
+    }
+
     /// The readings due at `now`, if any.
     pub fn take_due(
         &mut self,
@@ -123,5 +139,41 @@ impl SelfPoints {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parts::context::testing::{EPOCH, T0, ctx, drain};
+
+    #[test]
+    fn readings_of_declared_figures_go_out_on_the_interval() {
+        let mut ctx = ctx();
+        let mut out = Out::default();
+        let mut self_points = SelfPoints::new(1_000, &ctx.registry, T0);
+        assert_eq!(self_points.next_deadline(), Some(T0.add_ms(1_000)));
+        self_points.on_tick(&ctx, &mut out);
+        assert!(drain(&mut out).is_empty(), "not due yet");
+        out.metrics.lag_pending = 12;
+        ctx.now = T0.add_ms(1_000);
+        self_points.on_tick(&ctx, &mut out);
+        let effects = drain(&mut out);
+        // Only the lag figure is declared by the fixture registry.
+        let [
+            Effect::PublishObservation {
+                subject,
+                msg_id,
+                payload,
+            },
+        ] = &effects[..]
+        else {
+            panic!("one reading: {effects:?}");
+        };
+        assert_eq!(subject, "obs.sentinel.core");
+        assert_eq!(msg_id, &crate::wire::msg_id(SELF_INSTANCE, EPOCH, 1));
+        let envelope: serde_json::Value = serde_json::from_slice(payload).expect("an envelope");
+        assert_eq!(envelope["value"], serde_json::json!(12));
+        assert_eq!(self_points.next_deadline(), Some(T0.add_ms(2_000)));
     }
 }

@@ -1,6 +1,6 @@
-//! The core's view of its driver instances: restart step 7, "Start drivers; instances go
-//! connecting → connected → ready" (ingest spec, "Restart"), and the announcement half of bus
-//! fencing (core runtime spec, "Fencing the bus").
+//! The drivers part: the core's view of its driver instances, restart step 7, "Start drivers;
+//! instances go connecting → connected → ready" (ingest spec, "Restart"), and the announcement
+//! half of bus fencing (core runtime spec, "Fencing the bus").
 //!
 //! Owns: the table of driver instances the registry assigns points to (one entry per
 //! `(host, driver_instance)`, so bounded by the registry), each instance's state as this core
@@ -25,15 +25,25 @@
 //! or missed it learns the epoch before this core's first command to it. A hello above this
 //! core's epoch means a newer core has announced itself; it is counted and logged by the
 //! runtime, and the lock check is what stops this core.
+//!
+//! Takes `DriverHello` and each RETURNING row (the point's instance may become ready). Emits
+//! `Publish` of the announcement again, to an instance whose hello showed it had not seen
+//! this core's epoch; the first announcements go out through [`crate::Core::start_drivers`].
+//! Keeps the `drivers` gauge of [`crate::Metrics`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::effect::Effect;
+use crate::log::ObsRow;
+use crate::metrics::Metrics;
 use crate::registry::{CompiledPoint, PointIdx, Registry};
 use crate::time::Micros;
 use crate::wire::{CoreStarted, DriverHello, ToDriver, cmd_subject};
+
+use super::context::Out;
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DriverState {
@@ -203,10 +213,101 @@ impl Drivers {
         self.slot(host, driver_instance).map(|slot| &self.views[slot])
     }
 
+    /// A hello, counted by its outcome; an instance that has not seen this core's epoch is
+    /// sent the announcement again.
+    pub(crate) fn hello(&mut self, host: &str, hello: &DriverHello, out: &mut Out) {
+        out.metrics.driver_hellos += 1;
+        match self.on_hello(host, hello) {
+            HelloOutcome::Current => {}
+            HelloOutcome::Reannounce(Announcement { subject, payload }) => {
+                out.metrics.driver_reannouncements += 1;
+                out.push(Effect::Publish { subject, payload });
+            }
+            // A newer core has announced itself to this driver, so this one has been replaced;
+            // the lock check stops it. Until then the driver refuses its commands anyway.
+            HelloOutcome::Ahead => out.metrics.driver_hellos_ahead += 1,
+            HelloOutcome::Unknown => out.metrics.driver_hellos_unknown += 1,
+        }
+        self.gauge(&mut out.metrics);
+    }
+
+    /// A RETURNING row: its instance may now be ready.
+    pub(crate) fn row_committed(&mut self, row: &ObsRow, metrics: &mut Metrics) {
+        if self.on_row(row.point, row.observed_at) {
+            self.gauge(metrics);
+        }
+    }
+
+    /// The `drivers` gauge: instances in each state.
+    pub(crate) fn gauge(&self, metrics: &mut Metrics) {
+        metrics.drivers = DriverState::ALL.map(|state| self.count(state) as u64);
+    }
+
     /// Views are sorted by `(host, driver_instance)`.
     fn slot(&self, host: &str, driver_instance: &str) -> Option<usize> {
         self.views
             .binary_search_by(|v| (&*v.host, &*v.driver_instance).cmp(&(host, driver_instance)))
             .ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parts::context::testing::{EPOCH, HOST, INSTANCE, T0, ctx, drain, row};
+    use crate::registry::SELF_HOST;
+
+    fn hello(highest_epoch_seen: u32) -> DriverHello {
+        DriverHello {
+            v: 1,
+            driver_instance: INSTANCE.into(),
+            source_epoch: 1,
+            highest_epoch_seen,
+        }
+    }
+
+    #[test]
+    fn an_instance_goes_connecting_connected_ready_and_the_gauge_follows() {
+        let ctx = ctx();
+        let mut out = Out::default();
+        let mut drivers = Drivers::new(&ctx.registry, SELF_HOST, EPOCH, T0);
+        assert_eq!(drivers.announcements().len(), 1, "the core's own host is skipped");
+        drivers.gauge(&mut out.metrics);
+        assert_eq!(out.metrics.drivers, [1, 0, 0]);
+        drivers.hello(HOST, &hello(EPOCH), &mut out);
+        assert_eq!(out.metrics.drivers, [0, 1, 0]);
+        // Backlog observed before this core started does not make it ready.
+        drivers.row_committed(&row(&ctx, "plant.temp", 1, 1.0, T0.add_ms(-1)), &mut out.metrics);
+        assert_eq!(out.metrics.drivers, [0, 1, 0]);
+        drivers.row_committed(&row(&ctx, "plant.temp", 2, 1.0, T0), &mut out.metrics);
+        assert_eq!(out.metrics.drivers, [0, 0, 1]);
+        assert!(drain(&mut out).is_empty());
+    }
+
+    #[test]
+    fn a_hello_behind_gets_the_announcement_again_one_ahead_is_counted() {
+        let ctx = ctx();
+        let mut out = Out::default();
+        let mut drivers = Drivers::new(&ctx.registry, SELF_HOST, EPOCH, T0);
+        drivers.hello(HOST, &hello(EPOCH - 1), &mut out);
+        let effects = drain(&mut out);
+        assert!(
+            matches!(&effects[..], [Effect::Publish { subject, .. }] if subject == "cmd.plant-a.modbus-1"),
+            "{effects:?}"
+        );
+        drivers.hello(HOST, &hello(EPOCH + 1), &mut out);
+        drivers.hello("plant-z", &hello(EPOCH), &mut out);
+        assert!(drain(&mut out).is_empty());
+        let m = &out.metrics;
+        assert_eq!(
+            (
+                m.driver_hellos,
+                m.driver_reannouncements,
+                m.driver_hellos_ahead,
+                m.driver_hellos_unknown
+            ),
+            (3, 1, 1, 1)
+        );
+        assert_eq!(m.drivers, [1, 0, 0]);
     }
 }

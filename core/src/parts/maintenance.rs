@@ -1,0 +1,234 @@
+//! The maintenance part: the running core's work on the log that is not ingest — the rollup
+//! refresh and retention schedules, and the one reprocess asked over the bus (ingest spec,
+//! "Retention and rollups", "Reprocess"; core runtime spec, "Backpressure").
+//!
+//! Owns: the [`RollupSchedule`] and the [`RetentionSchedule`] (in [`crate::rollup`] and
+//! [`crate::retention`]), the [`ReprocessSlot`] (in [`crate::reprocess_request`]), and whether
+//! the last lag reading was high. Ingest needs the database more than maintenance does: while
+//! the lag is high or every in-flight slot is taken ("ingest behind", which the router tells
+//! from the ingest part's pipeline), no rollup step or retention run is asked for, so they
+//! never starve ingest.
+//!
+//! Takes `Tick`, `Lag`, `RollupStepped`, `RetentionRan`, `ReprocessRequested` and the slot's
+//! side of `ReprocessFinished` and of the core's exit (the fenced inputs stop the core in the
+//! router).
+//!
+//! Emits `RefreshRollups`, `DropExpired`, `Reprocess` and `ReprocessReply`.
+
+use crate::config::Config;
+use crate::effect::Effect;
+use crate::reprocess_request::{Admission, ReprocessAsk, ReprocessReply, ReprocessSlot};
+use crate::retention::{RetentionOutcome, RetentionSchedule};
+use crate::rollup::{RollupSchedule, RollupStepOutcome};
+use crate::time::Micros;
+
+use super::context::{Ctx, Out};
+
+#[derive(Debug)]
+pub(crate) struct Maintenance {
+    rollups: RollupSchedule,
+    retention: RetentionSchedule,
+    reprocess: ReprocessSlot,
+    /// The last lag reading was high.
+    lag_high: bool,
+}
+
+impl Maintenance {
+    pub fn new(config: &Config, now: Micros) -> Maintenance {
+        Maintenance {
+            rollups: RollupSchedule::new(config.rollups.clone(), now),
+            retention: RetentionSchedule::new(config.retention.clone(), now),
+            reprocess: ReprocessSlot::default(),
+            lag_high: false,
+        }
+    }
+
+    /// A lag reading from the durable consumer, recorded for the self-points. Returns whether
+    /// it is high (past either bound of the config).
+    pub fn on_lag(
+        &mut self,
+        pending: u64,
+        oldest_unacked_age_ms: Option<u64>,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) -> bool {
+        let config = &ctx.config;
+        let high = pending >= config.lag_high_pending
+            || oldest_unacked_age_ms.is_some_and(|age| age >= config.lag_high_age_ms);
+        out.metrics.lag_pending = pending;
+        out.metrics.lag_oldest_unacked_age_ms = oldest_unacked_age_ms.unwrap_or(0);
+        self.lag_high = high;
+        high
+    }
+
+    /// Ingest needs the database more than the rollups do: the lag is high or (`pipeline_full`)
+    /// every in-flight slot is taken.
+    fn ingest_behind(&self, pipeline_full: bool) -> bool {
+        self.lag_high || pipeline_full
+    }
+
+    /// For a running core: the rollup step and the retention run that are due, unless ingest
+    /// is behind.
+    pub fn on_tick(&mut self, pipeline_full: bool, ctx: &Ctx, out: &mut Out) {
+        let behind = self.ingest_behind(pipeline_full);
+        if let Some(step) = self.rollups.poll(ctx.now, ctx.epoch, behind) {
+            out.push(Effect::RefreshRollups(step));
+        }
+        if let Some(run) = self.retention.poll(ctx.now, ctx.epoch, behind) {
+            out.push(Effect::DropExpired(run));
+        }
+    }
+
+    /// When the running core should next tick for a rollup step or a retention run: never
+    /// while ingest is behind (a lag reading or a commit wakes the core anyway).
+    pub fn next_deadline(&self, pipeline_full: bool) -> Option<Micros> {
+        if self.ingest_behind(pipeline_full) {
+            return None;
+        }
+        match (self.rollups.next_deadline(), self.retention.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn on_rollup_stepped(&mut self, now: Micros, outcome: RollupStepOutcome) {
+        self.rollups.on_step(now, outcome);
+    }
+
+    pub fn on_retention_ran(&mut self, now: Micros, outcome: RetentionOutcome) {
+        self.retention.on_run(now, outcome);
+    }
+
+    /// A reprocess asked over the bus: started as an effect the runtime runs off the loop, or
+    /// refused at once (see [`ReprocessSlot::admit`]).
+    pub fn on_reprocess_requested(
+        &mut self,
+        ask: ReprocessAsk,
+        reply_to: String,
+        running: bool,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) {
+        match self
+            .reprocess
+            .admit(ask, reply_to.clone(), ctx.epoch, ctx.registry.version, !running)
+        {
+            Admission::Start(job) => out.push(Effect::Reprocess(job)),
+            Admission::Refuse(reply) => out.push(Effect::ReprocessReply {
+                reply_to,
+                payload: reply.to_bytes(),
+            }),
+        }
+    }
+
+    /// The running reprocess named `request_id` finished: frees the slot and returns where to
+    /// reply (`None` for an answer to no running request, ignored).
+    pub fn finish_reprocess(&mut self, request_id: &str) -> Option<String> {
+        self.reprocess.finish(request_id)
+    }
+
+    pub fn reply(&self, reply_to: String, reply: &ReprocessReply, out: &mut Out) {
+        out.push(Effect::ReprocessReply {
+            reply_to,
+            payload: reply.to_bytes(),
+        });
+    }
+
+    /// The core stops: a reprocess in flight is abandoned (the runtime stops its task; whole
+    /// chunks stay done), and its asker hears so now rather than waiting out its timeout.
+    pub fn abandon_reprocess(&mut self, why: &str, ctx: &Ctx, out: &mut Out) {
+        if let Some(reply_to) = self.reprocess.abandon() {
+            let reply = ReprocessReply::Failed {
+                epoch: ctx.epoch,
+                why: format!("the core stopped ({why}) before the reprocess finished"),
+            };
+            self.reply(reply_to, &reply, out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::parts::context::testing::{T0, ctx, drain};
+
+    fn ask(request_id: &str, registry_version: i32) -> ReprocessAsk {
+        ReprocessAsk {
+            request_id: request_id.into(),
+            principal: "operator:ana".into(),
+            glob: "plant.*".into(),
+            from_us: 0,
+            to_us: None,
+            registry_version,
+            dry_run: false,
+            chunk_rows: 100,
+        }
+    }
+
+    fn kinds(effects: &[Effect]) -> Vec<&'static str> {
+        effects
+            .iter()
+            .map(|e| match e {
+                Effect::RefreshRollups(_) => "rollups",
+                Effect::DropExpired(_) => "retention",
+                Effect::Reprocess(_) => "reprocess",
+                Effect::ReprocessReply { .. } => "reply",
+                other => panic!("not maintenance's: {other:?}"),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn nothing_is_asked_while_ingest_is_behind() {
+        let mut ctx = ctx();
+        let mut out = Out::default();
+        let mut maintenance = Maintenance::new(&ctx.config, T0);
+        let rollup_due = T0.add_ms(ctx.config.rollups.refresh_interval_ms);
+        assert_eq!(
+            maintenance.next_deadline(false),
+            Some(rollup_due),
+            "the rollups come first"
+        );
+        assert_eq!(maintenance.next_deadline(true), None, "a full pipeline");
+        let high = maintenance.on_lag(ctx.config.lag_high_pending, None, &ctx, &mut out);
+        assert!(high);
+        assert_eq!(out.metrics.lag_pending, ctx.config.lag_high_pending);
+        ctx.now = T0.add_ms(ctx.config.retention.first_run_delay_ms);
+        maintenance.on_tick(false, &ctx, &mut out);
+        assert!(drain(&mut out).is_empty(), "lag is high");
+        assert!(!maintenance.on_lag(0, Some(0), &ctx, &mut out));
+        maintenance.on_tick(false, &ctx, &mut out);
+        assert_eq!(kinds(&drain(&mut out)), ["rollups", "retention"]);
+        assert_eq!(maintenance.next_deadline(false), None, "both in flight");
+        maintenance.on_rollup_stepped(ctx.now, RollupStepOutcome::Done { behind: true });
+        let catch_up = ctx.now.add_ms(ctx.config.rollups.catch_up_interval_ms);
+        assert_eq!(maintenance.next_deadline(false), Some(catch_up));
+    }
+
+    #[test]
+    fn one_reprocess_at_a_time_and_an_exit_answers_it() {
+        let ctx = ctx();
+        let mut out = Out::default();
+        let mut maintenance = Maintenance::new(&ctx.config, T0);
+        let version = ctx.registry.version;
+        maintenance.on_reprocess_requested(ask("r-1", version), "reply.1".into(), true, &ctx, &mut out);
+        maintenance.on_reprocess_requested(ask("r-2", version), "reply.2".into(), true, &ctx, &mut out);
+        assert_eq!(
+            kinds(&drain(&mut out)),
+            ["reprocess", "reply"],
+            "the second is busy"
+        );
+        assert_eq!(maintenance.finish_reprocess("r-2"), None, "not the running one");
+        maintenance.abandon_reprocess("fenced", &ctx, &mut out);
+        let effects = drain(&mut out);
+        let [Effect::ReprocessReply { reply_to, payload }] = &effects[..] else {
+            panic!("one reply: {effects:?}");
+        };
+        assert_eq!(reply_to, "reply.1");
+        let reply: ReprocessReply = serde_json::from_slice(payload).expect("a reply");
+        assert!(matches!(reply, ReprocessReply::Failed { why, .. } if why.contains("fenced")));
+        assert_eq!(maintenance.finish_reprocess("r-1"), None, "the slot is free");
+        maintenance.on_reprocess_requested(ask("r-3", version), "reply.3".into(), false, &ctx, &mut out);
+        assert_eq!(kinds(&drain(&mut out)), ["reply"], "a draining core starts none");
+    }
+}

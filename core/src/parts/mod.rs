@@ -1,0 +1,24 @@
+//! The parts [`crate::Core`] routes its inputs to. Each part is a type with its own private
+//! state and its own tests; parts never call each other: the router hands each what it needs
+//! (data, or a read-only view of another part) and every part writes into the one effect
+//! queue ([`context::Out`]), in the order the router calls it.
+//!
+//! - [`ingest`]: dedup, batches, acks, the commit report order;
+//! - [`projection`]: the projection and its checkpoints;
+//! - [`watchdog`]: freshness deadlines and their `quality_changed` events;
+//! - [`commands`]: command requests and `command_issued`;
+//! - [`drivers`]: the driver instances' states and the epoch announcement;
+//! - [`derived`]: derived points, and the readings held back at restart;
+//! - [`maintenance`]: rollup and retention schedules, the reprocess slot, "ingest behind";
+//! - [`self_points`]: the core's figures about itself;
+//! - [`context`]: what they all read ([`context::Ctx`]) and write ([`context::Out`]).
+
+pub(crate) mod commands;
+pub(crate) mod context;
+pub(crate) mod derived;
+pub mod drivers;
+pub(crate) mod ingest;
+pub(crate) mod maintenance;
+pub(crate) mod projection;
+pub mod self_points;
+pub(crate) mod watchdog;
