@@ -2,7 +2,7 @@
 //! checker catches each one (simulator issue: "The checker must be able to fail").
 //!
 //! Owns: the list of planted bugs. The switch that turns one on ([`crate::Core::plant`] here,
-//! `MemoryStore::plant` in `sentinel-io`, `EpochGuard::plant` in `sentinel-driver`) only
+//! `MemoryStore::plant` in `sentinel-models`, `EpochGuard::plant` in `sentinel-driver`) only
 //! exists with the `planted-bugs` feature, which no production build enables; without it a
 //! core, a store or a driver can never carry a planted bug. The runtime's planted bug is read
 //! from the core it runs ([`crate::Core::is_planted`]).
@@ -30,7 +30,7 @@ pub enum PlantedBug {
     /// the first lag reading and while lag is high. Caught by invariant 14.
     StaleWhileSuppressed,
     /// The runtime carries on when its lock ownership check says the lock is gone (planted in
-    /// `sentinel-io`'s runtime). Caught by invariant 15.
+    /// `sentinel-runtime`). Caught by invariant 15.
     LockLossIgnored,
     /// A driver's epoch guard checks commands against the highest epoch among commands only:
     /// `core_started` announcements raise the floor it reports in its hellos but not the one

@@ -1,6 +1,6 @@
 //! Reprocess and reinterpretation, the pure half (ingest spec, "Reprocess" and "The horizon is
 //! per class, and partial reprocess is refused"; issue 9 items 3 and 5). Sans-IO: rows, the
-//! registry and `now` come in, decisions go out; `sentinel_io::reprocess` drives the store.
+//! registry and `now` come in, decisions go out; `sentinel_runtime::reprocess` drives the store.
 //!
 //! Owns:
 //! - the scope: which points a glob names ([`glob_match`], [`scope`]);

@@ -1,6 +1,6 @@
 //! A reprocess asked of the running core over the bus (issue 9 item 3; ingest spec,
 //! "Reprocess": a single-writer operation, performed by the core that holds the lock). The
-//! rows, rollups and control event are `sentinel_io::reprocess`'s, run by the runtime off the
+//! rows, rollups and control event are `sentinel_runtime::reprocess`'s, run by the runtime off the
 //! ingest loop; this module owns what the core decides about it:
 //!
 //! - the request's shape on [`crate::wire::REPROCESS_REQUEST_SUBJECT`] ([`ReprocessAsk`]) and
