@@ -21,7 +21,7 @@ use crate::limits::{
     POINTS_PER_METRIC_MAX, SECTION_NAME_BYTES_MAX, UNCOVERED_NAMES_MAX, UNITS_BYTES_MAX,
 };
 use crate::points::Candidate;
-use crate::time::parse_timestamp_us;
+use crate::time::parse_label_us;
 
 /// The section of `data` holding the points.
 pub const METRICS_SECTION: &str = "metrics";
@@ -211,13 +211,15 @@ fn json_position(e: &serde_json::Error) -> (&'static str, usize, usize) {
     (category, e.line(), e.column())
 }
 
+/// A metric as HAE sends it. `units` and `data` may be missing or `null` (a metric with no
+/// samples: format rule "no samples"); an absent units string is the empty one.
 #[derive(Deserialize)]
 struct MetricIn<'a> {
     name: String,
     #[serde(default)]
-    units: String,
+    units: Option<String>,
     #[serde(borrow, default)]
-    data: Vec<&'a RawValue>,
+    data: Option<Vec<&'a RawValue>>,
 }
 
 /// Parses a body under a coverage.
@@ -266,6 +268,11 @@ pub fn parse(body: &[u8], coverage: &Coverage) -> Result<ParsedBody, ParseFailur
         let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
         let mut total = 0usize;
         for (index, metric) in parsed.into_iter().enumerate() {
+            let metric = MetricFields {
+                units: metric.units.unwrap_or_default(),
+                data: metric.data.unwrap_or_default(),
+                name: metric.name,
+            };
             if metric.name.is_empty()
                 || metric.name.len() > METRIC_NAME_BYTES_MAX
                 || metric.name.chars().any(char::is_control)
@@ -307,6 +314,18 @@ pub fn parse(body: &[u8], coverage: &Coverage) -> Result<ParsedBody, ParseFailur
     Ok(ParsedBody { metrics, uncovered })
 }
 
+struct MetricFields<'a> {
+    name: String,
+    units: String,
+    data: Vec<&'a RawValue>,
+}
+
+/// The fields a point's start may come from, in order: `start`, then non-aggregated sleep's
+/// `startDate`, then `date` (spec: start from `start`, else `date`).
+const START_FIELDS: [&str; 3] = ["start", "startDate", "date"];
+/// The fields a point's end may come from: `end`, then `endDate`; else the end is the start.
+const END_FIELDS: [&str; 2] = ["end", "endDate"];
+
 fn parse_points(metric: &str, data: &[&RawValue]) -> Result<Vec<Candidate>, ParseError> {
     if data.len() > POINTS_PER_METRIC_MAX {
         return Err(ParseError::TooManyPoints {
@@ -325,17 +344,17 @@ fn parse_points(metric: &str, data: &[&RawValue]) -> Result<Vec<Candidate>, Pars
                 index,
             });
         };
+        // A field that is missing or `null` is absent (format rule "null fields"); a present
+        // one must parse, in any form `time::parse_label_us` reads.
         let stamp = |field: &'static str| -> Result<Option<i64>, ParseError> {
             match map.get(field) {
-                None => Ok(None),
+                None | Some(Value::Null) => Ok(None),
                 Some(Value::String(text)) => {
-                    parse_timestamp_us(text)
-                        .map(Some)
-                        .map_err(|_| ParseError::BadDate {
-                            metric: metric.to_string(),
-                            index,
-                            field,
-                        })
+                    parse_label_us(text).map(Some).map_err(|_| ParseError::BadDate {
+                        metric: metric.to_string(),
+                        index,
+                        field,
+                    })
                 }
                 Some(_) => Err(ParseError::BadDate {
                     metric: metric.to_string(),
@@ -344,15 +363,25 @@ fn parse_points(metric: &str, data: &[&RawValue]) -> Result<Vec<Candidate>, Pars
                 }),
             }
         };
-        let start = match stamp("start")? {
-            Some(s) => s,
-            None => stamp("date")?.ok_or(ParseError::BadDate {
-                metric: metric.to_string(),
-                index,
-                field: "date",
-            })?,
-        };
-        let end = stamp("end")?.unwrap_or(start);
+        let mut start = None;
+        for field in START_FIELDS {
+            if let Some(at) = stamp(field)? {
+                start = Some(at);
+                break;
+            }
+        }
+        let start = start.ok_or(ParseError::BadDate {
+            metric: metric.to_string(),
+            index,
+            field: "date",
+        })?;
+        let mut end = start;
+        for field in END_FIELDS {
+            if let Some(at) = stamp(field)? {
+                end = at;
+                break;
+            }
+        }
         if end < start {
             return Err(ParseError::EndBeforeStart {
                 metric: metric.to_string(),
@@ -406,6 +435,71 @@ mod tests {
         )
         .expect_err("malformed");
         assert!(!bad.error.to_string().contains("Anton"));
+    }
+
+    /// Format rule "no samples": a metric whose `data` is empty, `null` or missing, or whose
+    /// `units` is `null`, is a metric without points, not a failed delivery.
+    #[test]
+    fn a_metric_with_no_samples_is_not_a_failure() {
+        let body = br#"{"data":{"metrics":[
+            {"name":"step_count","units":"count","data":[]},
+            {"name":"heart_rate","units":"count/min","data":null},
+            {"name":"vo2_max","units":null},
+            {"name":"active_energy","units":"kcal","data":[{"qty":1.5,"date":"2024-01-01 00:00:00 +0000"}]}
+        ]}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("parses");
+        assert_eq!(parsed.metrics.len(), 4);
+        assert_eq!(parsed.point_count(), 1);
+        assert_eq!(parsed.metrics[2].units, "");
+    }
+
+    /// Format rule "12-hour dates": points dated in the 12-hour form parse in a body.
+    #[test]
+    fn points_dated_in_the_twelve_hour_form_parse() {
+        let body = "{\"data\":{\"metrics\":[{\"name\":\"heart_rate\",\"units\":\"count/min\",\"data\":[            {\"Avg\":61,\"date\":\"2024-09-21 7:57:00\u{202f}am +1000\"},            {\"Avg\":62,\"date\":\"2024-09-21 7:58:00 PM +1000\"}]}]}}";
+        let parsed = parse(body.as_bytes(), &Coverage::current()).expect("parses");
+        let pts = &parsed.metrics[0].points;
+        assert_eq!(pts[1].start_us - pts[0].start_us, 12 * 3_600_000_000 + 60_000_000);
+    }
+
+    /// Format rule "aggregated sleep": one point per night, `date` a date alone, the phases as
+    /// numbers and the night's bounds as timestamps inside the point.
+    #[test]
+    fn aggregated_sleep_parses_with_a_date_label() {
+        let body = br#"{"data":{"metrics":[{"name":"sleep_analysis","units":"hr","data":[
+            {"date":"2024-09-21","totalSleep":7.1,"asleep":0,"core":4.2,"deep":1.1,"rem":1.8,
+             "sleepStart":"2024-09-20 23:10:00 +1000","sleepEnd":"2024-09-21 06:40:00 +1000",
+             "inBed":7.5,"inBedStart":"2024-09-20 23:00:00 +1000","inBedEnd":"2024-09-21 06:45:00 +1000"}]}]}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("parses");
+        let p = &parsed.metrics[0].points[0];
+        assert_eq!(crate::time::format_utc(p.start_us), "2024-09-21T00:00:00Z");
+        assert_eq!(p.start_us, p.end_us);
+    }
+
+    /// Format rule "per-phase sleep": `startDate`/`endDate` give the interval, so phases sharing
+    /// a night stay separate points.
+    #[test]
+    fn per_phase_sleep_parses_from_start_date_and_end_date() {
+        let body = br#"{"data":{"metrics":[{"name":"sleep_analysis","units":"hr","data":[
+            {"startDate":"2024-09-20 23:10:00 +1000","endDate":"2024-09-21 01:00:00 +1000","qty":1.83,"value":"Core","source":"Watch"},
+            {"startDate":"2024-09-21 01:00:00 +1000","endDate":"2024-09-21 01:40:00 +1000","qty":0.66,"value":"Deep","source":"Watch"}]}]}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("parses");
+        let pts = &parsed.metrics[0].points;
+        assert_eq!(pts.len(), 2);
+        assert_eq!(pts[0].end_us - pts[0].start_us, 110 * 60_000_000);
+        assert_eq!(pts[0].end_us, pts[1].start_us);
+    }
+
+    /// Format rule "null fields": a `null` start or end is absent, not a bad date; a `null`
+    /// value field is kept verbatim.
+    #[test]
+    fn null_fields_are_absent_not_errors() {
+        let body = br#"{"data":{"metrics":[{"name":"step_count","units":"count","data":[
+            {"qty":null,"date":"2024-01-01 00:00:00 +0000","start":null,"end":null,"source":null}]}]}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("parses");
+        let p = &parsed.metrics[0].points[0];
+        assert_eq!(p.start_us, p.end_us);
+        assert!(p.raw.contains("\"qty\":null"));
     }
 
     #[test]
