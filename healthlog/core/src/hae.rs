@@ -16,32 +16,45 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::entities::{EntityVersion, RECORD_SECTIONS, Skipped, WORKOUTS_SECTION};
 use crate::limits::{
     BODY_BYTES_MAX, LAYER_BYTES_MAX, METRIC_NAME_BYTES_MAX, METRICS_MAX, POINTS_PER_DELIVERY_MAX,
     POINTS_PER_METRIC_MAX, SECTION_NAME_BYTES_MAX, UNCOVERED_NAMES_MAX, UNITS_BYTES_MAX,
 };
+use crate::limits::{ENTITIES_PER_DELIVERY_MAX, ENTITY_ID_BYTES_MAX};
 use crate::points::Candidate;
 use crate::time::parse_label_us;
 
 /// The section of `data` holding the points.
 pub const METRICS_SECTION: &str = "metrics";
 
-/// Which sections of `data` this parser reads.
+/// Which sections of `data` this parser reads, and how long an entity id it keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Coverage {
     sections: BTreeSet<String>,
+    entity_id_bytes_max: usize,
 }
 
 impl Coverage {
-    /// What this build parses: the points half (`metrics`). Workouts and records are the next issue.
+    /// What this build parses: `metrics` (points), `workouts` and the six record sections.
     pub fn current() -> Self {
-        Self::of(&[METRICS_SECTION])
+        let mut sections = vec![METRICS_SECTION, WORKOUTS_SECTION];
+        sections.extend(RECORD_SECTIONS);
+        Self::of(&sections)
     }
 
     pub fn of(sections: &[&str]) -> Self {
         Self {
             sections: sections.iter().map(|s| (*s).to_string()).collect(),
+            entity_id_bytes_max: ENTITY_ID_BYTES_MAX,
         }
+    }
+
+    /// A parser that keys ids only up to `bytes` (at most [`ENTITY_ID_BYTES_MAX`]): an older,
+    /// stricter parser, as tests need one to refold with a parser that understands more.
+    pub fn with_entity_id_bytes_max(mut self, bytes: usize) -> Self {
+        self.entity_id_bytes_max = bytes.min(ENTITY_ID_BYTES_MAX);
+        self
     }
 
     pub fn covers(&self, section: &str) -> bool {
@@ -128,6 +141,10 @@ pub struct MetricPoints {
 #[derive(Debug, Clone)]
 pub struct ParsedBody {
     pub metrics: Vec<MetricPoints>,
+    /// Every element of the covered entity sections that could be keyed, in body order.
+    pub entities: Vec<EntityVersion>,
+    /// Elements of covered entity sections that could not (spec: "Пропущенные сущности").
+    pub skipped: Vec<Skipped>,
     pub uncovered: Uncovered,
 }
 
@@ -182,6 +199,10 @@ pub enum ParseError {
     },
     #[error("metric `{metric}` point #{index} ends before it starts")]
     EndBeforeStart { metric: String, index: usize },
+    #[error("section `{section}` is not an array of entities")]
+    SectionShape { section: String },
+    #[error("body has more than {ENTITIES_PER_DELIVERY_MAX} entities")]
+    TooManyEntities,
 }
 
 /// A failed parse, with the uncovered list if the parser got as far as collecting it (spec:
@@ -311,7 +332,49 @@ pub fn parse(body: &[u8], coverage: &Coverage) -> Result<ParsedBody, ParseFailur
             }
         }
     }
-    Ok(ParsedBody { metrics, uncovered })
+    let (entities, skipped) = parse_entities(&data, coverage).map_err(with_uncovered)?;
+    Ok(ParsedBody {
+        metrics,
+        entities,
+        skipped,
+        uncovered,
+    })
+}
+
+/// Reads the covered entity sections: each element keyed and canonicalised once, or skipped
+/// with a reason (its neighbours kept). A section that is `null` has no entities.
+fn parse_entities(
+    data: &BTreeMap<String, &RawValue>,
+    coverage: &Coverage,
+) -> Result<(Vec<EntityVersion>, Vec<Skipped>), ParseError> {
+    let mut entities = Vec::new();
+    let mut skipped = Vec::new();
+    let mut total = 0usize;
+    for section in std::iter::once(WORKOUTS_SECTION).chain(RECORD_SECTIONS) {
+        let Some(raw) = data.get(section).filter(|_| coverage.covers(section)) else {
+            continue;
+        };
+        let elements: Option<Vec<&RawValue>> =
+            serde_json::from_str(raw.get()).map_err(|_| ParseError::SectionShape {
+                section: section.to_string(),
+            })?;
+        let elements = elements.unwrap_or_default();
+        total += elements.len();
+        if total > ENTITIES_PER_DELIVERY_MAX {
+            return Err(ParseError::TooManyEntities);
+        }
+        for (index, element) in elements.iter().enumerate() {
+            match EntityVersion::read(section, element.get(), coverage.entity_id_bytes_max) {
+                Ok(v) => entities.push(v),
+                Err(reason) => skipped.push(Skipped {
+                    section: section.to_string(),
+                    index,
+                    reason,
+                }),
+            }
+        }
+    }
+    Ok((entities, skipped))
 }
 
 struct MetricFields<'a> {
@@ -400,7 +463,7 @@ mod tests {
     #[test]
     fn covered_and_uncovered_sections() {
         let body = br#"{"data":{"metrics":[{"name":"step_count","units":"count","data":[{"qty":5,"date":"2024-01-01 00:00:00 +0000"}]}],"workouts":[{"secret":1}],"stateOfMind":[]}}"#;
-        let parsed = parse(body, &Coverage::current()).expect("parses");
+        let parsed = parse(body, &Coverage::of(&[METRICS_SECTION])).expect("parses");
         assert_eq!(parsed.point_count(), 1);
         assert_eq!(
             parsed.uncovered.names,
@@ -413,7 +476,7 @@ mod tests {
 
     #[test]
     fn errors_do_not_quote_the_body() {
-        let body = br#"{"data":{"metrics":[{"name":"heart_rate","units":"bpm","data":[{"Avg":71.25,"date":"Apple Watch of Anton"}]}],"ecg":[]}}"#;
+        let body = br#"{"data":{"metrics":[{"name":"heart_rate","units":"bpm","data":[{"Avg":71.25,"date":"Apple Watch of Anton"}]}],"visionRx":[]}}"#;
         let failure = parse(body, &Coverage::current()).expect_err("bad date fails");
         assert!(matches!(
             failure.error,
@@ -425,7 +488,7 @@ mod tests {
         ));
         assert_eq!(
             failure.uncovered.expect("collected").names,
-            vec!["ecg".to_string()]
+            vec!["visionRx".to_string()]
         );
         let text = failure.error.to_string();
         assert!(!text.contains("Anton") && !text.contains("71.25"), "{text}");
@@ -500,6 +563,32 @@ mod tests {
         let p = &parsed.metrics[0].points[0];
         assert_eq!(p.start_us, p.end_us);
         assert!(p.raw.contains("\"qty\":null"));
+    }
+
+    /// Format rule "entity sections": workouts and the six record sections are covered; an
+    /// element that cannot be keyed is skipped and counted, its neighbours kept; a `null`
+    /// section has no entities.
+    #[test]
+    fn entity_sections_are_covered_and_unkeyable_elements_skipped() {
+        let body = br#"{"data":{"metrics":[],"workouts":[
+            {"id":"W1","name":"Walk","start":"2024-09-21 07:57:00 +1000","route":[]},
+            {"name":"v1 walk","start":"2024-09-21 07:57:00 +1000","route":[{"lat":1,"lon":2}]},
+            {"id":"W2","name":"Run","start":"2024-09-21 6:00:00 PM +1000"}],
+            "stateOfMind":[{"id":"S1","start":"2024-09-21 07:57:00 +1000","valence":0.3}],
+            "medications":[{"displayText":"x","start":"2024-09-21 07:57:00 +1000"}],
+            "ecg":null}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("parses");
+        assert!(parsed.uncovered.is_empty());
+        let ids: Vec<&str> = parsed.entities.iter().map(|e| e.key.id.as_str()).collect();
+        assert_eq!(ids, ["W1", "W2", "S1"]);
+        let skipped: Vec<(&str, usize)> = parsed
+            .skipped
+            .iter()
+            .map(|s| (s.section.as_str(), s.index))
+            .collect();
+        assert_eq!(skipped, [("workouts", 1), ("medications", 0)]);
+        let bad = parse(br#"{"data":{"workouts":{"id":"W"}}}"#, &Coverage::current()).expect_err("shape");
+        assert!(matches!(bad.error, ParseError::SectionShape { .. }));
     }
 
     #[test]

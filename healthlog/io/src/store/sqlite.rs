@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use futures::TryStreamExt as _;
+use healthlog_core::entities::{EntityKey, EntityVersion, Position, Shape, StoredHead};
 use healthlog_core::fingerprint::Fingerprint;
 use healthlog_core::fold::{Counters, ExistingObject, ObjectWrite};
 use healthlog_core::hae::Uncovered;
@@ -126,6 +127,59 @@ pub struct NewDelivery<'a> {
     pub body_bytes: u64,
     /// A body refused before archiving: the row is written `failed` with this reason.
     pub refused: Option<&'a str>,
+    /// The HAE headers, kept for correlation (never identity).
+    pub headers: HaeHeaders,
+    /// The receiver's intake id: a row with this id already journaled is not journaled again.
+    pub intake_id: Option<&'a str>,
+}
+
+/// The headers HAE sends with a delivery (`automation-name`, `automation-id`, `session-id`),
+/// kept with the journal row for correlation and for `healthlog status`; never identity.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct HaeHeaders {
+    pub automation_name: Option<String>,
+    pub automation_id: Option<String>,
+    pub session_id: Option<String>,
+}
+
+/// An object's coordinates in a delivery's collision or incomparable list.
+pub type ObjectCoordinates = (String, String, i64);
+
+/// What a successful fold records on its journal row beside the counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FoldRecord {
+    pub collision_objects: Vec<ObjectCoordinates>,
+    pub incomparable_objects: Vec<ObjectCoordinates>,
+}
+
+/// A stored entity (tests and tools).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntityRow {
+    pub section: String,
+    pub id: String,
+    pub content: Vec<u8>,
+    pub content_hash: Vec<u8>,
+    pub delivery_id: i64,
+    pub received_at_us: i64,
+    pub changed_at_us: i64,
+}
+
+/// Per automation name, its last delivery (for `healthlog status`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct AutomationRow {
+    pub automation_name: Option<String>,
+    pub deliveries: i64,
+    pub last_id: i64,
+    pub last_received_at_us: i64,
+    pub last_status: String,
+}
+
+/// Per metric and layer, its newest point (for `healthlog status`; covering index only).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NewestRow {
+    pub metric: String,
+    pub layer: String,
+    pub newest_us: i64,
 }
 
 /// A journal entry as folding and rebuilding need it.
@@ -138,6 +192,7 @@ pub struct JournalEntry {
     pub body_bytes: u64,
     pub status: ParseStatus,
     pub error: Option<String>,
+    pub headers: HaeHeaders,
 }
 
 /// A journal row for operators.
@@ -153,6 +208,11 @@ pub struct DeliveryRow {
     pub uncovered_dropped: Option<u64>,
     pub error: Option<String>,
     pub counters: Option<Counters>,
+    /// NULL ("not measured") is distinct from 0: a fold that counted none.
+    pub skipped_entities: Option<u64>,
+    pub collision_objects: Option<Vec<ObjectCoordinates>>,
+    pub incomparable_objects: Option<Vec<ObjectCoordinates>>,
+    pub headers: HaeHeaders,
 }
 
 /// One layer of a metric in the catalog.
@@ -198,6 +258,7 @@ impl ObjectRow {
 pub struct Store {
     pool: SqlitePool,
     round_trips: Arc<AtomicU64>,
+    begin_retries: Arc<AtomicU64>,
     path: PathBuf,
 }
 
@@ -310,6 +371,7 @@ impl Store {
         Ok(Self {
             pool,
             round_trips: Arc::new(AtomicU64::new(0)),
+            begin_retries: Arc::new(AtomicU64::new(0)),
             path: path.to_path_buf(),
         })
     }
@@ -322,6 +384,11 @@ impl Store {
         self.pool.close().await;
     }
 
+    /// `BEGIN IMMEDIATE` attempts that found the database busy and were retried.
+    pub fn begin_retries(&self) -> u64 {
+        self.begin_retries.load(Ordering::Relaxed)
+    }
+
     /// Statements sent to the database so far by this store.
     pub fn round_trips(&self) -> u64 {
         self.round_trips.load(Ordering::Relaxed)
@@ -331,7 +398,8 @@ impl Store {
         self.round_trips.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Appends a journal row; returns its id (the journal position).
+    /// Appends a journal row; returns its id (the journal position). With an intake id already
+    /// journaled, returns that row's id and appends nothing.
     pub async fn journal_insert(&self, d: &NewDelivery<'_>) -> Result<i64, StoreError> {
         assert!(
             d.body_sha256.is_some() || d.refused.is_some(),
@@ -343,9 +411,11 @@ impl Store {
         } else {
             ParseStatus::Pending
         };
-        let id: i64 = sqlx::query_scalar(
-            "INSERT INTO delivery (received_at_us, layer, body_sha256, body_bytes, parse_status, error) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6) RETURNING id",
+        let id: Option<i64> = sqlx::query_scalar(
+            "INSERT INTO delivery (received_at_us, layer, body_sha256, body_bytes, parse_status, error, \
+             automation_name, automation_id, session_id, intake_id) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+             ON CONFLICT (intake_id) WHERE intake_id IS NOT NULL DO NOTHING RETURNING id",
         )
         .bind(d.received_at_us)
         .bind(d.layer)
@@ -353,18 +423,43 @@ impl Store {
         .bind(i64::try_from(d.body_bytes).map_err(|_| StoreError::Invalid("body size over i64".into()))?)
         .bind(status.as_str())
         .bind(d.refused)
-        .fetch_one(&self.pool)
+        .bind(d.headers.automation_name.as_deref())
+        .bind(d.headers.automation_id.as_deref())
+        .bind(d.headers.session_id.as_deref())
+        .bind(d.intake_id)
+        .fetch_optional(&self.pool)
         .await
         .map_err(db("appending a journal row"))?;
-        Ok(id)
+        match id {
+            Some(id) => Ok(id),
+            None => {
+                self.count();
+                sqlx::query_scalar("SELECT id FROM delivery WHERE intake_id = ?1")
+                    .bind(d.intake_id)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(db("reading a journaled intake"))
+            }
+        }
+    }
+
+    /// Whether an intake id is journaled (the receiver's start-up check of its spool).
+    pub async fn intake_journaled(&self, intake_id: &str) -> Result<bool, StoreError> {
+        self.count();
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery WHERE intake_id = ?1")
+            .bind(intake_id)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db("looking up an intake"))?;
+        Ok(n > 0)
     }
 
     /// Journal entries in journal order, optionally only those with `status`.
     pub async fn journal(&self, status: Option<ParseStatus>) -> Result<Vec<JournalEntry>, StoreError> {
         self.count();
         let rows = sqlx::query(
-            "SELECT id, received_at_us, layer, body_sha256, body_bytes, parse_status, error FROM delivery \
-             WHERE ?1 IS NULL OR parse_status = ?1 ORDER BY id",
+            "SELECT id, received_at_us, layer, body_sha256, body_bytes, parse_status, error, automation_name, \
+             automation_id, session_id FROM delivery WHERE ?1 IS NULL OR parse_status = ?1 ORDER BY id",
         )
         .bind(status.map(ParseStatus::as_str))
         .fetch_all(&self.pool)
@@ -384,6 +479,11 @@ impl Store {
                         StoreError::Invalid(format!("unknown parse status in journal row {status:?}"))
                     })?,
                     error: r.try_get(6).map_err(db("reading a journal row"))?,
+                    headers: HaeHeaders {
+                        automation_name: r.try_get(7).map_err(db("reading a journal row"))?,
+                        automation_id: r.try_get(8).map_err(db("reading a journal row"))?,
+                        session_id: r.try_get(9).map_err(db("reading a journal row"))?,
+                    },
                 })
             })
             .collect()
@@ -395,7 +495,9 @@ impl Store {
         let rows = sqlx::query(
             "SELECT id, received_at_us, layer, body_sha256, body_bytes, parse_status, uncovered, uncovered_dropped, \
              error, metrics, points, coordinates, objects_written, objects_unchanged, collisions, incomparable, \
-             unit_mismatches, sealed_changes FROM delivery WHERE ?1 IS NULL OR parse_status = ?1 ORDER BY id",
+             unit_mismatches, sealed_changes, skipped_entities, entities, entities_written, entities_unchanged, \
+             provenance_updates, versions_retained, versions_differing, collision_objects, incomparable_objects, \
+             automation_name, automation_id, session_id FROM delivery WHERE ?1 IS NULL OR parse_status = ?1 ORDER BY id",
         )
         .bind(status.map(ParseStatus::as_str))
         .fetch_all(&self.pool)
@@ -448,8 +550,23 @@ impl Store {
                         incomparable,
                         unit_mismatches,
                         sealed_changes,
+                        entities: n(19)?.unwrap_or(0),
+                        entities_written: n(20)?.unwrap_or(0),
+                        entities_unchanged: n(21)?.unwrap_or(0),
+                        provenance_updates: n(22)?.unwrap_or(0),
+                        versions_retained: n(23)?.unwrap_or(0),
+                        versions_differing: n(24)?.unwrap_or(0),
+                        skipped_entities: n(18)?.unwrap_or(0),
                     }),
                     _ => None,
+                };
+                let list = |i: usize| -> Result<Option<Vec<ObjectCoordinates>>, StoreError> {
+                    let text: Option<String> = r.try_get(i).map_err(db(ctx))?;
+                    text.map(|t| {
+                        serde_json::from_str(&t)
+                            .map_err(|_| StoreError::Invalid("object list is not a JSON array".into()))
+                    })
+                    .transpose()
                 };
                 Ok(DeliveryRow {
                     id: r.try_get(0).map_err(db(ctx))?,
@@ -462,6 +579,14 @@ impl Store {
                     uncovered_dropped: n(7)?,
                     error: r.try_get(8).map_err(db(ctx))?,
                     counters,
+                    skipped_entities: n(18)?,
+                    collision_objects: list(25)?,
+                    incomparable_objects: list(26)?,
+                    headers: HaeHeaders {
+                        automation_name: r.try_get(27).map_err(db(ctx))?,
+                        automation_id: r.try_get(28).map_err(db(ctx))?,
+                        session_id: r.try_get(29).map_err(db(ctx))?,
+                    },
                 })
             })
             .collect()
@@ -488,6 +613,7 @@ impl Store {
                     if attempt >= BEGIN_ATTEMPTS_MAX {
                         return Err(StoreError::Busy);
                     }
+                    self.begin_retries.fetch_add(1, Ordering::Relaxed);
                 }
                 Err(e) => {
                     return Err(StoreError::Database {
@@ -501,11 +627,14 @@ impl Store {
 
     /// Records a failed fold (its own transaction, after the fold's rolled back). Counters are
     /// cleared: a failed fold measured nothing that was written.
+    /// `skipped` is written only when the parse counted it (spec: "не измерялось" stays
+    /// distinct from 0 on the failure path too); `None` leaves the column as it was.
     pub async fn record_failure(
         &self,
         id: i64,
         error: &str,
         uncovered: Option<&Uncovered>,
+        skipped: Option<u64>,
         folded_at_us: i64,
     ) -> Result<(), StoreError> {
         self.count();
@@ -514,6 +643,9 @@ impl Store {
             "UPDATE delivery SET parse_status = 'failed', error = ?2, uncovered = ?3, uncovered_dropped = ?4, \
              metrics = NULL, points = NULL, coordinates = NULL, objects_written = NULL, objects_unchanged = NULL, \
              collisions = NULL, incomparable = NULL, unit_mismatches = NULL, sealed_changes = NULL, \
+             entities = NULL, entities_written = NULL, entities_unchanged = NULL, provenance_updates = NULL, \
+             versions_retained = NULL, versions_differing = NULL, collision_objects = NULL, \
+             incomparable_objects = NULL, skipped_entities = coalesce(?6, skipped_entities), \
              folded_at_us = ?5 WHERE id = ?1",
         )
         .bind(id)
@@ -521,6 +653,7 @@ impl Store {
         .bind(names)
         .bind(dropped)
         .bind(folded_at_us)
+        .bind(skipped.map(|n| i64::try_from(n).unwrap_or(i64::MAX)))
         .execute(&self.pool)
         .await
         .map_err(db("recording a failed fold"))?;
@@ -678,6 +811,81 @@ impl Store {
         rows.iter().map(object_row).collect()
     }
 
+    /// Every entity, content included, workouts then records, in key order (tests and tools).
+    pub async fn all_entities(&self) -> Result<Vec<EntityRow>, StoreError> {
+        self.count();
+        let rows = sqlx::query(
+            "SELECT 'workouts', id, content, content_hash, delivery_id, received_at_us, changed_at_us FROM workout \
+             UNION ALL SELECT kind, id, content, content_hash, delivery_id, received_at_us, changed_at_us FROM record \
+             ORDER BY 1, 2",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("reading entities"))?;
+        let ctx = "reading an entity row";
+        rows.iter()
+            .map(|r| {
+                Ok(EntityRow {
+                    section: r.try_get(0).map_err(db(ctx))?,
+                    id: r.try_get(1).map_err(db(ctx))?,
+                    content: r.try_get(2).map_err(db(ctx))?,
+                    content_hash: r.try_get(3).map_err(db(ctx))?,
+                    delivery_id: r.try_get(4).map_err(db(ctx))?,
+                    received_at_us: r.try_get(5).map_err(db(ctx))?,
+                    changed_at_us: r.try_get(6).map_err(db(ctx))?,
+                })
+            })
+            .collect()
+    }
+
+    /// Per automation name (NULL: deliveries without the HAE headers), its delivery count and
+    /// its last delivery with that delivery's status.
+    pub async fn automations(&self) -> Result<Vec<AutomationRow>, StoreError> {
+        self.count();
+        let rows = sqlx::query(
+            "SELECT d.automation_name, c.n, d.id, d.received_at_us, d.parse_status FROM delivery AS d \
+             JOIN (SELECT automation_name, count(*) AS n, max(id) AS last FROM delivery GROUP BY automation_name) AS c \
+             ON c.last = d.id ORDER BY d.automation_name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("reading automations"))?;
+        let ctx = "reading an automation row";
+        rows.iter()
+            .map(|r| {
+                Ok(AutomationRow {
+                    automation_name: r.try_get(0).map_err(db(ctx))?,
+                    deliveries: r.try_get(1).map_err(db(ctx))?,
+                    last_id: r.try_get(2).map_err(db(ctx))?,
+                    last_received_at_us: r.try_get(3).map_err(db(ctx))?,
+                    last_status: r.try_get(4).map_err(db(ctx))?,
+                })
+            })
+            .collect()
+    }
+
+    /// Per metric and layer, the newest point's end, from the covering index.
+    pub async fn newest_points(&self) -> Result<Vec<NewestRow>, StoreError> {
+        self.count();
+        let rows = sqlx::query(
+            "SELECT metric, layer, max(last_us) FROM bucket INDEXED BY bucket_catalog GROUP BY metric, layer \
+             ORDER BY metric, layer",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("reading the newest points"))?;
+        let ctx = "reading a newest-point row";
+        rows.iter()
+            .map(|r| {
+                Ok(NewestRow {
+                    metric: r.try_get(0).map_err(db(ctx))?,
+                    layer: r.try_get(1).map_err(db(ctx))?,
+                    newest_us: r.try_get(2).map_err(db(ctx))?,
+                })
+            })
+            .collect()
+    }
+
     /// The fingerprint of the vitrine, read in one snapshot (a read transaction): sections are
     /// walked in the order the query defines, never the file's row order.
     pub async fn fingerprint(&self) -> Result<(String, u64), StoreError> {
@@ -704,6 +912,32 @@ impl Store {
                 let units: &str = r.try_get(3).map_err(db("reading a fingerprint row"))?;
                 let hash: &[u8] = r.try_get(4).map_err(db("reading a fingerprint row"))?;
                 fp.object(metric, layer, hour, units, hash);
+            }
+        }
+        {
+            let mut rows = sqlx::query("SELECT id, content_hash FROM workout ORDER BY id").fetch(&mut *tx);
+            while let Some(r) = rows
+                .try_next()
+                .await
+                .map_err(db("reading workouts for the fingerprint"))?
+            {
+                let id: &str = r.try_get(0).map_err(db("reading a fingerprint row"))?;
+                let hash: &[u8] = r.try_get(1).map_err(db("reading a fingerprint row"))?;
+                fp.workout(id, hash);
+            }
+        }
+        {
+            let mut rows =
+                sqlx::query("SELECT kind, id, content_hash FROM record ORDER BY kind, id").fetch(&mut *tx);
+            while let Some(r) = rows
+                .try_next()
+                .await
+                .map_err(db("reading records for the fingerprint"))?
+            {
+                let kind: &str = r.try_get(0).map_err(db("reading a fingerprint row"))?;
+                let id: &str = r.try_get(1).map_err(db("reading a fingerprint row"))?;
+                let hash: &[u8] = r.try_get(2).map_err(db("reading a fingerprint row"))?;
+                fp.record(kind, id, hash);
             }
         }
         tx.commit().await.map_err(db("ending the fingerprint snapshot"))?;
@@ -742,6 +976,45 @@ pub mod support {
             .map_err(db("stamping a schema version"))?;
         }
         conn.close().await.map_err(db("closing after stamping"))
+    }
+
+    /// Creates a store at schema 1 (the points half), as a binary of issue 10 left it: only the
+    /// first migration, applied by sqlx with its real checksum, so a later migrating open
+    /// applies schema 2 on top.
+    pub async fn create_schema_1_store(path: &Path) -> Result<(), StoreError> {
+        let first: Vec<sqlx::migrate::Migration> =
+            MIGRATOR.iter().filter(|m| m.version == 1).cloned().collect();
+        let migrator = Migrator {
+            migrations: std::borrow::Cow::Owned(first),
+            ..Migrator::DEFAULT
+        };
+        let connect = connect_options(path, StoreOptions::default()).create_if_missing(true);
+        let mut conn = SqliteConnection::connect_with(&connect)
+            .await
+            .map_err(db("opening to create schema 1"))?;
+        migrator
+            .run(&mut conn)
+            .await
+            .map_err(|source| StoreError::Migrate {
+                context: "applying schema 1",
+                source,
+            })?;
+        conn.close().await.map_err(db("closing after schema 1"))
+    }
+
+    /// Runs one statement on the database at `path` (tests that build a schema-1 store's rows).
+    pub async fn execute(path: &Path, sql: &str, binds: &[&[u8]]) -> Result<u64, StoreError> {
+        let connect = connect_options(path, StoreOptions::default());
+        let mut conn = SqliteConnection::connect_with(&connect)
+            .await
+            .map_err(db("opening to execute"))?;
+        let mut q = sqlx::query(sqlx::AssertSqlSafe(sql.to_string()));
+        for b in binds {
+            q = q.bind(*b);
+        }
+        let done = q.execute(&mut conn).await.map_err(db("executing"))?;
+        conn.close().await.map_err(db("closing after executing"))?;
+        Ok(done.rows_affected())
     }
 
     /// The applied version and the user tables of the database at `path`.
@@ -848,6 +1121,127 @@ impl FoldTx {
         Ok(())
     }
 
+    /// The stored version of an entity as the decision table needs it: hash, shape and
+    /// provenance, never the content (its column is last and is not read).
+    pub async fn load_entity(&mut self, key: &EntityKey) -> Result<Option<StoredHead>, StoreError> {
+        self.count();
+        let row = if key.is_workout() {
+            sqlx::query("SELECT content_hash, shape, received_at_us, delivery_id FROM workout WHERE id = ?1")
+                .bind(&key.id)
+                .fetch_optional(&mut *self.tx)
+                .await
+        } else {
+            sqlx::query(
+                "SELECT content_hash, shape, received_at_us, delivery_id FROM record WHERE kind = ?1 AND id = ?2",
+            )
+            .bind(&key.section)
+            .bind(&key.id)
+            .fetch_optional(&mut *self.tx)
+            .await
+        }
+        .map_err(db("reading a stored entity"))?;
+        let Some(r) = row else { return Ok(None) };
+        let ctx = "reading a stored entity";
+        let shape: String = r.try_get(1).map_err(db(ctx))?;
+        Ok(Some(StoredHead {
+            hash: r.try_get(0).map_err(db(ctx))?,
+            // A shape that does not read is the empty shape: any version with content covers it.
+            shape: Shape::from_text(&shape).unwrap_or_default(),
+            position: (r.try_get(2).map_err(db(ctx))?, r.try_get(3).map_err(db(ctx))?),
+        }))
+    }
+
+    /// Writes an entity's version whole (insert or replacement), with its provenance.
+    pub async fn put_entity(
+        &mut self,
+        v: &EntityVersion,
+        at: Position,
+        changed_at_us: i64,
+    ) -> Result<(), StoreError> {
+        if self.fail_after_objects == Some(self.written) {
+            return Err(StoreError::Injected(self.written));
+        }
+        self.count();
+        let h = &v.header;
+        let bytes = i64::try_from(v.raw.len()).unwrap_or(i64::MAX);
+        let done = if v.key.is_workout() {
+            sqlx::query(
+                "INSERT INTO workout (id, name, start_us, end_us, tz_offset_min, duration_s, content_hash, shape, \
+                 delivery_id, received_at_us, changed_at_us, content_bytes, content) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) \
+                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, start_us = excluded.start_us, \
+                 end_us = excluded.end_us, tz_offset_min = excluded.tz_offset_min, duration_s = excluded.duration_s, \
+                 content_hash = excluded.content_hash, shape = excluded.shape, delivery_id = excluded.delivery_id, \
+                 received_at_us = excluded.received_at_us, changed_at_us = excluded.changed_at_us, \
+                 content_bytes = excluded.content_bytes, content = excluded.content",
+            )
+            .bind(&v.key.id)
+            .bind(h.name.as_deref())
+            .bind(h.start_us)
+            .bind(h.end_us)
+            .bind(h.tz_offset_min)
+            .bind(h.duration_s)
+            .bind(v.hash.as_slice())
+            .bind(v.shape.to_text())
+            .bind(at.1)
+            .bind(at.0)
+            .bind(changed_at_us)
+            .bind(bytes)
+            .bind(v.raw.as_bytes())
+            .execute(&mut *self.tx)
+            .await
+        } else {
+            sqlx::query(
+                "INSERT INTO record (kind, id, at_us, tz_offset_min, content_hash, shape, delivery_id, received_at_us, \
+                 changed_at_us, content_bytes, content) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11) \
+                 ON CONFLICT (kind, id) DO UPDATE SET at_us = excluded.at_us, tz_offset_min = excluded.tz_offset_min, \
+                 content_hash = excluded.content_hash, shape = excluded.shape, delivery_id = excluded.delivery_id, \
+                 received_at_us = excluded.received_at_us, changed_at_us = excluded.changed_at_us, \
+                 content_bytes = excluded.content_bytes, content = excluded.content",
+            )
+            .bind(&v.key.section)
+            .bind(&v.key.id)
+            .bind(h.start_us)
+            .bind(h.tz_offset_min)
+            .bind(v.hash.as_slice())
+            .bind(v.shape.to_text())
+            .bind(at.1)
+            .bind(at.0)
+            .bind(changed_at_us)
+            .bind(bytes)
+            .bind(v.raw.as_bytes())
+            .execute(&mut *self.tx)
+            .await
+        };
+        done.map_err(db("writing an entity"))?;
+        self.written += 1;
+        Ok(())
+    }
+
+    /// Moves an entity's provenance to a later journal position; content and `changed_at_us`
+    /// stay (spec: the provenance is raised even when the content hash is equal).
+    pub async fn raise_provenance(&mut self, key: &EntityKey, at: Position) -> Result<(), StoreError> {
+        self.count();
+        let done = if key.is_workout() {
+            sqlx::query("UPDATE workout SET delivery_id = ?2, received_at_us = ?3 WHERE id = ?1")
+                .bind(&key.id)
+                .bind(at.1)
+                .bind(at.0)
+                .execute(&mut *self.tx)
+                .await
+        } else {
+            sqlx::query("UPDATE record SET delivery_id = ?3, received_at_us = ?4 WHERE kind = ?1 AND id = ?2")
+                .bind(&key.section)
+                .bind(&key.id)
+                .bind(at.1)
+                .bind(at.0)
+                .execute(&mut *self.tx)
+                .await
+        };
+        done.map_err(db("raising an entity's provenance"))?;
+        Ok(())
+    }
+
     /// Abandons the transaction: nothing of it is written.
     pub async fn rollback(self) -> Result<(), StoreError> {
         self.count();
@@ -855,12 +1249,14 @@ impl FoldTx {
     }
 
     /// Records the delivery's outcome in the same transaction and commits.
+    #[allow(clippy::too_many_arguments)]
     pub async fn finish(
         mut self,
         id: i64,
         status: ParseStatus,
         uncovered: &Uncovered,
         counters: &Counters,
+        record: &FoldRecord,
         folded_at_us: i64,
     ) -> Result<(), StoreError> {
         assert!(
@@ -873,8 +1269,10 @@ impl FoldTx {
         let done = sqlx::query(
             "UPDATE delivery SET parse_status = ?2, error = NULL, uncovered = ?3, uncovered_dropped = ?4, \
              metrics = ?5, points = ?6, coordinates = ?7, objects_written = ?8, objects_unchanged = ?9, \
-             collisions = ?10, incomparable = ?11, unit_mismatches = ?12, sealed_changes = ?13, folded_at_us = ?14 \
-             WHERE id = ?1",
+             collisions = ?10, incomparable = ?11, unit_mismatches = ?12, sealed_changes = ?13, folded_at_us = ?14, \
+             entities = ?15, entities_written = ?16, entities_unchanged = ?17, provenance_updates = ?18, \
+             versions_retained = ?19, versions_differing = ?20, skipped_entities = ?21, collision_objects = ?22, \
+             incomparable_objects = ?23 WHERE id = ?1",
         )
         .bind(id)
         .bind(status.as_str())
@@ -890,6 +1288,15 @@ impl FoldTx {
         .bind(c(counters.unit_mismatches))
         .bind(c(counters.sealed_changes))
         .bind(folded_at_us)
+        .bind(c(counters.entities))
+        .bind(c(counters.entities_written))
+        .bind(c(counters.entities_unchanged))
+        .bind(c(counters.provenance_updates))
+        .bind(c(counters.versions_retained))
+        .bind(c(counters.versions_differing))
+        .bind(c(counters.skipped_entities))
+        .bind(serde_json::to_string(&record.collision_objects).expect("invariant: a list serialises"))
+        .bind(serde_json::to_string(&record.incomparable_objects).expect("invariant: a list serialises"))
         .execute(&mut *self.tx)
         .await
         .map_err(db("recording the fold outcome"))?;
