@@ -32,6 +32,8 @@ pub struct FoldOptions {
     /// Inject a fault after this many object writes in every delivery (tests).
     pub fail_after_objects: Option<usize>,
     pub clock: Clock,
+    /// Set by the receiver's shutdown: the fold stops between deliveries, never inside one.
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl FoldOptions {
@@ -40,6 +42,7 @@ impl FoldOptions {
             coverage: Coverage::current(),
             fail_after_objects: None,
             clock,
+            stop: None,
         }
     }
 }
@@ -148,6 +151,13 @@ pub async fn fold_pending(
     let mut summary = FoldSummary::default();
     let mut results = Vec::with_capacity(pending.len());
     for entry in &pending {
+        if options
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            break;
+        }
         let result = fold_one(store, archive, entry, options).await?;
         summary.add(&result);
         results.push(result);
