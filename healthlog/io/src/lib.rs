@@ -1,4 +1,4 @@
-//! healthlog's edge (HEALTHLOG.md "Layout"): the SQLite store ([`store::sqlite`], the only file
+//! healthlog's edge (HEALTHLOG.md "Layout"): the SQLite store ([`store::sqlite`], the only folder
 //! naming the SQL library), the content-addressed [`archive`], taking deliveries into the
 //! [`journal`], the [`fold`] worker, the HTTP receiver ([`serve`], with its [`intake`] spool),
 //! `healthlog status` ([`status`]), and the pieces of the `healthlog` binary ([`cli`]).

@@ -234,6 +234,32 @@ async fn incomparable_sets_are_counted_not_merged() {
             1,
             "an incomparable pair is also a collision"
         );
+        // The object's coordinates go into the delivery's lists, not only into a WARN line.
+        let coordinates = vec![(HR.to_string(), "minute".to_string(), HOUR_10_US)];
+        let DeliveryResult::Folded {
+            collision_objects,
+            incomparable_objects,
+            ..
+        } = &r
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(
+            (collision_objects, incomparable_objects),
+            (&coordinates, &coordinates)
+        );
+        let row = env
+            .store
+            .deliveries(None)
+            .await
+            .expect("rows")
+            .into_iter()
+            .find(|d| d.id == r.id())
+            .expect("row");
+        assert_eq!(
+            (row.collision_objects, row.incomparable_objects),
+            (Some(coordinates.clone()), Some(coordinates))
+        );
         let points = env.points(HR, "minute").await;
         assert_eq!(points.len(), 1);
         assert!(

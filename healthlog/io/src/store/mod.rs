@@ -1,6 +1,6 @@
 //! The store: the journal of deliveries and the vitrine of hourly objects and entities, in one
 //! SQLite file.
-//! `sqlite.rs` is the only file in the project that names the SQL library.
+//! The `sqlite/` folder is the only place in healthlog that names the SQL library.
 
 pub mod sqlite;
 
