@@ -7,6 +7,10 @@
 //! parsed to f64 with every zero printed `0`, integers within 2^53 printed as integers and any
 //! other number rounded to 15 significant digits, so last-digit jitter is not a difference.
 //! It exists only at the moment of comparison and hashing: stored points keep their bytes.
+//!
+//! For entities (routes of megabytes) the form is computed while the text is read
+//! ([`stream_members`]), without a `serde_json::Value` tree, and fed to a hasher piece by piece
+//! ([`feed_object`]); a test holds it equal to [`canonical`].
 
 use serde_json::{Number, Value};
 

@@ -31,7 +31,7 @@ use serde_json::Value;
 use sha2::{Digest as _, Sha256};
 
 use crate::canon::{self, Streamed};
-use crate::limits::{ENTITY_BYTES_MAX, ENTITY_ID_BYTES_MAX, ENTITY_KEYS_MAX};
+use crate::limits::{ENTITY_BYTES_MAX, ENTITY_ID_BYTES_MAX, ENTITY_KEYS_MAX, VERSIONS_PER_ENTITY_MAX};
 use crate::time::{offset_minutes, parse_timestamp_us};
 
 /// The workouts section: one row per workout, keyed by id.
@@ -179,6 +179,7 @@ pub enum SkipReason {
     BadTimestamp,
     TooLarge,
     TooManyKeys,
+    TooManyVersions,
 }
 
 impl SkipReason {
@@ -190,6 +191,7 @@ impl SkipReason {
             Self::BadTimestamp => "a timestamp that does not parse",
             Self::TooLarge => "over the entity size limit",
             Self::TooManyKeys => "over the limit of top-level keys",
+            Self::TooManyVersions => "one of more distinct versions of one id in one body than the limit",
         }
     }
 }
@@ -206,6 +208,8 @@ pub struct Skipped {
 #[derive(Debug, Clone, PartialEq)]
 pub struct EntityVersion {
     pub key: EntityKey,
+    /// The element's index in its section (for a skip's log record).
+    pub index: usize,
     pub header: Header,
     /// The version's bytes exactly as they arrived.
     pub raw: Box<str>,
@@ -244,7 +248,7 @@ fn stamp(v: Option<&Value>) -> Result<Option<(i64, Option<i32>)>, SkipReason> {
 impl EntityVersion {
     /// Reads one element of `section`: its key, header, shape and canonical hash, or why it is
     /// skipped. The canonical form is computed here and nowhere else.
-    pub fn read(section: &str, raw: &str, id_bytes_max: usize) -> Result<Self, SkipReason> {
+    pub fn read(section: &str, index: usize, raw: &str, id_bytes_max: usize) -> Result<Self, SkipReason> {
         if raw.len() > ENTITY_BYTES_MAX {
             return Err(SkipReason::TooLarge);
         }
@@ -297,6 +301,7 @@ impl EntityVersion {
                 section: section.to_string(),
                 id,
             },
+            index,
             header,
             raw: raw.into(),
             hash: hasher.finalize().into(),
@@ -313,8 +318,10 @@ impl EntityVersion {
 /// одного ключа внутри одной доставки…"): versions with one canonical form collapse first (the
 /// smaller raw bytes kept), then every version strictly covered by another is dropped, then
 /// the minimum of the rest by (canonical hash, raw bytes). Returns the winner and how many
-/// candidates differ canonically from it (the separate "differing versions" counter).
-pub fn choose_in_body(versions: Vec<EntityVersion>) -> (EntityVersion, u64) {
+/// candidates differ canonically from it (the separate "differing versions" counter), or, past
+/// [`VERSIONS_PER_ENTITY_MAX`] distinct forms (the choice is quadratic and the count comes from
+/// a foreign body), the versions back, to be skipped and counted.
+pub fn choose_in_body(versions: Vec<EntityVersion>) -> Result<(EntityVersion, u64), Vec<EntityVersion>> {
     assert!(!versions.is_empty(), "invariant: a key has a version");
     let total = versions.len();
     let mut by_hash: BTreeMap<[u8; 32], (EntityVersion, u64)> = BTreeMap::new();
@@ -330,6 +337,9 @@ pub fn choose_in_body(versions: Vec<EntityVersion>) -> (EntityVersion, u64) {
                 by_hash.insert(v.hash, (v, 1));
             }
         }
+    }
+    if by_hash.len() > VERSIONS_PER_ENTITY_MAX {
+        return Err(by_hash.into_values().map(|(v, _)| v).collect());
     }
     let forms: Vec<(EntityVersion, u64)> = by_hash.into_values().collect();
     let strictly_covered = |i: usize| {
@@ -350,7 +360,7 @@ pub fn choose_in_body(versions: Vec<EntityVersion>) -> (EntityVersion, u64) {
     let w = winner.expect("invariant: a finite strict order has a maximal element");
     let same = forms[w].1;
     let (version, _) = forms.into_iter().nth(w).expect("invariant: in range");
-    (version, (total as u64) - same)
+    Ok((version, (total as u64) - same))
 }
 
 /// A journal position: (received_at_us, delivery id), compared in that order.
@@ -408,7 +418,7 @@ mod tests {
     use super::*;
 
     fn v(raw: &str) -> EntityVersion {
-        EntityVersion::read(WORKOUTS_SECTION, raw, ENTITY_ID_BYTES_MAX).expect("reads")
+        EntityVersion::read(WORKOUTS_SECTION, 0, raw, ENTITY_ID_BYTES_MAX).expect("reads")
     }
 
     #[test]
@@ -427,6 +437,7 @@ mod tests {
         assert_eq!(no_duration.header.duration_s, None);
         let r = EntityVersion::read(
             "stateOfMind",
+            0,
             r#"{"id":"S1","date":"2024-09-21 07:57:00 +1000"}"#,
             ENTITY_ID_BYTES_MAX,
         )
@@ -442,14 +453,14 @@ mod tests {
             (r#"{"id":"W","start":"soon"}"#, SkipReason::BadTimestamp),
         ] {
             assert_eq!(
-                EntityVersion::read(WORKOUTS_SECTION, raw, ENTITY_ID_BYTES_MAX),
+                EntityVersion::read(WORKOUTS_SECTION, 0, raw, ENTITY_ID_BYTES_MAX),
                 Err(reason),
                 "{raw}"
             );
         }
         let long = format!(r#"{{"id":"{}"}}"#, "x".repeat(ENTITY_ID_BYTES_MAX + 1));
         assert_eq!(
-            EntityVersion::read(WORKOUTS_SECTION, &long, ENTITY_ID_BYTES_MAX),
+            EntityVersion::read(WORKOUTS_SECTION, 0, &long, ENTITY_ID_BYTES_MAX),
             Err(SkipReason::IdTooLong)
         );
     }
@@ -469,6 +480,24 @@ mod tests {
         assert!(!shorter.covers(&stored), "4: length");
         let hollow = v(r#"{"id":"W","a":{"x":1},"route":[null,{}],"e":null}"#).shape;
         assert!(!hollow.covers(&stored), "4: non-empty elements");
+    }
+
+    #[test]
+    fn too_many_versions_of_one_id_are_given_back_to_be_skipped() {
+        let versions: Vec<EntityVersion> = (0..=VERSIONS_PER_ENTITY_MAX)
+            .map(|i| v(&format!(r#"{{"id":"W","kcal":{}}}"#, i + 1)))
+            .collect();
+        assert_eq!(
+            choose_in_body(versions).map(|_| ()).map_err(|v| v.len()),
+            Err(VERSIONS_PER_ENTITY_MAX + 1)
+        );
+        let same: Vec<EntityVersion> = (0..=VERSIONS_PER_ENTITY_MAX)
+            .map(|_| v(r#"{"id":"W","kcal":1}"#))
+            .collect();
+        assert!(
+            choose_in_body(same).is_ok(),
+            "equal forms collapse before the limit counts"
+        );
     }
 
     #[test]

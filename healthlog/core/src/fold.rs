@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::entities::{EntityKey, EntityVersion, Skipped, choose_in_body};
+use crate::entities::{EntityKey, EntityVersion, SkipReason, Skipped, choose_in_body};
 use crate::hae::ParsedBody;
 use crate::object::{self, ObjectError, StoredPoint};
 use crate::points::Candidate;
@@ -52,14 +52,21 @@ impl DeliveryPlan {
             by_key.entry(v.key.clone()).or_default().push(v);
         }
         let mut versions_differing = 0;
-        let entities = by_key
-            .into_values()
-            .map(|versions| {
-                let (winner, differing) = choose_in_body(versions);
-                versions_differing += differing;
-                winner
-            })
-            .collect();
+        let mut skipped = parsed.skipped;
+        let mut entities = Vec::with_capacity(by_key.len());
+        for versions in by_key.into_values() {
+            match choose_in_body(versions) {
+                Ok((winner, differing)) => {
+                    versions_differing += differing;
+                    entities.push(winner);
+                }
+                Err(refused) => skipped.extend(refused.into_iter().map(|v| Skipped {
+                    section: v.key.section,
+                    index: v.index,
+                    reason: SkipReason::TooManyVersions,
+                })),
+            }
+        }
         let mut coordinates = 0u64;
         let metrics = parsed
             .metrics
@@ -90,7 +97,7 @@ impl DeliveryPlan {
             entities,
             entity_elements,
             versions_differing,
-            skipped: parsed.skipped,
+            skipped,
         }
     }
 

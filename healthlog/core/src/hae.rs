@@ -364,7 +364,7 @@ fn parse_entities(
             return Err(ParseError::TooManyEntities);
         }
         for (index, element) in elements.iter().enumerate() {
-            match EntityVersion::read(section, element.get(), coverage.entity_id_bytes_max) {
+            match EntityVersion::read(section, index, element.get(), coverage.entity_id_bytes_max) {
                 Ok(v) => entities.push(v),
                 Err(reason) => skipped.push(Skipped {
                     section: section.to_string(),
