@@ -259,6 +259,30 @@ mod tests {
     }
 
     #[test]
+    fn the_first_rank_keeps_content_the_canonical_order_would_drop() {
+        // A strict superset of non-empty keys with the same common values. A superset's
+        // canonical form usually sorts first anyway; here it does not (`"Heart"` vs
+        // `"Heart Rate"`: `"` > ` `), so only dominance keeps the richer point.
+        let rich = r#"{"Heart":5,"Heart Rate":70,"date":"d"}"#;
+        let poor = r#"{"Heart Rate":70,"date":"d"}"#;
+        assert!(cand(poor).canonical < cand(rich).canonical);
+        assert_eq!(winner_of(&[rich, poor]), rich);
+        assert_eq!(winner_of(&[poor, rich]), rich);
+    }
+
+    #[test]
+    fn the_second_rank_keeps_keys_the_canonical_order_would_drop() {
+        // Equal non-empty keys and values; `rich` also has an empty `Protection`. Its canonical
+        // form sorts after `poor`'s (`"Protection"` vs `"Protection Used"`: `"` > ` `), so
+        // only the second rank of dominance (a strict superset of all keys) keeps it.
+        let rich = r#"{"Protection":0,"Protection Used":1,"date":"d"}"#;
+        let poor = r#"{"Protection Used":1,"date":"d"}"#;
+        assert!(cand(poor).canonical < cand(rich).canonical);
+        assert_eq!(winner_of(&[rich, poor]), rich);
+        assert_eq!(winner_of(&[poor, rich]), rich);
+    }
+
+    #[test]
     fn the_object_keeps_what_a_later_candidate_needs() {
         // A precedes B by the order and neither dominates the other; C dominates A but not B,
         // and B precedes C. Over {A, B, C} B must win; an object that kept only A after {A, B}

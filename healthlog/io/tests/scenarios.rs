@@ -122,6 +122,17 @@ async fn a_poor_point_does_not_erase_the_fields_of_a_rich_one() {
     env.deliver("minute", &body(&[(HR, "count/min", &[&rich])])).await;
     env.deliver("minute", &body(&[(HR, "count/min", &[&poor])])).await;
     assert_eq!(env.points(HR, "minute").await[0].2, rich);
+    // A pair where the canonical order alone would keep the poor point (`"Avg"` sorts after
+    // `"Avg Min"`): completeness, not the order, keeps the rich one, in both arrival orders.
+    let rich = format!(r#"{{"date":"{T0}","Avg":70.5,"Avg Min":60}}"#);
+    let poor = format!(r#"{{"date":"{T0}","Avg Min":60}}"#);
+    for order in [[&rich, &poor], [&poor, &rich]] {
+        let env = Env::new().await;
+        for p in order {
+            env.deliver("minute", &body(&[(HR, "count/min", &[p])])).await;
+        }
+        assert_eq!(env.points(HR, "minute").await[0].2, rich);
+    }
 }
 
 /// «Поля без содержания полноты не добавляют»
