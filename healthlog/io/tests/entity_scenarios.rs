@@ -298,6 +298,11 @@ async fn a_skeleton_of_scalars_does_not_overwrite_the_stored_workout() {
     let skeleton = w1(r#","kcal":1,"route":[null,null,null]"#);
     let r = stored_then(&env, &stored, &skeleton).await;
     assert_retained(&env, &r, &stored).await;
+    // Objects made numbers alone (no array to shorten) are caught by the shape condition.
+    let env = Env::new().await;
+    let stored = w1(r#","kcal":{"qty":200,"units":"kcal"}"#);
+    let r = stored_then(&env, &stored, &w1(r#","kcal":1"#)).await;
+    assert_retained(&env, &r, &stored).await;
 }
 
 /// «Ключ с пустым значением не исчезает по жребию»
