@@ -218,9 +218,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             let (fp, objects) = store.fingerprint().await?;
             store.close().await;
             if cli.json {
-                say!("{}", serde_json::json!({ "fingerprint": fp, "objects": objects }));
+                say!("{}", serde_json::json!({ "fingerprint": fp, "rows": objects }));
             } else {
-                say!("{fp}  ({objects} objects)");
+                say!("{fp}  ({objects} rows: hourly objects, workouts, records)");
             }
             Ok(EXIT_OK)
         }
@@ -239,10 +239,10 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             dest.close().await;
             print_summary(cli.json, &summary, &results)?;
             if cli.json {
-                say!("{}", serde_json::json!({ "fingerprint": fp, "objects": objects }));
+                say!("{}", serde_json::json!({ "fingerprint": fp, "rows": objects }));
             } else {
                 say!(
-                    "rebuilt into {}: fingerprint {fp} ({objects} objects)",
+                    "rebuilt into {}: fingerprint {fp} ({objects} rows: hourly objects, workouts, records)",
                     into.display()
                 );
             }
@@ -342,6 +342,18 @@ fn describe(r: &DeliveryResult) -> String {
                 counters.unit_mismatches,
                 counters.sealed_changes
             );
+            if counters.entities + counters.skipped_entities > 0 {
+                text.push_str(&format!(
+                    "; {} entities: {} written, {} unchanged ({} provenance only), {} versions retained, {} differing in the body, {} skipped",
+                    counters.entities,
+                    counters.entities_written,
+                    counters.entities_unchanged,
+                    counters.provenance_updates,
+                    counters.versions_retained,
+                    counters.versions_differing,
+                    counters.skipped_entities
+                ));
+            }
             if !uncovered.is_empty() {
                 text.push_str(&format!("; uncovered: {}", uncovered.join(", ")));
             }
