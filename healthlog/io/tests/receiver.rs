@@ -413,13 +413,14 @@ async fn a_busy_store_answers_503_with_retry_after_and_the_body_is_journaled_lat
 async fn sigterm_finishes_the_request_in_flight_and_exits_0() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut server = Server::start(dir.path(), &[], &[]);
-    let corpus = healthlog_core::sample::generate(9, 2);
-    let file = dir.path().join("day.json");
-    std::fs::write(&file, &corpus.deliveries[0].body).expect("writes");
+    let corpus = healthlog_core::sample::generate(9, 7);
+    let week = corpus.deliveries.iter().max_by_key(|d| d.body.len()).expect("a delivery");
+    let file = dir.path().join("week.json");
+    std::fs::write(&file, &week.body).expect("writes");
     let url = server.url("/hae/minute");
-    // A slow upload: still sending when SIGTERM arrives.
-    let upload = std::thread::spawn(move || post(&url, &file, &["--limit-rate", "400K"]));
-    std::thread::sleep(Duration::from_millis(700));
+    // A slow upload (about 3 s): connected, and still sending when SIGTERM arrives.
+    let upload = std::thread::spawn(move || post(&url, &file, &["--limit-rate", "1M"]));
+    std::thread::sleep(Duration::from_millis(1_200));
     server.signal("-TERM");
     let r = upload.join().expect("upload thread");
     assert_eq!(r.code, 200, "the request in flight finished: {}", r.body);
