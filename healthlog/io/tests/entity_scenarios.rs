@@ -636,6 +636,29 @@ async fn a_refold_without_skips_resets_the_counter() {
     assert_eq!(skipped_of(&env, r.id()).await, Some(0), "replaced by zero");
 }
 
+/// The count is written on the failure path too when the parse finished counting (spec: "в
+/// обоих исходах свёртки"): a fold that fails after the parse — here on a stored object that
+/// no longer decodes — records its measured skips; a parse that failed records none.
+#[tokio::test]
+async fn a_fold_failing_after_the_parse_records_its_measured_skips() {
+    let env = Env::new().await;
+    let point = format!(r#"{{"name":"step_count","units":"count","data":[{{"date":"{T0}","qty":4}}]}}"#);
+    env.deliver("minute", &format!(r#"{{"data":{{"metrics":[{point}]}}}}"#))
+        .await;
+    support::execute(env.store.path(), "UPDATE bucket SET payload = x'00'", &[])
+        .await
+        .expect("corrupts the stored object");
+    let v1 = format!(r#"{{"name":"Walk","start":"{T0}"}}"#);
+    let r = env
+        .deliver(
+            "minute",
+            &format!(r#"{{"data":{{"metrics":[{point}],"workouts":[{v1}]}}}}"#),
+        )
+        .await;
+    assert!(matches!(r, DeliveryResult::Failed { .. }), "{r:?}");
+    assert_eq!(skipped_of(&env, r.id()).await, Some(1), "measured, so written");
+}
+
 /// «Доставка, свёрнутая до появления счётчика, отличима от нулевой»
 #[tokio::test]
 async fn a_delivery_folded_before_the_counter_existed_differs_from_zero() {

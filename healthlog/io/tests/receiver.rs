@@ -414,7 +414,11 @@ async fn sigterm_finishes_the_request_in_flight_and_exits_0() {
     let dir = tempfile::tempdir().expect("temp dir");
     let mut server = Server::start(dir.path(), &[], &[]);
     let corpus = healthlog_core::sample::generate(9, 7);
-    let week = corpus.deliveries.iter().max_by_key(|d| d.body.len()).expect("a delivery");
+    let week = corpus
+        .deliveries
+        .iter()
+        .max_by_key(|d| d.body.len())
+        .expect("a delivery");
     let file = dir.path().join("week.json");
     std::fs::write(&file, &week.body).expect("writes");
     let url = server.url("/hae/minute");
