@@ -458,6 +458,12 @@ mod tests {
                 "{raw}"
             );
         }
+        let huge = format!(r#"{{"id":"W","route":"{}"}}"#, "x".repeat(ENTITY_BYTES_MAX));
+        assert_eq!(
+            EntityVersion::read(WORKOUTS_SECTION, 0, &huge, ENTITY_ID_BYTES_MAX),
+            Err(SkipReason::TooLarge),
+            "refused before it is parsed"
+        );
         let long = format!(r#"{{"id":"{}"}}"#, "x".repeat(ENTITY_ID_BYTES_MAX + 1));
         assert_eq!(
             EntityVersion::read(WORKOUTS_SECTION, 0, &long, ENTITY_ID_BYTES_MAX),
