@@ -49,17 +49,6 @@ impl Store {
         }
     }
 
-    /// Whether an intake id is journaled (the receiver's start-up check of its spool).
-    pub async fn intake_journaled(&self, intake_id: &str) -> Result<bool, StoreError> {
-        self.count();
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM delivery WHERE intake_id = ?1")
-            .bind(intake_id)
-            .fetch_one(&self.pool)
-            .await
-            .map_err(db("looking up an intake"))?;
-        Ok(n > 0)
-    }
-
     /// Journal entries in journal order, optionally only those with `status`.
     pub async fn journal(&self, status: Option<ParseStatus>) -> Result<Vec<JournalEntry>, StoreError> {
         self.count();
