@@ -7,6 +7,10 @@
 //! parsed to f64 with every zero printed `0`, integers within 2^53 printed as integers and any
 //! other number rounded to 15 significant digits, so last-digit jitter is not a difference.
 //! It exists only at the moment of comparison and hashing: stored points keep their bytes.
+//!
+//! For entities (routes of megabytes) the form is computed while the text is read
+//! ([`stream_members`]), without a `serde_json::Value` tree, and fed to a hasher piece by piece
+//! ([`feed_object`]); a test holds it equal to [`canonical`].
 
 use serde_json::{Number, Value};
 
@@ -67,6 +71,170 @@ pub fn is_empty(value: &Value) -> bool {
         Value::String(s) => s.is_empty(),
         Value::Array(items) => items.is_empty(),
         Value::Object(map) => map.is_empty(),
+    }
+}
+
+/// Whether a canonical form is the canonical form of an empty value ([`is_empty`] on the
+/// parsed value): the one emptiness dictionary, read off the form instead of the value.
+pub fn is_empty_canonical(form: &str) -> bool {
+    matches!(form, "null" | "\"\"" | "0" | "[]" | "{}")
+}
+
+/// A value's canonical form computed while the JSON text is read, without building a
+/// `serde_json::Value` (whose tree is many times the text): each object's members are
+/// canonicalised into their own buffers, sorted, and joined.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Streamed {
+    /// The canonical form.
+    pub text: String,
+    /// For an array: its length and how many of its elements are non-empty.
+    pub elements: u64,
+    pub nonempty_elements: u64,
+}
+
+/// A top-level object's members canonicalised as they were read: key, then its value.
+pub type Members = Vec<(String, Streamed)>;
+
+/// Reads `json` (one JSON object) into its members' canonical forms, sorted by key, the last
+/// of duplicate keys kept (as `serde_json::Value` does). `None` when it is not a JSON object.
+pub fn stream_members(json: &str) -> Option<Members> {
+    use serde::de::DeserializeSeed as _;
+    let mut de = serde_json::Deserializer::from_str(json);
+    let members = TopObject.deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(members)
+}
+
+/// Joins sorted members into the object's canonical form, feeding it to `sink` piece by piece.
+pub fn feed_object(members: &Members, mut sink: impl FnMut(&[u8])) {
+    sink(b"{");
+    for (i, (key, value)) in members.iter().enumerate() {
+        if i > 0 {
+            sink(b",");
+        }
+        let mut k = String::new();
+        write_string(key, &mut k);
+        sink(k.as_bytes());
+        sink(b":");
+        sink(value.text.as_bytes());
+    }
+    sink(b"}");
+}
+
+struct TopObject;
+
+impl<'de> serde::de::DeserializeSeed<'de> for TopObject {
+    type Value = Members;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Members, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Members;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Members, A::Error> {
+                members(map)
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+fn members<'de, A: serde::de::MapAccess<'de>>(mut map: A) -> Result<Members, A::Error> {
+    let mut out: Members = Vec::new();
+    while let Some(key) = map.next_key::<String>()? {
+        let value = map.next_value_seed(StreamSeed)?;
+        out.push((key, value));
+    }
+    // Stable: among duplicate keys the last read stays last, and dedup keeps it.
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut dedup: Members = Vec::with_capacity(out.len());
+    for m in out {
+        match dedup.last_mut() {
+            Some(last) if last.0 == m.0 => *last = m,
+            _ => dedup.push(m),
+        }
+    }
+    Ok(dedup)
+}
+
+struct StreamSeed;
+
+impl<'de> serde::de::DeserializeSeed<'de> for StreamSeed {
+    type Value = Streamed;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Streamed, D::Error> {
+        d.deserialize_any(StreamVisitor)
+    }
+}
+
+struct StreamVisitor;
+
+fn scalar(text: String) -> Streamed {
+    Streamed {
+        text,
+        elements: 0,
+        nonempty_elements: 0,
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for StreamVisitor {
+    type Value = Streamed;
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Streamed, E> {
+        Ok(scalar("null".into()))
+    }
+    fn visit_none<E>(self) -> Result<Streamed, E> {
+        Ok(scalar("null".into()))
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Streamed, E> {
+        Ok(scalar(if v { "true" } else { "false" }.into()))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Streamed, E> {
+        let mut out = String::new();
+        write_number(&Number::from(v), &mut out);
+        Ok(scalar(out))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Streamed, E> {
+        let mut out = String::new();
+        write_number(&Number::from(v), &mut out);
+        Ok(scalar(out))
+    }
+    fn visit_f64<E: serde::de::Error>(self, v: f64) -> Result<Streamed, E> {
+        let n = Number::from_f64(v).ok_or_else(|| E::custom("a non-finite number"))?;
+        let mut out = String::new();
+        write_number(&n, &mut out);
+        Ok(scalar(out))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Streamed, E> {
+        let mut out = String::with_capacity(v.len() + 2);
+        write_string(v, &mut out);
+        Ok(scalar(out))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Streamed, A::Error> {
+        let mut text = String::from("[");
+        let (mut elements, mut nonempty_elements) = (0u64, 0u64);
+        while let Some(item) = seq.next_element_seed(StreamSeed)? {
+            if elements > 0 {
+                text.push(',');
+            }
+            elements += 1;
+            nonempty_elements += u64::from(!is_empty_canonical(&item.text));
+            text.push_str(&item.text);
+        }
+        text.push(']');
+        Ok(Streamed {
+            text,
+            elements,
+            nonempty_elements,
+        })
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Streamed, A::Error> {
+        let ms = members(map)?;
+        let mut text = String::new();
+        feed_object(&ms, |b| text.push_str(std::str::from_utf8(b).unwrap_or_default()));
+        Ok(scalar(text))
     }
 }
 
@@ -133,6 +301,36 @@ mod tests {
     #[test]
     fn strings_are_not_html_escaped() {
         assert_eq!(canon_of(r#""a&b<c>""#), r#""a&b<c>""#);
+    }
+
+    #[test]
+    fn the_streamed_form_is_the_canonical_form() {
+        for text in [
+            r#"{"b":[1,2.50,{"y":null,"x":-0}],"a":"a&b<c>\u00e9","c":{},"d":[],"e":1e300,"f":true}"#,
+            r#"{"route":[{"lat":48.1371540000001,"lon":11.5},null,{}],"id":"W1","id":"W2"}"#,
+            r#"{}"#,
+        ] {
+            let value: Value = serde_json::from_str(text).expect("parses");
+            let members = stream_members(text).expect("an object");
+            let mut streamed = Vec::new();
+            feed_object(&members, |b| streamed.extend_from_slice(b));
+            assert_eq!(
+                String::from_utf8(streamed).expect("utf-8"),
+                canonical(&value),
+                "{text}"
+            );
+            for (key, m) in &members {
+                assert_eq!(
+                    is_empty_canonical(&m.text),
+                    is_empty(&value[key.as_str()]),
+                    "{key}"
+                );
+            }
+        }
+        let route = &stream_members(r#"{"route":[{"a":1},null,{},[],0,{"b":2}]}"#).expect("object")[0].1;
+        assert_eq!((route.elements, route.nonempty_elements), (6, 2));
+        assert_eq!(stream_members("[1,2]"), None);
+        assert_eq!(stream_members("{\"a\":1} trailing"), None);
     }
 
     #[test]

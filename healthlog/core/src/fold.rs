@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::entities::{EntityKey, EntityVersion, SkipReason, Skipped, choose_in_body};
 use crate::hae::ParsedBody;
 use crate::object::{self, ObjectError, StoredPoint};
 use crate::points::Candidate;
@@ -25,18 +26,47 @@ impl MetricPlan {
     }
 }
 
-/// A delivery's plan: its metrics, grouped by hour, and the counts known before the store.
+/// A delivery's plan: its metrics, grouped by hour, its entities (one winner per key, chosen
+/// among the body's versions before the store is touched), and the counts known before the store.
 #[derive(Debug, Clone)]
 pub struct DeliveryPlan {
     pub layer: String,
     pub metrics: Vec<MetricPlan>,
     pub points: u64,
     pub coordinates: u64,
+    /// One version per entity key, in key order.
+    pub entities: Vec<EntityVersion>,
+    /// Entity elements of the body that were keyed (before choosing among versions).
+    pub entity_elements: u64,
+    /// Candidates that differ canonically from their key's in-body winner.
+    pub versions_differing: u64,
+    pub skipped: Vec<Skipped>,
 }
 
 impl DeliveryPlan {
     pub fn new(parsed: ParsedBody, layer: &str) -> Self {
         let points = parsed.point_count() as u64;
+        let entity_elements = parsed.entities.len() as u64;
+        let mut by_key: BTreeMap<EntityKey, Vec<EntityVersion>> = BTreeMap::new();
+        for v in parsed.entities {
+            by_key.entry(v.key.clone()).or_default().push(v);
+        }
+        let mut versions_differing = 0;
+        let mut skipped = parsed.skipped;
+        let mut entities = Vec::with_capacity(by_key.len());
+        for versions in by_key.into_values() {
+            match choose_in_body(versions) {
+                Ok((winner, differing)) => {
+                    versions_differing += differing;
+                    entities.push(winner);
+                }
+                Err(refused) => skipped.extend(refused.into_iter().map(|v| Skipped {
+                    section: v.key.section,
+                    index: v.index,
+                    reason: SkipReason::TooManyVersions,
+                })),
+            }
+        }
         let mut coordinates = 0u64;
         let metrics = parsed
             .metrics
@@ -64,6 +94,10 @@ impl DeliveryPlan {
             metrics,
             points,
             coordinates,
+            entities,
+            entity_elements,
+            versions_differing,
+            skipped,
         }
     }
 
@@ -119,20 +153,24 @@ pub fn merge_metric(plan: &MetricPlan, existing: &[ExistingObject]) -> Result<Ve
             Some(e) => object::decode(&e.payload)?,
             None => Vec::new(),
         };
-        let merged = object::merge(&stored_points, &refs);
+        let merged = object::merge(&stored_points, &refs)?;
         let changed = before.is_none_or(|e| e.hash.as_slice() != merged.hash.as_slice());
         let units = before.map_or_else(|| plan.units.clone(), |e| e.units.clone());
         let units_mismatch = before.is_some_and(|e| e.units != plan.units);
         let sealed_changed = changed && before.is_some_and(|e| e.sealed);
-        let write = changed.then(|| ObjectWrite {
-            hour_us,
-            units,
-            first_us: merged.first_us,
-            last_us: merged.last_us,
-            point_count: merged.points.len() as i64,
-            hash: merged.hash.to_vec(),
-            payload: object::encode(&merged.points),
-        });
+        // Encoded (and so checked against the object limits) whenever it is written.
+        let write = match changed {
+            true => Some(ObjectWrite {
+                hour_us,
+                units,
+                first_us: merged.first_us,
+                last_us: merged.last_us,
+                point_count: merged.points.len() as i64,
+                hash: merged.hash.to_vec(),
+                payload: object::encode(&merged.points)?,
+            }),
+            false => None,
+        };
         outcomes.push(HourOutcome {
             hour_us,
             write,
@@ -158,6 +196,20 @@ pub struct Counters {
     pub incomparable: u64,
     pub unit_mismatches: u64,
     pub sealed_changes: u64,
+    /// Entity elements keyed in the body.
+    pub entities: u64,
+    /// Entity contents written (inserts and replacements).
+    pub entities_written: u64,
+    /// Entities whose stored version stayed with nothing written.
+    pub entities_unchanged: u64,
+    /// Same content, later journal position: only the provenance moved.
+    pub provenance_updates: u64,
+    /// Arriving versions refused because they lose content or are incomparable (WARN each).
+    pub versions_retained: u64,
+    /// Versions of one id in the body that differ canonically from the body's winner.
+    pub versions_differing: u64,
+    /// Elements of covered entity sections that could not be keyed.
+    pub skipped_entities: u64,
 }
 
 impl Counters {

@@ -16,32 +16,45 @@ use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::entities::{EntityVersion, RECORD_SECTIONS, Skipped, WORKOUTS_SECTION};
 use crate::limits::{
     BODY_BYTES_MAX, LAYER_BYTES_MAX, METRIC_NAME_BYTES_MAX, METRICS_MAX, POINTS_PER_DELIVERY_MAX,
     POINTS_PER_METRIC_MAX, SECTION_NAME_BYTES_MAX, UNCOVERED_NAMES_MAX, UNITS_BYTES_MAX,
 };
+use crate::limits::{ENTITIES_PER_DELIVERY_MAX, ENTITY_ID_BYTES_MAX};
 use crate::points::Candidate;
-use crate::time::parse_timestamp_us;
+use crate::time::parse_label_us;
 
 /// The section of `data` holding the points.
 pub const METRICS_SECTION: &str = "metrics";
 
-/// Which sections of `data` this parser reads.
+/// Which sections of `data` this parser reads, and how long an entity id it keys.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Coverage {
     sections: BTreeSet<String>,
+    entity_id_bytes_max: usize,
 }
 
 impl Coverage {
-    /// What this build parses: the points half (`metrics`). Workouts and records are the next issue.
+    /// What this build parses: `metrics` (points), `workouts` and the six record sections.
     pub fn current() -> Self {
-        Self::of(&[METRICS_SECTION])
+        let mut sections = vec![METRICS_SECTION, WORKOUTS_SECTION];
+        sections.extend(RECORD_SECTIONS);
+        Self::of(&sections)
     }
 
     pub fn of(sections: &[&str]) -> Self {
         Self {
             sections: sections.iter().map(|s| (*s).to_string()).collect(),
+            entity_id_bytes_max: ENTITY_ID_BYTES_MAX,
         }
+    }
+
+    /// A parser that keys ids only up to `bytes` (at most [`ENTITY_ID_BYTES_MAX`]): an older,
+    /// stricter parser, as tests need one to refold with a parser that understands more.
+    pub fn with_entity_id_bytes_max(mut self, bytes: usize) -> Self {
+        self.entity_id_bytes_max = bytes.min(ENTITY_ID_BYTES_MAX);
+        self
     }
 
     pub fn covers(&self, section: &str) -> bool {
@@ -128,6 +141,10 @@ pub struct MetricPoints {
 #[derive(Debug, Clone)]
 pub struct ParsedBody {
     pub metrics: Vec<MetricPoints>,
+    /// Every element of the covered entity sections that could be keyed, in body order.
+    pub entities: Vec<EntityVersion>,
+    /// Elements of covered entity sections that could not (spec: "Пропущенные сущности").
+    pub skipped: Vec<Skipped>,
     pub uncovered: Uncovered,
 }
 
@@ -182,6 +199,10 @@ pub enum ParseError {
     },
     #[error("metric `{metric}` point #{index} ends before it starts")]
     EndBeforeStart { metric: String, index: usize },
+    #[error("section `{section}` is not an array of entities")]
+    SectionShape { section: String },
+    #[error("body has more than {ENTITIES_PER_DELIVERY_MAX} entities")]
+    TooManyEntities,
 }
 
 /// A failed parse, with the uncovered list if the parser got as far as collecting it (spec:
@@ -211,13 +232,15 @@ fn json_position(e: &serde_json::Error) -> (&'static str, usize, usize) {
     (category, e.line(), e.column())
 }
 
+/// A metric as HAE sends it. `units` and `data` may be missing or `null` (a metric with no
+/// samples: format rule "no samples"); an absent units string is the empty one.
 #[derive(Deserialize)]
 struct MetricIn<'a> {
     name: String,
     #[serde(default)]
-    units: String,
+    units: Option<String>,
     #[serde(borrow, default)]
-    data: Vec<&'a RawValue>,
+    data: Option<Vec<&'a RawValue>>,
 }
 
 /// Parses a body under a coverage.
@@ -266,6 +289,11 @@ pub fn parse(body: &[u8], coverage: &Coverage) -> Result<ParsedBody, ParseFailur
         let mut by_name: BTreeMap<String, usize> = BTreeMap::new();
         let mut total = 0usize;
         for (index, metric) in parsed.into_iter().enumerate() {
+            let metric = MetricFields {
+                units: metric.units.unwrap_or_default(),
+                data: metric.data.unwrap_or_default(),
+                name: metric.name,
+            };
             if metric.name.is_empty()
                 || metric.name.len() > METRIC_NAME_BYTES_MAX
                 || metric.name.chars().any(char::is_control)
@@ -304,8 +332,62 @@ pub fn parse(body: &[u8], coverage: &Coverage) -> Result<ParsedBody, ParseFailur
             }
         }
     }
-    Ok(ParsedBody { metrics, uncovered })
+    let (entities, skipped) = parse_entities(&data, coverage).map_err(with_uncovered)?;
+    Ok(ParsedBody {
+        metrics,
+        entities,
+        skipped,
+        uncovered,
+    })
 }
+
+/// Reads the covered entity sections: each element keyed and canonicalised once, or skipped
+/// with a reason (its neighbours kept). A section that is `null` has no entities.
+fn parse_entities(
+    data: &BTreeMap<String, &RawValue>,
+    coverage: &Coverage,
+) -> Result<(Vec<EntityVersion>, Vec<Skipped>), ParseError> {
+    let mut entities = Vec::new();
+    let mut skipped = Vec::new();
+    let mut total = 0usize;
+    for section in std::iter::once(WORKOUTS_SECTION).chain(RECORD_SECTIONS) {
+        let Some(raw) = data.get(section).filter(|_| coverage.covers(section)) else {
+            continue;
+        };
+        let elements: Option<Vec<&RawValue>> =
+            serde_json::from_str(raw.get()).map_err(|_| ParseError::SectionShape {
+                section: section.to_string(),
+            })?;
+        let elements = elements.unwrap_or_default();
+        total += elements.len();
+        if total > ENTITIES_PER_DELIVERY_MAX {
+            return Err(ParseError::TooManyEntities);
+        }
+        for (index, element) in elements.iter().enumerate() {
+            match EntityVersion::read(section, index, element.get(), coverage.entity_id_bytes_max) {
+                Ok(v) => entities.push(v),
+                Err(reason) => skipped.push(Skipped {
+                    section: section.to_string(),
+                    index,
+                    reason,
+                }),
+            }
+        }
+    }
+    Ok((entities, skipped))
+}
+
+struct MetricFields<'a> {
+    name: String,
+    units: String,
+    data: Vec<&'a RawValue>,
+}
+
+/// The fields a point's start may come from, in order: `start`, then non-aggregated sleep's
+/// `startDate`, then `date` (spec: start from `start`, else `date`).
+const START_FIELDS: [&str; 3] = ["start", "startDate", "date"];
+/// The fields a point's end may come from: `end`, then `endDate`; else the end is the start.
+const END_FIELDS: [&str; 2] = ["end", "endDate"];
 
 fn parse_points(metric: &str, data: &[&RawValue]) -> Result<Vec<Candidate>, ParseError> {
     if data.len() > POINTS_PER_METRIC_MAX {
@@ -325,17 +407,17 @@ fn parse_points(metric: &str, data: &[&RawValue]) -> Result<Vec<Candidate>, Pars
                 index,
             });
         };
+        // A field that is missing or `null` is absent (format rule "null fields"); a present
+        // one must parse, in any form `time::parse_label_us` reads.
         let stamp = |field: &'static str| -> Result<Option<i64>, ParseError> {
             match map.get(field) {
-                None => Ok(None),
+                None | Some(Value::Null) => Ok(None),
                 Some(Value::String(text)) => {
-                    parse_timestamp_us(text)
-                        .map(Some)
-                        .map_err(|_| ParseError::BadDate {
-                            metric: metric.to_string(),
-                            index,
-                            field,
-                        })
+                    parse_label_us(text).map(Some).map_err(|_| ParseError::BadDate {
+                        metric: metric.to_string(),
+                        index,
+                        field,
+                    })
                 }
                 Some(_) => Err(ParseError::BadDate {
                     metric: metric.to_string(),
@@ -344,15 +426,25 @@ fn parse_points(metric: &str, data: &[&RawValue]) -> Result<Vec<Candidate>, Pars
                 }),
             }
         };
-        let start = match stamp("start")? {
-            Some(s) => s,
-            None => stamp("date")?.ok_or(ParseError::BadDate {
-                metric: metric.to_string(),
-                index,
-                field: "date",
-            })?,
-        };
-        let end = stamp("end")?.unwrap_or(start);
+        let mut start = None;
+        for field in START_FIELDS {
+            if let Some(at) = stamp(field)? {
+                start = Some(at);
+                break;
+            }
+        }
+        let start = start.ok_or(ParseError::BadDate {
+            metric: metric.to_string(),
+            index,
+            field: "date",
+        })?;
+        let mut end = start;
+        for field in END_FIELDS {
+            if let Some(at) = stamp(field)? {
+                end = at;
+                break;
+            }
+        }
         if end < start {
             return Err(ParseError::EndBeforeStart {
                 metric: metric.to_string(),
@@ -371,7 +463,7 @@ mod tests {
     #[test]
     fn covered_and_uncovered_sections() {
         let body = br#"{"data":{"metrics":[{"name":"step_count","units":"count","data":[{"qty":5,"date":"2024-01-01 00:00:00 +0000"}]}],"workouts":[{"secret":1}],"stateOfMind":[]}}"#;
-        let parsed = parse(body, &Coverage::current()).expect("parses");
+        let parsed = parse(body, &Coverage::of(&[METRICS_SECTION])).expect("parses");
         assert_eq!(parsed.point_count(), 1);
         assert_eq!(
             parsed.uncovered.names,
@@ -384,7 +476,7 @@ mod tests {
 
     #[test]
     fn errors_do_not_quote_the_body() {
-        let body = br#"{"data":{"metrics":[{"name":"heart_rate","units":"bpm","data":[{"Avg":71.25,"date":"Apple Watch of Anton"}]}],"ecg":[]}}"#;
+        let body = br#"{"data":{"metrics":[{"name":"heart_rate","units":"bpm","data":[{"Avg":71.25,"date":"Apple Watch of Anton"}]}],"visionRx":[]}}"#;
         let failure = parse(body, &Coverage::current()).expect_err("bad date fails");
         assert!(matches!(
             failure.error,
@@ -396,7 +488,7 @@ mod tests {
         ));
         assert_eq!(
             failure.uncovered.expect("collected").names,
-            vec!["ecg".to_string()]
+            vec!["visionRx".to_string()]
         );
         let text = failure.error.to_string();
         assert!(!text.contains("Anton") && !text.contains("71.25"), "{text}");
@@ -406,6 +498,97 @@ mod tests {
         )
         .expect_err("malformed");
         assert!(!bad.error.to_string().contains("Anton"));
+    }
+
+    /// Format rule "no samples": a metric whose `data` is empty, `null` or missing, or whose
+    /// `units` is `null`, is a metric without points, not a failed delivery.
+    #[test]
+    fn a_metric_with_no_samples_is_not_a_failure() {
+        let body = br#"{"data":{"metrics":[
+            {"name":"step_count","units":"count","data":[]},
+            {"name":"heart_rate","units":"count/min","data":null},
+            {"name":"vo2_max","units":null},
+            {"name":"active_energy","units":"kcal","data":[{"qty":1.5,"date":"2024-01-01 00:00:00 +0000"}]}
+        ]}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("parses");
+        assert_eq!(parsed.metrics.len(), 4);
+        assert_eq!(parsed.point_count(), 1);
+        assert_eq!(parsed.metrics[2].units, "");
+    }
+
+    /// Format rule "12-hour dates": points dated in the 12-hour form parse in a body.
+    #[test]
+    fn points_dated_in_the_twelve_hour_form_parse() {
+        let body = "{\"data\":{\"metrics\":[{\"name\":\"heart_rate\",\"units\":\"count/min\",\"data\":[            {\"Avg\":61,\"date\":\"2024-09-21 7:57:00\u{202f}am +1000\"},            {\"Avg\":62,\"date\":\"2024-09-21 7:58:00 PM +1000\"}]}]}}";
+        let parsed = parse(body.as_bytes(), &Coverage::current()).expect("parses");
+        let pts = &parsed.metrics[0].points;
+        assert_eq!(pts[1].start_us - pts[0].start_us, 12 * 3_600_000_000 + 60_000_000);
+    }
+
+    /// Format rule "aggregated sleep": one point per night, `date` a date alone, the phases as
+    /// numbers and the night's bounds as timestamps inside the point.
+    #[test]
+    fn aggregated_sleep_parses_with_a_date_label() {
+        let body = br#"{"data":{"metrics":[{"name":"sleep_analysis","units":"hr","data":[
+            {"date":"2024-09-21","totalSleep":7.1,"asleep":0,"core":4.2,"deep":1.1,"rem":1.8,
+             "sleepStart":"2024-09-20 23:10:00 +1000","sleepEnd":"2024-09-21 06:40:00 +1000",
+             "inBed":7.5,"inBedStart":"2024-09-20 23:00:00 +1000","inBedEnd":"2024-09-21 06:45:00 +1000"}]}]}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("parses");
+        let p = &parsed.metrics[0].points[0];
+        assert_eq!(crate::time::format_utc(p.start_us), "2024-09-21T00:00:00Z");
+        assert_eq!(p.start_us, p.end_us);
+    }
+
+    /// Format rule "per-phase sleep": `startDate`/`endDate` give the interval, so phases sharing
+    /// a night stay separate points.
+    #[test]
+    fn per_phase_sleep_parses_from_start_date_and_end_date() {
+        let body = br#"{"data":{"metrics":[{"name":"sleep_analysis","units":"hr","data":[
+            {"startDate":"2024-09-20 23:10:00 +1000","endDate":"2024-09-21 01:00:00 +1000","qty":1.83,"value":"Core","source":"Watch"},
+            {"startDate":"2024-09-21 01:00:00 +1000","endDate":"2024-09-21 01:40:00 +1000","qty":0.66,"value":"Deep","source":"Watch"}]}]}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("parses");
+        let pts = &parsed.metrics[0].points;
+        assert_eq!(pts.len(), 2);
+        assert_eq!(pts[0].end_us - pts[0].start_us, 110 * 60_000_000);
+        assert_eq!(pts[0].end_us, pts[1].start_us);
+    }
+
+    /// Format rule "null fields": a `null` start or end is absent, not a bad date; a `null`
+    /// value field is kept verbatim.
+    #[test]
+    fn null_fields_are_absent_not_errors() {
+        let body = br#"{"data":{"metrics":[{"name":"step_count","units":"count","data":[
+            {"qty":null,"date":"2024-01-01 00:00:00 +0000","start":null,"end":null,"source":null}]}]}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("parses");
+        let p = &parsed.metrics[0].points[0];
+        assert_eq!(p.start_us, p.end_us);
+        assert!(p.raw.contains("\"qty\":null"));
+    }
+
+    /// Format rule "entity sections": workouts and the six record sections are covered; an
+    /// element that cannot be keyed is skipped and counted, its neighbours kept; a `null`
+    /// section has no entities.
+    #[test]
+    fn entity_sections_are_covered_and_unkeyable_elements_skipped() {
+        let body = br#"{"data":{"metrics":[],"workouts":[
+            {"id":"W1","name":"Walk","start":"2024-09-21 07:57:00 +1000","route":[]},
+            {"name":"v1 walk","start":"2024-09-21 07:57:00 +1000","route":[{"lat":1,"lon":2}]},
+            {"id":"W2","name":"Run","start":"2024-09-21 6:00:00 PM +1000"}],
+            "stateOfMind":[{"id":"S1","start":"2024-09-21 07:57:00 +1000","valence":0.3}],
+            "medications":[{"displayText":"x","start":"2024-09-21 07:57:00 +1000"}],
+            "ecg":null}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("parses");
+        assert!(parsed.uncovered.is_empty());
+        let ids: Vec<&str> = parsed.entities.iter().map(|e| e.key.id.as_str()).collect();
+        assert_eq!(ids, ["W1", "W2", "S1"]);
+        let skipped: Vec<(&str, usize)> = parsed
+            .skipped
+            .iter()
+            .map(|s| (s.section.as_str(), s.index))
+            .collect();
+        assert_eq!(skipped, [("workouts", 1), ("medications", 0)]);
+        let bad = parse(br#"{"data":{"workouts":{"id":"W"}}}"#, &Coverage::current()).expect_err("shape");
+        assert!(matches!(bad.error, ParseError::SectionShape { .. }));
     }
 
     #[test]

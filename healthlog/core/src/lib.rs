@@ -4,7 +4,9 @@
 //! - [`hae`]: the body model over raw JSON values, covered and uncovered sections;
 //! - [`time`]: HAE timestamps to UTC microseconds, the start hour;
 //! - [`canon`]: the one canonical form and the one emptiness dictionary;
-//! - [`points`]: coordinates and the completeness rule as a function of the set;
+//! - [`points`]: coordinates and the completeness rule by sets, as a function of the set;
+//! - [`entities`]: workouts and records with an id of their own, the coverage rule, the
+//!   in-body choice among versions and the decision table against the stored version;
 //! - [`object`]: the hourly object: gzip codec, merge, canonical hash;
 //! - [`fold`]: one delivery's fold as a pure plan (what to load, what to write, counters);
 //! - [`status`]: the parse status and which failures leave a delivery pending;
@@ -15,6 +17,7 @@
 //! The core never reads a clock, a socket or an RNG: time and seeds are inputs.
 
 pub mod canon;
+pub mod entities;
 pub mod fingerprint;
 pub mod fold;
 pub mod hae;

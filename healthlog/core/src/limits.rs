@@ -27,3 +27,19 @@ pub const LAYER_BYTES_MAX: usize = 32;
 pub const POINTS_PER_OBJECT_MAX: usize = 100_000;
 /// An hourly object's payload, decompressed.
 pub const OBJECT_BYTES_MAX: usize = 64 * 1024 * 1024;
+/// Distinct canonical forms one coordinate may hold or meet in one fold (choosing is quadratic).
+pub const FORMS_PER_COORDINATE_MAX: usize = 64;
+/// Object coordinates listed per delivery in its collision and incomparable lists (the counters
+/// count them all).
+pub const OBJECTS_LISTED_MAX: usize = 256;
+/// An entity's bytes (a workout with its route and series, or a record). Over it the entity is
+/// skipped and counted: the write lock is held for at most this much content per entity.
+pub const ENTITY_BYTES_MAX: usize = 32 * 1024 * 1024;
+/// An entity's id (it names the entity in logs and keys its row).
+pub const ENTITY_ID_BYTES_MAX: usize = 128;
+/// Top-level keys of one entity (its coverage summary is stored beside it).
+pub const ENTITY_KEYS_MAX: usize = 1_024;
+/// Entities per delivery, all sections together.
+pub const ENTITIES_PER_DELIVERY_MAX: usize = 100_000;
+/// Distinct versions of one entity in one body (choosing among them is quadratic).
+pub const VERSIONS_PER_ENTITY_MAX: usize = 64;

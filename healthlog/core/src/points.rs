@@ -1,31 +1,28 @@
 //! Point identity by coordinates and the completeness rule (spec: "Идентичность точки по
-//! координатам", "Разрешение столкновений по полноте"; HEALTHLOG.md "Completeness tie-break").
+//! координатам", "Разрешение столкновений по полноте"; HEALTHLOG.md "Completeness is by sets").
 //!
 //! A point is addressed by metric + layer + start + end; a measurement's end is its start. The
 //! metric and layer are the object's; inside an object a point is `(start_us, end_us)`.
 //!
-//! ## The rule, and why it is one total order
-//! The spec asks for: drop every candidate beaten on completeness by another, then pick among
-//! the rest by a total order, so that the winner is a function of the set of candidates and
-//! never of arrival order. Completeness ("A dominates B") is: A's set of keys with a non-empty
-//! value is a strict superset of B's and the values of their common non-empty keys agree
-//! canonically; or the non-empty sets and values are equal and A's set of all keys (less
-//! `source`) is a strict superset of B's.
+//! ## The rule, by sets
+//! "A dominates B": A's set of keys with a non-empty value is a strict superset of B's and the
+//! values of their common non-empty keys are canonically equal; or the non-empty sets and values
+//! are equal and A's set of all keys (less `source`) is a strict superset of B's. [`resolve`]
+//! drops every candidate dominated by another and picks among the rest by one total order on
+//! the values themselves: the smaller canonical form, then the smaller raw bytes. The number of
+//! keys never decides between differing values: `{date, qty:0.001, p1:null, p2:null}` and
+//! `{date, qty:72.5}` are equally complete and the canonical order decides.
 //!
-//! The total order used here is (more non-empty keys, then more keys, then the smaller
-//! canonical form, then the smaller raw bytes). It *extends* dominance: a dominating
-//! candidate always has more non-empty keys, or as many and more keys. So the minimum of this
-//! order is never dominated, and "drop the dominated, take the minimum of the rest" equals
-//! "take the minimum", which is associative: the winner of (stored winner + new candidates)
-//! equals the winner of every candidate ever seen at the coordinate. That is what makes the
-//! store a function of the journal for every permutation and every split of points across
-//! deliveries, although an object keeps only one point per coordinate (property-tested in
-//! `object` and in the io crate).
-//!
-//! The order's first two keys also implement HEALTHLOG.md's decision: a candidate whose
-//! non-empty key set is a strict superset wins first; and the spec's "поля не теряются"
-//! scenario ({date, qty, Min:0, Max:0} against {date, qty} with another qty) keeps Min and Max
-//! because among equal non-empty sets the candidate with more keys precedes.
+//! ## Why the object keeps the undominated candidates
+//! Dominance is a strict partial order (irreflexive and transitive), so a dominated candidate
+//! is always dominated by an undominated one, and `undominated(S ∪ T) = undominated(undominated(S)
+//! ∪ T)`. The winner, `min(undominated(S))`, is therefore a function of the set of every
+//! candidate a coordinate has seen, in any order and split of deliveries — provided the object
+//! keeps `undominated(S)`, not the winner alone: with a relation that is not a total order the
+//! winner alone forgets a candidate that a later arrival would have let win (A beats B by the
+//! order, C dominates A but not B: B must win over {A, B, C}). Candidates with one canonical
+//! form are one candidate (the smaller raw bytes kept). The object's hash covers every kept
+//! candidate, so the fingerprint does too: they decide future winners.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,11 +30,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde_json::Value;
 
 use crate::canon;
+use crate::limits::FORMS_PER_COORDINATE_MAX;
 
 /// The key that never takes part in completeness: HealthKit rewrites attribution afterwards.
 pub const SOURCE_KEY: &str = "source";
 
-/// One candidate for a coordinate: its arriving bytes, verbatim, and what the rule needs.
+/// One candidate for a coordinate: its arriving bytes, verbatim, and its canonical form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Candidate {
     pub start_us: i64,
@@ -46,8 +44,6 @@ pub struct Candidate {
     pub raw: Box<str>,
     /// Its canonical form (computed once, before any transaction).
     pub canonical: Box<str>,
-    nonempty_keys: u32,
-    all_keys: u32,
 }
 
 impl Candidate {
@@ -57,23 +53,11 @@ impl Candidate {
             end_us >= start_us,
             "invariant: a point ends at or after its start"
         );
-        let (nonempty_keys, all_keys) = match value {
-            Value::Object(map) => {
-                let keys = map.iter().filter(|(k, _)| k.as_str() != SOURCE_KEY);
-                let all = keys.clone().count();
-                let nonempty = keys.filter(|(_, v)| !canon::is_empty(v)).count();
-                (count_u32(nonempty), count_u32(all))
-            }
-            // Content that is not a JSON object carries the empty key set (spec).
-            _ => (0, 0),
-        };
         Self {
             start_us,
             end_us,
             raw: raw.into(),
             canonical: canon::canonical(value).into(),
-            nonempty_keys,
-            all_keys,
         }
     }
 
@@ -87,8 +71,6 @@ impl Candidate {
                 end_us,
                 raw: raw.into(),
                 canonical: format!("\u{0}{raw}").into(),
-                nonempty_keys: 0,
-                all_keys: 0,
             },
         }
     }
@@ -98,79 +80,92 @@ impl Candidate {
     }
 }
 
-fn count_u32(n: usize) -> u32 {
-    u32::try_from(n).unwrap_or(u32::MAX)
-}
-
-/// The total order: `Less` means `a` wins over `b`.
+/// The total order among undominated candidates: `Less` means `a` wins over `b`.
 pub fn precedence(a: &Candidate, b: &Candidate) -> Ordering {
-    b.nonempty_keys
-        .cmp(&a.nonempty_keys)
-        .then(b.all_keys.cmp(&a.all_keys))
-        .then_with(|| a.canonical.cmp(&b.canonical))
-        .then_with(|| a.raw.cmp(&b.raw))
+    a.canonical.cmp(&b.canonical).then_with(|| a.raw.cmp(&b.raw))
 }
 
 /// What resolving one coordinate found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Resolution {
     /// Index of the winner in the candidate slice.
     pub winner: usize,
-    /// Distinct canonical forms among the candidates: more than one is a collision.
+    /// Indices of the undominated candidates, one per canonical form, the winner first and the
+    /// rest in canonical order: what the object keeps for this coordinate.
+    pub kept: Vec<usize>,
+    /// Distinct canonical forms among the candidates.
     pub distinct_forms: usize,
-    /// Some candidate's non-empty key set is incomparable with the winner's.
+    /// Some kept candidate's non-empty key set is incomparable with the winner's.
     pub incomparable: bool,
 }
 
-impl Resolution {
-    pub fn is_collision(&self) -> bool {
-        self.distinct_forms > 1
-    }
-}
+/// More distinct canonical forms at one coordinate than [`FORMS_PER_COORDINATE_MAX`]: choosing
+/// among them is quadratic, and no phone sends that many versions of one measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("more than {FORMS_PER_COORDINATE_MAX} distinct versions of one point")]
+pub struct TooManyForms;
 
-/// Resolves the candidates of one coordinate. A function of the set: the result does not
-/// depend on the order of `candidates` (beyond which equal candidate the index points at).
-pub fn resolve(candidates: &[&Candidate]) -> Resolution {
+/// Resolves the candidates of one coordinate: drop the dominated, take the minimum of the rest
+/// by [`precedence`]. A function of the set: the result (as canonical forms and bytes) does not
+/// depend on the order of `candidates`.
+pub fn resolve(candidates: &[&Candidate]) -> Result<Resolution, TooManyForms> {
     assert!(
         !candidates.is_empty(),
         "invariant: a coordinate has at least one candidate"
     );
-    let mut winner = 0;
-    for (i, c) in candidates.iter().enumerate().skip(1) {
+    // One candidate per canonical form: the smaller raw bytes.
+    let mut by_form: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, c) in candidates.iter().enumerate() {
         debug_assert_eq!(
             c.coordinate(),
             candidates[0].coordinate(),
             "candidates share a coordinate"
         );
-        if precedence(c, candidates[winner]) == Ordering::Less {
-            winner = i;
+        by_form
+            .entry(&c.canonical)
+            .and_modify(|at| {
+                if c.raw < candidates[*at].raw {
+                    *at = i;
+                }
+            })
+            .or_insert(i);
+        if by_form.len() > FORMS_PER_COORDINATE_MAX {
+            return Err(TooManyForms);
         }
     }
-    let forms: BTreeSet<&str> = candidates.iter().map(|c| &*c.canonical).collect();
-    let distinct_forms = forms.len();
-    let mut incomparable = false;
-    if distinct_forms > 1 {
-        let w = KeySets::of(candidates[winner]);
-        for c in candidates {
-            if c.canonical == candidates[winner].canonical {
-                continue;
-            }
-            let k = KeySets::of(c);
-            debug_assert!(
-                !k.dominates(&w),
-                "invariant: the minimum of an order extending dominance is undominated"
-            );
-            incomparable |= k.incomparable_with(&w);
-        }
+    let distinct_forms = by_form.len();
+    let forms: Vec<usize> = by_form.into_values().collect();
+    if forms.len() == 1 {
+        return Ok(Resolution {
+            winner: forms[0],
+            kept: forms,
+            distinct_forms,
+            incomparable: false,
+        });
     }
-    Resolution {
-        winner,
+    let sets: Vec<KeySets> = forms.iter().map(|&i| KeySets::of(candidates[i])).collect();
+    let undominated: Vec<usize> = (0..forms.len())
+        .filter(|&a| !(0..forms.len()).any(|b| b != a && sets[b].dominates(&sets[a])))
+        .collect();
+    assert!(
+        !undominated.is_empty(),
+        "invariant: a strict partial order on a finite set has a maximal element"
+    );
+    // `forms` is in canonical order, so the first undominated is the minimum by precedence.
+    let w = undominated[0];
+    let incomparable = undominated[1..]
+        .iter()
+        .any(|&u| sets[u].incomparable_with(&sets[w]));
+    Ok(Resolution {
+        winner: forms[w],
+        kept: undominated.iter().map(|&u| forms[u]).collect(),
         distinct_forms,
         incomparable,
-    }
+    })
 }
 
-/// The key sets of a candidate, derived from its canonical form only when a collision needs them.
+/// The key sets of a candidate, derived from its canonical form only when a coordinate sees
+/// more than one form.
 #[derive(Debug, Default)]
 pub struct KeySets {
     /// Non-empty keys (less `source`) with their canonical values.
@@ -182,6 +177,7 @@ pub struct KeySets {
 impl KeySets {
     pub fn of(c: &Candidate) -> Self {
         let Ok(Value::Object(map)) = serde_json::from_str::<Value>(&c.canonical) else {
+            // Content that is not a JSON object carries the empty key set (spec).
             return Self::default();
         };
         let mut sets = Self::default();
@@ -235,7 +231,7 @@ mod tests {
     fn winner_of(raws: &[&str]) -> String {
         let cands: Vec<Candidate> = raws.iter().map(|r| cand(r)).collect();
         let refs: Vec<&Candidate> = cands.iter().collect();
-        cands[resolve(&refs).winner].raw.to_string()
+        cands[resolve(&refs).expect("resolves").winner].raw.to_string()
     }
 
     #[test]
@@ -244,6 +240,63 @@ mod tests {
         let poor = r#"{"date":"d","Avg":70,"Min":60,"Max":80}"#;
         assert_eq!(winner_of(&[rich, poor]), rich);
         assert_eq!(winner_of(&[poor, rich]), rich);
+    }
+
+    #[test]
+    fn the_number_of_keys_never_decides_between_differing_values() {
+        // Non-empty sets equal ({date, qty}), values differ: equally complete, canonical order.
+        let hollow = r#"{"date":"d","qty":0.001,"p1":null,"p2":null}"#;
+        let real = r#"{"date":"d","qty":72.5}"#;
+        assert_eq!(winner_of(&[hollow, real]), winner_of(&[real, hollow]));
+        // The key-richer candidate loses when its canonical form sorts after.
+        let more_keys = r#"{"date":"d","qty":90,"z1":null,"z2":0}"#;
+        assert_eq!(winner_of(&[more_keys, real]), real);
+        assert_eq!(winner_of(&[real, more_keys]), real);
+        // Incomparable sets: the same canonical order, not the count of non-empty keys.
+        let a = r#"{"date":"d","a":1,"b":2,"c":3}"#;
+        let z = r#"{"date":"d","0":1}"#;
+        assert_eq!(winner_of(&[a, z]), z);
+    }
+
+    #[test]
+    fn the_first_rank_keeps_content_the_canonical_order_would_drop() {
+        // A strict superset of non-empty keys with the same common values. A superset's
+        // canonical form usually sorts first anyway; here it does not (`"Heart"` vs
+        // `"Heart Rate"`: `"` > ` `), so only dominance keeps the richer point.
+        let rich = r#"{"Heart":5,"Heart Rate":70,"date":"d"}"#;
+        let poor = r#"{"Heart Rate":70,"date":"d"}"#;
+        assert!(cand(poor).canonical < cand(rich).canonical);
+        assert_eq!(winner_of(&[rich, poor]), rich);
+        assert_eq!(winner_of(&[poor, rich]), rich);
+    }
+
+    #[test]
+    fn the_second_rank_keeps_keys_the_canonical_order_would_drop() {
+        // Equal non-empty keys and values; `rich` also has an empty `Protection`. Its canonical
+        // form sorts after `poor`'s (`"Protection"` vs `"Protection Used"`: `"` > ` `), so
+        // only the second rank of dominance (a strict superset of all keys) keeps it.
+        let rich = r#"{"Protection":0,"Protection Used":1,"date":"d"}"#;
+        let poor = r#"{"Protection Used":1,"date":"d"}"#;
+        assert!(cand(poor).canonical < cand(rich).canonical);
+        assert_eq!(winner_of(&[rich, poor]), rich);
+        assert_eq!(winner_of(&[poor, rich]), rich);
+    }
+
+    #[test]
+    fn the_object_keeps_what_a_later_candidate_needs() {
+        // A precedes B by the order and neither dominates the other; C dominates A but not B,
+        // and B precedes C. Over {A, B, C} B must win; an object that kept only A after {A, B}
+        // would answer C.
+        let a = cand(r#"{"a":null,"date":"d","qty":1}"#);
+        let b = cand(r#"{"date":"d","qty":-3}"#);
+        let c = cand(r#"{"date":"d","qty":1,"x":5}"#);
+        let first = resolve(&[&a, &b]).expect("resolves");
+        assert_eq!(first.winner, 0, "A wins over {{A, B}}");
+        assert_eq!(first.kept, vec![0, 1], "and B is kept beside it");
+        let all = resolve(&[&a, &b, &c]).expect("resolves");
+        assert_eq!(all.winner, 1, "B wins over {{A, B, C}}");
+        let winner_alone = resolve(&[&a, &c]).expect("resolves");
+        assert_eq!(winner_alone.winner, 1, "the winner alone would have let C win");
     }
 
     #[test]
@@ -287,21 +340,23 @@ mod tests {
 
     proptest! {
         /// The winner is a function of the set: every permutation, and folding any split of
-        /// the candidates pairwise through a "stored winner", gives the same canonical form;
-        /// and the winner is never dominated.
+        /// the candidates through what an object keeps (the undominated ones), gives the same
+        /// canonical form; and the winner is never dominated.
         #[test]
         fn winner_is_a_function_of_the_set(raws in prop::collection::vec(arb_point(), 1..7), split in 0usize..7, rot in 0usize..7) {
             let cands: Vec<Candidate> = raws.iter().map(|r| cand(r)).collect();
             let refs: Vec<&Candidate> = cands.iter().collect();
-            let whole = cands[resolve(&refs).winner].canonical.clone();
+            let whole = cands_winner(&refs);
             let mut rotated = refs.clone();
             let len = rotated.len();
             rotated.rotate_left(rot % len);
             prop_assert_eq!(&cands_winner(&rotated), &whole);
             let cut = split % len;
-            let first = if cut == 0 { None } else { Some(resolve(&rotated[..cut]).winner) };
             let mut second: Vec<&Candidate> = rotated[cut..].to_vec();
-            if let Some(w) = first { second.push(rotated[w]); }
+            if cut > 0 {
+                let kept = resolve(&rotated[..cut]).expect("resolves").kept;
+                second.extend(kept.iter().map(|&i| rotated[i]));
+            }
             prop_assert_eq!(&cands_winner(&second), &whole);
             let w = KeySets::of(cands.iter().find(|c| c.canonical == whole).expect("winner is a candidate"));
             for c in &cands {
@@ -311,6 +366,6 @@ mod tests {
     }
 
     fn cands_winner(refs: &[&Candidate]) -> Box<str> {
-        refs[resolve(refs).winner].canonical.clone()
+        refs[resolve(refs).expect("resolves").winner].canonical.clone()
     }
 }

@@ -6,8 +6,9 @@
 //! `minute`-layer delivery per day, a week-long re-send every seventh day (key order reversed,
 //! last-digit jitter, poorer copies, changed source strings, added empty fields), an
 //! `hour`-layer delivery every seventh day, sleep intervals sharing a date, a metric that
-//! switches units from kg to lb halfway, and an uncovered `workouts`/`stateOfMind` section in
-//! some deliveries.
+//! switches units from kg to lb halfway, `workouts`/`stateOfMind` entities (each with its own
+//! id, a route of coordinates that must never reach a log) in some deliveries, and an uncovered
+//! section (`visionPrescriptions`, standing for one HAE may add) in others.
 //!
 //! The units switch falls on a re-send boundary. The spec's units rule (the stored units stay)
 //! is a function of fold order, not of the set, so a re-send carrying kg-era hours in lb would
@@ -82,6 +83,8 @@ pub struct OracleDelivery {
     pub layer: String,
     pub status: String,
     pub uncovered: Vec<String>,
+    /// Entities the delivery carries (every one with a fresh id).
+    pub entities: u64,
     pub metrics: u64,
     pub points: u64,
     pub coordinates: u64,
@@ -270,8 +273,17 @@ pub fn generate(seed: u64, days: u32) -> Corpus {
             .iter()
             .map(|m| (m, vec![Noise::Exact; m.points.len()]))
             .collect();
-        let uncovered = uncovered_for(&mut rng, day);
-        let body = body_of(&metrics, shift_us, &uncovered, &mut rng);
+        let (sections, uncovered) = sections_for(&mut rng, day);
+        let mut latitudes = Vec::new();
+        let body = body_of(
+            &metrics,
+            shift_us,
+            &sections,
+            &uncovered,
+            &mut rng,
+            &mut latitudes,
+        );
+        secrets.extend(latitudes);
         let mut day_hours = BTreeSet::new();
         let mut coords = 0u64;
         for m in &per_day[day as usize] {
@@ -299,6 +311,7 @@ pub fn generate(seed: u64, days: u32) -> Corpus {
             layer: "minute".into(),
             status: if uncovered.is_empty() { "parsed" } else { "partial" }.into(),
             uncovered: uncovered.iter().map(|s| (*s).to_string()).collect(),
+            entities: sections.len() as u64,
             metrics: per_day[day as usize].len() as u64,
             points,
             coordinates: coords,
@@ -359,14 +372,24 @@ pub fn generate(seed: u64, days: u32) -> Corpus {
                 .map(|(units, name, points, noises)| (Metric { name, units, points }, noises))
                 .collect();
             let refs: Vec<(&Metric, Vec<Noise>)> = metrics.iter().map(|(m, n)| (m, n.clone())).collect();
-            let uncovered: Vec<&str> = vec!["workouts"];
-            let body = body_of(&refs, shift_us, &uncovered, &mut rng);
+            let uncovered: Vec<&str> = vec![UNCOVERED_SECTION];
+            let mut latitudes = Vec::new();
+            let body = body_of(
+                &refs,
+                shift_us,
+                &["workouts"],
+                &uncovered,
+                &mut rng,
+                &mut latitudes,
+            );
+            secrets.extend(latitudes);
             let points: u64 = metrics.iter().map(|(m, _)| m.points.len() as u64).sum();
             oracle.deliveries.push(OracleDelivery {
                 name: format!("minute/{minute_index:03}.json"),
                 layer: "minute".into(),
                 status: "partial".into(),
-                uncovered: vec!["workouts".into()],
+                uncovered: vec![UNCOVERED_SECTION.into()],
+                entities: 1,
                 metrics: metrics.len() as u64,
                 points,
                 coordinates: points,
@@ -435,12 +458,13 @@ pub fn generate(seed: u64, days: u32) -> Corpus {
             .iter()
             .map(|m| (m, vec![Noise::Exact; m.points.len()]))
             .collect();
-        let body = body_of(&refs, shift_us, &[], &mut rng);
+        let body = body_of(&refs, shift_us, &[], &[], &mut rng, &mut Vec::new());
         oracle.deliveries.push(OracleDelivery {
             name: format!("hour/{hour_index:03}.json"),
             layer: "hour".into(),
             status: "parsed".into(),
             uncovered: vec![],
+            entities: 0,
             metrics: 2,
             points: 2 * n,
             coordinates: 2 * n,
@@ -475,19 +499,26 @@ fn hour_of(at_us: i64) -> i64 {
     at_us.div_euclid(HOUR_US) * HOUR_US
 }
 
-fn uncovered_for(rng: &mut SplitMix64, day: u32) -> Vec<&'static str> {
+/// A section name HAE does not send today, standing for one it may add: uncovered.
+const UNCOVERED_SECTION: &str = "visionPrescriptions";
+
+/// The entity sections (one element each) and the uncovered names of a day's delivery.
+fn sections_for(rng: &mut SplitMix64, day: u32) -> (Vec<&'static str>, Vec<&'static str>) {
     match (day % 5, rng.below(4)) {
-        (0, _) => vec!["workouts"],
-        (3, 0) => vec!["stateOfMind", "workouts"],
-        _ => vec![],
+        (0, _) => (vec!["workouts"], vec![]),
+        (3, 0) => (vec!["stateOfMind", "workouts"], vec![UNCOVERED_SECTION]),
+        (2, _) => (vec![], vec![UNCOVERED_SECTION]),
+        _ => (vec![], vec![]),
     }
 }
 
 fn body_of(
     metrics: &[(&Metric, Vec<Noise>)],
     shift_us: i64,
+    sections: &[&str],
     uncovered: &[&str],
     rng: &mut SplitMix64,
+    latitudes: &mut Vec<String>,
 ) -> Vec<u8> {
     let mut out =
         String::with_capacity(metrics.iter().map(|(m, _)| m.points.len() * 140).sum::<usize>() + 256);
@@ -510,14 +541,16 @@ fn body_of(
         out.push_str("]}");
     }
     out.push(']');
-    for name in uncovered {
+    for name in sections.iter().chain(uncovered) {
+        let latitude = format!("48.1{}", rng.below(1_000_000));
         out.push_str(",\"");
         out.push_str(name);
         out.push_str("\":[{\"id\":\"");
         out.push_str(&format!("{:016x}", rng.next()));
-        out.push_str("\",\"name\":\"Outdoor Walk\",\"isIndoor\":false,\"route\":[{\"lat\":48.1");
-        out.push_str(&format!("{}", rng.below(1_000_000)));
+        out.push_str("\",\"name\":\"Outdoor Walk\",\"start\":\"2026-01-05 10:00:00 +0100\",\"isIndoor\":false,\"route\":[{\"lat\":");
+        out.push_str(&latitude);
         out.push_str(",\"lon\":11.5}]}]");
+        latitudes.push(latitude);
     }
     out.push_str("}}");
     out.into_bytes()
@@ -680,6 +713,8 @@ mod tests {
             let parsed = parse(&d.body, &Coverage::current()).expect("the corpus parses");
             assert_eq!(parsed.point_count() as u64, o.points, "{}", d.name);
             assert_eq!(parsed.uncovered.names, o.uncovered, "{}", d.name);
+            assert_eq!(parsed.entities.len() as u64, o.entities, "{}", d.name);
+            assert!(parsed.skipped.is_empty(), "{}", d.name);
         }
         assert_ne!(generate(8, 8).deliveries[0].body, a.deliveries[0].body);
     }

@@ -168,7 +168,7 @@ async fn fold_throughput(days: u32) {
         && shuffled.fingerprint().await.expect("fp").0 == live
         && store.fingerprint().await.expect("fp").0 == live;
     println!(
-        "rebuild {:.2} s; re-ingest of the corpus {:.2} s writing {} objects; live == rebuilt == shuffled == re-ingested: {same} ({n} objects, {live})",
+        "rebuild {:.2} s; re-ingest of the corpus {:.2} s writing {} objects; live == rebuilt == shuffled == re-ingested: {same} ({n} fingerprint rows, {live})",
         rebuild_time.as_secs_f64(),
         reingest_time.as_secs_f64(),
         again.totals.objects_written

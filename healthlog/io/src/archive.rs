@@ -90,6 +90,18 @@ impl Archive {
         Ok(sha)
     }
 
+    /// Whether the whole body is there under its address (read back and checked).
+    pub fn contains(&self, sha: &str) -> Result<bool, ArchiveError> {
+        match self.get(sha) {
+            Ok(_) => Ok(true),
+            Err(ArchiveError::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(false)
+            }
+            Err(ArchiveError::Corrupt(_)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Reads a body back, checking its address.
     pub fn get(&self, sha: &str) -> Result<Vec<u8>, ArchiveError> {
         let path = self.path_of(sha)?;

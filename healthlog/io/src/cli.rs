@@ -2,7 +2,8 @@
 //! exit codes. Paths and the database come from flags or the environment with defaults.
 //!
 //! Exit codes: 0 done; 1 error; 2 usage (clap); 3 the database schema refused (from the future,
-//! or not equal on a read-only open); 4 done, but some delivery failed or was left pending.
+//! or not equal on a read-only open); 4 done, but some delivery failed or was left pending;
+//! 5 `status`: no delivery arrived within `--stale-after`.
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -15,6 +16,7 @@ pub const EXIT_OK: u8 = 0;
 pub const EXIT_ERROR: u8 = 1;
 pub const EXIT_SCHEMA: u8 = 3;
 pub const EXIT_DELIVERY_NOT_FOLDED: u8 = 4;
+pub const EXIT_STALE: u8 = 5;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -37,6 +39,14 @@ pub struct Cli {
     /// Print JSON for scripts instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// How long a statement waits on a locked database before it counts as busy.
+    #[arg(
+        long,
+        env = "HEALTHLOG_BUSY_TIMEOUT_MS",
+        default_value_t = 5_000,
+        global = true
+    )]
+    pub busy_timeout_ms: u64,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -72,6 +82,33 @@ pub enum Command {
     Rebuild {
         #[arg(long)]
         into: PathBuf,
+    },
+    /// Receive Health Auto Export deliveries over HTTP(S): POST /hae/{layer}, GET /healthz.
+    /// Answers 200 only after the body is archived (fsynced) and journaled; folds in the
+    /// background; SIGTERM stops gracefully (exit 0).
+    Serve {
+        /// Address to listen on, e.g. 127.0.0.1:8080 (behind a reverse proxy) or 0.0.0.0:8443 (TLS).
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        /// A file holding the bearer token HAE sends (`Authorization: Bearer TOKEN`), at least 16 bytes.
+        #[arg(long)]
+        token_file: PathBuf,
+        /// PEM certificate chain: serve HTTPS. Needs --tls-key.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<PathBuf>,
+        /// PEM private key for --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<PathBuf>,
+        /// The intake spool (default: `.intake` inside the archive folder).
+        #[arg(long)]
+        spool: Option<PathBuf>,
+    },
+    /// The last delivery per automation, the newest point per metric and layer; exits 5 when
+    /// no delivery arrived within --stale-after (for cron).
+    Status {
+        /// e.g. 90s, 45m, 26h, 8d.
+        #[arg(long, default_value = "26h")]
+        stale_after: String,
     },
     /// Write a deterministic sample corpus (HAE JSON) and its oracle.
     Sample {

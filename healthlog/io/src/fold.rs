@@ -11,14 +11,16 @@
 
 use std::sync::Arc;
 
+use healthlog_core::entities::{Decision, EntityKey, decide};
 use healthlog_core::fold::{Counters, DeliveryPlan, ExistingObject, HourOutcome, merge_metric};
 use healthlog_core::hae::{Coverage, ParseFailure, parse};
+use healthlog_core::limits::OBJECTS_LISTED_MAX;
 use healthlog_core::status::ParseStatus;
 use healthlog_core::time::format_utc;
 use indicatif::ProgressBar;
 
 use crate::archive::Archive;
-use crate::store::{JournalEntry, Store, StoreError};
+use crate::store::{FoldRecord, JournalEntry, ObjectCoordinates, Store, StoreError};
 
 /// A clock in microseconds since the epoch (the binary passes the system clock; tests a fixed one).
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -30,6 +32,8 @@ pub struct FoldOptions {
     /// Inject a fault after this many object writes in every delivery (tests).
     pub fail_after_objects: Option<usize>,
     pub clock: Clock,
+    /// Set by the receiver's shutdown: the fold stops between deliveries, never inside one.
+    pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl FoldOptions {
@@ -38,6 +42,7 @@ impl FoldOptions {
             coverage: Coverage::current(),
             fail_after_objects: None,
             clock,
+            stop: None,
         }
     }
 }
@@ -51,6 +56,10 @@ pub enum DeliveryResult {
         status: String,
         uncovered: Vec<String>,
         counters: Counters,
+        /// Objects behind the collision counter (bounded by `OBJECTS_LISTED_MAX`).
+        collision_objects: Vec<ObjectCoordinates>,
+        /// Objects behind the incomparable counter (bounded the same way).
+        incomparable_objects: Vec<ObjectCoordinates>,
     },
     Failed {
         id: i64,
@@ -116,6 +125,13 @@ impl FoldSummary {
                 t.incomparable += counters.incomparable;
                 t.unit_mismatches += counters.unit_mismatches;
                 t.sealed_changes += counters.sealed_changes;
+                t.entities += counters.entities;
+                t.entities_written += counters.entities_written;
+                t.entities_unchanged += counters.entities_unchanged;
+                t.provenance_updates += counters.provenance_updates;
+                t.versions_retained += counters.versions_retained;
+                t.versions_differing += counters.versions_differing;
+                t.skipped_entities += counters.skipped_entities;
             }
             DeliveryResult::Failed { .. } | DeliveryResult::Refused { .. } => self.failed += 1,
             DeliveryResult::LeftPending { .. } => self.left_pending += 1,
@@ -135,6 +151,13 @@ pub async fn fold_pending(
     let mut summary = FoldSummary::default();
     let mut results = Vec::with_capacity(pending.len());
     for entry in &pending {
+        if options
+            .stop
+            .as_ref()
+            .is_some_and(|s| s.load(std::sync::atomic::Ordering::SeqCst))
+        {
+            break;
+        }
         let result = fold_one(store, archive, entry, options).await?;
         summary.add(&result);
         results.push(result);
@@ -142,6 +165,26 @@ pub async fn fold_pending(
     }
     progress.finish_and_clear();
     Ok((summary, results))
+}
+
+/// Folds the listed pending journal entries in the order given (tests: a fold order that is not
+/// the journal's, with journal positions fixed).
+pub async fn fold_in_order(
+    store: &Store,
+    archive: &Archive,
+    ids: &[i64],
+    options: &FoldOptions,
+) -> Result<Vec<DeliveryResult>, StoreError> {
+    let pending = store.journal(Some(ParseStatus::Pending)).await?;
+    let mut results = Vec::with_capacity(ids.len());
+    for id in ids {
+        let entry = pending
+            .iter()
+            .find(|e| e.id == *id)
+            .ok_or_else(|| StoreError::Invalid(format!("journal row {id} is not pending")))?;
+        results.push(fold_one(store, archive, entry, options).await?);
+    }
+    Ok(results)
 }
 
 /// Folds one journal entry. Errors only when the outcome itself cannot be recorded.
@@ -170,8 +213,9 @@ pub async fn fold_one(
         Ok(parsed) => parsed,
         Err(ParseFailure { error, uncovered }) => {
             let text = error.to_string();
+            // The parse did not finish counting: skipped entities stay "not measured".
             store
-                .record_failure(id, &text, uncovered.as_ref(), (options.clock)())
+                .record_failure(id, &text, uncovered.as_ref(), None, (options.clock)())
                 .await?;
             tracing::warn!(delivery_id = id, error = %text, "delivery failed to parse");
             return Ok(DeliveryResult::Failed { id, error: text });
@@ -179,9 +223,20 @@ pub async fn fold_one(
     };
     drop(body);
     let uncovered = parsed.uncovered.clone();
+    // Canonical forms were computed by the parse, once, before any transaction.
     let plan = DeliveryPlan::new(parsed, &entry.layer);
-    match fold_plan(store, id, &plan, &uncovered, options).await {
-        Ok((counters, events)) => {
+    for s in &plan.skipped {
+        tracing::warn!(
+            delivery_id = id,
+            section = s.section.as_str(),
+            index = s.index,
+            reason = s.reason.as_str(),
+            "entity skipped: it cannot be keyed; counted on the delivery, its neighbours kept"
+        );
+    }
+    let position = (entry.received_at_us, id);
+    match fold_plan(store, id, position, &plan, &uncovered, options).await {
+        Ok((counters, events, record)) => {
             let status = ParseStatus::derive(false, uncovered.is_empty());
             log_events(id, &plan.layer, &events);
             if uncovered.limits_tripped() {
@@ -205,6 +260,13 @@ pub async fn fold_one(
                 incomparable = counters.incomparable,
                 unit_mismatches = counters.unit_mismatches,
                 sealed_changes = counters.sealed_changes,
+                entities = counters.entities,
+                entities_written = counters.entities_written,
+                entities_unchanged = counters.entities_unchanged,
+                provenance_updates = counters.provenance_updates,
+                versions_retained = counters.versions_retained,
+                versions_differing = counters.versions_differing,
+                skipped_entities = counters.skipped_entities,
                 uncovered = ?uncovered.names,
                 "delivery folded"
             );
@@ -213,6 +275,8 @@ pub async fn fold_one(
                 status: status.as_str().to_string(),
                 uncovered: uncovered.names,
                 counters,
+                collision_objects: record.collision_objects,
+                incomparable_objects: record.incomparable_objects,
             })
         }
         Err(e) if e.is_circumstance() => {
@@ -224,8 +288,15 @@ pub async fn fold_one(
         }
         Err(e) => {
             let text = e.to_string();
+            // The parse finished: its count of skipped entities is a measurement.
             store
-                .record_failure(id, &text, Some(&uncovered), (options.clock)())
+                .record_failure(
+                    id,
+                    &text,
+                    Some(&uncovered),
+                    Some(plan.skipped.len() as u64),
+                    (options.clock)(),
+                )
                 .await?;
             tracing::warn!(delivery_id = id, error = %text, "delivery failed to fold");
             Ok(DeliveryResult::Failed { id, error: text })
@@ -233,33 +304,45 @@ pub async fn fold_one(
     }
 }
 
-/// A WARN-worthy finding on one object, logged after the commit that made it true.
-struct Event {
-    metric: String,
-    outcome: HourOutcome,
+/// A WARN-worthy finding, logged after the commit that made it true.
+enum Event {
+    Object {
+        metric: String,
+        outcome: HourOutcome,
+    },
+    /// An arriving entity version refused: it loses content of the stored one, or the two are
+    /// incomparable. Logged by section and id, never by content or by which fields differ.
+    Retained {
+        key: EntityKey,
+    },
 }
 
 async fn fold_plan(
     store: &Store,
     id: i64,
+    position: (i64, i64),
     plan: &DeliveryPlan,
     uncovered: &healthlog_core::hae::Uncovered,
     options: &FoldOptions,
-) -> Result<(Counters, Vec<Event>), StoreError> {
+) -> Result<(Counters, Vec<Event>, FoldRecord), StoreError> {
     let mut counters = Counters {
         metrics: plan.metrics.len() as u64,
         points: plan.points,
         coordinates: plan.coordinates,
+        entities: plan.entity_elements,
+        versions_differing: plan.versions_differing,
+        skipped_entities: plan.skipped.len() as u64,
         ..Counters::default()
     };
     let mut events = Vec::new();
+    let mut record = FoldRecord::default();
     let mut tx = store.begin_fold(options.fail_after_objects).await?;
     for metric in &plan.metrics {
         let rows = tx.load(&metric.metric, &plan.layer, &metric.hour_keys()).await?;
         let existing: Vec<ExistingObject> = rows.iter().map(|r| r.existing()).collect();
         let outcomes = merge_metric(metric, &existing).map_err(|e| {
             StoreError::Invalid(format!(
-                "stored object of metric `{}` does not decode: {e}",
+                "object of metric `{}` cannot be merged or written: {e}",
                 metric.metric
             ))
         })?;
@@ -268,22 +351,65 @@ async fn fold_plan(
                 tx.put(&metric.metric, &plan.layer, id, write).await?;
             }
             counters.add_hour(&outcome);
+            let coordinates = (metric.metric.clone(), plan.layer.clone(), outcome.hour_us);
+            if outcome.collisions > 0 && record.collision_objects.len() < OBJECTS_LISTED_MAX {
+                record.collision_objects.push(coordinates.clone());
+            }
+            if outcome.incomparable > 0 && record.incomparable_objects.len() < OBJECTS_LISTED_MAX {
+                record.incomparable_objects.push(coordinates);
+            }
             if outcome.collisions > 0 || outcome.units_mismatch || outcome.sealed_changed {
-                events.push(Event {
+                events.push(Event::Object {
                     metric: metric.metric.clone(),
                     outcome,
                 });
             }
         }
     }
+    let now = (options.clock)();
+    for version in &plan.entities {
+        // Read, compare and write in one transaction: the hash and provenance the tie-break
+        // rests on are read where the outcome is written.
+        let stored = tx.load_entity(&version.key).await?;
+        match decide(stored.as_ref(), version, position) {
+            Decision::Insert | Decision::Replace => {
+                tx.put_entity(version, position, now).await?;
+                counters.entities_written += 1;
+            }
+            Decision::RaiseProvenance => {
+                tx.raise_provenance(&version.key, position).await?;
+                counters.provenance_updates += 1;
+                counters.entities_unchanged += 1;
+            }
+            Decision::Unchanged | Decision::KeepLater => counters.entities_unchanged += 1,
+            Decision::Retain => {
+                counters.versions_retained += 1;
+                counters.entities_unchanged += 1;
+                events.push(Event::Retained {
+                    key: version.key.clone(),
+                });
+            }
+        }
+    }
     let status = ParseStatus::derive(false, uncovered.is_empty());
-    tx.finish(id, status, uncovered, &counters, (options.clock)())
-        .await?;
-    Ok((counters, events))
+    tx.finish(id, status, uncovered, &counters, &record, now).await?;
+    Ok((counters, events, record))
 }
 
 fn log_events(id: i64, layer: &str, events: &[Event]) {
-    for Event { metric, outcome: o } in events {
+    for event in events {
+        let (metric, o) = match event {
+            Event::Object { metric, outcome } => (metric, outcome),
+            Event::Retained { key } => {
+                tracing::warn!(
+                    delivery_id = id,
+                    section = key.section.as_str(),
+                    entity_id = key.id.as_str(),
+                    "arriving entity version loses content of the stored one or is incomparable; the stored version stays"
+                );
+                continue;
+            }
+        };
         let hour = format_utc(o.hour_us);
         if o.collisions > 0 {
             tracing::warn!(
@@ -374,6 +500,8 @@ pub async fn rebuild_into(
             body_sha256: e.body_sha256.as_deref(),
             body_bytes: e.body_bytes,
             refused: refused.as_deref(),
+            headers: e.headers.clone(),
+            intake_id: None,
         })
         .await?;
     }

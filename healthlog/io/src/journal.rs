@@ -9,7 +9,7 @@ use healthlog_core::hae::valid_layer;
 use healthlog_core::limits::BODY_BYTES_MAX;
 
 use crate::archive::{Archive, ArchiveError};
-use crate::store::{NewDelivery, Store, StoreError};
+use crate::store::{HaeHeaders, NewDelivery, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
@@ -39,6 +39,29 @@ pub async fn ingest_body(
     body: &[u8],
     received_at_us: i64,
 ) -> Result<Journaled, IngestError> {
+    ingest_with(
+        store,
+        archive,
+        layer,
+        body,
+        received_at_us,
+        &HaeHeaders::default(),
+        None,
+    )
+    .await
+}
+
+/// As [`ingest_body`], with the HAE headers kept for correlation and the receiver's intake id
+/// (a body journaled under that id already is not journaled again).
+pub async fn ingest_with(
+    store: &Store,
+    archive: &Archive,
+    layer: &str,
+    body: &[u8],
+    received_at_us: i64,
+    headers: &HaeHeaders,
+    intake_id: Option<&str>,
+) -> Result<Journaled, IngestError> {
     if !valid_layer(layer) {
         return Err(IngestError::BadLayer(layer.to_string()));
     }
@@ -54,9 +77,18 @@ pub async fn ingest_body(
             body_sha256: Some(&sha),
             body_bytes: bytes,
             refused: None,
+            headers: headers.clone(),
+            intake_id,
         })
         .await?;
-    tracing::info!(delivery_id = id, body_bytes = bytes, layer, "delivery journaled");
+    tracing::info!(
+        delivery_id = id,
+        body_bytes = bytes,
+        layer,
+        automation_name = headers.automation_name.as_deref(),
+        session_id = headers.session_id.as_deref(),
+        "delivery journaled"
+    );
     Ok(Journaled { id, refused: None })
 }
 
@@ -100,6 +132,8 @@ async fn refuse(
             body_sha256: None,
             body_bytes: bytes,
             refused: Some(&reason),
+            headers: HaeHeaders::default(),
+            intake_id: None,
         })
         .await?;
     tracing::warn!(

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use anyhow::{Context as _, bail};
 use clap::Parser as _;
 use healthlog::archive::Archive;
-use healthlog::cli::{self, Cli, Command, EXIT_DELIVERY_NOT_FOLDED, EXIT_ERROR, EXIT_OK, EXIT_SCHEMA};
+use healthlog::cli::{
+    self, Cli, Command, EXIT_DELIVERY_NOT_FOLDED, EXIT_ERROR, EXIT_OK, EXIT_SCHEMA, EXIT_STALE,
+};
 use healthlog::fold::{self, DeliveryResult, FoldOptions, FoldSummary};
 use healthlog::journal;
 use healthlog::store::{Store, StoreError, StoreOptions};
@@ -41,7 +43,17 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
         .init();
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    // The receiver folds in the background beside its handlers: two worker threads; every
+    // other command is one thread.
+    let built = if matches!(cli.command, Command::Serve { .. }) {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    };
+    let runtime = match built {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: starting the runtime: {e}");
@@ -72,7 +84,9 @@ fn main() -> ExitCode {
 }
 
 async fn run(cli: Cli) -> anyhow::Result<u8> {
-    let options = StoreOptions::default();
+    let options = StoreOptions {
+        busy_timeout_ms: cli.busy_timeout_ms,
+    };
     let fold_options = FoldOptions::new(Arc::new(now_us));
     match cli.command {
         Command::Migrate => {
@@ -204,9 +218,9 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             let (fp, objects) = store.fingerprint().await?;
             store.close().await;
             if cli.json {
-                say!("{}", serde_json::json!({ "fingerprint": fp, "objects": objects }));
+                say!("{}", serde_json::json!({ "fingerprint": fp, "rows": objects }));
             } else {
-                say!("{fp}  ({objects} objects)");
+                say!("{fp}  ({objects} rows: hourly objects, workouts, records)");
             }
             Ok(EXIT_OK)
         }
@@ -225,14 +239,53 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             dest.close().await;
             print_summary(cli.json, &summary, &results)?;
             if cli.json {
-                say!("{}", serde_json::json!({ "fingerprint": fp, "objects": objects }));
+                say!("{}", serde_json::json!({ "fingerprint": fp, "rows": objects }));
             } else {
                 say!(
-                    "rebuilt into {}: fingerprint {fp} ({objects} objects)",
+                    "rebuilt into {}: fingerprint {fp} ({objects} rows: hourly objects, workouts, records)",
                     into.display()
                 );
             }
             Ok(exit_for(&summary, false))
+        }
+        Command::Serve {
+            listen,
+            token_file,
+            tls_cert,
+            tls_key,
+            spool,
+        } => {
+            let (store, _) = Store::open_migrating(&cli.db, options).await?;
+            let archive = Archive::open(&cli.archive)?;
+            let config = healthlog::serve::ServeConfig {
+                listen,
+                token_file,
+                tls: tls_cert.zip(tls_key),
+                spool_dir: spool.unwrap_or_else(|| cli.archive.join(".intake")),
+            };
+            healthlog::serve::serve(store.clone(), archive, config, fold_options, |addr| {
+                use std::io::Write as _;
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "listening on {addr}");
+                let _ = out.flush();
+            })
+            .await?;
+            store.close().await;
+            Ok(EXIT_OK)
+        }
+        Command::Status { stale_after } => {
+            let stale_after_s = healthlog::status::parse_duration_s(&stale_after)
+                .map_err(|e| anyhow::anyhow!("--stale-after: {e}"))?;
+            let store = Store::open_read_only(&cli.db, options).await?;
+            let report = healthlog::status::report(&store, now_us(), stale_after_s).await?;
+            store.close().await;
+            if cli.json {
+                say!("{}", serde_json::to_string(&report)?);
+            } else {
+                let text = healthlog::status::render(&report);
+                say!("{}", text.trim_end());
+            }
+            Ok(if report.stale { EXIT_STALE } else { EXIT_OK })
         }
         Command::Sample { seed, days, out } => {
             if !(1..=sample::DAYS_MAX).contains(&days) {
@@ -289,6 +342,18 @@ fn describe(r: &DeliveryResult) -> String {
                 counters.unit_mismatches,
                 counters.sealed_changes
             );
+            if counters.entities + counters.skipped_entities > 0 {
+                text.push_str(&format!(
+                    "; {} entities: {} written, {} unchanged ({} provenance only), {} versions retained, {} differing in the body, {} skipped",
+                    counters.entities,
+                    counters.entities_written,
+                    counters.entities_unchanged,
+                    counters.provenance_updates,
+                    counters.versions_retained,
+                    counters.versions_differing,
+                    counters.skipped_entities
+                ));
+            }
             if !uncovered.is_empty() {
                 text.push_str(&format!("; uncovered: {}", uncovered.join(", ")));
             }

@@ -75,7 +75,20 @@ async fn corpus_live_rebuilt_and_shuffled_agree_with_the_oracle() {
         }
         assert_eq!(counters.unit_mismatches, o.unit_mismatches, "{}", o.name);
         assert_eq!(counters.incomparable, o.incomparable, "{}", o.name);
+        assert_eq!(counters.entities, o.entities, "{}", o.name);
+        assert_eq!(
+            counters.entities_written, o.entities,
+            "{}: every entity id is new",
+            o.name
+        );
+        assert_eq!(counters.skipped_entities, 0, "{}", o.name);
     }
+    let entities = env.store.all_entities().await.expect("entities");
+    assert_eq!(
+        entities.len() as u64,
+        oracle.deliveries.iter().map(|d| d.entities).sum::<u64>(),
+        "entities"
+    );
     let rows = env.store.all_objects().await.expect("objects");
     assert_eq!(rows.len() as u64, oracle.objects, "objects");
     assert_eq!(

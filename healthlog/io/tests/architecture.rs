@@ -1,7 +1,9 @@
 //! healthlog's layout rules (HEALTHLOG.md "Layout"), checked on the sources:
 //! - the core links no async runtime, SQL library or RNG, and its production code names no
 //!   clock, file system, socket, environment or process;
-//! - `store/sqlite.rs` is the only file of healthlog that names sqlx.
+//! - the files of `store/sqlite/` are the only ones of healthlog that name sqlx;
+//! - `serve.rs` is the only source file that names the HTTP framework (axum, axum-server,
+//!   rustls): the receiver is one module, the rest of the edge does not know HTTP.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -75,12 +77,33 @@ fn only_the_sqlite_adapter_names_sqlx() {
     let this_file = Path::new(file!()).file_name().expect("name");
     let offenders: Vec<String> = files
         .iter()
-        .filter(|f| !f.ends_with("io/src/store/sqlite.rs") && f.file_name() != Some(this_file))
+        .filter(|f| !f.to_string_lossy().contains("io/src/store/sqlite/") && f.file_name() != Some(this_file))
         .filter(|f| fs::read_to_string(f).expect("reads").contains("sqlx"))
         .map(|f| f.display().to_string())
         .collect();
     assert!(
         offenders.is_empty(),
-        "only healthlog/io/src/store/sqlite.rs may name sqlx: {offenders:?}"
+        "only healthlog/io/src/store/sqlite/ may name sqlx: {offenders:?}"
+    );
+}
+
+#[test]
+fn only_the_receiver_names_the_http_framework() {
+    let mut files = Vec::new();
+    for dir in ["core/src", "io/src"] {
+        rust_files(&root().join(dir), &mut files);
+    }
+    let offenders: Vec<String> = files
+        .iter()
+        .filter(|f| !f.ends_with("io/src/serve.rs"))
+        .filter(|f| {
+            let text = fs::read_to_string(f).expect("reads");
+            ["axum", "rustls", "hyper"].iter().any(|w| text.contains(w))
+        })
+        .map(|f| f.display().to_string())
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "only healthlog/io/src/serve.rs may name axum/rustls: {offenders:?}"
     );
 }

@@ -108,7 +108,7 @@ async fn a_body_over_the_size_limit_is_refused_and_journaled() {
 async fn unknown_sections_are_named_and_the_delivery_is_partial() {
     let env = Env::new().await;
     let text = format!(
-        r#"{{"meta":{{"v":2}},"data":{{"metrics":[{{"name":"step_count","units":"count","data":[{{"date":"{T0}","qty":3}}]}}],"ecg":[{{"voltage":[1,2]}}],"symptoms":[]}}}}"#
+        r#"{{"meta":{{"v":2}},"data":{{"metrics":[{{"name":"step_count","units":"count","data":[{{"date":"{T0}","qty":3}}]}}],"visionRx":[{{"voltage":[1,2]}}],"hearing":[]}}}}"#
     );
     let r = env.deliver("minute", &text).await;
     assert_eq!(r.status(), "partial");
@@ -116,9 +116,9 @@ async fn unknown_sections_are_named_and_the_delivery_is_partial() {
     assert_eq!(
         row.uncovered,
         Some(vec![
-            "ecg".to_string(),
+            "hearing".to_string(),
             "meta".to_string(),
-            "symptoms".to_string()
+            "visionRx".to_string()
         ])
     );
     assert_eq!(env.store.object_count().await.expect("count"), 1);
@@ -149,7 +149,7 @@ async fn dates_that_do_not_parse_fail_the_whole_delivery() {
                         ("step_count", "count", &[&good]),
                         ("active_energy", "kcal", &[bad]),
                     ],
-                    r#","workouts":[]"#,
+                    r#","visionRx":[]"#,
                 ),
             )
             .await;
@@ -162,7 +162,7 @@ async fn dates_that_do_not_parse_fail_the_whole_delivery() {
         );
         assert_eq!(
             row(&env, r.id()).await.uncovered,
-            Some(vec!["workouts".to_string()])
+            Some(vec!["visionRx".to_string()])
         );
     }
     assert_eq!(
@@ -214,7 +214,7 @@ async fn a_database_from_a_newer_binary_is_refused_by_every_command() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(3), "{args:?}: {stderr}");
         assert!(
-            stderr.contains("42") && stderr.contains("binary's 1"),
+            stderr.contains("42") && stderr.contains("binary's 2"),
             "{args:?}: {stderr}"
         );
     }

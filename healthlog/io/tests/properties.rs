@@ -3,7 +3,10 @@
 //!   points and every split of them across deliveries;
 //! - folding the journal twice changes nothing;
 //! - a fault injected after k object writes, for every k, leaves no object of that delivery,
-//!   and a later fold completes it.
+//!   and a later fold completes it;
+//! - entities: over random journals of growing, degraded and equal versions of one workout,
+//!   folding in journal order and in any other order gives the same fingerprint and the
+//!   journal's expected content, and every retention of a poorer version is counted.
 
 mod common;
 
@@ -125,6 +128,78 @@ proptest! {
                 assert_eq!(counters(&done).objects_written as usize, writes, "k={k}");
                 assert_eq!(env.fingerprint().await, reference, "k={k}: the later fold completes it");
             }
+        });
+    }
+}
+
+/// A version of workout W1: a route of `len` points (longer is growing, shorter degraded),
+/// an `extra` key from length 2 on (so shapes grow with the route and never become
+/// incomparable), and a recounted value `kcal`, never 0 (which is empty: a version without it
+/// would be incomparable) — equal shapes, different values.
+fn workout_version(len: usize, kcal: u8) -> String {
+    let route: Vec<String> = (0..len)
+        .map(|i| format!(r#"{{"latitude":{}.5}}"#, 40 + i))
+        .collect();
+    let extra = if len >= 2 { r#","extra":{"qty":1}"# } else { "" };
+    format!(
+        r#"{{"data":{{"workouts":[{{"id":"W1","start":"2026-01-05 10:00:00 +0000","kcal":{kcal},"route":[{}]{extra}}}]}}}}"#,
+        route.join(",")
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    #[test]
+    fn entity_fold_order_does_not_matter_and_every_retention_is_counted(
+        journal in prop::collection::vec((1usize..4, 1u8..3), 1..8),
+        seed in any::<u64>(),
+    ) {
+        let rt = runtime();
+        rt.block_on(async {
+            let bodies: Vec<String> = journal.iter().map(|(l, k)| workout_version(*l, *k)).collect();
+            // In journal order.
+            let live = Env::new().await;
+            for b in &bodies {
+                live.deliver("minute", b).await;
+            }
+            // In another order, journal positions fixed.
+            let env = Env::new().await;
+            let mut ids = Vec::new();
+            for b in &bodies {
+                ids.push(healthlog::journal::ingest_body(&env.store, &env.archive, "minute", b.as_bytes(), 1).await.expect("journals").id);
+            }
+            let mut order: Vec<usize> = (0..ids.len()).collect();
+            let mut s = seed;
+            for i in (1..order.len()).rev() {
+                s = s.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
+                order.swap(i, (s >> 33) as usize % (i + 1));
+            }
+            let fold_ids: Vec<i64> = order.iter().map(|&i| ids[i]).collect();
+            let results = healthlog::fold::fold_in_order(&env.store, &env.archive, &fold_ids, &env.options).await.expect("folds");
+            assert_eq!(env.fingerprint().await, live.fingerprint().await, "order {order:?} of {journal:?}");
+            // The journal's outcome: the longest route, and among those the latest position.
+            let longest = journal.iter().map(|v| v.0).max().expect("non-empty");
+            let last = journal.iter().rposition(|v| v.0 == longest).expect("present");
+            let stored = &env.store.all_entities().await.expect("entities")[0].content;
+            let want = workout_version(journal[last].0, journal[last].1);
+            assert!(want.contains(std::str::from_utf8(stored).expect("utf-8")), "expected content");
+            // Every arrival poorer than what was stored at its fold is counted, nothing else.
+            let mut at: Option<(usize, u8, usize)> = None; // (len, kcal, position)
+            let mut expected = 0u64;
+            for &i in &order {
+                let (l, k) = journal[i];
+                at = Some(match at {
+                    None => (l, k, i),
+                    Some((sl, sk, sp)) if (sl, sk) == (l, k) => (sl, sk, sp.max(i)),
+                    Some((sl, _, _)) if l > sl => (l, k, i),
+                    Some(st @ (sl, _, _)) if l < sl => { expected += 1; st }
+                    Some((_, _, sp)) if i > sp => (l, k, i),
+                    Some(st) => st,
+                });
+            }
+            let counted: u64 = results.iter().map(|r| counters(r).versions_retained).sum();
+            assert_eq!(counted, expected, "order {order:?} of {journal:?}");
         });
     }
 }

@@ -122,6 +122,17 @@ async fn a_poor_point_does_not_erase_the_fields_of_a_rich_one() {
     env.deliver("minute", &body(&[(HR, "count/min", &[&rich])])).await;
     env.deliver("minute", &body(&[(HR, "count/min", &[&poor])])).await;
     assert_eq!(env.points(HR, "minute").await[0].2, rich);
+    // A pair where the canonical order alone would keep the poor point (`"Avg"` sorts after
+    // `"Avg Min"`): completeness, not the order, keeps the rich one, in both arrival orders.
+    let rich = format!(r#"{{"date":"{T0}","Avg":70.5,"Avg Min":60}}"#);
+    let poor = format!(r#"{{"date":"{T0}","Avg Min":60}}"#);
+    for order in [[&rich, &poor], [&poor, &rich]] {
+        let env = Env::new().await;
+        for p in order {
+            env.deliver("minute", &body(&[(HR, "count/min", &[p])])).await;
+        }
+        assert_eq!(env.points(HR, "minute").await[0].2, rich);
+    }
 }
 
 /// «Поля без содержания полноты не добавляют»
@@ -138,35 +149,59 @@ async fn fields_without_content_add_no_completeness() {
 
 /// «При равном содержании поля не теряются»
 ///
-/// The spec's WHEN gives the arriving {date, qty} "another qty", so the non-empty values
-/// differ and the pair is "equally complete"; HEALTHLOG.md decides to read this scenario as
-/// "Min and Max survive". They do because the total order that breaks ties puts, among equal
-/// non-empty key sets, the candidate with more keys first (points.rs explains why that order
-/// extends dominance). Both arrival orders are checked, and the equal-qty case the spec's
-/// second rank names.
+/// Read by its title and the requirement's second rank (HEALTHLOG.md "Completeness is by
+/// sets"): with equal content — the same non-empty keys with the same values — the point with
+/// the strict superset of all keys keeps its empty Min and Max, in both arrival orders. The
+/// scenario's WHEN line gives the arriving point "another qty"; with differing values the pair
+/// is equally complete and the canonical order decides (tested by
+/// `equally_complete_points_with_different_values` and the counter-example below), so that
+/// line contradicts the title and the requirement, and this test uses an equal qty.
 #[tokio::test]
 async fn with_equal_content_no_field_is_lost() {
-    for (stored, arriving) in [
-        (
-            format!(r#"{{"date":"{T0}","qty":10,"Min":0,"Max":0}}"#),
-            format!(r#"{{"date":"{T0}","qty":12}}"#),
-        ),
-        (
-            format!(r#"{{"date":"{T0}","qty":12}}"#),
-            format!(r#"{{"date":"{T0}","qty":10,"Min":0,"Max":0}}"#),
-        ),
-        (
-            format!(r#"{{"date":"{T0}","qty":10,"Min":0,"Max":0}}"#),
-            format!(r#"{{"date":"{T0}","qty":10}}"#),
-        ),
-    ] {
+    let rich = format!(r#"{{"date":"{T0}","qty":10,"Min":0,"Max":0}}"#);
+    let plain = format!(r#"{{"date":"{T0}","qty":10.0}}"#);
+    for (stored, arriving) in [(&rich, &plain), (&plain, &rich)] {
         let env = Env::new().await;
-        env.deliver("minute", &body(&[(HR, "count/min", &[&stored])]))
+        env.deliver("minute", &body(&[(HR, "count/min", &[stored])]))
             .await;
-        env.deliver("minute", &body(&[(HR, "count/min", &[&arriving])]))
+        env.deliver("minute", &body(&[(HR, "count/min", &[arriving])]))
             .await;
         let kept = &env.points(HR, "minute").await[0].2;
-        assert!(kept.contains("\"Min\"") && kept.contains("\"Max\""), "{kept}");
+        assert_eq!(kept, &rich, "Min and Max stay");
+    }
+}
+
+/// The spec's counter-example through the store: `{date, qty:0.001, p1:null, p2:null}` and
+/// `{date, qty:72.5}` are equally complete (equal non-empty sets, different values), so the
+/// number of keys does not decide: the canonical order does, in both orders, and the stored
+/// bytes are the same either way, with the other candidate kept beside the winner. A second
+/// pair, whose key-richer point sorts after, shows the richer one losing.
+#[tokio::test]
+async fn the_counter_example_resolves_as_equally_complete() {
+    let hollow = format!(r#"{{"date":"{T0}","qty":0.001,"p1":null,"p2":null}}"#);
+    let real = format!(r#"{{"date":"{T0}","qty":72.5}}"#);
+    let richer_later = format!(r#"{{"date":"{T0}","qty":90,"z1":null,"z2":0}}"#);
+    for (pair, winner) in [([&hollow, &real], &hollow), ([&richer_later, &real], &real)] {
+        let mut stored = Vec::new();
+        for order in [[pair[0], pair[1]], [pair[1], pair[0]]] {
+            let env = Env::new().await;
+            for p in order {
+                env.deliver("minute", &body(&[(HR, "count/min", &[p])])).await;
+            }
+            let rows = env.store.all_objects().await.expect("objects");
+            let points = object::decode(&rows[0].payload).expect("decodes");
+            assert_eq!(&*points[0].raw, winner.as_str(), "the canonical order decides");
+            assert_eq!(
+                points[0].alternates.len(),
+                1,
+                "the other candidate is kept beside it"
+            );
+            stored.push(rows[0].payload.clone());
+        }
+        assert_eq!(
+            stored[0], stored[1],
+            "the stored bytes do not depend on the order"
+        );
     }
 }
 
@@ -210,6 +245,32 @@ async fn incomparable_sets_are_counted_not_merged() {
             1,
             "an incomparable pair is also a collision"
         );
+        // The object's coordinates go into the delivery's lists, not only into a WARN line.
+        let coordinates = vec![(HR.to_string(), "minute".to_string(), HOUR_10_US)];
+        let DeliveryResult::Folded {
+            collision_objects,
+            incomparable_objects,
+            ..
+        } = &r
+        else {
+            panic!("{r:?}")
+        };
+        assert_eq!(
+            (collision_objects, incomparable_objects),
+            (&coordinates, &coordinates)
+        );
+        let row = env
+            .store
+            .deliveries(None)
+            .await
+            .expect("rows")
+            .into_iter()
+            .find(|d| d.id == r.id())
+            .expect("row");
+        assert_eq!(
+            (row.collision_objects, row.incomparable_objects),
+            (Some(coordinates.clone()), Some(coordinates))
+        );
         let points = env.points(HR, "minute").await;
         assert_eq!(points.len(), 1);
         assert!(
@@ -249,9 +310,10 @@ async fn content_that_does_not_parse_as_an_object() {
             start_us: start,
             end_us: start,
             raw: junk.into(),
+            alternates: vec![],
         }];
         let fields = Candidate::from_raw(start, start, &format!(r#"{{"date":"{T0}","qty":3}}"#));
-        let merged = object::merge(&stored, &[&fields]);
+        let merged = object::merge(&stored, &[&fields]).expect("merges");
         assert_eq!(
             &*merged.points[0].raw, &*fields.raw,
             "the point with fields stays"
@@ -544,7 +606,7 @@ async fn parsing_a_delivery_is_logged_without_values() {
 async fn uncovered_sections_are_named_by_their_keys() {
     let env = Env::new().await;
     let (logs, guard) = capture_logs();
-    let extra = r#","workouts":[{"id":"W1","route":[{"lat":48.137154,"lon":11.576124}]}]"#;
+    let extra = r#","visionRx":[{"id":"W1","route":[{"lat":48.137154,"lon":11.576124}]}]"#;
     env.deliver(
         "minute",
         &body_with(
@@ -560,7 +622,7 @@ async fn uncovered_sections_are_named_by_their_keys() {
         .find(|l| l.contains("delivery folded"))
         .expect("INFO record");
     assert!(
-        line.contains("uncovered=[\"workouts\"]"),
+        line.contains("uncovered=[\"visionRx\"]"),
         "names as an attribute: {line}"
     );
     assert!(
@@ -606,13 +668,13 @@ async fn a_delivery_with_an_uncovered_section_is_marked_partial() {
             "minute",
             &body_with(
                 &[("step_count", "count", &[&format!(r#"{{"date":"{T0}","qty":4}}"#)])],
-                r#","stateOfMind":[{"x":1}]"#,
+                r#","visionRx":[{"x":1}]"#,
             ),
         )
         .await;
     assert_eq!(
         status_of(&env, r.id()).await,
-        ("partial".to_string(), Some(vec!["stateOfMind".to_string()]))
+        ("partial".to_string(), Some(vec!["visionRx".to_string()]))
     );
     assert_eq!(
         env.points("step_count", "minute").await.len(),
@@ -651,14 +713,14 @@ async fn a_parse_failure_is_stronger_than_partiality() {
                     ("step_count", "count", &[&good]),
                     ("active_energy", "kcal", &[bad]),
                 ],
-                r#","workouts":[]"#,
+                r#","visionRx":[]"#,
             ),
         )
         .await;
     assert!(matches!(r, DeliveryResult::Failed { .. }));
     assert_eq!(
         status_of(&env, r.id()).await,
-        ("failed".to_string(), Some(vec!["workouts".to_string()]))
+        ("failed".to_string(), Some(vec!["visionRx".to_string()]))
     );
     assert_eq!(
         env.store.object_count().await.expect("count"),
@@ -737,13 +799,13 @@ async fn an_old_binary_does_not_open_a_database_from_the_future() {
             err,
             StoreError::SchemaFromFuture {
                 found: 99,
-                supported: 1
+                supported: 2
             }
         ),
         "{err:?}"
     );
     let text = err.to_string();
-    assert!(text.contains("99") && text.contains('1'), "{text}");
+    assert!(text.contains("99") && text.contains('2'), "{text}");
     let (version, tables) = support::inspect(&path).await.expect("inspects");
     assert_eq!(version, 99);
     assert_eq!(
@@ -773,7 +835,7 @@ async fn a_new_database_opens_and_migrates() {
         );
         store.close().await;
         let (version, tables) = support::inspect(&path).await.expect("inspects");
-        assert_eq!(version, 1);
+        assert_eq!(version, Store::supported_schema_version());
         assert!(tables.contains(&"bucket".to_string()) && tables.contains(&"delivery".to_string()));
     }
 }
@@ -794,12 +856,12 @@ async fn a_read_only_open_stays_strict() {
             err,
             StoreError::SchemaMismatch {
                 found: 0,
-                supported: 1
+                supported: 2
             }
         ),
         "{err:?}"
     );
-    assert!(err.to_string().contains('0') && err.to_string().contains('1'));
+    assert!(err.to_string().contains('0') && err.to_string().contains('2'));
 }
 
 // ------------------------------------------------------------ Перечисление разрезов не читает содержимое объектов

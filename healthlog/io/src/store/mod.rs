@@ -1,9 +1,10 @@
-//! The store: the journal of deliveries and the vitrine of hourly objects, in one SQLite file.
-//! `sqlite.rs` is the only file in the project that names the SQL library.
+//! The store: the journal of deliveries and the vitrine of hourly objects and entities, in one
+//! SQLite file.
+//! The `sqlite/` folder is the only place in healthlog that names the SQL library.
 
 pub mod sqlite;
 
 pub use sqlite::{
-    CatalogRow, DeliveryRow, FoldTx, JournalEntry, MigrateReport, NewDelivery, ObjectRow, Store, StoreError,
-    StoreOptions,
+    AutomationRow, CatalogRow, DeliveryRow, EntityRow, FoldRecord, FoldTx, HaeHeaders, JournalEntry,
+    MigrateReport, NewDelivery, NewestRow, ObjectCoordinates, ObjectRow, Store, StoreError, StoreOptions,
 };

@@ -144,14 +144,54 @@ impl Write for Logs {
     }
 }
 
+thread_local! {
+    /// Where this thread's log records go while a capture is held.
+    static CAPTURING: std::cell::RefCell<Option<Logs>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The writer of the one global subscriber: into the current thread's capture, if any.
+struct ThreadCapture;
+
+impl Write for ThreadCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        CAPTURING.with(|c| {
+            if let Some(logs) = c.borrow_mut().as_mut() {
+                logs.write_all(buf)?;
+            }
+            Ok(buf.len())
+        })
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Holds a log capture on this thread; dropping it stops the capture.
+pub struct CaptureGuard(());
+
+impl Drop for CaptureGuard {
+    fn drop(&mut self) {
+        CAPTURING.with(|c| *c.borrow_mut() = None);
+    }
+}
+
 /// Captures everything logged at INFO and above on this thread until the guard drops.
-pub fn capture_logs() -> (Logs, tracing::subscriber::DefaultGuard) {
+///
+/// One global subscriber per test binary routes each record to the capture of the thread that
+/// logged it. (Thread-local default subscribers, set and dropped by tests running in parallel,
+/// made tracing rebuild its global level hint and callsite interest under them, and a record
+/// was lost now and then.)
+pub fn capture_logs() -> (Logs, CaptureGuard) {
+    static GLOBAL: std::sync::Once = std::sync::Once::new();
+    GLOBAL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(|| ThreadCapture)
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber per test binary");
+    });
     let logs = Logs::default();
-    let writer = logs.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::INFO)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    (logs, tracing::subscriber::set_default(subscriber))
+    CAPTURING.with(|c| *c.borrow_mut() = Some(logs.clone()));
+    (logs, CaptureGuard(()))
 }
