@@ -72,6 +72,15 @@ async fn rows_of(env: &Env, source_epoch: i64) -> i64 {
         .expect("count")
 }
 
+/// Historical rows the reprocess has already rewritten under version 2.
+async fn historical_fixed(env: &Env) -> i64 {
+    let mut conn = pg(&env.db.url).await;
+    sqlx::query_scalar("SELECT count(*) FROM observation WHERE source_epoch = 1 AND registry_version = 2")
+        .fetch_one(&mut conn)
+        .await
+        .expect("count fixed rows")
+}
+
 async fn wait_rows(env: &Env, source_epoch: i64, n: i64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     while rows_of(env, source_epoch).await < n {
@@ -185,6 +194,17 @@ async fn a_running_core_asked_over_the_bus_reprocesses_under_its_epoch_while_ing
         .spawn()
         .expect("spawn sentinel reprocess");
     publish_live(&env, LIVE_BEFORE + 1..LIVE_BEFORE + LIVE_DURING + 1).await;
+    // The second request goes only once the real run is under way (its first chunk is in the
+    // log): sent earlier, on a loaded machine it can reach the core before the real run's own
+    // request, be admitted itself, and make the real run the one refused `busy`.
+    let started = tokio::time::Instant::now();
+    while historical_fixed(&env).await == 0 && cli.try_wait().expect("try_wait").is_none() {
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the real run wrote no chunk within 120 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // While it runs, the core's loop still answers: a second request is refused `busy` at once
     // (a loop blocked on the run would only answer it afterwards, and admit it).
     let mut busy_seen = false;
