@@ -150,7 +150,7 @@ pub fn merge_metric(plan: &MetricPlan, existing: &[ExistingObject]) -> Result<Ve
         let refs: Vec<&Candidate> = cands.iter().collect();
         let before = stored.get(&hour_us);
         let stored_points: Vec<StoredPoint> = match before {
-            Some(e) => object::decode(&e.payload)?,
+            Some(e) => object::decode(&e.payload, hour_us)?,
             None => Vec::new(),
         };
         let merged = object::merge(&stored_points, &refs)?;

@@ -222,7 +222,7 @@ impl From<ParseError> for ParseFailure {
     }
 }
 
-fn json_position(e: &serde_json::Error) -> (&'static str, usize, usize) {
+pub(crate) fn json_position(e: &serde_json::Error) -> (&'static str, usize, usize) {
     let category = match e.classify() {
         serde_json::error::Category::Io => "io",
         serde_json::error::Category::Syntax => "syntax",
@@ -275,7 +275,8 @@ pub fn parse(body: &[u8], coverage: &Coverage) -> Result<ParsedBody, ParseFailur
     if coverage.covers(METRICS_SECTION)
         && let Some(raw) = data.get(METRICS_SECTION)
     {
-        let parsed: Vec<MetricIn<'_>> = serde_json::from_str(raw.get()).map_err(|e| {
+        // `"metrics": null` is a body without metrics, as a `null` entity section is.
+        let parsed: Option<Vec<MetricIn<'_>>> = serde_json::from_str(raw.get()).map_err(|e| {
             let (category, line, column) = json_position(&e);
             with_uncovered(ParseError::MetricsShape {
                 category,
@@ -283,6 +284,7 @@ pub fn parse(body: &[u8], coverage: &Coverage) -> Result<ParsedBody, ParseFailur
                 column,
             })
         })?;
+        let parsed = parsed.unwrap_or_default();
         if parsed.len() > METRICS_MAX {
             return Err(with_uncovered(ParseError::TooManyMetrics));
         }
@@ -514,6 +516,10 @@ mod tests {
         assert_eq!(parsed.metrics.len(), 4);
         assert_eq!(parsed.point_count(), 1);
         assert_eq!(parsed.metrics[2].units, "");
+        // The whole section `null` (an export of workouts only) is a body without metrics.
+        let body = br#"{"data":{"metrics":null,"workouts":[]}}"#;
+        let parsed = parse(body, &Coverage::current()).expect("a null metrics section parses");
+        assert_eq!(parsed.metrics.len(), 0);
     }
 
     /// Format rule "12-hour dates": points dated in the 12-hour form parse in a body.

@@ -43,10 +43,22 @@ pub enum ObjectError {
     Gzip(std::io::Error),
     #[error("object payload is over {OBJECT_BYTES_MAX} bytes decompressed")]
     TooLarge,
-    #[error("object payload is not the `[[start,end,point,...],...]` array: {0}")]
-    Shape(serde_json::Error),
+    /// Only the error's category and position: serde_json's message can quote stored values,
+    /// and this text reaches WARN logs and the journal.
+    #[error(
+        "object payload is not the `[[start,end,point,...],...]` array ({category} error at line {line}, column {column})"
+    )]
+    Shape {
+        category: &'static str,
+        line: usize,
+        column: usize,
+    },
     #[error("object payload row #{0} is not `[start,end,point,...]`")]
     Row(usize),
+    #[error(
+        "object payload row #{0} is out of order, ends before it starts, or starts outside the object's hour"
+    )]
+    RowOutOfPlace(usize),
     #[error("object holds more than {POINTS_PER_OBJECT_MAX} points")]
     TooManyPoints,
     #[error(transparent)]
@@ -104,8 +116,10 @@ pub fn encode(points: &[StoredPoint]) -> Result<Vec<u8>, ObjectError> {
         .expect("invariant: gzip into a Vec cannot fail"))
 }
 
-/// Decodes a payload written by [`encode`].
-pub fn decode(payload: &[u8]) -> Result<Vec<StoredPoint>, ObjectError> {
+/// Decodes a payload written by [`encode`] for the object of the hour starting at `hour_us`.
+/// A stored row is checked as an arriving one is: a row out of coordinate order, ending before
+/// it starts or starting outside the hour is an error (a damaged file), never a panic later.
+pub fn decode(payload: &[u8], hour_us: i64) -> Result<Vec<StoredPoint>, ObjectError> {
     let mut json = String::new();
     GzDecoder::new(payload)
         .take(OBJECT_BYTES_MAX as u64 + 1)
@@ -114,25 +128,40 @@ pub fn decode(payload: &[u8]) -> Result<Vec<StoredPoint>, ObjectError> {
     if json.len() > OBJECT_BYTES_MAX {
         return Err(ObjectError::TooLarge);
     }
-    let rows: Vec<Vec<&RawValue>> = serde_json::from_str(&json).map_err(ObjectError::Shape)?;
+    let rows: Vec<Vec<&RawValue>> = serde_json::from_str(&json).map_err(|e| {
+        let (category, line, column) = crate::hae::json_position(&e);
+        ObjectError::Shape {
+            category,
+            line,
+            column,
+        }
+    })?;
     if rows.len() > POINTS_PER_OBJECT_MAX {
         return Err(ObjectError::TooManyPoints);
     }
-    rows.into_iter()
-        .enumerate()
-        .map(|(i, row)| {
-            if row.len() < 3 || row.len() - 2 > FORMS_PER_COORDINATE_MAX {
-                return Err(ObjectError::Row(i));
-            }
-            let int = |r: &RawValue| r.get().parse::<i64>().map_err(|_| ObjectError::Row(i));
-            Ok(StoredPoint {
-                start_us: int(row[0])?,
-                end_us: int(row[1])?,
-                raw: row[2].get().into(),
-                alternates: row[3..].iter().map(|r| r.get().into()).collect(),
-            })
-        })
-        .collect()
+    let mut previous: Option<(i64, i64)> = None;
+    let mut points = Vec::with_capacity(rows.len());
+    for (i, row) in rows.into_iter().enumerate() {
+        if row.len() < 3 || row.len() - 2 > FORMS_PER_COORDINATE_MAX {
+            return Err(ObjectError::Row(i));
+        }
+        let int = |r: &RawValue| r.get().parse::<i64>().map_err(|_| ObjectError::Row(i));
+        let (start_us, end_us) = (int(row[0])?, int(row[1])?);
+        let in_place = end_us >= start_us
+            && hour_start_us(start_us) == hour_us
+            && previous.is_none_or(|p| p < (start_us, end_us));
+        if !in_place {
+            return Err(ObjectError::RowOutOfPlace(i));
+        }
+        previous = Some((start_us, end_us));
+        points.push(StoredPoint {
+            start_us,
+            end_us,
+            raw: row[2].get().into(),
+            alternates: row[3..].iter().map(|r| r.get().into()).collect(),
+        });
+    }
+    Ok(points)
 }
 
 /// The result of merging arriving candidates into an object.
@@ -257,10 +286,47 @@ mod tests {
             },
         ];
         assert_eq!(
-            decode(&encode(&points).expect("encodes")).expect("decodes"),
+            decode(&encode(&points).expect("encodes"), 0).expect("decodes"),
             points
         );
-        assert!(decode(b"not gzip").is_err());
+        assert!(decode(b"not gzip", 0).is_err());
+    }
+
+    fn gzip(json: &str) -> Vec<u8> {
+        let mut encoder = GzEncoder::new(Vec::new(), Compression::default());
+        encoder.write_all(json.as_bytes()).expect("writes");
+        encoder.finish().expect("gzips")
+    }
+
+    /// A damaged stored row is an error naming the row, never a panic in the merge, and the
+    /// error text quotes no stored value.
+    #[test]
+    fn a_damaged_stored_row_is_an_error_not_a_panic() {
+        let h = HOUR_US;
+        let cases = [
+            (
+                format!(r#"[[{},{},{{"qty":1}}]]"#, h + 5, h + 4),
+                "ends before it starts",
+            ),
+            (
+                format!(r#"[[{},{},{{"qty":1}}]]"#, h + HOUR_US, h + HOUR_US),
+                "another hour",
+            ),
+            (
+                format!(r#"[[{a},{a},{{"qty":1}}],[{a},{a},{{"qty":2}}]]"#, a = h + 1),
+                "a repeated coordinate",
+            ),
+        ];
+        for (json, what) in &cases {
+            let err = decode(&gzip(json), h).expect_err(what);
+            assert!(matches!(err, ObjectError::RowOutOfPlace(_)), "{what}: {err}");
+        }
+        let err = decode(&gzip(r#"{"secret-value-72.5":1}"#), h).expect_err("not an array");
+        let text = err.to_string();
+        assert!(matches!(err, ObjectError::Shape { .. }), "{text}");
+        assert!(!text.contains("72.5") && !text.contains("secret"), "{text}");
+        let err = decode(&gzip(r#"[["secret",1,{}]]"#), h).expect_err("a string start");
+        assert!(!err.to_string().contains("secret"), "{err}");
     }
 
     #[test]

@@ -99,7 +99,7 @@ async fn corpus_live_rebuilt_and_shuffled_agree_with_the_oracle() {
     let (mut with_context, mut with_min) = (0u64, 0u64);
     let mut seen_coordinates = BTreeSet::new();
     for row in &rows {
-        for p in object::decode(&row.payload).expect("decodes") {
+        for p in object::decode(&row.payload, row.hour_us).expect("decodes") {
             assert!(seen_coordinates.insert((row.metric.clone(), row.layer.clone(), p.start_us, p.end_us)));
             let v: serde_json::Value = serde_json::from_str(&p.raw).expect("stored points are JSON");
             with_context += u64::from(row.metric == "heart_rate" && v.get("context").is_some());

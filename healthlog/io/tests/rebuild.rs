@@ -81,7 +81,7 @@ async fn a_schema_1_store_is_rebuilt_by_the_rule_by_sets() {
         .expect("refolds");
     assert_eq!(summary.parsed, 2);
     let rows = store.all_objects().await.expect("objects");
-    let points = object::decode(&rows[0].payload).expect("decodes");
+    let points = object::decode(&rows[0].payload, rows[0].hour_us).expect("decodes");
     assert_eq!(&*points[0].raw, real.as_str(), "the rule by sets decides");
     assert_eq!(points[0].alternates, vec![richer.clone().into_boxed_str()]);
 

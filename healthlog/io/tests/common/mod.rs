@@ -81,7 +81,7 @@ impl Env {
         let mut out = Vec::new();
         for row in self.store.all_objects().await.expect("objects") {
             if row.metric == metric && row.layer == layer {
-                for p in object::decode(&row.payload).expect("decodes") {
+                for p in object::decode(&row.payload, row.hour_us).expect("decodes") {
                     out.push((p.start_us, p.end_us, p.raw.to_string()));
                 }
             }
