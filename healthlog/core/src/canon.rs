@@ -95,9 +95,20 @@ pub struct Streamed {
 /// A top-level object's members canonicalised as they were read: key, then its value.
 pub type Members = Vec<(String, Streamed)>;
 
+thread_local! {
+    static STREAMED_FORMS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Calls of [`stream_members`] on this thread so far (a per-thread count, so parallel tests do
+/// not see each other's).
+pub fn streamed_forms_computed() -> u64 {
+    STREAMED_FORMS.with(std::cell::Cell::get)
+}
+
 /// Reads `json` (one JSON object) into its members' canonical forms, sorted by key, the last
 /// of duplicate keys kept (as `serde_json::Value` does). `None` when it is not a JSON object.
 pub fn stream_members(json: &str) -> Option<Members> {
+    STREAMED_FORMS.with(|c| c.set(c.get() + 1));
     use serde::de::DeserializeSeed as _;
     let mut de = serde_json::Deserializer::from_str(json);
     let members = TopObject.deserialize(&mut de).ok()?;

@@ -46,14 +46,11 @@ pub const RECORD_SECTIONS: [&str; 6] = [
     "heartRateNotifications",
 ];
 
-thread_local! {
-    static CANONICAL_FORMS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
-}
-
 /// Canonical forms of entity versions computed on this thread so far (tests hold the fold to
-/// "once per arriving version", busy retries included).
+/// "once per arriving version", busy retries included). Counted where the form is computed,
+/// in [`canon::stream_members`], so no path computes one uncounted.
 pub fn canonical_forms_computed() -> u64 {
-    CANONICAL_FORMS.with(std::cell::Cell::get)
+    canon::streamed_forms_computed()
 }
 
 /// Where an entity lives: which section, which id.
@@ -283,7 +280,6 @@ impl EntityVersion {
                 _ => None,
             },
         };
-        CANONICAL_FORMS.with(|c| c.set(c.get() + 1));
         let members = canon::stream_members(raw).ok_or(SkipReason::NotAnObject)?;
         if members.len() > ENTITY_KEYS_MAX {
             return Err(SkipReason::TooManyKeys);
@@ -325,12 +321,17 @@ pub fn choose_in_body(versions: Vec<EntityVersion>) -> Result<(EntityVersion, u6
     assert!(!versions.is_empty(), "invariant: a key has a version");
     let total = versions.len();
     let mut by_hash: BTreeMap<[u8; 32], (EntityVersion, u64)> = BTreeMap::new();
+    // Same-form versions not kept: on a refusal they are skipped and counted too, so the skip
+    // counter counts elements of the body, not forms.
+    let mut collapsed: Vec<EntityVersion> = Vec::new();
     for v in versions {
         match by_hash.get_mut(&v.hash) {
             Some((kept, n)) => {
                 *n += 1;
                 if v.raw < kept.raw {
-                    *kept = v;
+                    collapsed.push(std::mem::replace(kept, v));
+                } else {
+                    collapsed.push(v);
                 }
             }
             None => {
@@ -339,8 +340,13 @@ pub fn choose_in_body(versions: Vec<EntityVersion>) -> Result<(EntityVersion, u6
         }
     }
     if by_hash.len() > VERSIONS_PER_ENTITY_MAX {
-        return Err(by_hash.into_values().map(|(v, _)| v).collect());
+        let mut refused: Vec<EntityVersion> = by_hash.into_values().map(|(v, _)| v).collect();
+        refused.extend(collapsed);
+        refused.sort_by_key(|v| v.index);
+        debug_assert_eq!(refused.len(), total);
+        return Err(refused);
     }
+    drop(collapsed);
     let forms: Vec<(EntityVersion, u64)> = by_hash.into_values().collect();
     let strictly_covered = |i: usize| {
         forms.iter().enumerate().any(|(j, (o, _))| {
@@ -503,6 +509,16 @@ mod tests {
         assert!(
             choose_in_body(same).is_ok(),
             "equal forms collapse before the limit counts"
+        );
+        // Past the limit every element is given back, repeated forms too: the skip counter
+        // counts the body's elements, not its distinct forms.
+        let mut repeated: Vec<EntityVersion> = (0..=VERSIONS_PER_ENTITY_MAX)
+            .map(|i| v(&format!(r#"{{"id":"W","kcal":{}}}"#, i + 1)))
+            .collect();
+        repeated.extend((0..5).map(|_| v(r#"{"id":"W","kcal":1}"#)));
+        assert_eq!(
+            choose_in_body(repeated).map(|_| ()).map_err(|v| v.len()),
+            Err(VERSIONS_PER_ENTITY_MAX + 1 + 5)
         );
     }
 
