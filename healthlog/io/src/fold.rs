@@ -12,7 +12,7 @@
 use std::sync::Arc;
 
 use healthlog_core::entities::{Decision, EntityKey, decide};
-use healthlog_core::fold::{Counters, DeliveryPlan, ExistingObject, HourOutcome, merge_metric};
+use healthlog_core::fold::{Counters, DeliveryPlan, ExistingObject, HourOutcome, MetricPlan, merge_metric};
 use healthlog_core::hae::{Coverage, ParseFailure, parse};
 use healthlog_core::limits::OBJECTS_LISTED_MAX;
 use healthlog_core::status::ParseStatus;
@@ -20,7 +20,7 @@ use healthlog_core::time::format_utc;
 use indicatif::ProgressBar;
 
 use crate::archive::Archive;
-use crate::store::{FoldRecord, JournalEntry, ObjectCoordinates, Store, StoreError};
+use crate::store::{FoldRecord, JournalEntry, ObjectCoordinates, ObjectRow, ObjectStamp, Store, StoreError};
 
 /// A clock in microseconds since the epoch (the binary passes the system clock; tests a fixed one).
 pub type Clock = Arc<dyn Fn() -> i64 + Send + Sync>;
@@ -34,6 +34,9 @@ pub struct FoldOptions {
     pub clock: Clock,
     /// Set by the receiver's shutdown: the fold stops between deliveries, never inside one.
     pub stop: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Tests: after merging outside the write lock and before taking it, notify `.0` and wait
+    /// for `.1` (another fold can change the same objects in between).
+    pub pause_before_lock: Option<(Arc<tokio::sync::Notify>, Arc<tokio::sync::Notify>)>,
 }
 
 impl FoldOptions {
@@ -43,6 +46,7 @@ impl FoldOptions {
             fail_after_objects: None,
             clock,
             stop: None,
+            pause_before_lock: None,
         }
     }
 }
@@ -336,16 +340,32 @@ async fn fold_plan(
     };
     let mut events = Vec::new();
     let mut record = FoldRecord::default();
-    let mut tx = store.begin_fold(options.fail_after_objects).await?;
+    // Before the write lock: read each metric's stored hours and merge (decode, compare
+    // canonically, gzip). Under the lock only the stamps are read again; a metric whose objects
+    // another fold changed in between is merged again there (counted by `Store::remerges`).
+    let mut merged = Vec::with_capacity(plan.metrics.len());
     for metric in &plan.metrics {
-        let rows = tx.load(&metric.metric, &plan.layer, &metric.hour_keys()).await?;
-        let existing: Vec<ExistingObject> = rows.iter().map(|r| r.existing()).collect();
-        let outcomes = merge_metric(metric, &existing).map_err(|e| {
-            StoreError::Invalid(format!(
-                "object of metric `{}` cannot be merged or written: {e}",
-                metric.metric
-            ))
-        })?;
+        let rows = store
+            .objects_to_merge(&metric.metric, &plan.layer, &metric.hour_keys())
+            .await?;
+        let stamps: Vec<ObjectStamp> = rows.iter().map(ObjectRow::stamp).collect();
+        let outcomes = merge_rows(metric, &rows)?;
+        merged.push((stamps, outcomes));
+    }
+    if let Some((merged_signal, resume)) = &options.pause_before_lock {
+        merged_signal.notify_one();
+        resume.notified().await;
+    }
+    let mut tx = store.begin_fold(options.fail_after_objects).await?;
+    for (metric, (stamps, outcomes)) in plan.metrics.iter().zip(merged) {
+        let hours = metric.hour_keys();
+        let outcomes = if tx.stamps(&metric.metric, &plan.layer, &hours).await? == stamps {
+            outcomes
+        } else {
+            store.count_remerge();
+            let rows = tx.load(&metric.metric, &plan.layer, &hours).await?;
+            merge_rows(metric, &rows)?
+        };
         for outcome in outcomes {
             if let Some(write) = &outcome.write {
                 tx.put(&metric.metric, &plan.layer, id, write).await?;
@@ -394,6 +414,17 @@ async fn fold_plan(
     let status = ParseStatus::derive(false, uncovered.is_empty());
     tx.finish(id, status, uncovered, &counters, &record, now).await?;
     Ok((counters, events, record))
+}
+
+/// Merges one metric's arriving points with its stored objects of those hours.
+fn merge_rows(metric: &MetricPlan, rows: &[ObjectRow]) -> Result<Vec<HourOutcome>, StoreError> {
+    let existing: Vec<ExistingObject> = rows.iter().map(ObjectRow::existing).collect();
+    merge_metric(metric, &existing).map_err(|e| {
+        StoreError::Invalid(format!(
+            "object of metric `{}` cannot be merged or written: {e}",
+            metric.metric
+        ))
+    })
 }
 
 fn log_events(id: i64, layer: &str, events: &[Event]) {

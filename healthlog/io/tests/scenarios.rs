@@ -189,7 +189,7 @@ async fn the_counter_example_resolves_as_equally_complete() {
                 env.deliver("minute", &body(&[(HR, "count/min", &[p])])).await;
             }
             let rows = env.store.all_objects().await.expect("objects");
-            let points = object::decode(&rows[0].payload).expect("decodes");
+            let points = object::decode(&rows[0].payload, rows[0].hour_us).expect("decodes");
             assert_eq!(&*points[0].raw, winner.as_str(), "the canonical order decides");
             assert_eq!(
                 points[0].alternates.len(),
@@ -515,8 +515,9 @@ async fn resending_the_same_hour_does_not_write() {
         .await;
     let c = counters(&r);
     assert_eq!((c.objects_written, c.objects_unchanged), (0, 1));
-    // journal insert, pending list, begin, load, outcome, commit: no object statement.
-    assert_eq!(env.store.round_trips() - before, 6, "no write statement was sent");
+    // journal insert, pending list, the read before the lock, begin, the stamps under the
+    // lock, outcome, commit: no object statement.
+    assert_eq!(env.store.round_trips() - before, 7, "no write statement was sent");
 }
 
 // ------------------------------------------------------------ Признак запечатанного часа
@@ -748,6 +749,82 @@ async fn a_busy_database_does_not_take_the_delivery_out_of_the_queue() {
     holder.rollback().await.expect("releases the write lock");
     let done = env.fold_result(r.id()).await;
     assert_eq!(done.status(), "parsed");
+}
+
+/// The write lock is held only for the write (issue 23 item 6, for points): a fold merges
+/// outside the lock, and when another fold changed the same hour in between, it merges again
+/// under the lock, so neither delivery's points are lost.
+#[tokio::test]
+async fn a_hour_changed_between_the_merge_and_the_lock_is_merged_again() {
+    let env = Env::new().await;
+    let point = |minute: u32, qty: u32| {
+        body(&[(
+            "step_count",
+            "count",
+            &[&format!(
+                r#"{{"date":"2026-01-05 10:{minute:02}:00 +0000","qty":{qty}}}"#
+            )],
+        )])
+    };
+    env.deliver("minute", &point(1, 1)).await;
+    let first = point(2, 2);
+    let a = healthlog::journal::ingest_body(&env.store, &env.archive, "minute", first.as_bytes(), 1)
+        .await
+        .expect("journals");
+    let (merged, resume) = (
+        std::sync::Arc::new(tokio::sync::Notify::new()),
+        std::sync::Arc::new(tokio::sync::Notify::new()),
+    );
+    let mut paused = env.options.clone();
+    paused.pause_before_lock = Some((merged.clone(), resume.clone()));
+    let entry = env
+        .store
+        .journal(Some(ParseStatus::Pending))
+        .await
+        .expect("journal")
+        .into_iter()
+        .find(|e| e.id == a.id)
+        .expect("pending");
+    let store = env.store.clone();
+    let archive = healthlog::archive::Archive::open(env.archive.root()).expect("archive");
+    let folding = tokio::spawn(async move {
+        healthlog::fold::fold_one(&store, &archive, &entry, &paused)
+            .await
+            .expect("folds")
+    });
+    merged.notified().await;
+    // Another delivery writes the same hour while the first holds its merge, unlocked.
+    let second = point(3, 3);
+    let b = healthlog::journal::ingest_body(&env.store, &env.archive, "minute", second.as_bytes(), 1)
+        .await
+        .expect("journals");
+    let entry = env
+        .store
+        .journal(Some(ParseStatus::Pending))
+        .await
+        .expect("journal")
+        .into_iter()
+        .find(|e| e.id == b.id)
+        .expect("pending");
+    let r = healthlog::fold::fold_one(&env.store, &env.archive, &entry, &env.options)
+        .await
+        .expect("folds");
+    assert_eq!(r.status(), "parsed");
+    assert_eq!(env.store.remerges(), 0, "nothing changed under the second fold");
+    resume.notify_one();
+    assert_eq!(folding.await.expect("joins").status(), "parsed");
+    assert_eq!(
+        env.store.remerges(),
+        1,
+        "the first fold merged again under the lock"
+    );
+    let minutes: Vec<i64> = env
+        .points("step_count", "minute")
+        .await
+        .iter()
+        .map(|p| (p.0 - HOUR_10_US) / 60_000_000)
+        .collect();
+    assert_eq!(minutes, vec![1, 2, 3], "no delivery's point is lost");
 }
 
 /// «Пересвёртка после того, как секция стала покрытой»

@@ -6,5 +6,6 @@ pub mod sqlite;
 
 pub use sqlite::{
     AutomationRow, CatalogRow, DeliveryRow, EntityRow, FoldRecord, FoldTx, HaeHeaders, JournalEntry,
-    MigrateReport, NewDelivery, NewestRow, ObjectCoordinates, ObjectRow, Store, StoreError, StoreOptions,
+    MigrateReport, NewDelivery, NewestRow, ObjectCoordinates, ObjectRow, ObjectStamp, Store, StoreError,
+    StoreOptions,
 };

@@ -41,6 +41,21 @@ impl Store {
     }
 }
 
+impl Store {
+    /// The stored objects of one metric and layer for the listed hours, read outside any
+    /// transaction: what the fold merges before it takes the write lock. Bounded by the hours
+    /// one metric of a delivery can hold (`POINTS_PER_METRIC_MAX`), not by `HOURS_PER_READ_MAX`.
+    pub async fn objects_to_merge(
+        &self,
+        metric: &str,
+        layer: &str,
+        hours: &[i64],
+    ) -> Result<Vec<ObjectRow>, StoreError> {
+        self.count();
+        read_objects(&self.pool, metric, &[layer], hours).await
+    }
+}
+
 /// The fold transaction of one delivery.
 pub struct FoldTx {
     tx: Transaction<'static, Sqlite>,
@@ -66,6 +81,39 @@ impl FoldTx {
     ) -> Result<Vec<ObjectRow>, StoreError> {
         self.count();
         read_objects(&mut *self.tx, metric, &[layer], hours).await
+    }
+
+    /// The stamps of the stored objects of one metric and layer for the listed hours (one
+    /// statement, no payload read): what the fold compares with the rows it merged outside the lock.
+    pub async fn stamps(
+        &mut self,
+        metric: &str,
+        layer: &str,
+        hours: &[i64],
+    ) -> Result<Vec<ObjectStamp>, StoreError> {
+        self.count();
+        let hours = serde_json::to_string(hours).expect("invariant: integers serialise");
+        let rows = sqlx::query(
+            "SELECT hour_us, units, hash, sealed FROM bucket WHERE metric = ?1 AND layer = ?2 \
+             AND hour_us IN (SELECT value FROM json_each(?3)) ORDER BY hour_us",
+        )
+        .bind(metric)
+        .bind(layer)
+        .bind(hours)
+        .fetch_all(&mut *self.tx)
+        .await
+        .map_err(db("reading object stamps"))?;
+        let ctx = "reading an object stamp";
+        rows.iter()
+            .map(|r| {
+                Ok(ObjectStamp {
+                    hour_us: r.try_get(0).map_err(db(ctx))?,
+                    units: r.try_get(1).map_err(db(ctx))?,
+                    hash: r.try_get(2).map_err(db(ctx))?,
+                    sealed: r.try_get(3).map_err(db(ctx))?,
+                })
+            })
+            .collect()
     }
 
     /// Writes one object (insert, or update keeping its creator and its sealed flag).

@@ -247,7 +247,26 @@ pub struct ObjectRow {
     pub payload: Vec<u8>,
 }
 
+/// What of a stored object a merge's outcome depends on, without its payload: the fold merges
+/// outside the write lock against these and, under the lock, writes only if they still hold.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectStamp {
+    pub hour_us: i64,
+    pub units: String,
+    pub hash: Vec<u8>,
+    pub sealed: bool,
+}
+
 impl ObjectRow {
+    pub fn stamp(&self) -> ObjectStamp {
+        ObjectStamp {
+            hour_us: self.hour_us,
+            units: self.units.clone(),
+            hash: self.hash.clone(),
+            sealed: self.sealed,
+        }
+    }
+
     pub fn existing(&self) -> ExistingObject {
         ExistingObject {
             hour_us: self.hour_us,
@@ -265,6 +284,9 @@ pub struct Store {
     pool: SqlitePool,
     round_trips: Arc<AtomicU64>,
     begin_retries: Arc<AtomicU64>,
+    /// Metrics merged a second time under the write lock because their objects changed between
+    /// the read and the lock (another fold wrote them).
+    remerges: Arc<AtomicU64>,
     lock_hold_us: Arc<AtomicU64>,
     path: PathBuf,
 }
@@ -379,6 +401,7 @@ impl Store {
             pool,
             round_trips: Arc::new(AtomicU64::new(0)),
             begin_retries: Arc::new(AtomicU64::new(0)),
+            remerges: Arc::new(AtomicU64::new(0)),
             lock_hold_us: Arc::new(AtomicU64::new(0)),
             path: path.to_path_buf(),
         })
@@ -401,6 +424,17 @@ impl Store {
     /// `BEGIN IMMEDIATE` attempts that found the database busy and were retried.
     pub fn begin_retries(&self) -> u64 {
         self.begin_retries.load(Ordering::Relaxed)
+    }
+
+    /// How many metrics were merged again under the write lock (their objects changed between
+    /// the read outside the lock and the lock).
+    pub fn remerges(&self) -> u64 {
+        self.remerges.load(Ordering::Relaxed)
+    }
+
+    /// Records one merge redone under the lock.
+    pub fn count_remerge(&self) {
+        self.remerges.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Statements sent to the database so far by this store.
