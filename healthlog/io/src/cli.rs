@@ -102,6 +102,10 @@ pub enum Command {
         /// The intake spool (default: `.intake` inside the archive folder).
         #[arg(long)]
         spool: Option<PathBuf>,
+        /// Receive and journal only; fold with `healthlog fold` (from cron, or a second machine
+        /// reading a copy). Deliveries stay `pending` until then.
+        #[arg(long)]
+        no_fold: bool,
     },
     /// The last delivery per automation, the newest point per metric and layer; exits 5 when
     /// no delivery arrived within --stale-after (for cron).

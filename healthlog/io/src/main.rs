@@ -254,6 +254,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
             tls_cert,
             tls_key,
             spool,
+            no_fold,
         } => {
             let (store, _) = Store::open_migrating(&cli.db, options).await?;
             let archive = Archive::open(&cli.archive)?;
@@ -262,6 +263,7 @@ async fn run(cli: Cli) -> anyhow::Result<u8> {
                 token_file,
                 tls: tls_cert.zip(tls_key),
                 spool_dir: spool.unwrap_or_else(|| cli.archive.join(".intake")),
+                no_fold,
             };
             healthlog::serve::serve(store.clone(), archive, config, fold_options, |addr| {
                 use std::io::Write as _;

@@ -11,6 +11,8 @@
 //!   `automation-id`, `session-id`; correlation only, never identity). 200 answers only after
 //!   the journal row committed. A database busy past its retries answers 503 with
 //!   `Retry-After`; the spooled body is journaled by the worker's next drain (see `intake`).
+//!   At most [`BODIES_IN_FLIGHT_MAX`] bodies are read at once; past it, 503 with `Retry-After`
+//!   before the body is read.
 //! - `GET /healthz`: 200 while the store answers, 503 otherwise (no token: it carries no data).
 //!
 //! Folding happens in the background: a worker drains the spool and folds pending deliveries
@@ -46,6 +48,10 @@ pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 pub const FOLD_IDLE_INTERVAL: Duration = Duration::from_secs(5);
 /// What a 503 asks the client to wait, in seconds.
 pub const RETRY_AFTER_S: u32 = 30;
+/// Bodies read at once: each may be up to `BODY_BYTES_MAX` (64 MiB) in memory, so the
+/// receiver holds at most this many (256 MiB); a request past it is answered 503 with
+/// `Retry-After` before its body is read (HAE retries; one phone sends one at a time).
+pub const BODIES_IN_FLIGHT_MAX: usize = 4;
 /// A kept HAE header value is cut to this many bytes (at a char boundary).
 pub const HEADER_VALUE_BYTES_MAX: usize = 256;
 /// A token file's token must have at least this many bytes.
@@ -60,6 +66,8 @@ pub struct ServeConfig {
     pub token_file: PathBuf,
     pub tls: Option<(PathBuf, PathBuf)>,
     pub spool_dir: PathBuf,
+    /// Journal only: the background worker drains the spool but does not fold.
+    pub no_fold: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +122,8 @@ struct AppState {
     wake: Notify,
     clock: fold::Clock,
     intake_seq: AtomicU64,
+    /// One permit per body being read, archived and journaled (`BODIES_IN_FLIGHT_MAX`).
+    bodies: Arc<tokio::sync::Semaphore>,
 }
 
 fn plain(status: StatusCode, text: &str) -> Response {
@@ -169,6 +179,19 @@ async fn post_delivery(
         );
         return plain(StatusCode::PAYLOAD_TOO_LARGE, "body over the size limit");
     }
+    let Ok(_permit) = state.bodies.clone().try_acquire_owned() else {
+        tracing::warn!(
+            limit = BODIES_IN_FLIGHT_MAX,
+            "delivery refused before its body: bodies in flight at their limit; 503"
+        );
+        let mut r = plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many deliveries in flight; retry later",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_S));
+        return r;
+    };
     let body = match axum::body::to_bytes(request.into_body(), BODY_BYTES_MAX as usize).await {
         Ok(b) => b,
         Err(_) => {
@@ -270,11 +293,15 @@ fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
 }
 
-async fn fold_worker(state: Arc<AppState>, options: FoldOptions, stop: Arc<AtomicBool>) {
+async fn fold_worker(state: Arc<AppState>, options: FoldOptions, stop: Arc<AtomicBool>, no_fold: bool) {
     let bar = indicatif::ProgressBar::hidden();
     while !stop.load(Ordering::SeqCst) {
         if let Err(e) = intake::drain(&state.store, &state.archive, &state.spool).await {
             tracing::error!(error = %e, "draining the intake spool failed");
+        }
+        if no_fold {
+            let _ = tokio::time::timeout(FOLD_IDLE_INTERVAL, state.wake.notified()).await;
+            continue;
         }
         match fold::fold_pending(&state.store, &state.archive, &options, &bar).await {
             Ok((summary, _)) if summary.deliveries > 0 => tracing::info!(
@@ -348,8 +375,9 @@ pub async fn serve(
         wake: Notify::new(),
         clock: options.clock.clone(),
         intake_seq: AtomicU64::new(0),
+        bodies: Arc::new(tokio::sync::Semaphore::new(BODIES_IN_FLIGHT_MAX)),
     });
-    let worker = tokio::spawn(fold_worker(state.clone(), options, stop.clone()));
+    let worker = tokio::spawn(fold_worker(state.clone(), options, stop.clone(), config.no_fold));
     let handle = axum_server::Handle::new();
     let shutdown = handle.clone();
     tokio::spawn(async move {
