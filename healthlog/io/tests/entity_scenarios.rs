@@ -386,6 +386,25 @@ async fn two_versions_of_different_content_with_equal_array_lengths() {
     let b = w1(r#","route":[{"latitude":1.5},{"latitude":2.75}]"#);
     let r = env.deliver("minute", &workouts(&[&a, &b])).await;
     assert_eq!(counters(&r).versions_differing, 1);
+    // Every order counts the fact once and stores the same one of the two, byte for byte.
+    let mut stored = std::collections::BTreeSet::new();
+    for order in permutations(&[&a, &b]) {
+        let env = Env::new().await;
+        let r = env
+            .deliver(
+                "minute",
+                &workouts(&order.iter().map(|s| s.as_str()).collect::<Vec<_>>()),
+            )
+            .await;
+        assert_eq!(counters(&r).versions_differing, 1);
+        stored.insert(content(&env).await);
+    }
+    assert_eq!(stored.len(), 1, "the same bytes for every order");
+    let kept = stored.into_iter().next().expect("one");
+    assert!(
+        kept == a || kept == b,
+        "one of the two versions, as it arrived: {kept}"
+    );
 }
 
 /// «Разные байты при совпавшей канонической форме событием не считаются»
