@@ -827,6 +827,50 @@ async fn a_hour_changed_between_the_merge_and_the_lock_is_merged_again() {
     assert_eq!(minutes, vec![1, 2, 3], "no delivery's point is lost");
 }
 
+/// An object holds at most `POINTS_PER_OBJECT_MAX` points: a delivery that would push an
+/// hour past it fails with that reason, through the store, and the stored object is untouched.
+#[tokio::test]
+async fn a_delivery_that_would_overfill_an_object_fails_and_leaves_it_as_it_was() {
+    use healthlog_core::limits::POINTS_PER_OBJECT_MAX;
+    let env = Env::new().await;
+    // One start second, many ends: distinct coordinates, all in the 10:00 object.
+    let points = |from: usize, to: usize| -> Vec<String> {
+        (from..to)
+            .map(|k| {
+                let end_s = 10 * 3600 + k;
+                format!(
+                    r#"{{"start":"2026-01-05 10:00:00 +0000","end":"2026-01-{:02} {:02}:{:02}:{:02} +0000","qty":1}}"#,
+                    5 + end_s / 86_400,
+                    end_s % 86_400 / 3600,
+                    end_s % 3600 / 60,
+                    end_s % 60
+                )
+            })
+            .collect()
+    };
+    let half = POINTS_PER_OBJECT_MAX / 2 + 1;
+    let first = points(0, half);
+    let refs: Vec<&str> = first.iter().map(String::as_str).collect();
+    let r = env
+        .deliver("minute", &body(&[("sleep_phase", "min", &refs)]))
+        .await;
+    assert_eq!(r.status(), "parsed");
+    let before = env.fingerprint().await;
+    let second = points(half, 2 * half);
+    let refs: Vec<&str> = second.iter().map(String::as_str).collect();
+    let r = env
+        .deliver("minute", &body(&[("sleep_phase", "min", &refs)]))
+        .await;
+    let DeliveryResult::Failed { error, .. } = &r else {
+        panic!("an overfilled object must fail the delivery: {r:?}");
+    };
+    assert!(
+        error.contains(&format!("more than {POINTS_PER_OBJECT_MAX} points")),
+        "{error}"
+    );
+    assert_eq!(env.fingerprint().await, before, "the stored object is as it was");
+}
+
 /// «Пересвёртка после того, как секция стала покрытой»
 #[tokio::test]
 async fn refolding_after_the_section_became_covered() {
