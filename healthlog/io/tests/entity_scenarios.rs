@@ -51,6 +51,25 @@ async fn content(env: &Env) -> String {
     String::from_utf8(entity(env, "workouts", "W1").await.expect("stored").content).expect("utf-8")
 }
 
+/// Delivers `versions` of W1 in one body, in every order, each into a fresh store: every order
+/// counts `differing` differing versions and stores the same bytes, which are returned.
+async fn the_same_bytes_for_every_order(versions: &[&String], differing: u64) -> String {
+    let mut stored = std::collections::BTreeSet::new();
+    for order in permutations(versions) {
+        let env = Env::new().await;
+        let r = env
+            .deliver(
+                "minute",
+                &workouts(&order.iter().map(|s| s.as_str()).collect::<Vec<_>>()),
+            )
+            .await;
+        assert_eq!(counters(&r).versions_differing, differing);
+        stored.insert(content(&env).await);
+    }
+    assert_eq!(stored.len(), 1, "the same bytes for every order");
+    stored.into_iter().next().expect("one")
+}
+
 /// Every permutation of `items` (the in-body cases run them all).
 fn permutations<T: Clone>(items: &[T]) -> Vec<Vec<T>> {
     if items.len() <= 1 {
@@ -387,20 +406,7 @@ async fn two_versions_of_different_content_with_equal_array_lengths() {
     let r = env.deliver("minute", &workouts(&[&a, &b])).await;
     assert_eq!(counters(&r).versions_differing, 1);
     // Every order counts the fact once and stores the same one of the two, byte for byte.
-    let mut stored = std::collections::BTreeSet::new();
-    for order in permutations(&[&a, &b]) {
-        let env = Env::new().await;
-        let r = env
-            .deliver(
-                "minute",
-                &workouts(&order.iter().map(|s| s.as_str()).collect::<Vec<_>>()),
-            )
-            .await;
-        assert_eq!(counters(&r).versions_differing, 1);
-        stored.insert(content(&env).await);
-    }
-    assert_eq!(stored.len(), 1, "the same bytes for every order");
-    let kept = stored.into_iter().next().expect("one");
+    let kept = the_same_bytes_for_every_order(&[&a, &b], 1).await;
     assert!(
         kept == a || kept == b,
         "one of the two versions, as it arrived: {kept}"
@@ -412,19 +418,7 @@ async fn two_versions_of_different_content_with_equal_array_lengths() {
 async fn different_bytes_with_the_same_canonical_form_are_not_an_event() {
     let a = format!(r#"{{"id":"W1","start":"{T0}","kcal":200,"route":[{{"latitude":1.5}}]}}"#);
     let b = format!(r#"{{ "route":[{{"latitude":1.50}}], "kcal":2e2, "start":"{T0}", "id":"W1" }}"#);
-    let mut stored = std::collections::BTreeSet::new();
-    for order in permutations(&[&a, &b]) {
-        let env = Env::new().await;
-        let r = env
-            .deliver(
-                "minute",
-                &workouts(&order.iter().map(|s| s.as_str()).collect::<Vec<_>>()),
-            )
-            .await;
-        assert_eq!(counters(&r).versions_differing, 0);
-        stored.insert(content(&env).await);
-    }
-    assert_eq!(stored.len(), 1, "the same bytes for every order");
+    the_same_bytes_for_every_order(&[&a, &b], 0).await;
 }
 
 /// «Повторная присылка обновляет провенанс»

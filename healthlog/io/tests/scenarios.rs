@@ -751,6 +751,16 @@ async fn a_busy_database_does_not_take_the_delivery_out_of_the_queue() {
     assert_eq!(done.status(), "parsed");
 }
 
+async fn pending_entry(env: &Env, id: i64) -> healthlog::store::JournalEntry {
+    env.store
+        .journal(Some(ParseStatus::Pending))
+        .await
+        .expect("journal")
+        .into_iter()
+        .find(|e| e.id == id)
+        .expect("pending")
+}
+
 /// The write lock is held only for the write (issue 23 item 6, for points): a fold merges
 /// outside the lock, and when another fold changed the same hour in between, it merges again
 /// under the lock, so neither delivery's points are lost.
@@ -777,14 +787,7 @@ async fn a_hour_changed_between_the_merge_and_the_lock_is_merged_again() {
     );
     let mut paused = env.options.clone();
     paused.pause_before_lock = Some((merged.clone(), resume.clone()));
-    let entry = env
-        .store
-        .journal(Some(ParseStatus::Pending))
-        .await
-        .expect("journal")
-        .into_iter()
-        .find(|e| e.id == a.id)
-        .expect("pending");
+    let entry = pending_entry(&env, a.id).await;
     let store = env.store.clone();
     let archive = healthlog::archive::Archive::open(env.archive.root()).expect("archive");
     let folding = tokio::spawn(async move {
@@ -798,14 +801,7 @@ async fn a_hour_changed_between_the_merge_and_the_lock_is_merged_again() {
     let b = healthlog::journal::ingest_body(&env.store, &env.archive, "minute", second.as_bytes(), 1)
         .await
         .expect("journals");
-    let entry = env
-        .store
-        .journal(Some(ParseStatus::Pending))
-        .await
-        .expect("journal")
-        .into_iter()
-        .find(|e| e.id == b.id)
-        .expect("pending");
+    let entry = pending_entry(&env, b.id).await;
     let r = healthlog::fold::fold_one(&env.store, &env.archive, &entry, &env.options)
         .await
         .expect("folds");
