@@ -367,6 +367,13 @@ async fn duplicate_window_drops_republish<B: Backend>() {
 async fn full_stream_rejects_new<B: Backend>() {
     let backend = B::new(5).await;
     publish_n(&backend, 5).await;
+    // The fill and the bounds the "stream nearly full" alert divides (issue 26).
+    let lag = backend.bus().lag().await.expect("lag");
+    assert_eq!((lag.stream_messages, lag.stream_messages_max), (5, 5));
+    assert!(
+        lag.stream_bytes > 0 && lag.stream_bytes <= lag.stream_bytes_max,
+        "bytes held within the byte bound: {lag:?}"
+    );
     let rejected = backend
         .publish("obs.host-a.drv-1", &msg_id("drv-1", 1, 6), "p6")
         .await;
@@ -427,6 +434,11 @@ async fn ack_removes_and_lag_counts<B: Backend>() {
     let lag = expect_lag(backend.bus(), 0, 0).await;
     assert_eq!(lag.oldest_unacked_age_ms, None);
     assert_eq!((lag.first_seq, lag.last_seq), (None, 10));
+    assert_eq!(
+        (lag.stream_messages, lag.stream_bytes),
+        (0, 0),
+        "acked messages left the stream"
+    );
     // Acked messages left the stream: nothing comes back after ack_wait.
     backend.advance_ms(PAST_ACK_WAIT_MS).await;
     assert!(consumer.fetch(10, 100).await.expect("fetch").is_empty());

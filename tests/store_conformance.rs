@@ -269,6 +269,7 @@ conformance!(
     retention_drops_rollup_days_and_months,
     a_class_change_moves_the_whole_history_in_one_step,
     window_rows_carry_the_batch_order_they_were_applied_in,
+    partitions_are_reported_as_far_ahead_as_they_exist,
 );
 
 on_conflict_form!(
@@ -1701,4 +1702,39 @@ async fn control_events_are_sequenced_fenced_and_carry_the_epoch<B: Backend>(b: 
         1,
         "limit"
     );
+}
+
+/// Issue 26 ("partitions created ahead", the exporter's gauge and its alert): an acquisition
+/// makes the daily partitions of yesterday through today + 3, so they reach the end of
+/// today + 3; a batch ingested ten days ahead makes that day's partitions in every raw class
+/// table, and the figure follows the raw table whose newest partition ends first.
+async fn partitions_are_reported_as_far_ahead_as_they_exist<B: Backend>(b: &B) {
+    use sentinel_core::time::US_PER_DAY;
+    use sentinel_ports::Clock as _;
+    let lease = b.store().acquire().await.expect("acquire");
+    let today = Micros(sentinel_ports::SystemClock.now().0.div_euclid(US_PER_DAY) * US_PER_DAY);
+    let day = |n: i64| Micros(today.0 + n * US_PER_DAY);
+    let until = b
+        .store()
+        .partitions_created_until()
+        .await
+        .expect("read how far partitions exist");
+    // Right at midnight the store may already be on the next day.
+    assert!(
+        until == Some(day(4)) || until == Some(day(5)),
+        "through today + 3 after an acquisition: {until:?}, today {today:?}"
+    );
+    let mut ahead = seq_row(RetentionClass::State, 1);
+    ahead.ingested_at = Micros(day(10).0 + 1);
+    ahead.observed_at = ahead.ingested_at;
+    b.store()
+        .commit(batch(1, lease.epoch(), vec![ahead], vec![]))
+        .await
+        .expect("commit a row ten days ahead");
+    assert_eq!(
+        b.store().partitions_created_until().await.expect("read again"),
+        Some(day(11)),
+        "the batch's day was made in every raw class table"
+    );
+    b.release(lease).await;
 }

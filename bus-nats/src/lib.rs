@@ -502,6 +502,11 @@ impl Bus for NatsBus {
             oldest_unacked_age_ms,
             first_seq: (state.messages > 0).then_some(state.first_sequence),
             last_seq: state.last_sequence,
+            stream_messages: state.messages,
+            stream_bytes: state.bytes,
+            // The stream is always bounded (`ensure_stream`); -1 would mean unlimited.
+            stream_messages_max: u64::try_from(stream_info.config.max_messages).unwrap_or(0),
+            stream_bytes_max: u64::try_from(stream_info.config.max_bytes).unwrap_or(0),
         })
     }
 

@@ -1,6 +1,7 @@
 //! The `sentinel` binary: the CLI edge (clap). Errors become messages and exit codes here;
 //! everything else lives in the library crates. This file holds the command line's shape and
-//! routes each subcommand to its own file: `run.rs` (`sentinel run`), `demo.rs`, `db.rs`
+//! routes each subcommand to its own file: `run.rs` (`sentinel run`, serving
+//! `--metrics-listen` through `metrics_http.rs`), `demo.rs`, `db.rs`
 //! (`migrate`, `db grants`), `registry.rs` (`registry check|load|nats-config`), `plan.rs`
 //! (`registry plan`), `rollup.rs`, `retention.rs`, `reprocess/` (under the lock, or asking the
 //! running core over the bus: `reprocess/over_bus.rs`), `reinterpret.rs`, `history.rs` and
@@ -11,6 +12,7 @@ mod args;
 mod db;
 mod demo;
 mod history;
+mod metrics_http;
 mod plan;
 mod registry;
 mod reinterpret;
@@ -88,6 +90,10 @@ enum Command {
         /// noticed within about this long (core runtime spec, "Losing the lock while running").
         #[arg(long, default_value_t = 1_000, value_parser = clap::value_parser!(u64).range(1..))]
         lock_check_interval_ms: u64,
+        /// Serve Prometheus metrics (OpenMetrics) on `GET /metrics` at ADDR: `HOST:PORT`, or a
+        /// bare port for loopback only (`9464` is `127.0.0.1:9464`). Off by default.
+        #[arg(long, env = "SENTINEL_METRICS_LISTEN", value_name = "ADDR", value_parser = metrics_http::parse_listen)]
+        metrics_listen: Option<std::net::SocketAddr>,
         #[command(flatten)]
         tuning: CoreTuningArgs,
     },
@@ -415,6 +421,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             ack_wait_ms,
             inflight_batches_max,
             lock_check_interval_ms,
+            metrics_listen,
             tuning,
         } => {
             let runtime_config = RuntimeConfig {
@@ -429,6 +436,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 inflight_batches_max,
                 tuning,
                 runtime_config,
+                metrics_listen,
             )
             .await
         }

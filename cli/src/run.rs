@@ -1,7 +1,14 @@
 //! `sentinel run`: the core against PostgreSQL and NATS, in the startup order of the core
 //! runtime spec ("Acquisition order at startup"), until SIGTERM or Ctrl-C drains it or it
 //! exits on its own; the exit code is the core's.
+//!
+//! Also what a supervisor and a monitoring system see (issue 26): with `--metrics-listen` the
+//! exporter (`sentinel_runtime::telemetry`, served by `metrics_http.rs`), and under systemd
+//! (`$NOTIFY_SOCKET`) the notifications of `sentinel_runtime::notify`: a status per startup
+//! step, `READY=1` from the runtime loop's first wake-up (consuming), `WATCHDOG=1` from every
+//! wake-up at half the watchdog period, `STOPPING=1` on SIGTERM.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -11,13 +18,16 @@ use sentinel_bus_nats::{NatsBus, NatsBusConfig};
 use sentinel_core::Config;
 use sentinel_ports::BusError;
 use sentinel_ports::clock::{Clock, SystemClock};
+use sentinel_runtime::notify::Notifier;
 use sentinel_runtime::startup::{self, StartError};
+use sentinel_runtime::telemetry::Telemetry;
 use sentinel_runtime::{self as runtime, RuntimeConfig};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 use tracing::info;
 
 use crate::args::{CoreTuningArgs, DbArgs, NatsArgs, lock_held};
 
+#[allow(clippy::too_many_arguments)] // the subcommand's flags, each one thing
 pub async fn run(
     db: DbArgs,
     nats: NatsArgs,
@@ -25,9 +35,18 @@ pub async fn run(
     ack_wait_ms: u64,
     inflight_batches_max: usize,
     tuning: CoreTuningArgs,
-    runtime_config: RuntimeConfig,
+    mut runtime_config: RuntimeConfig,
+    metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<ExitCode> {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let notifier = Notifier::from_env();
+    // The endpoint is bound before anything else, so a taken port fails the start at once; it
+    // shows `sentinel_lock_held 0` until the core runs.
+    if let Some(addr) = metrics_listen {
+        let telemetry = Telemetry::new(clock.clone());
+        crate::metrics_http::serve(addr, telemetry.clone()).await?;
+        runtime_config.telemetry = Some(telemetry);
+    }
     let store = PgStore::connect(&db.database_url, PgStoreConfig::default())
         .await
         .context("connecting to PostgreSQL")?;
@@ -58,7 +77,15 @@ pub async fn run(
             .map_err(|e| BusError::Other(format!("ensuring the observation stream: {e}")))?;
         Ok(bus)
     };
-    let started = match startup::start(&store, connect_bus, registry.as_deref(), config, clock.as_ref()).await
+    let started = match startup::start_notified(
+        &store,
+        connect_bus,
+        registry.as_deref(),
+        config,
+        clock.as_ref(),
+        &notifier,
+    )
+    .await
     {
         Ok(started) => started,
         Err(StartError::LockHeld) => {
@@ -71,7 +98,8 @@ pub async fn run(
         points = started.core.registry().len(),
         "core started"
     );
-    let shutdown = async {
+    let stopping = notifier.clone();
+    let shutdown = async move {
         let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
             Ok(term) => term,
             Err(_) => {
@@ -83,7 +111,11 @@ pub async fn run(
             _ = tokio::signal::ctrl_c() => {},
             _ = term.recv() => {},
         }
+        stopping.stopping();
     };
+    let epoch = started.core.epoch();
+    let loop_clock = clock.clone();
+    let loop_notifier = notifier.clone();
     let outcome = runtime::run_observed(
         started.core,
         started.bus,
@@ -94,9 +126,17 @@ pub async fn run(
         runtime_config,
         shutdown,
         started.inbound,
-        |_| {},
+        // Every wake-up of the loop: the first one means startup has reached consuming.
+        move |_| {
+            loop_notifier.ready(epoch);
+            loop_notifier.watchdog(loop_clock.now());
+        },
     )
     .await;
+    notifier.status(&format!(
+        "stopped: exit {} ({})",
+        outcome.exit.code, outcome.exit.why
+    ));
     let m = &outcome.metrics;
     info!(
         code = outcome.exit.code,

@@ -388,7 +388,7 @@ impl Core {
     /// A commit report: each batch it lets apply, in batch order (see [`Self::apply_committed`]);
     /// then the quality checkpoint, the next flush, and the end of a drain.
     fn on_committed(&mut self, report: CommitReport) {
-        if !self.ingest.report(report) {
+        if !self.ingest.report(report, self.ctx.now, &mut self.out.metrics) {
             return;
         }
         while let Some(applied) = self.ingest.next_applied(&self.ctx, &mut self.out) {

@@ -1,6 +1,11 @@
-//! Counters the core keeps about itself: the figures the demo prints, `sentinel status` shows
-//! and the self-points carry. Counting happens where the fact is decided, so nothing is
-//! counted twice.
+//! Counters the core keeps about itself: the figures the demo prints, `sentinel status` shows,
+//! the self-points carry and the runtime exports to Prometheus (`runtime/src/telemetry.rs`,
+//! issue 26). Counting happens where the fact is decided, so nothing is counted twice; the
+//! exporter only reads a copy.
+//!
+//! Owns: the counters and gauges, and [`Histogram`], fixed buckets over whole numbers (the
+//! core reads no clock: commit latency is the difference of two `now`s it was handed). Every
+//! bucket set is a named constant with its unit last; counts only, never a value.
 
 use crate::log::QuarantineReason;
 use crate::registry::RetentionClass;
@@ -44,6 +49,55 @@ pub struct Metrics {
     /// The last lag reading from the durable consumer.
     pub lag_pending: u64,
     pub lag_oldest_unacked_age_ms: u64,
+    /// From a batch's `Commit` effect to the `now` its report was handed in with, in µs
+    /// ([`COMMIT_LATENCY_BOUNDS_US`]).
+    pub commit_latency_us: Histogram<{ COMMIT_LATENCY_BOUNDS_US.len() }>,
+    /// Rows plus quarantine entries per batch sent to the store ([`BATCH_SIZE_BOUNDS`]).
+    pub batch_size: Histogram<{ BATCH_SIZE_BOUNDS.len() }>,
+}
+
+/// Commit latency buckets, µs: 1 ms to 10 s. A batch is one statement; the spec's budget for
+/// the ingest path is well under a second, so the buckets are finest there.
+pub const COMMIT_LATENCY_BOUNDS_US: [u64; 12] = [
+    1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000, 10_000_000,
+];
+
+/// Batch size buckets, entries: up to the default `batch_rows_max` (500), where a busy core's
+/// batches land; the flush interval's small batches fall in the first ones.
+pub const BATCH_SIZE_BOUNDS: [u64; 9] = [1, 5, 10, 25, 50, 100, 250, 400, 500];
+
+/// A histogram over fixed upper bounds (inclusive, as Prometheus's `le`): per-bucket counts,
+/// not cumulative, plus the count above the last bound, the sum and the count.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Histogram<const N: usize> {
+    pub buckets: [u64; N],
+    /// Observations above the last bound (the `+Inf` bucket's own share).
+    pub over: u64,
+    pub sum: u64,
+    pub count: u64,
+}
+
+impl<const N: usize> Default for Histogram<N> {
+    fn default() -> Self {
+        Histogram {
+            buckets: [0; N],
+            over: 0,
+            sum: 0,
+            count: 0,
+        }
+    }
+}
+
+impl<const N: usize> Histogram<N> {
+    /// Counts `value` into the first bucket whose bound is at least `value`.
+    pub fn observe(&mut self, bounds: &[u64; N], value: u64) {
+        match bounds.iter().position(|&bound| value <= bound) {
+            Some(i) => self.buckets[i] += 1,
+            None => self.over += 1,
+        }
+        self.sum = self.sum.saturating_add(value);
+        self.count += 1;
+    }
 }
 
 impl Metrics {
@@ -62,5 +116,20 @@ impl Metrics {
     /// The security signal of stage 5, counted on its own (ingest spec, stage 5).
     pub fn wrong_instance(&self) -> u64 {
         self.quarantined_for(QuarantineReason::WrongInstance)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_histogram_counts_each_value_into_the_first_bound_at_or_above_it() {
+        let mut h = Histogram::<3>::default();
+        for v in [0, 1, 2, 10, 11, 1_000] {
+            h.observe(&[1, 10, 100], v);
+        }
+        assert_eq!(h.buckets, [2, 2, 1]);
+        assert_eq!((h.over, h.count, h.sum), (1, 6, 1_024));
     }
 }

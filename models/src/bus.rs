@@ -489,6 +489,10 @@ impl Bus for MemoryBus {
             oldest_unacked_age_ms,
             first_seq: state.messages.first_key_value().map(|(&seq, _)| seq),
             last_seq: state.last_seq,
+            stream_messages: total,
+            stream_bytes: state.bytes,
+            stream_messages_max: state.config.max_msgs,
+            stream_bytes_max: state.config.max_bytes,
         })
     }
 

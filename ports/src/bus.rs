@@ -73,6 +73,12 @@ pub struct Lag {
     pub first_seq: Option<u64>,
     /// The last sequence the stream ever stored (0 before the first message).
     pub last_seq: u64,
+    /// Messages and bytes the stream holds now, and its bounds (discard-new: a full stream
+    /// refuses publishes, so the operator is told before it is full; issue 26).
+    pub stream_messages: u64,
+    pub stream_bytes: u64,
+    pub stream_messages_max: u64,
+    pub stream_bytes_max: u64,
 }
 
 /// What reaches the core on plain subjects rather than through the stream: a request made

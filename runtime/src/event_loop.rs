@@ -21,6 +21,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
 
+use crate::telemetry::{BusOp, StoreOp, Telemetry};
+
 use sentinel_ports::clock::Clock;
 use sentinel_ports::{
     Bus, BusError, CommitError, Consumer, Inbound, Lease, RollupStepLimits, Store, StoreError,
@@ -44,6 +46,11 @@ pub struct RuntimeConfig {
     pub lag_poll_interval_ms: u64,
     /// Consecutive failed fetches tolerated before the runtime gives up.
     pub fetch_failures_max: u32,
+    /// The Prometheus exporter's state (`sentinel run --metrics-listen`), if any: the loop
+    /// copies the core's counters into it and counts the errors only it sees.
+    pub telemetry: Option<Telemetry>,
+    /// How often the store gauges are read for `telemetry`.
+    pub store_gauges_interval_ms: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -56,6 +63,8 @@ impl Default for RuntimeConfig {
             progress_interval_ms: 10_000,
             lag_poll_interval_ms: 1_000,
             fetch_failures_max: 30,
+            telemetry: None,
+            store_gauges_interval_ms: crate::telemetry::STORE_GAUGES_INTERVAL_MS,
         }
     }
 }
@@ -137,6 +146,18 @@ where
     S: Store,
     L: Lease,
 {
+    let telemetry = config.telemetry.clone();
+    if let Some(t) = &telemetry {
+        t.set_lock_held(true);
+    }
+    // The store gauges (retention marks, partitions ahead), read by a task of their own.
+    let store_gauges = telemetry.clone().map(|t| {
+        tokio::spawn(store_gauges_loop(
+            store.clone(),
+            t,
+            Duration::from_millis(config.store_gauges_interval_ms.max(1)),
+        ))
+    });
     let (fetch_request_tx, fetch_request_rx) = mpsc::channel::<usize>(1);
     let (fetched_tx, mut fetched_rx) = mpsc::channel::<Result<Vec<sentinel_core::Delivery>, BusError>>(1);
     let fetcher = tokio::spawn(fetch_loop(
@@ -162,7 +183,12 @@ where
     // Control-event writes, one at a time in order; their answers come back as inputs.
     let (control_tx, control_rx) = mpsc::unbounded_channel();
     let (control_done_tx, mut control_done_rx) = mpsc::unbounded_channel::<Input>();
-    let controller = tokio::spawn(control_loop(store.clone(), control_rx, control_done_tx));
+    let controller = tokio::spawn(control_loop(
+        store.clone(),
+        control_rx,
+        control_done_tx,
+        telemetry.clone(),
+    ));
     // Lag readings come from their own task, so a slow consumer-info request never holds up
     // commits, acks and lock checks.
     let (lag_tx, mut lag_rx) = mpsc::channel::<Input>(1);
@@ -170,6 +196,7 @@ where
         bus.clone(),
         Duration::from_millis(config.lag_poll_interval_ms.max(1)),
         lag_tx,
+        telemetry.clone(),
     ));
 
     let mut lock_check = tokio::time::interval(Duration::from_millis(config.lock_check_interval_ms));
@@ -218,6 +245,7 @@ where
                     &mut maintenance,
                     &checkpoint_tx,
                     &control_tx,
+                    &telemetry,
                 )
                 .await
                 {
@@ -237,6 +265,9 @@ where
         }
         // On every wake-up, idle ones included, so an observer sees the settled state too.
         observe(&core);
+        if let Some(t) = &telemetry {
+            t.observe_core(&core, clock.now(), false);
+        }
         if !fetch_outstanding {
             let budget = core.accept_budget().min(config.fetch_max);
             if budget >= config.fetch_min.min(config.fetch_max).max(1)
@@ -259,9 +290,15 @@ where
                 Err(join_error) => {
                     // A panicking commit task is a bug; its batch's outcome is unknown.
                     error!(error = %join_error, "commit task failed");
+                    if let Some(t) = &telemetry {
+                        t.store_error(StoreOp::Commit, Some(&StoreError::Other("task failed".into())));
+                    }
                     break 'run ExitReason::COMMIT_FAILED;
                 }
                 Ok(Err(CommitError { batch, source })) => {
+                    if let Some(t) = &telemetry {
+                        t.store_error(StoreOp::Commit, Some(&source));
+                    }
                     let fenced = matches!(source, StoreError::Fenced { .. });
                     error!(batch = batch.0, error = %source, "commit failed");
                     Input::CommitFailed { batch, fenced }
@@ -302,6 +339,9 @@ where
                 Ok(()) => continue,
                 Err(e) => {
                     error!(error = %e, "checkpoint failed");
+                    if let Some(t) = &telemetry {
+                        t.store_error(StoreOp::Checkpoint, Some(&e));
+                    }
                     Input::CheckpointFailed { fenced: matches!(e, StoreError::Fenced { .. }) }
                 }
             },
@@ -309,8 +349,18 @@ where
                 match lease.alive().await {
                     Ok(true) => continue,
                     _ if lock_loss_ignored(&core) => continue,
-                    Ok(false) => error!("the single-writer lock is gone; stopping at once"),
-                    Err(e) => error!(error = %e, "lock ownership check failed; stopping at once"),
+                    Ok(false) => {
+                        error!("the single-writer lock is gone; stopping at once");
+                        if let Some(t) = &telemetry {
+                            t.store_error(StoreOp::Lease, None);
+                        }
+                    }
+                    Err(e) => {
+                        error!(error = %e, "lock ownership check failed; stopping at once");
+                        if let Some(t) = &telemetry {
+                            t.store_error(StoreOp::Lease, Some(&e));
+                        }
+                    }
                 }
                 // Fail fast: no draining, no finishing the batch in flight (core runtime spec).
                 break 'run RunOutcome::LOCK_LOST;
@@ -330,6 +380,9 @@ where
                         Input::Delivered(deliveries)
                     }
                     Err(e) => {
+                        if let Some(t) = &telemetry {
+                            t.bus_error(BusOp::Fetch, Some(&e));
+                        }
                         fetch_failures += 1;
                         warn!(error = %e, failures = fetch_failures, "fetch failed");
                         if fetch_failures >= config.fetch_failures_max {
@@ -365,6 +418,13 @@ where
 
     fetcher.abort();
     lag_reader.abort();
+    if let Some(task) = store_gauges {
+        task.abort();
+    }
+    if let Some(t) = &telemetry {
+        t.observe_core(&core, clock.now(), true);
+        t.set_lock_held(false);
+    }
     commits.abort_all();
     maintenance.rollup_steps.abort_all();
     maintenance.retention_runs.abort_all();
@@ -406,6 +466,7 @@ struct Maintenance {
 }
 
 /// Executes one effect, in emitted order. Returns the exit reason for `Effect::Exit`.
+#[allow(clippy::too_many_arguments)] // the ports, the loop's queues and the exporter
 async fn execute<B: Bus, S: Store>(
     effect: Effect,
     bus: &B,
@@ -414,6 +475,7 @@ async fn execute<B: Bus, S: Store>(
     maintenance: &mut Maintenance,
     checkpoints: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::PointState>)>,
     controls: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::ControlEvent>)>,
+    telemetry: &Option<Telemetry>,
 ) -> Option<ExitReason> {
     match effect {
         Effect::Commit(batch) => {
@@ -431,11 +493,17 @@ async fn execute<B: Bus, S: Store>(
                 // The rows are durable; an ack lost here only means a redelivery that the
                 // unique index swallows.
                 warn!(error = %e, "ack failed");
+                if let Some(t) = telemetry {
+                    t.bus_error(BusOp::Ack, Some(&e));
+                }
             }
         }
         Effect::Publish { subject, payload } => {
             if let Err(e) = bus.publish(subject, payload).await {
                 warn!(error = %e, "transition publish failed");
+                if let Some(t) = telemetry {
+                    t.bus_error(BusOp::Publish, Some(&e));
+                }
             }
         }
         Effect::Checkpoint { epoch, states } => {
@@ -454,9 +522,13 @@ async fn execute<B: Bus, S: Store>(
             // slow or unreachable bus must not hold up lock checks). Losing one reading to a
             // full stream is what the stream's bound means; the next interval sends fresh ones.
             let bus = bus.clone();
+            let telemetry = telemetry.clone();
             tokio::spawn(async move {
                 if let Err(e) = bus.publish_observation(subject, msg_id, payload).await {
                     warn!(error = %e, "self-point publish failed");
+                    if let Some(t) = telemetry {
+                        t.bus_error(BusOp::PublishObservation, Some(&e));
+                    }
                 }
             });
         }
@@ -464,6 +536,7 @@ async fn execute<B: Bus, S: Store>(
             // Off the loop: a step may take a while, and the store's watermark makes it safe
             // beside commits. The core asks for one at a time.
             let store = store.clone();
+            let telemetry = telemetry.clone();
             maintenance.rollup_steps.spawn(async move {
                 let limits = RollupStepLimits {
                     step_minutes_max: step.step_minutes_max,
@@ -474,6 +547,9 @@ async fn execute<B: Bus, S: Store>(
                     .await
                 {
                     Ok(done) => {
+                        if let Some(t) = &telemetry {
+                            t.record_rollup_watermark(done.watermark.refreshed_to);
+                        }
                         debug!(
                             minutes_advanced = done.minutes_advanced,
                             invalidated_minutes = done.invalidated_minutes,
@@ -487,9 +563,15 @@ async fn execute<B: Bus, S: Store>(
                     }
                     Err(StoreError::Fenced { epoch, current }) => {
                         error!(epoch, current, "rollup step fenced");
+                        if let Some(t) = &telemetry {
+                            t.store_error(StoreOp::Rollup, Some(&StoreError::Fenced { epoch, current }));
+                        }
                         Input::RollupStepFenced
                     }
                     Err(e) => {
+                        if let Some(t) = &telemetry {
+                            t.store_error(StoreOp::Rollup, Some(&e));
+                        }
                         // Idempotent, and an unfinished claim is finished by the next step.
                         warn!(error = %e, "rollup step failed; retrying after the interval");
                         Input::RollupStepped(RollupStepOutcome::Failed)
@@ -500,6 +582,7 @@ async fn execute<B: Bus, S: Store>(
         Effect::DropExpired(run) => {
             // Off the loop, like a rollup step: each drop is its own short fenced transaction.
             let store = store.clone();
+            let telemetry = telemetry.clone();
             maintenance.retention_runs.spawn(async move {
                 match store
                     .drop_expired(
@@ -527,9 +610,15 @@ async fn execute<B: Bus, S: Store>(
                     }
                     Err(StoreError::Fenced { epoch, current }) => {
                         error!(epoch, current, "retention run fenced");
+                        if let Some(t) = &telemetry {
+                            t.store_error(StoreOp::Retention, Some(&StoreError::Fenced { epoch, current }));
+                        }
                         Input::RetentionFenced
                     }
                     Err(e) => {
+                        if let Some(t) = &telemetry {
+                            t.store_error(StoreOp::Retention, Some(&e));
+                        }
                         warn!(error = %e, "retention run failed; retrying after the catch-up interval");
                         Input::RetentionRan(RetentionOutcome::Failed)
                     }
@@ -539,6 +628,9 @@ async fn execute<B: Bus, S: Store>(
         Effect::ReprocessReply { reply_to, payload } => {
             if let Err(e) = bus.publish(reply_to, payload).await {
                 warn!(error = %e, "reprocess reply publish failed");
+                if let Some(t) = telemetry {
+                    t.bus_error(BusOp::Publish, Some(&e));
+                }
             }
         }
         Effect::Reprocess(_) => {
@@ -567,13 +659,21 @@ async fn fetch_loop<C: Consumer>(
 /// Reads the consumer's lag every `period` and hands it to the core as `Input::Lag`. Each read
 /// is bounded by the period; without a reading the watchdog's suppression keeps its last
 /// state, and fetch failures are what decide whether the bus is gone.
-async fn lag_loop<B: Bus>(bus: B, period: Duration, readings: mpsc::Sender<Input>) {
+async fn lag_loop<B: Bus>(
+    bus: B,
+    period: Duration,
+    readings: mpsc::Sender<Input>,
+    telemetry: Option<Telemetry>,
+) {
     let mut tick = tokio::time::interval(period);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
         match tokio::time::timeout(period, bus.lag()).await {
             Ok(Ok(lag)) => {
+                if let Some(t) = &telemetry {
+                    t.record_lag(&lag);
+                }
                 let reading = Input::Lag {
                     pending: lag.pending,
                     oldest_unacked_age_ms: lag.oldest_unacked_age_ms,
@@ -588,8 +688,18 @@ async fn lag_loop<B: Bus>(bus: B, period: Duration, readings: mpsc::Sender<Input
                     return;
                 }
             }
-            Ok(Err(e)) => warn!(error = %e, "reading consumer lag failed"),
-            Err(_elapsed) => warn!("reading consumer lag timed out"),
+            Ok(Err(e)) => {
+                warn!(error = %e, "reading consumer lag failed");
+                if let Some(t) = &telemetry {
+                    t.bus_error(BusOp::Lag, Some(&e));
+                }
+            }
+            Err(_elapsed) => {
+                warn!("reading consumer lag timed out");
+                if let Some(t) = &telemetry {
+                    t.bus_error(BusOp::Lag, None);
+                }
+            }
         }
     }
 }
@@ -598,12 +708,16 @@ async fn control_loop<S: Store>(
     store: S,
     mut queue: mpsc::UnboundedReceiver<(u32, Vec<sentinel_core::ControlEvent>)>,
     done: mpsc::UnboundedSender<Input>,
+    telemetry: Option<Telemetry>,
 ) {
     while let Some((epoch, events)) = queue.recv().await {
         let answer = match store.write_control_events(epoch, events.clone()).await {
             Ok(seqs) => Input::ControlCommitted(sentinel_core::ControlReport { events, seqs }),
             Err(e) => {
                 error!(error = %e, "control-event write failed");
+                if let Some(t) = &telemetry {
+                    t.store_error(StoreOp::Control, Some(&e));
+                }
                 Input::ControlFailed {
                     fenced: matches!(e, StoreError::Fenced { .. }),
                 }
@@ -627,6 +741,30 @@ async fn checkpoint_loop<S: Store>(
         debug!(points, ok = result.is_ok(), "checkpoint");
         if done.send(result).is_err() {
             return;
+        }
+    }
+}
+
+/// Reads the store gauges for the exporter: at once, then every `period`. A failed read is
+/// counted and leaves the last figures in place.
+async fn store_gauges_loop<S: Store>(store: S, telemetry: Telemetry, period: Duration) {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let read = async {
+            Ok::<_, StoreError>((
+                store.retention_marks().await?,
+                store.partitions_created_until().await?,
+            ))
+        };
+        match tokio::time::timeout(period, read).await {
+            Ok(Ok((marks, until))) => telemetry.record_store_gauges(marks, until),
+            Ok(Err(e)) => {
+                debug!(error = %e, "reading the store gauges failed");
+                telemetry.store_error(StoreOp::Gauges, Some(&e));
+            }
+            Err(_elapsed) => telemetry.store_error(StoreOp::Gauges, None),
         }
     }
 }

@@ -26,6 +26,7 @@ use sentinel_core::{Config, Core, RetentionClass};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
+use crate::notify::Notifier;
 use crate::registry_dir;
 use sentinel_ports::clock::Clock;
 use sentinel_ports::{
@@ -143,14 +144,44 @@ where
     C: FnOnce() -> F,
     F: Future<Output = Result<B, BusError>>,
 {
+    start_notified(
+        store,
+        connect_bus,
+        registry_dir,
+        config,
+        clock,
+        &Notifier::disabled(),
+    )
+    .await
+}
+
+/// [`start`], telling the service manager each step as it begins (`STATUS=` and
+/// `EXTEND_TIMEOUT_USEC=`, [`crate::notify`]). `READY=1` is not sent here: the caller sends it
+/// once the runtime loop runs.
+pub async fn start_notified<B, S, C, F>(
+    store: &S,
+    connect_bus: C,
+    registry_dir: Option<&Path>,
+    config: Config,
+    clock: &dyn Clock,
+    notify: &Notifier,
+) -> Result<Started<B, S>, StartError>
+where
+    B: Bus,
+    S: Store,
+    C: FnOnce() -> F,
+    F: Future<Output = Result<B, BusError>>,
+{
     let mut timings = StartupTimings::default();
 
+    notify.startup_step("lock_and_epoch");
     let step = Instant::now();
     let lease = store.acquire().await?;
     let epoch = lease.epoch();
     timings.record("lock_and_epoch", step);
     info!(epoch, "single-writer lock held");
 
+    notify.startup_step("registry");
     let step = Instant::now();
     if let Some(dir) = registry_dir {
         let load = registry_dir::load_dir(store, dir)
@@ -172,6 +203,7 @@ where
         "registry compiled"
     );
 
+    notify.startup_step("restore_projection");
     let step = Instant::now();
     let points: Vec<(String, RetentionClass)> = registry
         .points()
@@ -183,16 +215,19 @@ where
     timings.record("restore_projection", step);
 
     // Only now, holding the lock with the projection restored, does the core touch the bus.
+    notify.startup_step("connect_bus");
     let step = Instant::now();
     let bus = connect_bus().await?;
     timings.record("connect_bus", step);
 
     // Restart step 3: the consumer resumes from its ack position.
+    notify.startup_step("bind_consumer");
     let step = Instant::now();
     let consumer = bus.bind().await?;
     timings.record("bind_consumer", step);
 
     // Restart step 4: the control log above each point's watermark.
+    notify.startup_step("replay_control_events");
     let step = Instant::now();
     let (read, replayed) = replay_control_log(store, &mut core, CONTROL_EVENTS_LOAD_MAX).await?;
     timings.record("replay_control_events", step);
@@ -204,6 +239,7 @@ where
     // them, so a restart derives what an uninterrupted run would, and derives again the
     // readings a crash lost between a commit and their publish (queued as effects, published
     // when the runtime starts).
+    notify.startup_step("rehydrate_derived_windows");
     let step = Instant::now();
     let requests = core.derived_window_requests();
     let rows = store
@@ -238,6 +274,7 @@ where
     );
 
     // Restart step 6: freshness deadlines from the restored projection.
+    notify.startup_step("rehydrate_timers");
     let step = Instant::now();
     let armed = core.rehydrate_timers();
     timings.record("rehydrate_timers", step);
@@ -247,6 +284,7 @@ where
     // what this core starts is their relationship with it. Each instance hears this core's
     // epoch and answers with a hello (connecting → connected; ready once its current data
     // commits). A lost announcement is repaired by the driver's next hello.
+    notify.startup_step("start_drivers");
     let step = Instant::now();
     let inbound = bus.inbound().await?;
     let announcements = core.start_drivers();
@@ -267,6 +305,7 @@ where
     // Restart step 8: rules leave warmup as their inputs reach live. No rules exist (the Rules
     // Engine is not built), so nothing is in warmup; the watchdog's startup grace is this
     // core's only warm-up. The step is timed so the record has its slot.
+    notify.startup_step("warmup");
     let step = Instant::now();
     timings.record("warmup", step);
 

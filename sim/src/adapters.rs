@@ -715,6 +715,11 @@ impl Store for SimStore {
         self.world.store.retention_marks().await
     }
 
+    async fn partitions_created_until(&self) -> Result<Option<Micros>, StoreError> {
+        self.enter(None).await?;
+        self.world.store.partitions_created_until().await
+    }
+
     async fn move_point_class(
         &self,
         epoch: u32,

@@ -61,6 +61,33 @@ fn partition_from_name(table: RetainedTable, parent: &str, child: &str) -> Optio
 }
 
 impl PgStore {
+    /// [`sentinel_ports::Store::partitions_created_until`]: the newest partition of each raw
+    /// class table, by name, and the earliest of their ends.
+    pub(super) async fn partitions_created_until_inner(&self) -> Result<Option<Micros>, StoreError> {
+        let raw: Vec<RetainedTable> = RetentionClass::ALL.into_iter().map(RetainedTable::Raw).collect();
+        let names: Vec<&str> = raw.iter().copied().map(physical).collect();
+        let rows = sqlx::query(LIST_PARTITIONS)
+            .bind(&names)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("listing partitions"))?;
+        let mut newest: [Option<Micros>; 3] = [None; 3];
+        for row in &rows {
+            let parent: String = row.try_get(0).map_err(db_error("decoding a partition"))?;
+            let child: String = row.try_get(1).map_err(db_error("decoding a partition"))?;
+            let Some(table @ RetainedTable::Raw(class)) = from_physical(&parent) else {
+                continue;
+            };
+            if let Some(partition) = partition_from_name(table, &parent, &child) {
+                let end = &mut newest[class.index()];
+                *end = Some(end.map_or(partition.to, |e| e.max(partition.to)));
+            }
+        }
+        Ok(newest
+            .into_iter()
+            .try_fold(Micros(i64::MAX), |until, end| end.map(|end| until.min(end))))
+    }
+
     pub(super) async fn expired_partitions_inner(
         &self,
         cutoffs: RetentionCutoffs,

@@ -137,6 +137,10 @@ impl Store for PgStore {
         self.retention_marks_inner().await
     }
 
+    async fn partitions_created_until(&self) -> Result<Option<Micros>, StoreError> {
+        self.partitions_created_until_inner().await
+    }
+
     async fn move_point_class(
         &self,
         epoch: u32,

@@ -46,6 +46,15 @@ pub struct InProcessCore {
 
 impl InProcessCore {
     pub fn spawn<B: Bus, S: Store>(started: Started<B, S>, store: S) -> InProcessCore {
+        InProcessCore::spawn_with(started, store, RuntimeConfig::default())
+    }
+
+    /// [`InProcessCore::spawn`] with a runtime configuration of the caller's (an exporter).
+    pub fn spawn_with<B: Bus, S: Store>(
+        started: Started<B, S>,
+        store: S,
+        config: RuntimeConfig,
+    ) -> InProcessCore {
         let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         let epoch = started.core.epoch();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
@@ -56,7 +65,7 @@ impl InProcessCore {
             store,
             started.lease,
             clock,
-            RuntimeConfig::default(),
+            config,
             async move {
                 let _ = stop_rx.await;
             },

@@ -38,10 +38,11 @@ use bytes::Bytes;
 
 use crate::effect::Effect;
 use crate::log::ObsRow;
+use crate::log::Quality;
 use crate::metrics::Metrics;
 use crate::registry::{CompiledPoint, PointIdx, Registry};
 use crate::time::Micros;
-use crate::wire::{CoreStarted, DriverHello, ToDriver, cmd_subject};
+use crate::wire::{CoreStarted, DriverHello, ToDriver, cmd_subject, queue_drops_point};
 
 use super::context::Out;
 
@@ -68,6 +69,13 @@ pub struct DriverView {
     pub state: DriverState,
     /// The driver's own `source_epoch` from its last hello.
     pub source_epoch: Option<u32>,
+    /// The newest `ingested_at` of a committed row of the instance (a host gone quiet shows
+    /// here before its points go stale).
+    pub last_committed_at: Option<Micros>,
+    /// The instance's last committed `queue_drops` self-point (driver contract v1: the disk
+    /// queue's drop count since it opened). The driver library's own health count, not device
+    /// data: the one reading the core exports, because it is where the spec drops data.
+    pub queue_drops: Option<u64>,
 }
 
 /// What a hello did to the table.
@@ -97,6 +105,8 @@ pub struct Drivers {
     views: Vec<DriverView>,
     /// Per point, its instance's slot in `views` ([`NO_SLOT`] for the core's own points).
     slot_of_point: Vec<u32>,
+    /// Per point, whether it is its instance's `queue_drops` self-point.
+    is_queue_drops: Vec<bool>,
     /// Observations made before this are backlog (the core's start time).
     current_from: Micros,
     epoch: u32,
@@ -125,6 +135,12 @@ impl Drivers {
             .points()
             .map(|(_, p)| instance_of(p).map_or(NO_SLOT, |key| slots[&key]))
             .collect();
+        let is_queue_drops: Vec<bool> = registry
+            .points()
+            .map(|(_, p)| {
+                instance_of(p).is_some_and(|(host, instance)| *p.id == *queue_drops_point(&host, &instance))
+            })
+            .collect();
         let views: Vec<DriverView> = slots
             .into_keys()
             .map(|(host, driver_instance)| DriverView {
@@ -132,6 +148,8 @@ impl Drivers {
                 driver_instance,
                 state: DriverState::Connecting,
                 source_epoch: None,
+                last_committed_at: None,
+                queue_drops: None,
             })
             .collect();
         debug_assert_eq!(slot_of_point.len(), registry.len());
@@ -143,6 +161,7 @@ impl Drivers {
         Drivers {
             views,
             slot_of_point,
+            is_queue_drops,
             current_from: now,
             epoch,
             registry_version: registry.version,
@@ -231,10 +250,40 @@ impl Drivers {
         self.gauge(&mut out.metrics);
     }
 
-    /// A RETURNING row: its instance may now be ready.
+    /// Every instance, in `(host, driver_instance)` order (bounded by the registry).
+    pub fn views(&self) -> &[DriverView] {
+        &self.views
+    }
+
+    /// A RETURNING row: its instance's last commit (and drop count, for its `queue_drops`
+    /// point) moves, and it may now be ready.
     pub(crate) fn row_committed(&mut self, row: &ObsRow, metrics: &mut Metrics) {
+        self.note_row(row);
         if self.on_row(row.point, row.observed_at) {
             self.gauge(metrics);
+        }
+    }
+
+    fn note_row(&mut self, row: &ObsRow) {
+        let index = row.point.0 as usize;
+        let Some(&slot) = self.slot_of_point.get(index) else {
+            return;
+        };
+        if slot == NO_SLOT {
+            return;
+        }
+        let view = &mut self.views[slot as usize];
+        view.last_committed_at = Some(
+            view.last_committed_at
+                .map_or(row.ingested_at, |t| t.max(row.ingested_at)),
+        );
+        if self.is_queue_drops.get(index).copied().unwrap_or(false)
+            && row.quality == Quality::Live
+            && let Some(drops) = row.value.as_ref().and_then(|v| v.num())
+            && drops.is_finite()
+            && drops >= 0.0
+        {
+            view.queue_drops = Some(drops as u64);
         }
     }
 
@@ -279,8 +328,15 @@ mod tests {
         // Backlog observed before this core started does not make it ready.
         drivers.row_committed(&row(&ctx, "plant.temp", 1, 1.0, T0.add_ms(-1)), &mut out.metrics);
         assert_eq!(out.metrics.drivers, [0, 1, 0]);
-        drivers.row_committed(&row(&ctx, "plant.temp", 2, 1.0, T0), &mut out.metrics);
+        let current = row(&ctx, "plant.temp", 2, 1.0, T0);
+        drivers.row_committed(&current, &mut out.metrics);
         assert_eq!(out.metrics.drivers, [0, 0, 1]);
+        assert_eq!(drivers.views()[0].last_committed_at, Some(current.ingested_at));
+        assert_eq!(
+            drivers.views()[0].queue_drops,
+            None,
+            "plant.temp is no queue_drops point"
+        );
         assert!(drain(&mut out).is_empty());
     }
 

@@ -24,7 +24,7 @@ use crate::dedup::{DedupSet, Seen};
 use crate::delivery::{Delivery, DeliveryTag};
 use crate::effect::Effect;
 use crate::log::{Batch, BatchId, CommitReport, Quality};
-use crate::metrics::Metrics;
+use crate::metrics::{BATCH_SIZE_BOUNDS, COMMIT_LATENCY_BOUNDS_US, Metrics};
 use crate::pipeline::{self, Outcome};
 use crate::planted::PlantedBug;
 use crate::projection::Projection;
@@ -39,6 +39,8 @@ struct Pending {
     keys: Vec<u128>,
     /// Deliveries recognised as duplicates of this batch's rows, acked when it commits.
     duplicate_acks: Vec<DeliveryTag>,
+    /// When its `Commit` was emitted (the commit latency histogram).
+    submitted_at: Micros,
 }
 
 #[derive(Debug)]
@@ -215,18 +217,27 @@ impl Ingest {
             let tags = tags.chain(open.batch.quarantine.iter().map(|q| q.tag)).collect();
             out.push(Effect::Ack(tags));
         }
-        self.in_flight.insert(open.batch.id, open.pending);
+        out.metrics
+            .batch_size
+            .observe(&BATCH_SIZE_BOUNDS, open.batch.len() as u64);
+        let mut pending = open.pending;
+        pending.submitted_at = ctx.now;
+        self.in_flight.insert(open.batch.id, pending);
         debug_assert!(self.in_flight.len() <= ctx.config.inflight_batches_max);
         Some(open.batch)
     }
 
     /// A commit report, held until every earlier batch's is applied. False (and ignored) for
     /// a batch that is not in flight.
-    pub fn report(&mut self, report: CommitReport) -> bool {
-        if !self.in_flight.contains_key(&report.batch.id) {
+    pub fn report(&mut self, report: CommitReport, now: Micros, metrics: &mut Metrics) -> bool {
+        let Some(pending) = self.in_flight.get(&report.batch.id) else {
             debug_assert!(false, "commit report for unknown batch {:?}", report.batch.id);
             return false;
-        }
+        };
+        let latency_us = u64::try_from(now.saturating_sub(pending.submitted_at)).unwrap_or(0);
+        metrics
+            .commit_latency_us
+            .observe(&COMMIT_LATENCY_BOUNDS_US, latency_us);
         self.reported.insert(report.batch.id, report);
         true
     }
@@ -401,19 +412,19 @@ mod tests {
         let third = batches.pop().expect("three");
         let second = batches.pop().expect("three");
         let first = batches.pop().expect("three");
-        assert!(ingest.report(all_inserted(third)));
+        assert!(ingest.report(all_inserted(third), ctx.now, &mut out.metrics));
         assert!(
             ingest.next_applied(&ctx, &mut out).is_none(),
             "held for the first"
         );
-        assert!(ingest.report(all_inserted(first)));
+        assert!(ingest.report(all_inserted(first), ctx.now, &mut out.metrics));
         let applied = ingest.next_applied(&ctx, &mut out).expect("the first applies");
         assert_eq!((applied.batch.id, applied.inserted), (BatchId(1), vec![0]));
         assert!(
             ingest.next_applied(&ctx, &mut out).is_none(),
             "the third waits for the second"
         );
-        assert!(ingest.report(all_inserted(second)));
+        assert!(ingest.report(all_inserted(second), ctx.now, &mut out.metrics));
         let order: Vec<BatchId> = std::iter::from_fn(|| ingest.next_applied(&ctx, &mut out))
             .map(|a| a.batch.id)
             .collect();
@@ -422,6 +433,29 @@ mod tests {
         assert!(ingest.drained());
         assert_eq!(out.metrics.batches_committed, 3);
         assert_eq!(out.metrics.rows_inserted.iter().sum::<u64>(), 3);
+    }
+
+    #[test]
+    fn each_batch_counts_its_size_when_sent_and_its_latency_when_reported() {
+        let mut ctx = ctx_with(config(10, 2));
+        let mut out = Out::default();
+        let mut ingest = Ingest::new(&ctx.config);
+        take(
+            &mut ingest,
+            &ctx,
+            &mut out,
+            (1..=7)
+                .map(|seq| delivery(seq, "plant.temp", seq as f64, T0))
+                .collect(),
+        );
+        let batch = ingest.flush(&ctx, &mut out).expect("seven rows open");
+        assert_eq!(out.metrics.batch_size.buckets[2], 1, "7 rows: the `le 10` bucket");
+        assert_eq!(out.metrics.commit_latency_us.count, 0, "not reported yet");
+        ctx.now = ctx.now.add_ms(40);
+        assert!(ingest.report(all_inserted(batch), ctx.now, &mut out.metrics));
+        let latency = &out.metrics.commit_latency_us;
+        assert_eq!((latency.count, latency.sum), (1, 40_000));
+        assert_eq!(latency.buckets[5], 1, "40 ms: the `le 50 ms` bucket");
     }
 
     #[test]
@@ -442,7 +476,7 @@ mod tests {
         take(&mut ingest, &ctx, &mut out, vec![again]);
         assert!(!ingest.has_open_rows(), "a duplicate adds no row");
         assert!(drain(&mut out).is_empty(), "held with its batch");
-        assert!(ingest.report(all_inserted(batch)));
+        assert!(ingest.report(all_inserted(batch), ctx.now, &mut out.metrics));
         ingest.next_applied(&ctx, &mut out).expect("applies");
         assert_eq!(acks(&drain(&mut out)), [vec![1, 11]]);
         let mut third = delivery(1, "plant.temp", 1.0, T0);

@@ -539,6 +539,10 @@ impl Store for MemoryStore {
         Ok(lock(&self.model).retention.marks())
     }
 
+    async fn partitions_created_until(&self) -> Result<Option<Micros>, StoreError> {
+        Ok(lock(&self.model).retention.created_until())
+    }
+
     async fn move_point_class(
         &self,
         epoch: u32,

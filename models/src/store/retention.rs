@@ -68,6 +68,18 @@ impl RetentionState {
         self.ensure_rollup_day(at);
     }
 
+    /// The earliest, over the raw class tables, of the end of each one's newest partition
+    /// (`Store::partitions_created_until`).
+    pub(super) fn created_until(&self) -> Option<Micros> {
+        RetentionClass::ALL
+            .into_iter()
+            .try_fold(Micros(i64::MAX), |until, class| {
+                let table = RetainedTable::Raw(class);
+                let newest = self.partitions.get(&table)?.last()?;
+                Some(until.min(table.partition_of(*newest).1))
+            })
+    }
+
     /// The start of `class`'s oldest existing raw partition (reprocess's refusal reads it).
     pub(super) fn oldest_raw_partition(&self, class: RetentionClass) -> Option<Micros> {
         self.partitions

@@ -243,6 +243,14 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// nothing dropped yet), in [`RetainedTable::ALL`] order.
     fn retention_marks(&self) -> impl Future<Output = Result<[Option<Micros>; 5], StoreError>> + Send;
 
+    /// How far ahead daily partitions exist (issue 26, "partitions created ahead"): the end of
+    /// the newest daily partition of the raw class table that has the earliest such end, i.e.
+    /// every raw class table has a partition reaching at least this far. `None` while some raw
+    /// class table has no partition. A core creates them at startup (yesterday through three
+    /// days ahead) and on demand for a batch's days; the exporter shows the gap to the clock.
+    /// Reads only.
+    fn partitions_created_until(&self) -> impl Future<Output = Result<Option<Micros>, StoreError>> + Send;
+
     // --- Class changes (issue 9 item 4) -------------------------------------------------
 
     /// Moves every row of `point_id` held by another class table into `to`'s, in one

@@ -1,0 +1,216 @@
+//! systemd's service notification protocol (`sd_notify(3)`), spoken directly: one datagram per
+//! message to the unix socket `$NOTIFY_SOCKET` names (a path, or `@name` in the abstract
+//! namespace), so no libsystemd is linked (issue 26, item 5; core runtime spec, "Acquisition
+//! order at startup").
+//!
+//! Owns: what a `Type=notify` unit is told and when. `READY=1` once, when the runtime loop is
+//! running — after the startup order has reached consuming (the consumer bound, restart steps
+//! done, the cold start recorded); a drain that follows is the service running, so
+//! `TimeoutStartSec` never kills it. `STATUS=` lines for each startup step and for the drain;
+//! `EXTEND_TIMEOUT_USEC=` before each startup step, so a long one (derived windows over a big
+//! history) is given [`STARTUP_STEP_EXTEND_US`] rather than a unit-wide guess; `WATCHDOG=1`
+//! from the runtime loop at half of `$WATCHDOG_USEC` (so a wedged loop stops pinging and
+//! systemd restarts it); `STOPPING=1` when SIGTERM asks for the drain.
+//!
+//! Without `$NOTIFY_SOCKET` every call does nothing. A send never blocks the loop: the socket
+//! is non-blocking and a message the manager cannot take now is dropped (the next watchdog
+//! ping comes half a period later). Messages carry step names and counts, never values.
+
+use std::os::unix::net::UnixDatagram;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+
+use sentinel_core::Micros;
+use tracing::warn;
+
+/// How much longer each startup step may take, told to the manager before the step starts.
+pub const STARTUP_STEP_EXTEND_US: u64 = 300_000_000;
+
+/// The largest watchdog period honoured (a larger `$WATCHDOG_USEC` is clamped): one day.
+const WATCHDOG_USEC_MAX: u64 = 86_400_000_000;
+
+struct Target {
+    socket: UnixDatagram,
+    address: std::os::unix::net::SocketAddr,
+}
+
+struct Inner {
+    target: Option<Target>,
+    /// Half the watchdog period in µs, when the manager asked for pings.
+    watchdog_every_us: Option<i64>,
+    last_ping_at: AtomicI64,
+    ready_sent: AtomicBool,
+}
+
+/// The connection to the service manager; cheap to clone.
+#[derive(Clone)]
+pub struct Notifier {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Notifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifier")
+            .field("enabled", &self.enabled())
+            .field("watchdog_every_us", &self.inner.watchdog_every_us)
+            .finish()
+    }
+}
+
+impl Notifier {
+    /// From the environment systemd sets for the service: `$NOTIFY_SOCKET`, `$WATCHDOG_USEC`
+    /// and `$WATCHDOG_PID` (pings only when it names this process, or is unset).
+    pub fn from_env() -> Notifier {
+        let socket_path = std::env::var_os("NOTIFY_SOCKET");
+        let watchdog_usec = std::env::var("WATCHDOG_USEC")
+            .ok()
+            .and_then(|v| v.parse::<u64>().ok());
+        let for_us = std::env::var("WATCHDOG_PID")
+            .ok()
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_none_or(|pid| pid == std::process::id());
+        Notifier::new(
+            socket_path.as_deref().and_then(|p| p.to_str()),
+            watchdog_usec.filter(|_| for_us),
+        )
+    }
+
+    /// A notifier sending to `socket` (`None`: a no-op), pinging every half `watchdog_usec`.
+    pub fn new(socket: Option<&str>, watchdog_usec: Option<u64>) -> Notifier {
+        let target = socket.and_then(|path| match connect(path) {
+            Ok(target) => Some(target),
+            Err(e) => {
+                warn!(error = %e, "cannot use NOTIFY_SOCKET; the service manager will not be told");
+                None
+            }
+        });
+        let watchdog_every_us = watchdog_usec
+            .filter(|&usec| usec > 0 && target.is_some())
+            .map(|usec| (usec.min(WATCHDOG_USEC_MAX) / 2).max(1) as i64);
+        Notifier {
+            inner: Arc::new(Inner {
+                target,
+                watchdog_every_us,
+                last_ping_at: AtomicI64::new(i64::MIN),
+                ready_sent: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    /// A notifier that tells nobody anything.
+    pub fn disabled() -> Notifier {
+        Notifier::new(None, None)
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.inner.target.is_some()
+    }
+
+    /// A startup step begins: its name as the status, and the step's extension of the start
+    /// timeout.
+    pub fn startup_step(&self, step: &str) {
+        self.send(&format!(
+            "STATUS=startup: {step}\nEXTEND_TIMEOUT_USEC={STARTUP_STEP_EXTEND_US}"
+        ));
+    }
+
+    /// The loop runs: `READY=1` with its status, the first time only.
+    pub fn ready(&self, epoch: u32) {
+        if !self.inner.ready_sent.swap(true, Ordering::Relaxed) {
+            self.send(&format!("READY=1\nSTATUS=consuming (epoch {epoch})"));
+        }
+    }
+
+    /// Whether `READY=1` was sent.
+    pub fn is_ready(&self) -> bool {
+        self.inner.ready_sent.load(Ordering::Relaxed)
+    }
+
+    /// Called from the runtime loop on every wake-up: a `WATCHDOG=1` when half the period has
+    /// passed since the last one.
+    pub fn watchdog(&self, now: Micros) {
+        let Some(every_us) = self.inner.watchdog_every_us else {
+            return;
+        };
+        let last = self.inner.last_ping_at.load(Ordering::Relaxed);
+        if last != i64::MIN && now.0.saturating_sub(last) < every_us {
+            return;
+        }
+        self.inner.last_ping_at.store(now.0, Ordering::Relaxed);
+        self.send("WATCHDOG=1");
+    }
+
+    /// SIGTERM: the drain begins.
+    pub fn stopping(&self) {
+        self.send("STOPPING=1\nSTATUS=draining in-flight batches");
+    }
+
+    pub fn status(&self, status: &str) {
+        self.send(&format!("STATUS={status}"));
+    }
+
+    fn send(&self, message: &str) {
+        let Some(target) = &self.inner.target else {
+            return;
+        };
+        if let Err(e) = target.socket.send_to_addr(message.as_bytes(), &target.address)
+            && e.kind() != std::io::ErrorKind::WouldBlock
+        {
+            warn!(error = %e, "notifying the service manager failed");
+        }
+    }
+}
+
+fn connect(path: &str) -> std::io::Result<Target> {
+    use std::os::linux::net::SocketAddrExt as _;
+    use std::os::unix::net::SocketAddr;
+    let address = match path.strip_prefix('@') {
+        Some(name) => SocketAddr::from_abstract_name(name.as_bytes())?,
+        None => SocketAddr::from_pathname(path)?,
+    };
+    let socket = UnixDatagram::unbound()?;
+    socket.set_nonblocking(true)?;
+    Ok(Target { socket, address })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_once_and_the_watchdog_at_half_its_period() {
+        let dir = std::env::temp_dir().join(format!("sentinel-notify-unit-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("notify.sock");
+        let _ = std::fs::remove_file(&path);
+        let manager = UnixDatagram::bind(&path).expect("bind");
+        manager.set_nonblocking(true).expect("non-blocking");
+        let notifier = Notifier::new(path.to_str(), Some(2_000_000));
+        let received = || {
+            let mut buf = [0u8; 512];
+            std::iter::from_fn(|| {
+                manager
+                    .recv(&mut buf)
+                    .ok()
+                    .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
+            })
+            .collect::<Vec<_>>()
+        };
+        notifier.startup_step("lock_and_epoch");
+        notifier.ready(3);
+        notifier.ready(3);
+        notifier.watchdog(Micros(10_000_000));
+        notifier.watchdog(Micros(10_999_999));
+        notifier.watchdog(Micros(11_000_000));
+        assert_eq!(
+            received(),
+            [
+                format!("STATUS=startup: lock_and_epoch\nEXTEND_TIMEOUT_USEC={STARTUP_STEP_EXTEND_US}"),
+                "READY=1\nSTATUS=consuming (epoch 3)".to_owned(),
+                "WATCHDOG=1".to_owned(),
+                "WATCHDOG=1".to_owned(),
+            ]
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
