@@ -1,11 +1,10 @@
 //! The core's vocabulary with the outside world: what it is told ([`Input`]) and what it asks
 //! for ([`Effect`]). DESIGN.md §1, "The core API".
 //!
-//! The runtime executes effects in the order they were emitted, with one known deviation:
-//! `PublishObservation` runs as a detached task, so it may land after later effects and even
-//! after the core exited on a lost lock (ARCHITECTURE.md, "Not built yet"; the command plane
-//! issue fixes it). The ordering rules (ack after commit, publish after commit, project only
-//! what inserted) are the core's to keep.
+//! The runtime executes effects in the order they were emitted, and none after the core's
+//! `Exit` (`PublishObservation` goes through one ordered publisher the runtime stops with its
+//! loop). The ordering rules (ack after commit, publish after commit, project only what
+//! inserted) are the core's to keep.
 
 use bytes::Bytes;
 
