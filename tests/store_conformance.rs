@@ -285,7 +285,7 @@ on_conflict_form!(
 fn control_event(point: &str, epoch: u32, occurred_at: Micros) -> ControlEvent {
     ControlEvent {
         occurred_at,
-        point: PointIdx(0),
+        point: Some(PointIdx(0)),
         point_id: point.into(),
         principal: "core:watchdog".into(),
         core_epoch: epoch,

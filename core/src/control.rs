@@ -32,6 +32,9 @@ pub enum ControlKind {
     QualityChanged,
     /// The core issued a command to a point's driver (the smallest real command plane).
     CommandIssued,
+    /// The core refused a command request (payload: command id, value, reason): an unknown
+    /// point, a point that is not writable, or a value it cannot take. Nothing was sent.
+    CommandRefused,
     /// A reprocess recomputed rows under a registry version (ingest spec, "Reprocess"): one
     /// event per run, about its scope, not a point (`point_id` is NULL). Its payload is
     /// reprocess's `ReprocessRecord` (`reprocess.rs`).
@@ -50,6 +53,7 @@ impl ControlKind {
         match self {
             ControlKind::QualityChanged => "quality_changed",
             ControlKind::CommandIssued => "command_issued",
+            ControlKind::CommandRefused => "command_refused",
             ControlKind::Reprocess => "reprocess",
             ControlKind::RetentionDrop => "retention_drop",
             ControlKind::ClassMoved => "class_moved",
@@ -72,6 +76,14 @@ pub enum ControlDetail {
         /// The commanded value, as the request gave it (a JSON scalar).
         value: serde_json::Value,
     },
+    CommandRefused {
+        command_id: String,
+        /// The value asked for, when it was a JSON scalar of at most
+        /// [`COMMAND_VALUE_BYTES_MAX`] bytes; `null` otherwise.
+        value: serde_json::Value,
+        /// Why, in one line (the core's `commands` part words it).
+        reason: String,
+    },
 }
 
 /// One control event, as written. `core_epoch` is the writing core's; the store's fence
@@ -79,7 +91,9 @@ pub enum ControlDetail {
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControlEvent {
     pub occurred_at: Micros,
-    pub point: PointIdx,
+    /// The point in the writing core's registry; `None` only for a refused request naming a
+    /// point the registry does not hold (its `point_id` is then the id the request gave).
+    pub point: Option<PointIdx>,
     pub point_id: Arc<str>,
     /// Who caused it: `core:watchdog`, or the principal that requested a command.
     pub principal: Arc<str>,
@@ -93,6 +107,7 @@ impl ControlEvent {
         match self.detail {
             ControlDetail::QualityChanged { .. } => ControlKind::QualityChanged,
             ControlDetail::CommandIssued { .. } => ControlKind::CommandIssued,
+            ControlDetail::CommandRefused { .. } => ControlKind::CommandRefused,
         }
     }
 
@@ -114,6 +129,13 @@ impl ControlEvent {
             ControlDetail::CommandIssued { command_id, value } => {
                 serde_json::json!({ "command_id": command_id, "value": value }).to_string()
             }
+            ControlDetail::CommandRefused {
+                command_id,
+                value,
+                reason,
+            } => {
+                serde_json::json!({ "command_id": command_id, "value": value, "reason": reason }).to_string()
+            }
         }
     }
 }
@@ -124,14 +146,24 @@ impl ControlEvent {
 pub struct CommandRequest {
     pub command_id: String,
     pub point_id: String,
+    /// In the point's canonical unit: a number, a bool, or a codebook member.
     pub value: serde_json::Value,
-    /// Who asks; a request without one is refused (principal is NOT NULL by design).
+    /// The unit the value is in, if the request says; it must be the point's canonical unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// Who asks; a request without one is refused (principal is NOT NULL by design). Taken
+    /// from the subject the request arrived on, never from its body
+    /// (`sentinel.command.request.<principal>`, which bus permissions confine to that
+    /// principal).
+    #[serde(default)]
     pub principal: String,
 }
 
 /// Bounds on a command request's strings.
 pub const COMMAND_ID_BYTES_MAX: usize = 128;
 pub const PRINCIPAL_BYTES_MAX: usize = 256;
+/// A request's value, as JSON, at most this long (a codebook member is at most 64 bytes).
+pub const COMMAND_VALUE_BYTES_MAX: usize = 256;
 
 /// The store's answer to a control write: the events and the `seq` the log gave each, in
 /// the same order.

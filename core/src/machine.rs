@@ -456,13 +456,19 @@ impl Core {
         for (event, &seq) in report.events.iter().zip(&report.seqs) {
             match &event.detail {
                 ControlDetail::QualityChanged { from, to, reason, .. } => {
-                    let rearmed = self.watchdog.answered(event.point, ctx.now);
+                    // The watchdog writes these only for points it watches.
+                    let Some(point) = event.point else {
+                        continue;
+                    };
+                    let rearmed = self.watchdog.answered(point, ctx.now);
                     self.projection
-                        .apply_quality_event(event, *from, *to, *reason, seq, rearmed, ctx, out);
+                        .apply_quality_event(point, event, *from, *to, *reason, seq, rearmed, ctx, out);
                 }
                 ControlDetail::CommandIssued { command_id, value } => {
                     self.commands.on_issued(event, command_id, value, ctx, out)
                 }
+                // On the record; nothing was sent and nothing follows.
+                ControlDetail::CommandRefused { .. } => {}
             }
         }
         self.projection.checkpoint_quality_changes(ctx, out);

@@ -1,6 +1,8 @@
-//! The smallest real command plane (core runtime spec, "Fencing the bus"; DESIGN.md §2): a
-//! request becomes an epoch-stamped `command_issued` control event, and the command goes to
-//! its driver only once that event is committed.
+//! The command plane's front door (core runtime spec, "Fencing the bus"; DESIGN.md §2; issue 21
+//! item 1): a request for a writable point and a value it can take becomes an epoch-stamped
+//! `command_issued` control event, and the command goes to its driver only once that event is
+//! committed; any other request is written as `command_refused` with a one-line reason, and
+//! nothing is sent.
 
 mod common;
 
@@ -12,7 +14,8 @@ fn request(point: &str, principal: &str) -> CommandRequest {
     CommandRequest {
         command_id: "c-1".into(),
         point_id: point.into(),
-        value: serde_json::json!(1),
+        value: serde_json::json!("on"),
+        unit: None,
         principal: principal.into(),
     }
 }
@@ -50,6 +53,7 @@ fn a_command_is_written_before_it_is_sent_and_carries_the_epoch() {
     };
     assert_eq!((command.core_epoch, command.command_id.as_str()), (5, "c-1"));
     assert_eq!(command.principal, "operator:alice");
+    assert_eq!(command.value, serde_json::json!("on"));
     assert_eq!(core.metrics().commands_issued, 1);
 }
 
@@ -70,17 +74,153 @@ fn a_fenced_command_write_sends_nothing_and_exits() {
     assert_eq!(core.metrics().commands_issued, 0);
 }
 
+/// Every refusal, with its exact message: written as `command_refused` (point, principal,
+/// command id, value, reason), and once that commits nothing is sent.
 #[test]
-fn requests_without_a_known_point_or_a_principal_are_refused() {
+fn each_refusal_is_written_with_its_exact_reason_and_nothing_is_sent() {
+    let cases: [(&str, serde_json::Value, Option<&str>, &str); 10] = [
+        (
+            "no.such.point",
+            serde_json::json!(1),
+            None,
+            r#"point "no.such.point" is not in registry version 7"#,
+        ),
+        (
+            "plant.rssi",
+            serde_json::json!(-60),
+            None,
+            r#"point "plant.rssi" is not writable"#,
+        ),
+        (
+            "plant.label",
+            serde_json::json!("hello"),
+            None,
+            r#"point "plant.label" is not writable"#,
+        ),
+        (
+            "plant.temp",
+            serde_json::json!(200),
+            None,
+            "the value 200 degC is outside the point's range -40 to 150 degC",
+        ),
+        (
+            "plant.temp",
+            serde_json::json!(21.5),
+            Some("degF"),
+            r#"the request's unit "degF" is not the point's unit "degC""#,
+        ),
+        (
+            "plant.temp",
+            serde_json::json!([21.5]),
+            None,
+            "the value is not a number, bool or string of at most 256 bytes",
+        ),
+        (
+            "plant.pump",
+            serde_json::json!("purple"),
+            None,
+            r#""purple" is not a member of the point's codebook (fault, off, on)"#,
+        ),
+        (
+            "plant.pump",
+            serde_json::json!(1),
+            None,
+            "the value is not a codebook member (a string)",
+        ),
+        (
+            "plant.door",
+            serde_json::json!("open"),
+            None,
+            "the value is not a bool (true or false)",
+        ),
+        (
+            "plant.door",
+            serde_json::json!(true),
+            Some("V"),
+            r#"the request gives the unit "V", but the point has none"#,
+        ),
+    ];
+    for (i, (point, value, unit, reason)) in cases.into_iter().enumerate() {
+        let mut core = core();
+        let mut asked = request(point, "operator:alice");
+        asked.command_id = format!("c-{i}");
+        asked.value = value.clone();
+        asked.unit = unit.map(str::to_owned);
+        core.handle(T0, Input::CommandRequested(asked));
+        let effects = drain(&mut core);
+        let [Effect::Control { epoch: 5, events }] = effects.as_slice() else {
+            panic!("{point}: one control write: {effects:?}");
+        };
+        let event = &events[0];
+        assert_eq!(
+            (&*event.point_id, &*event.principal, event.kind().as_str()),
+            (point, "operator:alice", "command_refused"),
+            "{point}"
+        );
+        let ControlDetail::CommandRefused {
+            command_id,
+            value: written,
+            reason: why,
+        } = &event.detail
+        else {
+            panic!("{point}: a refusal: {event:?}");
+        };
+        assert_eq!(why, reason, "{point} {value}");
+        assert_eq!(command_id, &format!("c-{i}"));
+        let kept = if value.is_array() {
+            serde_json::Value::Null
+        } else {
+            value
+        };
+        assert_eq!(written, &kept);
+        let payload: serde_json::Value = serde_json::from_str(&event.payload_json()).expect("JSON");
+        assert_eq!(payload["reason"], serde_json::json!(reason));
+
+        core.handle(
+            T0,
+            Input::ControlCommitted(ControlReport {
+                events: events.clone(),
+                seqs: vec![1],
+            }),
+        );
+        let effects = drain(&mut core);
+        assert!(
+            !effects.iter().any(|e| matches!(e, Effect::Publish { .. })),
+            "{point}: nothing is sent for a refusal: {effects:?}"
+        );
+        assert_eq!(
+            (core.metrics().commands_refused, core.metrics().commands_issued),
+            (1, 0)
+        );
+    }
+}
+
+#[test]
+fn values_within_the_point_are_admitted() {
+    for (point, value, unit) in [
+        ("plant.temp", serde_json::json!(-40), Some("degC")),
+        ("plant.temp", serde_json::json!(150.0), None),
+        ("plant.pump", serde_json::json!("fault"), None),
+        ("plant.door", serde_json::json!(false), None),
+    ] {
+        let mut core = core();
+        let mut asked = request(point, "operator:alice");
+        asked.value = value;
+        asked.unit = unit.map(str::to_owned);
+        core.handle(T0, Input::CommandRequested(asked));
+        let effects = drain(&mut core);
+        assert!(
+            matches!(effects.as_slice(), [Effect::Control { events, .. }]
+                if matches!(events[0].detail, ControlDetail::CommandIssued { .. })),
+            "{point}: {effects:?}"
+        );
+    }
+}
+
+#[test]
+fn requests_without_a_principal_are_only_counted() {
     let mut core = core();
-    core.handle(
-        T0,
-        Input::CommandRequested(request("no.such.point", "operator:alice")),
-    );
     core.handle(T0, Input::CommandRequested(request("plant.pump", "")));
-    let mut nested = request("plant.pump", "operator:alice");
-    nested.value = serde_json::json!({"not": "a scalar"});
-    core.handle(T0, Input::CommandRequested(nested));
     assert!(drain(&mut core).is_empty());
-    assert_eq!(core.metrics().commands_refused, 3);
+    assert_eq!(core.metrics().commands_refused, 1);
 }

@@ -318,7 +318,7 @@ mod tests {
         let events: Vec<ControlEvent> = (0..5)
             .map(|i| ControlEvent {
                 occurred_at: Micros(i),
-                point: registry.resolve("p").expect("p"),
+                point: registry.resolve("p"),
                 point_id: "p".into(),
                 principal: "core:watchdog".into(),
                 core_epoch: epoch,

@@ -516,7 +516,7 @@ impl Store for SimStore {
             .iter()
             .filter_map(|e| match &e.detail {
                 ControlDetail::CommandIssued { command_id, .. } => Some(command_id.clone()),
-                ControlDetail::QualityChanged { .. } => None,
+                ControlDetail::QualityChanged { .. } | ControlDetail::CommandRefused { .. } => None,
             })
             .collect();
         let qualities: Vec<Option<ControlFacts>> = events
@@ -527,7 +527,7 @@ impl Store for SimStore {
                     to: *to,
                     occurred_at: e.occurred_at,
                 }),
-                ControlDetail::CommandIssued { .. } => None,
+                ControlDetail::CommandIssued { .. } | ControlDetail::CommandRefused { .. } => None,
             })
             .collect();
         let seqs = self.world.store.write_control_events(epoch, events).await?;

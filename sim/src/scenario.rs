@@ -25,7 +25,7 @@ use sentinel_runtime::{self as runtime, RuntimeConfig};
 use crate::adapters::{SimBus, SimStore};
 use crate::checker::{Checker, CheckerConfig, Violation};
 use crate::drivers::HostDriver;
-use crate::registry::SimRegistry;
+use crate::registry::{CommandPoint, SimRegistry};
 use crate::rng::SimRng;
 use crate::settings::{CONTROLLER_FIRE_P, Settings, Site};
 use crate::trace::Trace;
@@ -281,11 +281,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let mut window_opened = false;
     // The lock holder's links before the late command, restored when the window closes.
     let mut window_holder: Option<(CoreId, Links)> = None;
-    let command_points: Vec<String> = registry
-        .hosts
-        .values()
-        .flat_map(|points| points.iter().map(|p| p.id.clone()))
-        .collect();
+    let command_points = registry.command_points.clone();
     let mut drained_at: Option<Micros> = None;
     let mut steps = 0u64;
 
@@ -583,7 +579,7 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
 
 /// The operator asks every running core to command one point (a core that is not the lock
 /// holder must not get one to a driver: its write is fenced).
-fn operator_commands(world: &World, points: &[String], sent: &mut u64) {
+fn operator_commands(world: &World, points: &[CommandPoint], sent: &mut u64) {
     let senders: Vec<(CoreId, tokio::sync::mpsc::Sender<Inbound>)> = world
         .lock()
         .inbound_senders
@@ -592,9 +588,9 @@ fn operator_commands(world: &World, points: &[String], sent: &mut u64) {
         .collect();
     for (core, tx) in senders {
         *sent += 1;
-        let point_id = world.lock().rng.pick(points).clone();
-        let value = serde_json::json!(world.between(0, 100));
-        request_command(world, core, &tx, format!("op-{sent}"), point_id, value);
+        let point = world.lock().rng.pick(points).clone();
+        let value = point.value(world.between(0, 100));
+        request_command(world, core, &tx, format!("op-{sent}"), point.id, value);
     }
 }
 
@@ -612,6 +608,7 @@ fn request_command(
             command_id: command_id.clone(),
             point_id,
             value,
+            unit: None,
             principal: "operator:sim".into(),
         }))
         .is_ok()
@@ -638,7 +635,7 @@ fn lock_holder(world: &World, cores: &[CoreId]) -> Option<CoreId> {
 /// The first half of the dangerous window: the lock holder's messages to drivers start
 /// taking [`LATE_COMMAND_DELAY_MS`], and the operator asks it for a command, which it writes
 /// while it still holds the lock. Returns the holder and its links before the change.
-fn send_late_command(world: &World, cores: &[CoreId], points: &[String]) -> Option<(CoreId, Links)> {
+fn send_late_command(world: &World, cores: &[CoreId], points: &[CommandPoint]) -> Option<(CoreId, Links)> {
     let core = lock_holder(world, cores)?;
     let before = world.links(core);
     world.lock().links.insert(
@@ -663,7 +660,7 @@ fn send_late_command(world: &World, cores: &[CoreId], points: &[String]) -> Opti
 fn open_dangerous_window(
     world: &World,
     cores: &[CoreId],
-    points: &[String],
+    points: &[CommandPoint],
     now: Micros,
     late: Option<(CoreId, Links)>,
     scheduled: &mut Vec<(Micros, Scheduled)>,
@@ -699,18 +696,12 @@ fn open_dangerous_window(
 }
 
 /// The operator asks `core` (if it is running) to command a random point of `points`.
-fn ask_for_command(world: &World, core: CoreId, points: &[String], command_id: &str, value: u64) {
+fn ask_for_command(world: &World, core: CoreId, points: &[CommandPoint], command_id: &str, value: u64) {
     let sender = world.lock().inbound_senders.get(&core).cloned();
     if let Some(tx) = sender {
-        let point_id = world.lock().rng.pick(points).clone();
-        request_command(
-            world,
-            core,
-            &tx,
-            command_id.into(),
-            point_id,
-            serde_json::json!(value),
-        );
+        let point = world.lock().rng.pick(points).clone();
+        let value = point.value(value);
+        request_command(world, core, &tx, command_id.into(), point.id, value);
     }
 }
 
