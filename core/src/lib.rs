@@ -30,6 +30,8 @@
 //! - [`derived`] — derived points: sliding-window and two-input values computed from committed
 //!   rows, keyed by the triggering row, with provenance and typed gaps;
 //! - [`rollup`], [`retention`] — when rollups refresh and partitions drop, and the horizons;
+//! - [`arbitration`] — claims on a writable point, their bands (mapped onto BACnet's priority
+//!   levels) and the one resolver that picks the desired value;
 //! - [`reprocess_request`] — a reprocess asked of the running core: admission, the job, the
 //!   reply; [`reprocess`] — reprocess's pure half (scope, refusal, recompute), which the
 //!   `sentinel reprocess` command drives too;
@@ -47,6 +49,7 @@
 //!   counters; [`config`]; [`time`] — the one time type;
 //! - [`planted`] — bugs the simulator's planted-bug test turns on (feature `planted-bugs`).
 
+pub mod arbitration;
 pub mod config;
 pub mod control;
 pub mod decide;
