@@ -202,25 +202,28 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
     // driver admits it, and the principal it carries is the subject's, whatever the body says.
     let operator_connection = connect(&env.nats, OPERATOR_PRINCIPAL, &operator).await;
     let ana_connection = connect(&env.nats, "ana", &operators["ana"]).await;
-    let request = |id: &str| {
+    // Each request a new value: a claim for the value the point already has sends nothing.
+    let request = |id: &str, value: f64| {
         bytes::Bytes::from(
             serde_json::to_vec(&CommandRequest {
                 command_id: id.into(),
                 point_id: "boiler1.setpoint".into(),
-                value: serde_json::json!(65.0),
+                value: serde_json::json!(value),
                 unit: None,
+                for_s: None,
+                release: false,
                 principal: "mallory".into(),
             })
             .expect("encode"),
         )
     };
-    for (connection, principal, id) in [
-        (&operator_connection, OPERATOR_PRINCIPAL, "perm-1"),
-        (&ana_connection, "ana", "perm-2"),
+    for (connection, principal, id, value) in [
+        (&operator_connection, OPERATOR_PRINCIPAL, "perm-1", 65.0),
+        (&ana_connection, "ana", "perm-2", 66.0),
     ] {
         connection
             .client
-            .publish(command_request_subject(principal), request(id))
+            .publish(command_request_subject(principal), request(id, value))
             .await
             .expect("request");
         let admitted = tokio::time::timeout(Duration::from_secs(20), async {
@@ -254,7 +257,7 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
             let seen = connection.refusals.count(RefusedOp::Publish, &subject);
             connection
                 .client
-                .publish(subject.clone(), request("perm-forged"))
+                .publish(subject.clone(), request("perm-forged", 67.0))
                 .await
                 .expect("sent");
             connection.client.flush().await.expect("flush");

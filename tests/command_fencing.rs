@@ -230,12 +230,16 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     let operator = async_nats::connect(env.nats.url())
         .await
         .expect("operator connects");
-    let request = |id: &str| {
+    // Each request a new value: a claim for the value a point already has sends nothing (the
+    // second core restores the first one's desired value).
+    let request = |id: &str, value: f64| {
         serde_json::to_vec(&CommandRequest {
             command_id: id.to_owned(),
             point_id: "boiler1.setpoint".to_owned(),
-            value: serde_json::json!(65.0),
+            value: serde_json::json!(value),
             unit: None,
+            for_s: None,
+            release: false,
             // Not believed: the core records the principal the subject names.
             principal: "someone-else".to_owned(),
         })
@@ -253,7 +257,7 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     );
     wait_ready(&env.store, 1).await;
     operator
-        .publish(command_request_subject("test"), request("r-1").into())
+        .publish(command_request_subject("test"), request("r-1", 65.0).into())
         .await
         .expect("request");
     let received = next_command(&mut intake).await;
@@ -283,7 +287,7 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     assert!(received.admitted().is_none(), "the driver does not apply it");
 
     operator
-        .publish(command_request_subject("test"), request("r-2").into())
+        .publish(command_request_subject("test"), request("r-2", 66.0).into())
         .await
         .expect("request");
     let received = next_command(&mut intake).await;

@@ -29,8 +29,11 @@ use sentinel_store_pg::{CommitInsert, PgLease, PgStore, PgStoreConfig};
 use sentinel_tests::pg::TestDb;
 use sqlx::PgPool;
 
+#[path = "store_conformance/arbitration.rs"]
+mod arbitration;
 #[path = "store_conformance/class_change.rs"]
 mod class_change;
+use arbitration::point_desired_is_written_with_its_claim_fenced_and_read_back;
 #[path = "store_conformance/retention.rs"]
 mod retention;
 #[path = "store_conformance/rollups.rs"]
@@ -269,6 +272,7 @@ conformance!(
     retention_drops_rollup_days_and_months,
     a_class_change_moves_the_whole_history_in_one_step,
     window_rows_carry_the_batch_order_they_were_applied_in,
+    point_desired_is_written_with_its_claim_fenced_and_read_back,
 );
 
 on_conflict_form!(

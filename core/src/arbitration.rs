@@ -103,6 +103,14 @@ pub struct Desired {
     pub since: Micros,
 }
 
+/// A `point_desired` row as the resolver writes it: the point and its desired value. The store
+/// adds the writing epoch and the control event the row reflects.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DesiredRow {
+    pub point_id: Arc<str>,
+    pub desired: Desired,
+}
+
 /// What one change of a point's claims did to its desired value.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Change {

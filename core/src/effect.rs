@@ -82,6 +82,15 @@ pub enum Effect {
     /// Write these control events in one transaction fenced on `epoch` and answer with
     /// `Input::ControlCommitted`. Their effects on the projection wait for that answer.
     Control { epoch: u32, events: Vec<ControlEvent> },
+    /// Write these control events (a claim's, and the `command_issued` it causes) and upsert
+    /// these `point_desired` rows in one transaction fenced on `epoch`, in order with every
+    /// other control write, and answer with `Input::ControlCommitted`. A command is published
+    /// only once that answer comes.
+    Arbitrate {
+        epoch: u32,
+        events: Vec<ControlEvent>,
+        desired: Vec<crate::arbitration::DesiredRow>,
+    },
     /// Publish an observation of the core's own into the observation stream (a self-point),
     /// with this message id; it comes back through ingest like any other.
     PublishObservation {
@@ -123,6 +132,8 @@ pub enum Deadline {
     SelfPoints,
     /// The next rollup step or retention run.
     Maintenance,
+    /// A claim's lapse.
+    Claims,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,7 +17,8 @@
 //! - `parts/` — the parts, each a type with its own private state and its own tests, which
 //!   never name each other: `ingest` (dedup, batches, the commit report order, the only
 //!   `Ack`s), `projection` (the projection and its checkpoints), `watchdog` (freshness
-//!   deadlines, `quality_changed`), `commands`, [`drivers`] (restart step 7 and the driver
+//!   deadlines, `quality_changed`), `commands` (admission, refusals, publishing committed
+//!   commands), `claims` (writable points' claims through [`arbitration`], `point_desired`), [`drivers`] (restart step 7 and the driver
 //!   states), `derived` (derived points, the readings held at restart), `maintenance` (rollup
 //!   and retention schedules, the reprocess slot, "ingest behind") and [`self_points`];
 //!   `parts/context.rs` is what they all read (`Ctx`) and write (`Out`). Only `drivers` and

@@ -511,7 +511,7 @@ async fn execute<B: Bus, S: Store>(
     commits: &mut JoinSet<CommitResult>,
     maintenance: &mut Maintenance,
     checkpoints: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::PointState>)>,
-    controls: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::ControlEvent>)>,
+    controls: &mpsc::UnboundedSender<ControlWrite>,
     observations: &mut ObservationQueue,
 ) -> Option<ExitReason> {
     match effect {
@@ -542,7 +542,23 @@ async fn execute<B: Bus, S: Store>(
         }
         Effect::Control { epoch, events } => {
             debug!(events = events.len(), epoch, "control events");
-            let _ = controls.send((epoch, events));
+            let _ = controls.send(ControlWrite {
+                epoch,
+                events,
+                desired: None,
+            });
+        }
+        Effect::Arbitrate {
+            epoch,
+            events,
+            desired,
+        } => {
+            debug!(events = events.len(), rows = desired.len(), epoch, "arbitration");
+            let _ = controls.send(ControlWrite {
+                epoch,
+                events,
+                desired: Some(desired),
+            });
         }
         Effect::PublishObservation {
             subject,
@@ -692,13 +708,32 @@ async fn lag_loop<B: Bus>(bus: B, period: Duration, readings: mpsc::Sender<Input
     }
 }
 
+/// One control write: events alone, or a claim change's events with its `point_desired` rows
+/// (one transaction either way).
+struct ControlWrite {
+    epoch: u32,
+    events: Vec<sentinel_core::ControlEvent>,
+    desired: Option<Vec<sentinel_core::arbitration::DesiredRow>>,
+}
+
+/// Control writes one at a time, in emitted order: a claim change and a watchdog event never
+/// overtake each other, and a command's `command_issued` is in the log before it is published.
 async fn control_loop<S: Store>(
     store: S,
-    mut queue: mpsc::UnboundedReceiver<(u32, Vec<sentinel_core::ControlEvent>)>,
+    mut queue: mpsc::UnboundedReceiver<ControlWrite>,
     done: mpsc::UnboundedSender<Input>,
 ) {
-    while let Some((epoch, events)) = queue.recv().await {
-        let answer = match store.write_control_events(epoch, events.clone()).await {
+    while let Some(ControlWrite {
+        epoch,
+        events,
+        desired,
+    }) = queue.recv().await
+    {
+        let written = match desired {
+            None => store.write_control_events(epoch, events.clone()).await,
+            Some(desired) => store.write_arbitration(epoch, events.clone(), desired).await,
+        };
+        let answer = match written {
             Ok(seqs) => Input::ControlCommitted(sentinel_core::ControlReport { events, seqs }),
             Err(e) => {
                 error!(error = %e, "control-event write failed");

@@ -198,6 +198,15 @@ where
     timings.record("replay_control_events", step);
     info!(read, replayed, "control events replayed");
 
+    // The command plane's desired values as last written (issue 21 item 2), so a claim for the
+    // value a point already has issues no command. (Open claims are not restored yet: a
+    // restart drops them, and each point keeps its desired value until a new claim.)
+    let step = Instant::now();
+    let rows = store.load_point_desired().await?;
+    let restored = core.restore_desired(rows.into_iter().map(|stored| stored.row));
+    timings.record("restore_desired", step);
+    info!(restored, "desired values restored");
+
     // Restart step 5: the derived points' windows, from the class tables, in one query per
     // class (batched over every input and derived point, each bounded by its readers' newest
     // reading minus its longest window, and by rows), replayed in the order the cores applied

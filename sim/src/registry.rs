@@ -37,9 +37,17 @@ pub struct CommandPoint {
 }
 
 impl CommandPoint {
-    /// The value the `n`th draw picks.
+    /// The value the `n`th draw picks, never the [`Self::reserved`] one (when there are two or
+    /// more).
     pub fn value(&self, n: u64) -> serde_json::Value {
-        self.values[(n % self.values.len() as u64) as usize].clone()
+        let drawn = (self.values.len() as u64).saturating_sub(1).max(1);
+        self.values[(n % drawn) as usize].clone()
+    }
+
+    /// A value no drawn request asks for, so a request for it always changes the point's
+    /// desired value and issues a command (the dangerous window's late command must exist).
+    pub fn reserved(&self) -> serde_json::Value {
+        self.values[self.values.len() - 1].clone()
     }
 }
 
@@ -181,7 +189,7 @@ fn command_point(d: &Descriptor) -> Option<CommandPoint> {
             .collect(),
         Kind::Text => Vec::new(),
     };
-    (!values.is_empty()).then(|| CommandPoint {
+    (values.len() >= 2).then(|| CommandPoint {
         id: d.id.clone(),
         values,
     })

@@ -609,6 +609,8 @@ fn request_command(
             point_id,
             value,
             unit: None,
+            for_s: None,
+            release: false,
             principal: "operator:sim".into(),
         }))
         .is_ok()
@@ -649,7 +651,7 @@ fn send_late_command(world: &World, cores: &[CoreId], points: &[CommandPoint]) -
         "dangerous window: {}'s messages to drivers now take {LATE_COMMAND_DELAY_MS} ms",
         core.host()
     ));
-    ask_for_command(world, core, points, "window-late", 2);
+    ask_for_command(world, core, points, "window-late", None);
     Some((core, before))
 }
 
@@ -691,16 +693,23 @@ fn open_dangerous_window(
     scheduled.push((now.add_ms(DANGEROUS_WINDOW_MS), Scheduled::Heal(core, before)));
     // Inside the window the cut-off core still believes it holds the lock until its next
     // check; the operator asks it for a command right now.
-    ask_for_command(world, core, points, "window-1", 1);
+    ask_for_command(world, core, points, "window-1", Some(1));
     true
 }
 
-/// The operator asks `core` (if it is running) to command a random point of `points`.
-fn ask_for_command(world: &World, core: CoreId, points: &[CommandPoint], command_id: &str, value: u64) {
+/// The operator asks `core` (if it is running) to command a random point of `points`: to the
+/// `n`th drawn value, or (`None`) to the point's reserved value, which always issues a command.
+fn ask_for_command(
+    world: &World,
+    core: CoreId,
+    points: &[CommandPoint],
+    command_id: &str,
+    value: Option<u64>,
+) {
     let sender = world.lock().inbound_senders.get(&core).cloned();
     if let Some(tx) = sender {
         let point = world.lock().rng.pick(points).clone();
-        let value = point.value(value);
+        let value = value.map_or_else(|| point.reserved(), |n| point.value(n));
         request_command(world, core, &tx, command_id.into(), point.id, value);
     }
 }

@@ -1,26 +1,29 @@
-//! The commands part: a command request becomes a fenced `command_issued` control event, and
-//! the command goes to its driver only once that event is committed (core runtime spec,
-//! "Fencing the bus"; DESIGN.md §2; issue 21 item 1, writable points). A core the fence
-//! refuses (deposed, or cut off from the store) never sends one.
+//! The commands part: the command plane's front door and its last step (core runtime spec,
+//! "Fencing the bus"; DESIGN.md §2; issue 21 items 1 and 2). A request is admitted or refused
+//! here; what an admitted one changes is the claims part's (`parts/claims.rs`); the command a
+//! change issues goes to its driver from here, only once its `command_issued` event is
+//! committed, so a core the fence refuses (deposed, or cut off from the store) never sends one.
 //!
 //! Owns: request admission. A request must name a point of the registry the core runs, that
 //! point must be writable (its descriptor's `writable` section), and the value must be one
 //! the point can take (`Descriptor::command_refusal`: kind, range, codebook, unit — the check
-//! admission runs on a `relinquish_default` too). A refused request is written as a
+//! admission runs on a `relinquish_default` too), for a duration within bounds (default one
+//! hour). A release needs only a writable point. A refused request is written as a
 //! `command_refused` control event with its one-line reason, and nothing is sent; one that
 //! cannot be put on the record at all (no command id or principal, or strings past their
-//! bounds) and any request to a draining core are only counted. It holds no state yet; claims,
-//! arbitration and verification come next (issue 21 item 2).
+//! bounds) and any request to a draining core are only counted. It holds no state.
 //!
-//! Takes `CommandRequested` and its own `command_issued` events in `ControlCommitted`.
+//! Takes `CommandRequested` (handing the router an [`Admitted`] claim or release), the claims
+//! part's refusals, and `command_issued` events in `ControlCommitted`.
 //!
-//! Emits `Control` (`command_issued` or `command_refused`), then, once a `command_issued`
-//! commits, `Publish` of the command on `cmd.<host>.<driver_instance>`, stamped with the core's
-//! epoch.
+//! Emits `Control` (`command_refused`) and, once a `command_issued` commits, `Publish` of the
+//! command on `cmd.<host>.<driver_instance>`, stamped with the core's epoch.
+
+use std::sync::Arc;
 
 use crate::control::{
-    COMMAND_ID_BYTES_MAX, COMMAND_VALUE_BYTES_MAX, CommandRequest, ControlDetail, ControlEvent,
-    PRINCIPAL_BYTES_MAX,
+    CLAIM_FOR_S_DEFAULT, CLAIM_FOR_S_MAX, COMMAND_ID_BYTES_MAX, COMMAND_VALUE_BYTES_MAX, CommandRequest,
+    ControlDetail, ControlEvent, PRINCIPAL_BYTES_MAX,
 };
 use crate::effect::Effect;
 use crate::registry::check::POINT_ID_BYTES_MAX;
@@ -39,10 +42,36 @@ struct Refusal {
     reason: String,
 }
 
+/// A request the commands part admitted, for the router to hand to the claims part.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Admitted {
+    /// An operator claim: `value` on `point` for `for_s` seconds, held by `principal`.
+    Claim {
+        point: PointIdx,
+        value: CommandValue,
+        principal: Arc<str>,
+        command_id: String,
+        for_s: u64,
+    },
+    /// Release `principal`'s claim on `point`.
+    Release {
+        point: PointIdx,
+        principal: Arc<str>,
+        command_id: String,
+    },
+}
+
 impl Commands {
-    /// A request: admitted and written as `command_issued`, or refused and written as
-    /// `command_refused` (see the module docs for what is only counted).
-    pub fn on_request(&mut self, request: CommandRequest, running: bool, ctx: &Ctx, out: &mut Out) {
+    /// A request: admitted (a claim or a release for the router to hand to the claims part),
+    /// or refused and written as `command_refused` (see the module docs for what is only
+    /// counted).
+    pub fn on_request(
+        &mut self,
+        request: CommandRequest,
+        running: bool,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) -> Option<Admitted> {
         let recordable = !request.command_id.is_empty()
             && request.command_id.len() <= COMMAND_ID_BYTES_MAX
             && !request.principal.is_empty()
@@ -50,55 +79,97 @@ impl Commands {
             && request.point_id.len() <= POINT_ID_BYTES_MAX;
         if !running || !recordable {
             out.metrics.commands_refused += 1;
-            return;
+            return None;
         }
-        let detail = match admit(&request, ctx) {
-            Ok(point) => Ok((
-                point,
-                ControlDetail::CommandIssued {
-                    command_id: request.command_id,
-                    value: request.value,
-                },
-            )),
+        match admit(&request, ctx) {
+            Ok(admitted) => Some(admitted),
             Err(refusal) => {
-                out.metrics.commands_refused += 1;
                 let value = if recorded_value(&request.value) {
                     request.value
                 } else {
                     serde_json::Value::Null
                 };
-                Err((
+                self.write_refusal(
                     refusal.point,
-                    ControlDetail::CommandRefused {
-                        command_id: request.command_id,
-                        value,
-                        reason: refusal.reason,
-                    },
-                ))
+                    request.point_id.as_str().into(),
+                    request.principal.as_str().into(),
+                    request.command_id,
+                    value,
+                    refusal.reason,
+                    ctx,
+                    out,
+                );
+                None
             }
-        };
-        let (point, point_id, detail) = match detail {
-            Ok((point, detail)) => (Some(point), ctx.registry.point(point).id.clone(), detail),
-            Err((Some(point), detail)) => (Some(point), ctx.registry.point(point).id.clone(), detail),
-            Err((None, detail)) => (None, request.point_id.as_str().into(), detail),
-        };
+        }
+    }
+
+    /// An admitted request the claims part could not carry out (a release with no claim, a
+    /// point with too many holders): on the record as `command_refused`.
+    pub fn refuse(
+        &mut self,
+        point: PointIdx,
+        principal: Arc<str>,
+        command_id: String,
+        reason: String,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) {
+        let point_id = ctx.registry.point(point).id.clone();
+        self.write_refusal(
+            Some(point),
+            point_id,
+            principal,
+            command_id,
+            serde_json::Value::Null,
+            reason,
+            ctx,
+            out,
+        );
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one refusal's fields, plus the context and the queue"
+    )]
+    fn write_refusal(
+        &mut self,
+        point: Option<PointIdx>,
+        point_id: Arc<str>,
+        principal: Arc<str>,
+        command_id: String,
+        value: serde_json::Value,
+        reason: String,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) {
+        out.metrics.commands_refused += 1;
         out.metrics.control_events += 1;
+        let point_id = match point {
+            Some(point) => ctx.registry.point(point).id.clone(),
+            None => point_id,
+        };
         out.push(Effect::Control {
             epoch: ctx.epoch,
             events: vec![ControlEvent {
                 occurred_at: ctx.now,
                 point,
                 point_id,
-                principal: request.principal.as_str().into(),
+                principal,
                 core_epoch: ctx.epoch,
                 registry_version: ctx.registry.version,
-                detail,
+                detail: ControlDetail::CommandRefused {
+                    command_id,
+                    value,
+                    reason,
+                },
             }],
         });
     }
 
-    /// The command's `command_issued` event is committed: publish it to the point's driver,
-    /// stamped with this core's epoch.
+    /// A `command_issued` event (written by the claims part with the change that caused it)
+    /// is committed: publish the command to the point's driver, stamped with this core's
+    /// epoch.
     pub fn on_issued(
         &mut self,
         event: &ControlEvent,
@@ -107,7 +178,7 @@ impl Commands {
         ctx: &Ctx,
         out: &mut Out,
     ) {
-        // `admit` issues commands only for points of the registry.
+        // Commands are issued only for points of the registry.
         let Some(idx) = event.point else {
             return;
         };
@@ -128,9 +199,9 @@ impl Commands {
     }
 }
 
-/// The point a request may command, or why not: a point of this registry, writable, and a
-/// value it can take.
-fn admit(request: &CommandRequest, ctx: &Ctx) -> Result<PointIdx, Refusal> {
+/// What a request asks for, or why not: a point of this registry, writable, and a value it can
+/// take for as long as the request says.
+fn admit(request: &CommandRequest, ctx: &Ctx) -> Result<Admitted, Refusal> {
     let Some(idx) = ctx.registry.resolve(&request.point_id) else {
         return Err(Refusal {
             point: None,
@@ -148,6 +219,20 @@ fn admit(request: &CommandRequest, ctx: &Ctx) -> Result<PointIdx, Refusal> {
     if descriptor.writable.is_none() {
         return Err(refuse(format!("point {:?} is not writable", request.point_id)));
     }
+    let principal: Arc<str> = request.principal.as_str().into();
+    if request.release {
+        return Ok(Admitted::Release {
+            point: idx,
+            principal,
+            command_id: request.command_id.clone(),
+        });
+    }
+    let for_s = request.for_s.unwrap_or(CLAIM_FOR_S_DEFAULT);
+    if !(1..=CLAIM_FOR_S_MAX).contains(&for_s) {
+        return Err(refuse(format!(
+            "a claim holds 1 to {CLAIM_FOR_S_MAX} s, not {for_s}"
+        )));
+    }
     if !recorded_value(&request.value) {
         return Err(refuse(format!(
             "the value is not a number, bool or string of at most {COMMAND_VALUE_BYTES_MAX} bytes"
@@ -160,7 +245,13 @@ fn admit(request: &CommandRequest, ctx: &Ctx) -> Result<PointIdx, Refusal> {
     })?;
     match descriptor.command_refusal(&value, request.unit.as_deref()) {
         Some(reason) => Err(refuse(reason)),
-        None => Ok(idx),
+        None => Ok(Admitted::Claim {
+            point: idx,
+            value,
+            principal,
+            command_id: request.command_id.clone(),
+            for_s,
+        }),
     }
 }
 
@@ -175,7 +266,7 @@ mod tests {
     use super::*;
     use crate::control::ControlReport;
     use crate::parts::context::testing::{ctx, drain};
-    use crate::registry::Writable;
+    use crate::registry::{CommandValue, Writable};
 
     fn request(point_id: &str, principal: &str, value: serde_json::Value) -> CommandRequest {
         CommandRequest {
@@ -184,6 +275,8 @@ mod tests {
             value,
             unit: None,
             principal: principal.into(),
+            for_s: None,
+            release: false,
         }
     }
 
@@ -210,23 +303,50 @@ mod tests {
     }
 
     #[test]
-    fn a_valid_request_is_written_first_and_sent_only_once_committed() {
+    fn a_valid_request_is_admitted_as_a_claim_and_a_committed_command_is_sent() {
         let ctx = writable_ctx();
         let mut out = Out::default();
         let mut commands = Commands::default();
-        commands.on_request(
-            request("plant.temp", "operator:ana", serde_json::json!(21.5)),
+        let admitted = commands.on_request(
+            request("plant.temp", "ana", serde_json::json!(21.5)),
             true,
             &ctx,
             &mut out,
         );
-        let effects = drain(&mut out);
-        let [Effect::Control { epoch, events }] = &effects[..] else {
-            panic!("one control write: {effects:?}");
+        let temp = ctx.registry.resolve("plant.temp").expect("fixture");
+        assert_eq!(
+            admitted,
+            Some(Admitted::Claim {
+                point: temp,
+                value: CommandValue::Number(21.5),
+                principal: "ana".into(),
+                command_id: "c-1".into(),
+                for_s: CLAIM_FOR_S_DEFAULT,
+            })
+        );
+        assert!(drain(&mut out).is_empty(), "the claims part writes it");
+        let mut release = request("plant.temp", "ana", serde_json::Value::Null);
+        release.release = true;
+        assert!(matches!(
+            commands.on_request(release, true, &ctx, &mut out),
+            Some(Admitted::Release { .. })
+        ));
+
+        // The claims part's `command_issued`, committed: the command goes out.
+        let event = ControlEvent {
+            occurred_at: ctx.now,
+            point: Some(temp),
+            point_id: "plant.temp".into(),
+            principal: "ana".into(),
+            core_epoch: ctx.epoch,
+            registry_version: ctx.registry.version,
+            detail: ControlDetail::CommandIssued {
+                command_id: "c-1".into(),
+                value: serde_json::json!(21.5),
+            },
         };
-        assert_eq!(*epoch, ctx.epoch);
         let report = ControlReport {
-            events: events.clone(),
+            events: vec![event],
             seqs: vec![1],
         };
         let ControlDetail::CommandIssued { command_id, value } = &report.events[0].detail else {
@@ -241,11 +361,8 @@ mod tests {
         let ToDriver::Command(sent) = serde_json::from_slice(payload).expect("a driver message") else {
             panic!("a command");
         };
-        assert_eq!(
-            (sent.core_epoch, sent.principal.as_str()),
-            (ctx.epoch, "operator:ana")
-        );
-        assert_eq!((out.metrics.control_events, out.metrics.commands_issued), (1, 1));
+        assert_eq!((sent.core_epoch, sent.principal.as_str()), (ctx.epoch, "ana"));
+        assert_eq!(out.metrics.commands_issued, 1);
     }
 
     /// Each refusal is on the record with its reason (and its point when the registry has
@@ -254,7 +371,14 @@ mod tests {
     fn refusals_are_written_with_their_reason_and_send_nothing() {
         let ctx = writable_ctx();
         let mut commands = Commands::default();
+        let mut forever = request("plant.temp", "operator:ana", serde_json::json!(21.0));
+        forever.for_s = Some(CLAIM_FOR_S_MAX + 1);
         let cases = [
+            (
+                forever,
+                Some("plant.temp"),
+                "a claim holds 1 to 604800 s, not 604801",
+            ),
             (
                 request("plant.nope", "operator:ana", serde_json::json!(1)),
                 None,
@@ -279,7 +403,7 @@ mod tests {
         for (request, point, reason) in cases {
             let mut out = Out::default();
             let asked = request.value.clone();
-            commands.on_request(request, true, &ctx, &mut out);
+            assert_eq!(commands.on_request(request, true, &ctx, &mut out), None);
             let effects = drain(&mut out);
             let [Effect::Control { events, .. }] = &effects[..] else {
                 panic!("one control write: {effects:?}");
@@ -331,7 +455,7 @@ mod tests {
             ),
             (request("plant.temp", "operator:ana", serde_json::json!(1)), false),
         ] {
-            commands.on_request(request, running, &ctx, &mut out);
+            assert_eq!(commands.on_request(request, running, &ctx, &mut out), None);
         }
         assert!(drain(&mut out).is_empty());
         assert_eq!(out.metrics.commands_refused, 4);
