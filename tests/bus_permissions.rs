@@ -7,7 +7,10 @@
 //! user is refused by the server when it publishes another host's observations or subscribes to
 //! another host's commands, and the refusal reaches the driver library as a clear
 //! `PermissionDenied` and is counted; a malformed subject (`obs.<host>` with no instance) never
-//! reaches the stream; the reader can neither publish observations nor command.
+//! reaches the stream; the reader can neither publish observations nor command. Each operator
+//! principal asks only on its own request subjects (`sentinel.command.request.<principal>`, the
+//! same for reprocess), one operator is refused on another's, and the core records the
+//! principal the subject names, not the one a request's body claims (issue 21 item 2).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -18,7 +21,7 @@ use std::time::Duration;
 use sentinel_bus_nats::CORE_PRINCIPAL;
 use sentinel_bus_nats::auth::{OPERATOR_PRINCIPAL, READER_PRINCIPAL, host_principal};
 use sentinel_core::reprocess_request::{ReprocessAsk, ReprocessReply};
-use sentinel_core::wire::{COMMAND_REQUEST_SUBJECT, REPROCESS_REQUEST_SUBJECT};
+use sentinel_core::wire::{COMMAND_REQUEST_WILDCARD, command_request_subject, reprocess_request_subject};
 use sentinel_core::{CommandRequest, QuarantineReason};
 use sentinel_driver::commands::CommandIntake;
 use sentinel_driver::connect::{BusConnection, Credentials, RefusedOp};
@@ -59,12 +62,16 @@ fn generate_block(
     core: &Keys,
     reader: &Keys,
     operator: &Keys,
+    operators: &BTreeMap<&str, Keys>,
     hosts: &BTreeMap<&str, Keys>,
 ) -> String {
     let mut principals = format!(
         "core = {{ nkey = \"{}\" }}\nreader = {{ nkey = \"{}\" }}\noperator = {{ nkey = \"{}\" }}\n",
         core.public, reader.public, operator.public
     );
+    for (name, keys) in operators {
+        principals.push_str(&format!("[operators.{name}]\nnkey = \"{}\"\n", keys.public));
+    }
     for (host, keys) in hosts {
         principals.push_str(&format!("[hosts.{host}]\nnkey = \"{}\"\n", keys.public));
     }
@@ -96,8 +103,9 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
     let core = keys(&dir, "core");
     let reader = keys(&dir, "reader");
     let operator = keys(&dir, "operator");
+    let operators: BTreeMap<&str, Keys> = [("ana", keys(&dir, "ana"))].into();
     let hosts: BTreeMap<&str, Keys> = HOSTS.iter().map(|h| (*h, keys(&dir, h))).collect();
-    let block = generate_block(&dir, &core, &reader, &operator, &hosts);
+    let block = generate_block(&dir, &core, &reader, &operator, &operators, &hosts);
     assert!(block.contains("\"obs.plant-a.>\""), "{block}");
 
     let server = NatsServer::start_with_config(&block, &core.credentials).await;
@@ -114,7 +122,8 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
         }
         map
     };
-    let mut pump = CommandIntake::subscribe_on(&connections["plant-a"], "plant-a", "modbus-pumps", 1, 0)
+    // The instance of the sample registry's writable `boiler1.setpoint`.
+    let mut boiler = CommandIntake::subscribe_on(&connections["plant-a"], "plant-a", "modbus-boiler", 1, 0)
         .await
         .expect("plant-a may subscribe to its own commands");
 
@@ -189,31 +198,79 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
     assert_exact_counts(&env, &traffic.expected).await;
     assert!(transitions.total() > 0, "the reader saw transitions on state.>");
 
-    // Commands: the operator asks, the core writes and sends, plant-a's driver admits it.
+    // Commands: each operator asks on its own subject, the core writes and sends, plant-a's
+    // driver admits it, and the principal it carries is the subject's, whatever the body says.
     let operator_connection = connect(&env.nats, OPERATOR_PRINCIPAL, &operator).await;
-    let request = serde_json::to_vec(&CommandRequest {
-        command_id: "perm-1".into(),
-        point_id: "pump1.state".into(),
-        value: serde_json::json!(1),
-        principal: "operator:test".into(),
-    })
-    .expect("encode");
-    operator_connection
-        .client
-        .publish(COMMAND_REQUEST_SUBJECT, request.into())
-        .await
-        .expect("request");
-    let admitted = tokio::time::timeout(Duration::from_secs(20), async {
-        loop {
-            let received = pump.next().await.expect("open").expect("received");
-            if let Some(command) = received.admitted() {
-                return command.clone();
+    let ana_connection = connect(&env.nats, "ana", &operators["ana"]).await;
+    // Each request a new value: a claim for the value the point already has sends nothing.
+    let request = |id: &str, value: f64| {
+        bytes::Bytes::from(
+            serde_json::to_vec(&CommandRequest {
+                command_id: id.into(),
+                point_id: "boiler1.setpoint".into(),
+                value: serde_json::json!(value),
+                unit: None,
+                for_s: None,
+                release: false,
+                principal: "mallory".into(),
+            })
+            .expect("encode"),
+        )
+    };
+    for (connection, principal, id, value) in [
+        (&operator_connection, OPERATOR_PRINCIPAL, "perm-1", 65.0),
+        (&ana_connection, "ana", "perm-2", 66.0),
+    ] {
+        connection
+            .client
+            .publish(command_request_subject(principal), request(id, value))
+            .await
+            .expect("request");
+        let admitted = tokio::time::timeout(Duration::from_secs(20), async {
+            loop {
+                let received = boiler.next().await.expect("open").expect("received");
+                if let Some(command) = received.admitted() {
+                    return command.clone();
+                }
             }
+        })
+        .await
+        .expect("the command reaches plant-a's driver");
+        assert_eq!(
+            (
+                admitted.command_id.as_str(),
+                admitted.core_epoch,
+                admitted.principal.as_str()
+            ),
+            (id, 1, principal),
+            "the core records the subject's principal, not the body's"
+        );
+    }
+
+    // One operator may not ask on another's subject: the server refuses it, so the core never
+    // hears a request in another principal's name.
+    for (connection, other) in [
+        (&ana_connection, OPERATOR_PRINCIPAL),
+        (&operator_connection, "ana"),
+    ] {
+        for subject in [command_request_subject(other), reprocess_request_subject(other)] {
+            let seen = connection.refusals.count(RefusedOp::Publish, &subject);
+            connection
+                .client
+                .publish(subject.clone(), request("perm-forged", 67.0))
+                .await
+                .expect("sent");
+            connection.client.flush().await.expect("flush");
+            tokio::time::timeout(
+                Duration::from_secs(5),
+                connection
+                    .refusals
+                    .refused_after(RefusedOp::Publish, &subject, seen),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("a request on {subject} by another principal is refused"));
         }
-    })
-    .await
-    .expect("the command reaches plant-a's driver");
-    assert_eq!((admitted.command_id.as_str(), admitted.core_epoch), ("perm-1", 1));
+    }
 
     // plant-a's user may not speak for electrical, nor listen to its commands.
     let plant_a = &connections["plant-a"];
@@ -272,9 +329,10 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
         Err(BusError::PermissionDenied { .. })
     ));
     let seen = reader_connection.refusals.total();
+    let reader_subject = command_request_subject(READER_PRINCIPAL);
     reader_connection
         .client
-        .publish(COMMAND_REQUEST_SUBJECT, bytes::Bytes::from_static(b"{}"))
+        .publish(reader_subject.clone(), bytes::Bytes::from_static(b"{}"))
         .await
         .expect("sent");
     reader_connection.client.flush().await.expect("flush");
@@ -282,7 +340,7 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
         Duration::from_secs(5),
         reader_connection
             .refusals
-            .refused_after(RefusedOp::Publish, COMMAND_REQUEST_SUBJECT, 0),
+            .refused_after(RefusedOp::Publish, &reader_subject, 0),
     )
     .await
     .expect("the reader's command request is refused");
@@ -290,12 +348,12 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
     // The operator may ask, but not listen to others' requests (it is not the core).
     let _requests = operator_connection
         .client
-        .subscribe(COMMAND_REQUEST_SUBJECT)
+        .subscribe(COMMAND_REQUEST_WILDCARD)
         .await
         .expect("the subscribe call itself returns");
     assert!(matches!(
         operator_connection
-            .check_subscription(COMMAND_REQUEST_SUBJECT, 0)
+            .check_subscription(COMMAND_REQUEST_WILDCARD, 0)
             .await,
         Err(BusError::PermissionDenied {
             operation: "subscribe",
@@ -307,7 +365,7 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
     // refusal, which changes nothing); a driver host may not ask.
     let ask = ReprocessAsk {
         request_id: "perm-1".into(),
-        principal: "operator:test".into(),
+        principal: "mallory".into(),
         glob: "*".into(),
         from_us: 0,
         to_us: None,
@@ -320,7 +378,7 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
         Duration::from_secs(10),
         operator_connection
             .client
-            .request(REPROCESS_REQUEST_SUBJECT, ask_bytes.clone()),
+            .request(reprocess_request_subject(OPERATOR_PRINCIPAL), ask_bytes.clone()),
     )
     .await
     .expect("the core answers in time")
@@ -335,15 +393,16 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
     );
     let host = &connections["plant-a"];
     let seen = host.refusals.total();
+    let operator_subject = reprocess_request_subject(OPERATOR_PRINCIPAL);
     host.client
-        .publish(REPROCESS_REQUEST_SUBJECT, ask_bytes)
+        .publish(operator_subject.clone(), ask_bytes)
         .await
         .expect("sent");
     host.client.flush().await.expect("flush");
     tokio::time::timeout(
         Duration::from_secs(5),
         host.refusals
-            .refused_after(RefusedOp::Publish, REPROCESS_REQUEST_SUBJECT, 0),
+            .refused_after(RefusedOp::Publish, &operator_subject, 0),
     )
     .await
     .expect("a driver host's reprocess request is refused");

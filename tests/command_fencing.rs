@@ -24,7 +24,8 @@ use sentinel_tests::nats::{NatsServer, subscribe_synced};
 use sentinel_tests::pg::TestDb;
 
 const HOST: &str = "plant-a";
-const INSTANCE: &str = "modbus-pumps";
+/// The instance of the sample registry's writable `boiler1.setpoint`.
+const INSTANCE: &str = "modbus-boiler";
 
 fn command(id: &str, epoch: u32) -> Vec<u8> {
     ToDriver::Command(CommandEnvelope {
@@ -216,7 +217,7 @@ async fn next_command(intake: &mut CommandIntake) -> Received {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refused() {
     use sentinel_core::CommandRequest;
-    use sentinel_core::wire::COMMAND_REQUEST_SUBJECT;
+    use sentinel_core::wire::command_request_subject;
     use sentinel_tests::harness::{Env, pg, spawn_core, terminate, wait_ready};
 
     let env = Env::start(30_000).await;
@@ -229,12 +230,18 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     let operator = async_nats::connect(env.nats.url())
         .await
         .expect("operator connects");
-    let request = |id: &str| {
+    // Each request a new value: a claim for the value a point already has sends nothing (the
+    // second core restores the first one's desired value).
+    let request = |id: &str, value: f64| {
         serde_json::to_vec(&CommandRequest {
             command_id: id.to_owned(),
-            point_id: "pump1.state".to_owned(),
-            value: serde_json::json!(1),
-            principal: "operator:test".to_owned(),
+            point_id: "boiler1.setpoint".to_owned(),
+            value: serde_json::json!(value),
+            unit: None,
+            for_s: None,
+            release: false,
+            // Not believed: the core records the principal the subject names.
+            principal: "someone-else".to_owned(),
         })
         .expect("encode")
     };
@@ -250,7 +257,7 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     );
     wait_ready(&env.store, 1).await;
     operator
-        .publish(COMMAND_REQUEST_SUBJECT, request("r-1").into())
+        .publish(command_request_subject("test"), request("r-1", 65.0).into())
         .await
         .expect("request");
     let received = next_command(&mut intake).await;
@@ -280,7 +287,7 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     assert!(received.admitted().is_none(), "the driver does not apply it");
 
     operator
-        .publish(COMMAND_REQUEST_SUBJECT, request("r-2").into())
+        .publish(command_request_subject("test"), request("r-2", 66.0).into())
         .await
         .expect("request");
     let received = next_command(&mut intake).await;
@@ -313,8 +320,8 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     assert_eq!(
         written,
         vec![
-            (1, "operator:test".to_owned(), "r-1".to_owned()),
-            (2, "operator:test".to_owned(), "r-2".to_owned()),
+            (1, "test".to_owned(), "r-1".to_owned()),
+            (2, "test".to_owned(), "r-2".to_owned()),
         ]
     );
 }

@@ -98,6 +98,11 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         "SELECT sentinel_retention_drop(0, 'rollup_1m', '2001-01-01', '2001-01-02', 'core:retention', now())",
         "SELECT * FROM sentinel_move_point_class(0, 'nobody', 'state', 'operator:x', now())",
         "SELECT count(*) FROM retention_mark",
+        // The command plane's desired values (migrations/0008_point_desired.sql): the
+        // writer upserts them, always beside a fenced control event (Store::write_arbitration).
+        "INSERT INTO point_desired (point_id, value, since, core_epoch, control_seq) \
+         VALUES ('p', '1', now(), 0, 0) ON CONFLICT (point_id) DO UPDATE SET value = EXCLUDED.value",
+        "SELECT count(*) FROM point_desired",
     ] {
         assert_eq!(
             refused(&roles.writer_url, sql).await,
@@ -123,6 +128,7 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
             "UPDATE rollup_watermark SET refreshed_to = now()",
         ),
         ("DELETE invalidations", "DELETE FROM rollup_invalidation"),
+        ("DELETE desired values", "DELETE FROM point_desired"),
         (
             "DROP today's rollup partition",
             "DO $$ BEGIN EXECUTE format('DROP TABLE %I', \
@@ -145,6 +151,10 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         (
             "grant itself the reprocess function",
             "SELECT sentinel_apply_reprocess_grants(current_user)",
+        ),
+        (
+            "grant itself the command plane's grants",
+            "SELECT sentinel_apply_command_grants(current_user, current_user)",
         ),
         ("CREATE", "CREATE TABLE sneaky (x int)"),
         (
@@ -191,6 +201,7 @@ async fn the_reader_reads_and_cannot_write_or_see_payloads() {
         "SELECT avg FROM rollup_1h_avg",
         "SELECT sum, live_count FROM rollup_1m",
         "SELECT refreshed_to FROM rollup_watermark",
+        "SELECT * FROM point_desired",
     ] {
         assert_eq!(
             refused(&roles.reader_url, sql).await,
@@ -212,6 +223,7 @@ async fn the_reader_reads_and_cannot_write_or_see_payloads() {
         REPROCESS_APPLY,
         "SELECT sentinel_retention_drop(0, 'rollup_1m', '2001-01-01', '2001-01-02', 'me', now())",
         "SELECT * FROM sentinel_move_point_class(0, 'p', 'state', 'me', now())",
+        "INSERT INTO point_desired (point_id, since, core_epoch, control_seq) VALUES ('p', now(), 0, 0)",
     ] {
         let error = refused(&roles.reader_url, sql)
             .await

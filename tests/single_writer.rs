@@ -38,13 +38,14 @@ const PUBLISH_CHUNK: usize = 100;
 const PUBLISH_PAUSE_MS: u64 = 50;
 /// The startup steps `startup::start` records, in order: the core runtime spec's acquisition
 /// order, then the ingest spec's restart steps 4–8.
-const STARTUP_STEPS: [&str; 10] = [
+const STARTUP_STEPS: [&str; 11] = [
     "lock_and_epoch",
     "registry",
     "restore_projection",
     "connect_bus",
     "bind_consumer",
     "replay_control_events",
+    "restore_desired",
     "rehydrate_derived_windows",
     "rehydrate_timers",
     "start_drivers",

@@ -29,8 +29,11 @@ use sentinel_store_pg::{CommitInsert, PgLease, PgStore, PgStoreConfig};
 use sentinel_tests::pg::TestDb;
 use sqlx::PgPool;
 
+#[path = "store_conformance/arbitration.rs"]
+mod arbitration;
 #[path = "store_conformance/class_change.rs"]
 mod class_change;
+use arbitration::point_desired_is_written_with_its_claim_fenced_and_read_back;
 #[path = "store_conformance/retention.rs"]
 mod retention;
 #[path = "store_conformance/rollups.rs"]
@@ -270,6 +273,7 @@ conformance!(
     a_class_change_moves_the_whole_history_in_one_step,
     window_rows_carry_the_batch_order_they_were_applied_in,
     partitions_are_reported_as_far_ahead_as_they_exist,
+    point_desired_is_written_with_its_claim_fenced_and_read_back,
 );
 
 on_conflict_form!(
@@ -286,7 +290,7 @@ on_conflict_form!(
 fn control_event(point: &str, epoch: u32, occurred_at: Micros) -> ControlEvent {
     ControlEvent {
         occurred_at,
-        point: PointIdx(0),
+        point: Some(PointIdx(0)),
         point_id: point.into(),
         principal: "core:watchdog".into(),
         core_epoch: epoch,

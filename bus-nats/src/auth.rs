@@ -9,9 +9,12 @@
 //! | principal | publish | subscribe |
 //! | --- | --- | --- |
 //! | driver host `H` | `obs.H.>`, `drv.H.>`, replies to commands it received | `cmd.H.>`, `_INBOX_driver-H.>` |
-//! | the core | `$JS.API` for its stream and consumer only, acks, `state.>`, `cmd.>`, `obs.sentinel.>`, replies to requests | `drv.>`, `sentinel.command.request`, `sentinel.reprocess.request`, `_INBOX_sentinel-core.>` |
+//! | the core | `$JS.API` for its stream and consumer only, acks, `state.>`, `cmd.>`, `obs.sentinel.>`, replies to requests | `drv.>`, `sentinel.command.request.*`, `sentinel.reprocess.request.*`, `_INBOX_sentinel-core.>` |
 //! | reader | stream and consumer info only | `state.>`, `_INBOX_reader.>` |
-//! | operator (optional) | `sentinel.command.request`, `sentinel.reprocess.request` | `_INBOX_operator.>` |
+//! | operator principal `P` (`operator`, and each of `[operators.<P>]`) | `sentinel.command.request.P`, `sentinel.reprocess.request.P` | `_INBOX_P.>` |
+//!
+//! An operator principal may ask only on its own subjects, so the core takes a request's
+//! principal from its subject (issue 21 item 2): one operator cannot speak for another.
 //!
 //! Credentials are the operator's: a password (preferably a bcrypt hash, which nats-server
 //! accepts as is), read from the file, a file it names or an environment variable, or an nkey
@@ -27,11 +30,12 @@ use sentinel_core::self_points::SELF_HOST;
 use sentinel_driver::connect::inbox_prefix;
 use serde::Deserialize;
 
-/// The command-request subject the core listens on (ports, `Inbound`).
-pub const COMMAND_REQUEST_SUBJECT: &str = "sentinel.command.request";
-
-/// The reprocess request subject the core answers on (ports, `Inbound::ReprocessRequest`).
-pub use sentinel_core::wire::REPROCESS_REQUEST_SUBJECT;
+/// The request subjects: each principal asks below its own name, the core hears them all
+/// (ports, `Inbound`).
+pub use sentinel_core::wire::{
+    COMMAND_REQUEST_SUBJECT, COMMAND_REQUEST_WILDCARD, REPROCESS_REQUEST_SUBJECT, REPROCESS_REQUEST_WILDCARD,
+    command_request_subject, is_principal_name, reprocess_request_subject,
+};
 
 /// The principal names whose inbox prefixes the permissions name.
 pub const READER_PRINCIPAL: &str = "reader";
@@ -46,6 +50,8 @@ pub fn host_principal(host: &str) -> String {
 pub const PRINCIPALS_FILE_BYTES_MAX: u64 = 1 << 20;
 /// Most driver hosts one block is generated for.
 pub const HOSTS_MAX: usize = 10_000;
+/// Most operator principals one block is generated for.
+pub const OPERATORS_MAX: usize = 1_000;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NatsAuthError {
@@ -57,6 +63,8 @@ pub enum NatsAuthError {
     MissingHosts(String),
     #[error("the registry assigns points to {0} hosts; at most {HOSTS_MAX} are supported")]
     TooManyHosts(usize),
+    #[error("{0} operator principals; at most {OPERATORS_MAX} are supported")]
+    TooManyOperators(usize),
 }
 
 /// One principal as the operator wrote it.
@@ -81,7 +89,14 @@ pub struct PrincipalSpec {
 pub struct PrincipalsFile {
     pub core: PrincipalSpec,
     pub reader: PrincipalSpec,
+    /// The operator principal named `operator` (the CLI's default).
     pub operator: Option<PrincipalSpec>,
+    /// More operator principals by name, each asking only on its own request subjects
+    /// (`sentinel.command.request.<name>`); a name is a subject token (letters, digits, `_`,
+    /// `-`), and not `operator` when that is given above, `sentinel-core`, `reader` or
+    /// `driver-…`.
+    #[serde(default)]
+    pub operators: BTreeMap<String, PrincipalSpec>,
     /// Driver hosts by registry host name.
     #[serde(default)]
     pub hosts: BTreeMap<String, PrincipalSpec>,
@@ -216,8 +231,8 @@ fn core_permissions(stream: &str, consumer: &str) -> Permissions {
         ],
         subscribe: vec![
             "drv.>".to_owned(),
-            COMMAND_REQUEST_SUBJECT.to_owned(),
-            REPROCESS_REQUEST_SUBJECT.to_owned(),
+            COMMAND_REQUEST_WILDCARD.to_owned(),
+            REPROCESS_REQUEST_WILDCARD.to_owned(),
             format!("{}.>", inbox_prefix(crate::CORE_PRINCIPAL)),
         ],
         allow_responses: true,
@@ -239,15 +254,46 @@ fn reader_permissions(stream: &str, consumer: &str) -> Permissions {
     }
 }
 
-fn operator_permissions() -> Permissions {
+/// Operator principal `name` asks only on its own subjects and hears answers on its inbox.
+fn operator_permissions(name: &str) -> Permissions {
     Permissions {
-        publish: vec![
-            COMMAND_REQUEST_SUBJECT.to_owned(),
-            REPROCESS_REQUEST_SUBJECT.to_owned(),
-        ],
-        subscribe: vec![format!("{}.>", inbox_prefix(OPERATOR_PRINCIPAL))],
+        publish: vec![command_request_subject(name), reprocess_request_subject(name)],
+        subscribe: vec![format!("{}.>", inbox_prefix(name))],
         allow_responses: false,
     }
+}
+
+/// Every operator principal by name: `operator` (when given) and `[operators.<name>]`, each
+/// name checked.
+fn operators(principals: &PrincipalsFile) -> Result<Vec<(&str, &PrincipalSpec)>, NatsAuthError> {
+    if principals.operators.len() > OPERATORS_MAX {
+        return Err(NatsAuthError::TooManyOperators(principals.operators.len()));
+    }
+    let mut all: Vec<(&str, &PrincipalSpec)> = Vec::new();
+    if let Some(spec) = &principals.operator {
+        all.push((OPERATOR_PRINCIPAL, spec));
+    }
+    for (name, spec) in &principals.operators {
+        let fail = |why: &str| NatsAuthError::Principal {
+            who: name.clone(),
+            why: why.to_owned(),
+        };
+        if !is_principal_name(name) {
+            return Err(fail(
+                "an operator's name is its subject token: 1 to 64 ASCII letters, digits, '_' or '-'",
+            ));
+        }
+        if name == crate::CORE_PRINCIPAL || name == READER_PRINCIPAL || name.starts_with("driver-") {
+            return Err(fail(
+                "an operator's name may not be the core's, the reader's or a driver host's",
+            ));
+        }
+        if name == OPERATOR_PRINCIPAL && principals.operator.is_some() {
+            return Err(fail("given twice: as `operator` and in [operators]"));
+        }
+        all.push((name, spec));
+    }
+    Ok(all)
 }
 
 /// The driver hosts a registry assigns points to, the core's own host left out.
@@ -324,12 +370,12 @@ pub fn authorization_block(
         &resolve(READER_PRINCIPAL, &principals.reader, env)?,
         &reader_permissions(stream, consumer),
     );
-    if let Some(operator) = &principals.operator {
+    for (name, spec) in operators(principals)? {
         write_user(
             &mut out,
-            "command requests",
-            &resolve(OPERATOR_PRINCIPAL, operator, env)?,
-            &operator_permissions(),
+            &format!("operator {name}: its own command and reprocess requests"),
+            &resolve(name, spec, env)?,
+            &operator_permissions(name),
         );
     }
     for host in hosts {
@@ -384,6 +430,67 @@ mod tests {
             .find(|l| l.contains("user: \"dashboards\""))
             .expect("reader");
         assert!(reader.contains("\"state.>\"") && !reader.contains("cmd.") && !reader.contains("obs."));
+    }
+
+    /// Each operator principal may ask only on its own request subjects; the core hears all.
+    #[test]
+    fn each_operator_may_ask_only_on_its_own_subjects() {
+        let mut p = principals();
+        p.operator = Some(PrincipalSpec {
+            password: Some("op".into()),
+            ..PrincipalSpec::default()
+        });
+        p.operators.insert(
+            "ana".into(),
+            PrincipalSpec {
+                password: Some("ana-pw".into()),
+                ..PrincipalSpec::default()
+            },
+        );
+        let block = authorization_block(&BTreeSet::new(), &p, "OBS", "sentinel-core", &env).expect("block");
+        let ana = block
+            .lines()
+            .find(|l| l.contains("user: \"ana\""))
+            .expect("ana's user");
+        assert!(
+            ana.contains(
+                "publish: { allow: [\"sentinel.command.request.ana\", \"sentinel.reprocess.request.ana\"] }"
+            ),
+            "{ana}"
+        );
+        assert!(ana.contains("subscribe: { allow: [\"_INBOX_ana.>\"] }"), "{ana}");
+        let operator = block
+            .lines()
+            .find(|l| l.contains("user: \"operator\""))
+            .expect("the operator's user");
+        assert!(operator.contains("\"sentinel.command.request.operator\"") && !operator.contains(".ana"));
+        let core = block
+            .lines()
+            .find(|l| l.contains("$2a$11$"))
+            .expect("the core's user");
+        assert!(core.contains("\"sentinel.command.request.*\", \"sentinel.reprocess.request.*\""));
+
+        let refused = |name: &str| {
+            let mut p = principals();
+            p.operators.insert(
+                name.into(),
+                PrincipalSpec {
+                    password: Some("x".into()),
+                    ..PrincipalSpec::default()
+                },
+            );
+            authorization_block(&BTreeSet::new(), &p, "OBS", "c", &env)
+                .expect_err("refused")
+                .to_string()
+        };
+        assert_eq!(
+            refused("a.b"),
+            "principal a.b: an operator's name is its subject token: 1 to 64 ASCII letters, digits, '_' or '-'"
+        );
+        assert_eq!(
+            refused("driver-plant-a"),
+            "principal driver-plant-a: an operator's name may not be the core's, the reader's or a driver host's"
+        );
     }
 
     #[test]

@@ -513,7 +513,7 @@ impl Bus for NatsBus {
     async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
         use futures::StreamExt as _;
         use sentinel_core::wire::{
-            COMMAND_REQUEST_SUBJECT, DRIVER_HELLO_WILDCARD, REPROCESS_REQUEST_SUBJECT,
+            COMMAND_REQUEST_WILDCARD, DRIVER_HELLO_WILDCARD, REPROCESS_REQUEST_WILDCARD,
         };
         let client = &self.inner.client;
         let subscribe = |subject: &'static str| async move {
@@ -522,20 +522,17 @@ impl Bus for NatsBus {
                 .await
                 .map_err(|error| BusError::Connection(format!("subscribe to {subject}: {error}")))
         };
-        let requests = subscribe(COMMAND_REQUEST_SUBJECT).await?;
+        // Every principal's requests: the principal is the subject's last token.
+        let requests = subscribe(COMMAND_REQUEST_WILDCARD).await?;
         let hellos = subscribe(DRIVER_HELLO_WILDCARD).await?;
-        let reprocess = subscribe(REPROCESS_REQUEST_SUBJECT).await?;
+        let reprocess = subscribe(REPROCESS_REQUEST_WILDCARD).await?;
         // One stream of all, so the runtime has one channel to read.
         let mut merged = futures::stream::select(futures::stream::select(requests, hellos), reprocess);
         let (tx, rx) = tokio::sync::mpsc::channel(INBOUND_QUEUED_MAX);
         tokio::spawn(async move {
             while let Some(message) = merged.next().await {
                 let subject = message.subject.as_str();
-                let decoded = if subject == REPROCESS_REQUEST_SUBJECT {
-                    Inbound::decode_reprocess(&message.payload, message.reply.as_deref())
-                } else {
-                    Inbound::decode(subject, &message.payload)
-                };
+                let decoded = Inbound::decode(subject, &message.payload, message.reply.as_deref());
                 match decoded {
                     Ok(inbound) => {
                         if tx.send(inbound).await.is_err() {

@@ -150,6 +150,10 @@ enum Command {
         /// How long to wait for a running core's answer (a real run answers when it is done).
         #[arg(long, default_value_t = 600_000)]
         reply_timeout_ms: u64,
+        /// The operator principal to ask as (its name in the principals file); the core records
+        /// it from the request's subject, `sentinel.reprocess.request.<operator>`.
+        #[arg(long, env = "SENTINEL_OPERATOR", default_value = "operator")]
+        operator: String,
         /// The raw horizons the refusal checks (the same flags and defaults as `sentinel run`;
         /// a running core asked over the bus checks its own).
         #[command(flatten)]
@@ -384,6 +388,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             chunk_rows,
             nats,
             reply_timeout_ms,
+            operator,
             horizons,
         } => {
             reprocess::reprocess(reprocess::ReprocessArgs {
@@ -393,6 +398,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     credentials: nats.credentials()?,
                     nats_url: nats.nats_url,
                     reply_timeout_ms,
+                    operator,
                 },
                 glob: point_glob,
                 from,

@@ -105,6 +105,16 @@ fn text(dir: &Path, plan: &Plan) -> String {
         a.stream_max_bytes,
         if plan.stream_fits { "fits" } else { "TOO SMALL" }
     );
+    if plan.writable.is_empty() {
+        let _ = writeln!(out, "writable points: none");
+    } else {
+        let _ = writeln!(
+            out,
+            "writable points ({}): {}",
+            plan.writable.len(),
+            plan.writable.join(", ")
+        );
+    }
     if plan.derived_in_dependency_order.is_empty() {
         let _ = writeln!(out, "derived points: none");
     } else {

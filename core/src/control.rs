@@ -10,9 +10,10 @@
 
 use std::sync::Arc;
 
+use crate::arbitration::Band;
 use crate::gap::GapReason;
 use crate::log::Quality;
-use crate::registry::PointIdx;
+use crate::registry::{CommandValue, PointIdx};
 use crate::time::Micros;
 
 /// Who caused the core's own control events (`principal` is NOT NULL by design).
@@ -32,6 +33,15 @@ pub enum ControlKind {
     QualityChanged,
     /// The core issued a command to a point's driver (the smallest real command plane).
     CommandIssued,
+    /// The core refused a command request (payload: command id, value, reason): an unknown
+    /// point, a point that is not writable, or a value it cannot take. Nothing was sent.
+    CommandRefused,
+    /// A claim was set or replaced on a writable point (payload: holder, band, priority,
+    /// value, until). Written with the `point_desired` row it produces, in one transaction.
+    ClaimSet,
+    /// A claim was released, by its holder or because its `until` passed (payload: holder,
+    /// why). Written with the `point_desired` row it produces.
+    ClaimReleased,
     /// A reprocess recomputed rows under a registry version (ingest spec, "Reprocess"): one
     /// event per run, about its scope, not a point (`point_id` is NULL). Its payload is
     /// reprocess's `ReprocessRecord` (`reprocess.rs`).
@@ -50,6 +60,9 @@ impl ControlKind {
         match self {
             ControlKind::QualityChanged => "quality_changed",
             ControlKind::CommandIssued => "command_issued",
+            ControlKind::CommandRefused => "command_refused",
+            ControlKind::ClaimSet => "claim_set",
+            ControlKind::ClaimReleased => "claim_released",
             ControlKind::Reprocess => "reprocess",
             ControlKind::RetentionDrop => "retention_drop",
             ControlKind::ClassMoved => "class_moved",
@@ -72,14 +85,46 @@ pub enum ControlDetail {
         /// The commanded value, as the request gave it (a JSON scalar).
         value: serde_json::Value,
     },
+    CommandRefused {
+        command_id: String,
+        /// The value asked for, when it was a JSON scalar of at most
+        /// [`COMMAND_VALUE_BYTES_MAX`] bytes; `null` otherwise.
+        value: serde_json::Value,
+        /// Why, in one line (the core's `commands` part words it).
+        reason: String,
+    },
+    ClaimSet {
+        /// The request that set it.
+        command_id: String,
+        holder: Arc<str>,
+        band: Band,
+        priority: u8,
+        value: CommandValue,
+        until: Option<Micros>,
+    },
+    ClaimReleased {
+        /// The request that released it, or the core's id for a lapse.
+        command_id: String,
+        holder: Arc<str>,
+        /// `released` (its holder asked) or `expired` (its `until` passed).
+        why: &'static str,
+    },
 }
+
+/// Why a claim was released (`ClaimReleased::why`).
+pub const RELEASED_BY_HOLDER: &str = "released";
+pub const RELEASED_EXPIRED: &str = "expired";
+/// The principal of a claim's lapse.
+pub const PRINCIPAL_ARBITRATION: &str = "core:arbitration";
 
 /// One control event, as written. `core_epoch` is the writing core's; the store's fence
 /// refuses the write if it is no longer current, and refuses an event stamped otherwise.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ControlEvent {
     pub occurred_at: Micros,
-    pub point: PointIdx,
+    /// The point in the writing core's registry; `None` only for a refused request naming a
+    /// point the registry does not hold (its `point_id` is then the id the request gave).
+    pub point: Option<PointIdx>,
     pub point_id: Arc<str>,
     /// Who caused it: `core:watchdog`, or the principal that requested a command.
     pub principal: Arc<str>,
@@ -93,6 +138,9 @@ impl ControlEvent {
         match self.detail {
             ControlDetail::QualityChanged { .. } => ControlKind::QualityChanged,
             ControlDetail::CommandIssued { .. } => ControlKind::CommandIssued,
+            ControlDetail::CommandRefused { .. } => ControlKind::CommandRefused,
+            ControlDetail::ClaimSet { .. } => ControlKind::ClaimSet,
+            ControlDetail::ClaimReleased { .. } => ControlKind::ClaimReleased,
         }
     }
 
@@ -114,6 +162,34 @@ impl ControlEvent {
             ControlDetail::CommandIssued { command_id, value } => {
                 serde_json::json!({ "command_id": command_id, "value": value }).to_string()
             }
+            ControlDetail::CommandRefused {
+                command_id,
+                value,
+                reason,
+            } => {
+                serde_json::json!({ "command_id": command_id, "value": value, "reason": reason }).to_string()
+            }
+            ControlDetail::ClaimSet {
+                command_id,
+                holder,
+                band,
+                priority,
+                value,
+                until,
+            } => serde_json::json!({
+                "command_id": command_id,
+                "holder": &**holder,
+                "band": band.as_str(),
+                "priority": priority,
+                "value": value.to_json(),
+                "until": until.map(|u| u.to_rfc3339()),
+            })
+            .to_string(),
+            ControlDetail::ClaimReleased {
+                command_id,
+                holder,
+                why,
+            } => serde_json::json!({ "command_id": command_id, "holder": &**holder, "why": why }).to_string(),
         }
     }
 }
@@ -124,14 +200,38 @@ impl ControlEvent {
 pub struct CommandRequest {
     pub command_id: String,
     pub point_id: String,
+    /// In the point's canonical unit: a number, a bool, or a codebook member. Absent (null)
+    /// for a release.
+    #[serde(default)]
     pub value: serde_json::Value,
-    /// Who asks; a request without one is refused (principal is NOT NULL by design).
+    /// The unit the value is in, if the request says; it must be the point's canonical unit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+    /// Who asks; a request without one is refused (principal is NOT NULL by design). Taken
+    /// from the subject the request arrived on, never from its body
+    /// (`sentinel.command.request.<principal>`, which bus permissions confine to that
+    /// principal).
+    #[serde(default)]
     pub principal: String,
+    /// How long the claim holds, in seconds (default [`CLAIM_FOR_S_DEFAULT`], at most
+    /// [`CLAIM_FOR_S_MAX`]); it can be released earlier.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_s: Option<u64>,
+    /// Release this principal's claim on the point instead of setting one (`value` is ignored).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub release: bool,
 }
+
+/// An operator claim holds this long unless the request says (issue 21 item 2: one hour).
+pub const CLAIM_FOR_S_DEFAULT: u64 = 3_600;
+/// The longest an operator claim may hold: a week; an override past that is a registry change.
+pub const CLAIM_FOR_S_MAX: u64 = 7 * 24 * 3_600;
 
 /// Bounds on a command request's strings.
 pub const COMMAND_ID_BYTES_MAX: usize = 128;
 pub const PRINCIPAL_BYTES_MAX: usize = 256;
+/// A request's value, as JSON, at most this long (a codebook member is at most 64 bytes).
+pub const COMMAND_VALUE_BYTES_MAX: usize = 256;
 
 /// The store's answer to a control write: the events and the `seq` the log gave each, in
 /// the same order.

@@ -1,11 +1,10 @@
 //! The core's vocabulary with the outside world: what it is told ([`Input`]) and what it asks
 //! for ([`Effect`]). DESIGN.md §1, "The core API".
 //!
-//! The runtime executes effects in the order they were emitted, with one known deviation:
-//! `PublishObservation` runs as a detached task, so it may land after later effects and even
-//! after the core exited on a lost lock (ARCHITECTURE.md, "Not built yet"; the command plane
-//! issue fixes it). The ordering rules (ack after commit, publish after commit, project only
-//! what inserted) are the core's to keep.
+//! The runtime executes effects in the order they were emitted, and none after the core's
+//! `Exit` (`PublishObservation` goes through one ordered publisher the runtime stops with its
+//! loop). The ordering rules (ack after commit, publish after commit, project only what
+//! inserted) are the core's to keep.
 
 use bytes::Bytes;
 
@@ -83,6 +82,15 @@ pub enum Effect {
     /// Write these control events in one transaction fenced on `epoch` and answer with
     /// `Input::ControlCommitted`. Their effects on the projection wait for that answer.
     Control { epoch: u32, events: Vec<ControlEvent> },
+    /// Write these control events (a claim's, and the `command_issued` it causes) and upsert
+    /// these `point_desired` rows in one transaction fenced on `epoch`, in order with every
+    /// other control write, and answer with `Input::ControlCommitted`. A command is published
+    /// only once that answer comes.
+    Arbitrate {
+        epoch: u32,
+        events: Vec<ControlEvent>,
+        desired: Vec<crate::arbitration::DesiredRow>,
+    },
     /// Publish an observation of the core's own into the observation stream (a self-point),
     /// with this message id; it comes back through ingest like any other.
     PublishObservation {
@@ -124,6 +132,8 @@ pub enum Deadline {
     SelfPoints,
     /// The next rollup step or retention run.
     Maintenance,
+    /// A claim's lapse.
+    Claims,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,7 +17,8 @@
 //! - `parts/` — the parts, each a type with its own private state and its own tests, which
 //!   never name each other: `ingest` (dedup, batches, the commit report order, the only
 //!   `Ack`s), `projection` (the projection and its checkpoints), `watchdog` (freshness
-//!   deadlines, `quality_changed`), `commands`, [`drivers`] (restart step 7 and the driver
+//!   deadlines, `quality_changed`), `commands` (admission, refusals, publishing committed
+//!   commands), `claims` (writable points' claims through [`arbitration`], `point_desired`), [`drivers`] (restart step 7 and the driver
 //!   states), `derived` (derived points, the readings held at restart), `maintenance` (rollup
 //!   and retention schedules, the reprocess slot, "ingest behind") and [`self_points`];
 //!   `parts/context.rs` is what they all read (`Ctx`) and write (`Out`). Only `drivers` and
@@ -30,6 +31,8 @@
 //! - [`derived`] — derived points: sliding-window and two-input values computed from committed
 //!   rows, keyed by the triggering row, with provenance and typed gaps;
 //! - [`rollup`], [`retention`] — when rollups refresh and partitions drop, and the horizons;
+//! - [`arbitration`] — claims on a writable point, their bands (mapped onto BACnet's priority
+//!   levels) and the one resolver that picks the desired value;
 //! - [`reprocess_request`] — a reprocess asked of the running core: admission, the job, the
 //!   reply; [`reprocess`] — reprocess's pure half (scope, refusal, recompute), which the
 //!   `sentinel reprocess` command drives too;
@@ -47,6 +50,7 @@
 //!   counters; [`config`]; [`time`] — the one time type;
 //! - [`planted`] — bugs the simulator's planted-bug test turns on (feature `planted-bugs`).
 
+pub mod arbitration;
 pub mod config;
 pub mod control;
 pub mod decide;

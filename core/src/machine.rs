@@ -18,10 +18,12 @@
 //!   router hands them row by row (rules 2 and 3: project and publish only what inserted);
 //! - the watchdog's `quality_changed` and a command's `command_issued` act only once their
 //!   control write commits: the projection follows the watchdog only through
-//!   `ControlCommitted`, and commands publish only from it.
+//!   `ControlCommitted`, and commands publish only from it; a claim's `command_issued` is
+//!   written with the claim's event and its `point_desired` row (`Effect::Arbitrate`).
 
 use std::sync::Arc;
 
+use crate::arbitration::{Band, Claim, Desired, DesiredRow};
 use crate::config::Config;
 use crate::control::{ControlDetail, ControlReport};
 use crate::delivery::Delivery;
@@ -29,7 +31,8 @@ use crate::derived::{WindowRequest, WindowRow};
 use crate::effect::{Deadline, Effect, ExitReason, Input};
 use crate::log::{Batch, CommitReport, Quality};
 use crate::metrics::Metrics;
-use crate::parts::commands::Commands;
+use crate::parts::claims::{Asker, Claims};
+use crate::parts::commands::{Admitted, Commands};
 use crate::parts::context::{Ctx, Out};
 use crate::parts::derived::DerivedPoints;
 use crate::parts::drivers::{Announcement, Drivers};
@@ -68,6 +71,7 @@ pub struct Core {
     projection: Projector,
     watchdog: Watchdog,
     commands: Commands,
+    claims: Claims,
     drivers: Drivers,
     derived: DerivedPoints,
     maintenance: Maintenance,
@@ -99,6 +103,7 @@ impl Core {
             projection: Projector::restore(&ctx, restored),
             watchdog: Watchdog::new(registry.len(), now.add_ms(config.startup_grace_ms)),
             commands: Commands::default(),
+            claims: Claims::new(registry),
             drivers: Drivers::new(registry, SELF_HOST, epoch, now),
             derived: DerivedPoints::new(registry),
             maintenance: Maintenance::new(config, now),
@@ -181,6 +186,57 @@ impl Core {
         self.drivers.announcements()
     }
 
+    /// Restart: the `point_desired` rows as last written, so a claim for the value a point
+    /// already has issues no command. Returns how many writable points were restored.
+    pub fn restore_desired(&mut self, rows: impl IntoIterator<Item = DesiredRow>) -> usize {
+        self.claims.restore(&self.ctx.registry, rows)
+    }
+
+    /// A writable point's desired value, as the resolver last chose it.
+    pub fn desired(&self, point_id: &str) -> Option<&Desired> {
+        self.claims.desired(self.ctx.registry.resolve(point_id)?)
+    }
+
+    /// A writable point's claims, in holder order.
+    pub fn claims(&self, point_id: &str) -> Vec<&Claim> {
+        self.ctx
+            .registry
+            .resolve(point_id)
+            .map(|idx| self.claims.claims(idx).collect())
+            .unwrap_or_default()
+    }
+
+    /// Sets a claim of any band on a writable point at `now`: the rules engine's way in, until
+    /// it exists a test-only path (an automation claim beside an operator's). `Err` with the
+    /// reason for a point that is not writable or cannot take another holder.
+    pub fn set_claim(
+        &mut self,
+        now: Micros,
+        point_id: &str,
+        claim: Claim,
+        command_id: &str,
+    ) -> Result<(), String> {
+        debug_assert!(
+            now >= self.ctx.now,
+            "time passed to the core must not go backwards"
+        );
+        self.ctx.now = self.ctx.now.max(now);
+        if self.mode != Mode::Running {
+            return Err("the core is stopping".to_owned());
+        }
+        let point = self.ctx.registry.resolve(point_id).ok_or_else(|| {
+            format!(
+                "point {point_id:?} is not in registry version {}",
+                self.ctx.registry.version
+            )
+        })?;
+        let asker = Asker {
+            principal: claim.holder.clone(),
+            command_id: command_id.to_owned(),
+        };
+        self.claims.set(point, claim, asker, &self.ctx, &mut self.out)
+    }
+
     /// The driver instances as this core sees them.
     pub fn drivers(&self) -> &Drivers {
         &self.drivers
@@ -228,7 +284,9 @@ impl Core {
             Input::ControlCommitted(report) => self.on_control_committed(report),
             Input::CommandRequested(request) => {
                 let running = self.mode == Mode::Running;
-                self.commands.on_request(request, running, ctx, out);
+                if let Some(admitted) = self.commands.on_request(request, running, ctx, out) {
+                    self.on_admitted(admitted);
+                }
             }
             Input::Lag {
                 pending,
@@ -298,6 +356,7 @@ impl Core {
                 self.maintenance.next_deadline(pipeline_full),
                 Deadline::Maintenance,
             );
+            consider(self.claims.next_deadline(), Deadline::Claims);
         }
         earliest
     }
@@ -419,6 +478,56 @@ impl Core {
             .on_committed(&applied.batch, &applied.inserted, ctx, out);
     }
 
+    /// An admitted request goes to the claims part: an operator claim (band `operator`,
+    /// priority 0, for the request's duration) or a release. What the claims part cannot carry
+    /// out is refused on the record.
+    fn on_admitted(&mut self, admitted: Admitted) {
+        let (ctx, out) = (&self.ctx, &mut self.out);
+        match admitted {
+            Admitted::Claim {
+                point,
+                value,
+                principal,
+                command_id,
+                for_s,
+            } => {
+                let claim = Claim {
+                    holder: principal.clone(),
+                    band: Band::Operator,
+                    priority: 0,
+                    value,
+                    since: ctx.now,
+                    until: Some(
+                        ctx.now
+                            .add_ms(i64::try_from(for_s).unwrap_or(i64::MAX).saturating_mul(1_000)),
+                    ),
+                };
+                let asker = Asker {
+                    principal: principal.clone(),
+                    command_id: command_id.clone(),
+                };
+                if let Err(reason) = self.claims.set(point, claim, asker, ctx, out) {
+                    self.commands
+                        .refuse(point, principal, command_id, reason, ctx, out);
+                }
+            }
+            Admitted::Release {
+                point,
+                principal,
+                command_id,
+            } => {
+                let asker = Asker {
+                    principal: principal.clone(),
+                    command_id: command_id.clone(),
+                };
+                if let Err(reason) = self.claims.release(point, &principal, asker, ctx, out) {
+                    self.commands
+                        .refuse(point, principal, command_id, reason, ctx, out);
+                }
+            }
+        }
+    }
+
     /// The open batch to the store, if the in-flight bound allows.
     fn flush(&mut self) {
         let Some(batch) = self.ingest.flush(&self.ctx, &mut self.out) else {
@@ -456,13 +565,22 @@ impl Core {
         for (event, &seq) in report.events.iter().zip(&report.seqs) {
             match &event.detail {
                 ControlDetail::QualityChanged { from, to, reason, .. } => {
-                    let rearmed = self.watchdog.answered(event.point, ctx.now);
+                    // The watchdog writes these only for points it watches.
+                    let Some(point) = event.point else {
+                        continue;
+                    };
+                    let rearmed = self.watchdog.answered(point, ctx.now);
                     self.projection
-                        .apply_quality_event(event, *from, *to, *reason, seq, rearmed, ctx, out);
+                        .apply_quality_event(point, event, *from, *to, *reason, seq, rearmed, ctx, out);
                 }
                 ControlDetail::CommandIssued { command_id, value } => {
                     self.commands.on_issued(event, command_id, value, ctx, out)
                 }
+                // On the record; nothing was sent and nothing follows. A claim's change took
+                // effect in the claims part when it was emitted.
+                ControlDetail::CommandRefused { .. }
+                | ControlDetail::ClaimSet { .. }
+                | ControlDetail::ClaimReleased { .. } => {}
             }
         }
         self.projection.checkpoint_quality_changes(ctx, out);
@@ -477,6 +595,7 @@ impl Core {
             self.self_points.on_tick(ctx, out);
             let pipeline_full = self.ingest.pipeline_full(&ctx.config);
             self.maintenance.on_tick(pipeline_full, ctx, out);
+            self.claims.expire(ctx, out);
         }
         if self.ingest.flush_due(&self.ctx) {
             self.flush();

@@ -43,7 +43,10 @@ pub const REQUEST_ID_BYTES_MAX: usize = 128;
 pub struct ReprocessAsk {
     /// Names the run in the reply and in logs.
     pub request_id: String,
-    /// Who asks (recorded as the control event's principal).
+    /// Who asks (recorded as the control event's principal). The core takes it from the
+    /// subject the request came on (`sentinel.reprocess.request.<principal>`), never from the
+    /// body, so a body may leave it out.
+    #[serde(default)]
     pub principal: String,
     pub glob: String,
     /// Start by `observed_at`, inclusive, in microseconds since the Unix epoch.

@@ -450,14 +450,52 @@ impl EnvelopeOut {
 /// The reason a driver gives when it refuses a command from a deposed core.
 pub const STALE_EPOCH: &str = "stale_epoch";
 
-/// Where command requests reach the core (an operator's tool, later the rules engine). Plain
-/// NATS, not the stream: a request made while no core runs is not queued for a later one.
+/// Where command requests reach the core (an operator's tool, later the rules engine), below
+/// the asking principal's own token: `sentinel.command.request.<principal>`. Plain NATS, not
+/// the stream: a request made while no core runs is not queued for a later one. The principal
+/// is the subject's, never the body's: bus permissions let each operator principal publish
+/// only on its own subjects (issue 21 item 2).
 pub const COMMAND_REQUEST_SUBJECT: &str = "sentinel.command.request";
 
-/// Where a reprocess is asked of the running core (request/reply: the core answers on the
-/// request's reply subject; the request and reply shapes are in `reprocess_request.rs`). Plain
-/// NATS like command requests.
+/// Where a reprocess is asked of the running core, below the principal's token like command
+/// requests (request/reply: the core answers on the request's reply subject; the request and
+/// reply shapes are in `reprocess_request.rs`).
 pub const REPROCESS_REQUEST_SUBJECT: &str = "sentinel.reprocess.request";
+
+/// What the core subscribes to: every principal's command requests.
+pub const COMMAND_REQUEST_WILDCARD: &str = "sentinel.command.request.*";
+/// What the core subscribes to: every principal's reprocess requests.
+pub const REPROCESS_REQUEST_WILDCARD: &str = "sentinel.reprocess.request.*";
+
+/// A principal's name as a subject token: 1 to 64 ASCII letters, digits, `_` or `-`.
+pub const PRINCIPAL_NAME_BYTES_MAX: usize = 64;
+
+/// Whether `name` can be a principal's subject token.
+pub fn is_principal_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= PRINCIPAL_NAME_BYTES_MAX
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// The subject `principal` asks the core for commands on.
+pub fn command_request_subject(principal: &str) -> String {
+    format!("{COMMAND_REQUEST_SUBJECT}.{principal}")
+}
+
+/// The subject `principal` asks the core for a reprocess on.
+pub fn reprocess_request_subject(principal: &str) -> String {
+    format!("{REPROCESS_REQUEST_SUBJECT}.{principal}")
+}
+
+/// The principal a request subject names: the one token after `prefix` (one of
+/// [`COMMAND_REQUEST_SUBJECT`], [`REPROCESS_REQUEST_SUBJECT`]); `None` when the subject is not
+/// below `prefix` or its token is not a principal name.
+pub fn request_principal<'a>(subject: &'a str, prefix: &str) -> Option<&'a str> {
+    let name = subject.strip_prefix(prefix)?.strip_prefix('.')?;
+    is_principal_name(name).then_some(name)
+}
 
 pub fn cmd_subject(host: &str, driver_instance: &str) -> String {
     format!("cmd.{host}.{driver_instance}")

@@ -247,6 +247,7 @@ impl World {
                 // Self-points would come back as deliveries; this model leaves them out.
                 Effect::Checkpoint { .. }
                 | Effect::Control { .. }
+                | Effect::Arbitrate { .. }
                 | Effect::PublishObservation { .. }
                 | Effect::RefreshRollups(_)
                 | Effect::DropExpired(_)

@@ -98,16 +98,32 @@ pub enum Inbound {
 }
 
 impl Inbound {
-    /// Decodes a message from one of the core's inbound subjects. The error says why in a
-    /// fixed phrase, never with the payload's content (a request may carry a value).
-    pub fn decode(subject: &str, payload: &[u8]) -> Result<Inbound, &'static str> {
-        if subject == sentinel_core::wire::COMMAND_REQUEST_SUBJECT {
-            return serde_json::from_slice(payload)
-                .map(Inbound::CommandRequest)
-                .map_err(|_| "not a command request");
+    /// Decodes a message from one of the core's inbound subjects; `reply` is its reply subject.
+    /// A request's principal is the one its subject names (`sentinel.command.request.<p>`,
+    /// `sentinel.reprocess.request.<p>`), whatever its body says: bus permissions confine each
+    /// principal to its own subjects, and the body is the principal's own word. The error
+    /// says why in a fixed phrase, never with the payload's content (a request may carry a
+    /// value).
+    pub fn decode(subject: &str, payload: &[u8], reply: Option<&str>) -> Result<Inbound, &'static str> {
+        use sentinel_core::wire::{COMMAND_REQUEST_SUBJECT, REPROCESS_REQUEST_SUBJECT, request_principal};
+        if let Some(principal) = request_principal(subject, COMMAND_REQUEST_SUBJECT) {
+            let mut request: CommandRequest =
+                serde_json::from_slice(payload).map_err(|_| "not a command request")?;
+            request.principal = principal.to_owned();
+            return Ok(Inbound::CommandRequest(request));
         }
-        if subject == sentinel_core::wire::REPROCESS_REQUEST_SUBJECT {
-            return Err("a reprocess request needs its reply subject (Inbound::decode_request)");
+        if let Some(principal) = request_principal(subject, REPROCESS_REQUEST_SUBJECT) {
+            let reply_to = reply.ok_or("a reprocess request without a reply subject")?;
+            let mut ask: sentinel_core::reprocess_request::ReprocessAsk =
+                serde_json::from_slice(payload).map_err(|_| "not a reprocess request")?;
+            ask.principal = principal.to_owned();
+            return Ok(Inbound::ReprocessRequest {
+                ask,
+                reply_to: reply_to.to_owned(),
+            });
+        }
+        if subject.starts_with(COMMAND_REQUEST_SUBJECT) || subject.starts_with(REPROCESS_REQUEST_SUBJECT) {
+            return Err("a request subject must end in the asking principal's name");
         }
         let Some((host, instance)) = sentinel_core::wire::parse_driver_subject(subject) else {
             return Err("not an inbound subject");
@@ -121,18 +137,6 @@ impl Inbound {
         Ok(Inbound::DriverHello {
             host: host.to_owned(),
             hello,
-        })
-    }
-}
-
-impl Inbound {
-    /// Decodes a reprocess request; `reply` is the message's reply subject.
-    pub fn decode_reprocess(payload: &[u8], reply: Option<&str>) -> Result<Inbound, &'static str> {
-        let reply_to = reply.ok_or("a reprocess request without a reply subject")?;
-        let ask = serde_json::from_slice(payload).map_err(|_| "not a reprocess request")?;
-        Ok(Inbound::ReprocessRequest {
-            ask,
-            reply_to: reply_to.to_owned(),
         })
     }
 }
@@ -197,14 +201,14 @@ mod tests {
 
     #[test]
     fn inbound_messages_decode_by_subject() {
-        let request = br#"{"command_id":"c","point_id":"p","value":1,"principal":"operator:x"}"#;
+        let request = br#"{"command_id":"c","point_id":"p","value":1}"#;
         assert!(matches!(
-            Inbound::decode("sentinel.command.request", request),
-            Ok(Inbound::CommandRequest(r)) if r.command_id == "c"
+            Inbound::decode("sentinel.command.request.ana", request, None),
+            Ok(Inbound::CommandRequest(r)) if r.command_id == "c" && r.principal == "ana"
         ));
         let hello = br#"{"v":1,"driver_instance":"modbus-1","source_epoch":2,"highest_epoch_seen":5}"#;
         assert_eq!(
-            Inbound::decode("drv.plant-a.modbus-1", hello),
+            Inbound::decode("drv.plant-a.modbus-1", hello, None),
             Ok(Inbound::DriverHello {
                 host: "plant-a".into(),
                 hello: DriverHello {
@@ -217,12 +221,49 @@ mod tests {
         );
     }
 
+    /// The principal is the subject's: a body naming another is overruled, not believed.
+    #[test]
+    fn a_request_speaks_for_the_principal_its_subject_names_not_its_body() {
+        let request = br#"{"command_id":"c","point_id":"p","value":1,"principal":"mallory"}"#;
+        let Ok(Inbound::CommandRequest(r)) = Inbound::decode("sentinel.command.request.ana", request, None)
+        else {
+            panic!("a command request");
+        };
+        assert_eq!(r.principal, "ana");
+        let ask = br#"{"request_id":"r","principal":"mallory","glob":"*","from_us":0,"to_us":null,"registry_version":1,"dry_run":true,"chunk_rows":10}"#;
+        let Ok(Inbound::ReprocessRequest { ask, reply_to }) =
+            Inbound::decode("sentinel.reprocess.request.ana", ask, Some("_INBOX_ana.1"))
+        else {
+            panic!("a reprocess request");
+        };
+        assert_eq!(
+            (ask.principal.as_str(), reply_to.as_str()),
+            ("ana", "_INBOX_ana.1")
+        );
+    }
+
     #[test]
     fn each_refusal_says_why() {
-        let request = br#"{"command_id":"c","point_id":"p","value":"v","principal":"operator:x"}"#;
+        let request = br#"{"command_id":"c","point_id":"p","value":"v"}"#;
+        let ask = br#"{"request_id":"r","glob":"*","from_us":0,"to_us":null,"registry_version":1,"dry_run":true,"chunk_rows":10}"#;
         let hello = br#"{"v":1,"driver_instance":"modbus-1","source_epoch":2,"highest_epoch_seen":5}"#;
-        let cases: [(&str, &[u8], &str); 4] = [
-            ("sentinel.command.request", hello, "not a command request"),
+        let cases: [(&str, &[u8], &str); 7] = [
+            ("sentinel.command.request.ana", hello, "not a command request"),
+            (
+                "sentinel.command.request",
+                request,
+                "a request subject must end in the asking principal's name",
+            ),
+            (
+                "sentinel.command.request.a.b",
+                request,
+                "a request subject must end in the asking principal's name",
+            ),
+            (
+                "sentinel.reprocess.request.ana",
+                ask,
+                "a reprocess request without a reply subject",
+            ),
             ("drv.plant-a.modbus-1", request, "not a driver hello"),
             (
                 "drv.plant-a.other",
@@ -232,7 +273,7 @@ mod tests {
             ("drv.plant-a", hello, "not an inbound subject"),
         ];
         for (subject, payload, why) in cases {
-            assert_eq!(Inbound::decode(subject, payload), Err(why), "{subject}");
+            assert_eq!(Inbound::decode(subject, payload, None), Err(why), "{subject}");
         }
     }
 }

@@ -6,9 +6,17 @@
 //! budget), running up to `inflight_batches_max` commits concurrently, writing checkpoints and
 //! control events one at a time in order, running the core's rollup steps and the reprocess
 //! asked over the bus off the loop (`reprocess_job`), reading the consumer's lag for the core's watchdog
-//! (a task of its own), sending self-points, the periodic lock ownership check, and turning the core's `Exit` into
-//! a return value. It decides nothing about ordering: acks and publishes happen exactly where
-//! the core emitted them.
+//! (a task of its own), the ordered observation publisher (self-points and derived readings,
+//! one task fed by a bounded queue in emitted order, stopped with the loop), the periodic lock
+//! ownership check, and turning the core's `Exit` into a return value. It decides nothing about
+//! ordering: acks and publishes happen exactly where the core emitted them.
+//!
+//! Every effect stops when the loop stops (core runtime spec, "Losing the lock while running":
+//! the core "stops publishing ... and exits"). Work the loop hands to tasks — commits, rollup
+//! steps, retention runs, a reprocess, control writes, observation publishes — is aborted when
+//! the loop exits on a failure; an orderly exit (code 0) lets the checkpointer and the
+//! observation publisher finish what was queued before it, within
+//! [`RuntimeConfig::drain_observations_ms`]. Nothing the loop owns runs after [`run`] returns.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,6 +35,10 @@ use sentinel_ports::clock::Clock;
 use sentinel_ports::{
     Bus, BusError, CommitError, Consumer, Inbound, Lease, RollupStepLimits, Store, StoreError,
 };
+
+/// The default bound of the observation publisher's queue: at the 500 obs/s design rate, half a
+/// minute of derived readings, far above what one tick emits.
+pub const OBSERVATIONS_QUEUED_MAX: usize = 16_384;
 
 #[derive(Clone, Debug)]
 pub struct RuntimeConfig {
@@ -51,6 +63,13 @@ pub struct RuntimeConfig {
     pub telemetry: Option<Telemetry>,
     /// How often the store gauges are read for `telemetry`.
     pub store_gauges_interval_ms: u64,
+    /// Self-point and derived-reading publishes queued for the ordered publisher. When the
+    /// queue is full a publish is dropped and counted, as a full stream drops it: the loop
+    /// never waits on a slow bus (its lock checks must go on).
+    pub observations_queued_max: usize,
+    /// How long an orderly exit waits for the queued observation publishes to go out before
+    /// it stops the publisher anyway.
+    pub drain_observations_ms: u64,
 }
 
 impl Default for RuntimeConfig {
@@ -65,6 +84,8 @@ impl Default for RuntimeConfig {
             fetch_failures_max: 30,
             telemetry: None,
             store_gauges_interval_ms: crate::telemetry::STORE_GAUGES_INTERVAL_MS,
+            observations_queued_max: OBSERVATIONS_QUEUED_MAX,
+            drain_observations_ms: 5_000,
         }
     }
 }
@@ -198,6 +219,19 @@ where
         lag_tx,
         telemetry.clone(),
     ));
+    // Self-points and derived readings: one task publishes them in the order the core emitted
+    // them, so a slow bus holds up only them, never the loop; it stops with the loop.
+    let (observations_tx, observations_rx) =
+        mpsc::channel::<ObservationPublish>(config.observations_queued_max.max(1));
+    let mut observations = ObservationQueue {
+        queue: observations_tx,
+        dropped: 0,
+    };
+    let publisher = tokio::spawn(observation_publish_loop(
+        bus.clone(),
+        observations_rx,
+        telemetry.clone(),
+    ));
 
     let mut lock_check = tokio::time::interval(Duration::from_millis(config.lock_check_interval_ms));
     lock_check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -246,6 +280,7 @@ where
                     &checkpoint_tx,
                     &control_tx,
                     &telemetry,
+                    &mut observations,
                 )
                 .await
                 {
@@ -430,12 +465,24 @@ where
     maintenance.retention_runs.abort_all();
     reprocess_jobs.abort_all();
     controller.abort();
-    // An orderly exit waits for its final checkpoint; a failure exit does not.
+    // An orderly exit waits for its final checkpoint and for the observations it queued; a
+    // failure exit does neither: a core that lost its lock publishes nothing more.
     drop(checkpoint_tx);
+    drop(observations);
     if exit.code == 0 {
         let _ = checkpointer.await;
+        let drain = Duration::from_millis(config.drain_observations_ms);
+        let publisher_abort = publisher.abort_handle();
+        if tokio::time::timeout(drain, publisher).await.is_err() {
+            warn!(
+                drain_ms = config.drain_observations_ms,
+                "observation publishes still queued at the drain bound; dropped"
+            );
+            publisher_abort.abort();
+        }
     } else {
         checkpointer.abort();
+        publisher.abort();
     }
     RunOutcome {
         exit,
@@ -457,6 +504,64 @@ fn lock_loss_ignored(core: &Core) -> bool {
     }
 }
 
+/// One `Effect::PublishObservation`, waiting for the publisher.
+#[derive(Debug)]
+struct ObservationPublish {
+    subject: String,
+    msg_id: String,
+    payload: bytes::Bytes,
+}
+
+/// The loop's end of the publisher's queue.
+struct ObservationQueue {
+    queue: mpsc::Sender<ObservationPublish>,
+    /// Publishes dropped because the queue was full.
+    dropped: u64,
+}
+
+impl ObservationQueue {
+    /// Queues a publish without waiting; a full queue drops it, counted and logged (at the
+    /// first drop and every 1,000th: a bus that slow says so once, not per message).
+    fn push(&mut self, publish: ObservationPublish) {
+        if let Err(error) = self.queue.try_send(publish) {
+            self.dropped += 1;
+            if self.dropped % 1_000 == 1 {
+                match error {
+                    mpsc::error::TrySendError::Full(_) => warn!(
+                        dropped = self.dropped,
+                        "observation publish queue full; self-point or derived reading dropped"
+                    ),
+                    mpsc::error::TrySendError::Closed(_) => warn!(
+                        dropped = self.dropped,
+                        "observation publisher stopped; self-point or derived reading dropped"
+                    ),
+                }
+            }
+        }
+    }
+}
+
+/// Publishes the queued observations one at a time, in the order they were queued. Losing one
+/// reading to a full stream is what the stream's bound means; the next interval sends fresh
+/// self-points, and a derived reading lost here is counted in the log line.
+async fn observation_publish_loop<B: Bus>(
+    bus: B,
+    mut queue: mpsc::Receiver<ObservationPublish>,
+    telemetry: Option<Telemetry>,
+) {
+    while let Some(publish) = queue.recv().await {
+        if let Err(e) = bus
+            .publish_observation(publish.subject, publish.msg_id, publish.payload)
+            .await
+        {
+            warn!(error = %e, "self-point or derived reading publish failed");
+            if let Some(t) = &telemetry {
+                t.bus_error(BusOp::PublishObservation, Some(&e));
+            }
+        }
+    }
+}
+
 /// The store work the core asks for beside ingest, run off the loop: its answers come back as
 /// inputs.
 #[derive(Default)]
@@ -466,7 +571,10 @@ struct Maintenance {
 }
 
 /// Executes one effect, in emitted order. Returns the exit reason for `Effect::Exit`.
-#[allow(clippy::too_many_arguments)] // the ports, the loop's queues and the exporter
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the ports, the in-order queues each effect may go to, and the exporter: each is one thing"
+)]
 async fn execute<B: Bus, S: Store>(
     effect: Effect,
     bus: &B,
@@ -474,8 +582,9 @@ async fn execute<B: Bus, S: Store>(
     commits: &mut JoinSet<CommitResult>,
     maintenance: &mut Maintenance,
     checkpoints: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::PointState>)>,
-    controls: &mpsc::UnboundedSender<(u32, Vec<sentinel_core::ControlEvent>)>,
+    controls: &mpsc::UnboundedSender<ControlWrite>,
     telemetry: &Option<Telemetry>,
+    observations: &mut ObservationQueue,
 ) -> Option<ExitReason> {
     match effect {
         Effect::Commit(batch) => {
@@ -511,25 +620,36 @@ async fn execute<B: Bus, S: Store>(
         }
         Effect::Control { epoch, events } => {
             debug!(events = events.len(), epoch, "control events");
-            let _ = controls.send((epoch, events));
+            let _ = controls.send(ControlWrite {
+                epoch,
+                events,
+                desired: None,
+            });
+        }
+        Effect::Arbitrate {
+            epoch,
+            events,
+            desired,
+        } => {
+            debug!(events = events.len(), rows = desired.len(), epoch, "arbitration");
+            let _ = controls.send(ControlWrite {
+                epoch,
+                events,
+                desired: Some(desired),
+            });
         }
         Effect::PublishObservation {
             subject,
             msg_id,
             payload,
         } => {
-            // A self-point: independent of every other effect, so it is sent off the loop (a
-            // slow or unreachable bus must not hold up lock checks). Losing one reading to a
-            // full stream is what the stream's bound means; the next interval sends fresh ones.
-            let bus = bus.clone();
-            let telemetry = telemetry.clone();
-            tokio::spawn(async move {
-                if let Err(e) = bus.publish_observation(subject, msg_id, payload).await {
-                    warn!(error = %e, "self-point publish failed");
-                    if let Some(t) = telemetry {
-                        t.bus_error(BusOp::PublishObservation, Some(&e));
-                    }
-                }
+            // A self-point or a derived reading: queued for the ordered publisher, so a slow
+            // or unreachable bus cannot hold up lock checks, and nothing goes out once the
+            // loop has stopped.
+            observations.push(ObservationPublish {
+                subject,
+                msg_id,
+                payload,
             });
         }
         Effect::RefreshRollups(step) => {
@@ -704,14 +824,33 @@ async fn lag_loop<B: Bus>(
     }
 }
 
+/// One control write: events alone, or a claim change's events with its `point_desired` rows
+/// (one transaction either way).
+struct ControlWrite {
+    epoch: u32,
+    events: Vec<sentinel_core::ControlEvent>,
+    desired: Option<Vec<sentinel_core::arbitration::DesiredRow>>,
+}
+
+/// Control writes one at a time, in emitted order: a claim change and a watchdog event never
+/// overtake each other, and a command's `command_issued` is in the log before it is published.
 async fn control_loop<S: Store>(
     store: S,
-    mut queue: mpsc::UnboundedReceiver<(u32, Vec<sentinel_core::ControlEvent>)>,
+    mut queue: mpsc::UnboundedReceiver<ControlWrite>,
     done: mpsc::UnboundedSender<Input>,
     telemetry: Option<Telemetry>,
 ) {
-    while let Some((epoch, events)) = queue.recv().await {
-        let answer = match store.write_control_events(epoch, events.clone()).await {
+    while let Some(ControlWrite {
+        epoch,
+        events,
+        desired,
+    }) = queue.recv().await
+    {
+        let written = match desired {
+            None => store.write_control_events(epoch, events.clone()).await,
+            Some(desired) => store.write_arbitration(epoch, events.clone(), desired).await,
+        };
+        let answer = match written {
             Ok(seqs) => Input::ControlCommitted(sentinel_core::ControlReport { events, seqs }),
             Err(e) => {
                 error!(error = %e, "control-event write failed");

@@ -696,6 +696,16 @@ mod tests {
             "the sample's two derived points and this test's two: {order:?}"
         );
         assert!(plan.within_budget && plan.stream_fits);
+        assert_eq!(
+            plan.writable,
+            [
+                "ahu1.mode",
+                "ahu1.occupied",
+                "ahu1.supply_temp_setpoint",
+                "boiler1.setpoint"
+            ],
+            "the sample registry's writable points"
+        );
 
         scratch.write(
             "hosts/sentinel-derived.toml",

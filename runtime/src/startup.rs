@@ -6,8 +6,8 @@
 //! The bus arrives as a connector, called only once the store phase has succeeded: a core that
 //! cannot take the lock returns `LockHeld` having opened no connection to the bus at all.
 //!
-//! Then restart steps 4–8 (control-event replay, derived windows, durable timers, drivers,
-//! warmup), each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
+//! Then restart steps 4–8 (control-event replay and the desired values of writable points from
+//! `point_desired`, derived windows, durable timers, drivers, warmup), each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
 //! command requests) and announces this core's epoch to every driver instance the registry
 //! names, so each raises its epoch floor at the takeover rather than at this core's first
 //! command to it.
@@ -233,6 +233,15 @@ where
     timings.record("replay_control_events", step);
     info!(read, replayed, "control events replayed");
 
+    // The command plane's desired values as last written (issue 21 item 2), so a claim for the
+    // value a point already has issues no command. (Open claims are not restored yet: a
+    // restart drops them, and each point keeps its desired value until a new claim.)
+    let step = Instant::now();
+    let rows = store.load_point_desired().await?;
+    let restored = core.restore_desired(rows.into_iter().map(|stored| stored.row));
+    timings.record("restore_desired", step);
+    info!(restored, "desired values restored");
+
     // Restart step 5: the derived points' windows, from the class tables, in one query per
     // class (batched over every input and derived point, each bounded by its readers' newest
     // reading minus its longest window, and by rows), replayed in the order the cores applied
@@ -357,7 +366,7 @@ mod tests {
         let events: Vec<ControlEvent> = (0..5)
             .map(|i| ControlEvent {
                 occurred_at: Micros(i),
-                point: registry.resolve("p").expect("p"),
+                point: registry.resolve("p"),
                 point_id: "p".into(),
                 principal: "core:watchdog".into(),
                 core_epoch: epoch,

@@ -328,6 +328,72 @@ impl SimStore {
         SimStore { world, incarnation }
     }
 
+    /// A control write, with `point_desired` rows when it is an arbitration: the checker hears
+    /// of every command it writes (invariant 6) and every quality change (4, 13, 14).
+    async fn write_events(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+        desired: Option<Vec<sentinel_core::arbitration::DesiredRow>>,
+    ) -> Result<Vec<i64>, StoreError> {
+        // A claim's write counts too: a cut-off core that took the operator's request could
+        // not put it on the record, so it could never command anything from it.
+        let issues_command = events.iter().any(|e| {
+            matches!(
+                e.detail,
+                ControlDetail::CommandIssued { .. } | ControlDetail::ClaimSet { .. }
+            )
+        });
+        if let Err(e) = self.enter(Some("writes control events")).await {
+            if issues_command {
+                self.world.lock().checker.command_writes_refused += 1;
+                self.world.trace(format_args!(
+                    "{} cannot write its command: {e}",
+                    self.incarnation.core.host()
+                ));
+            }
+            return Err(e);
+        }
+        let epoch_at_write = self.world.store.current_epoch();
+        let stamps: Vec<u32> = events.iter().map(|e| e.core_epoch).collect();
+        let commands: Vec<String> = events
+            .iter()
+            .filter_map(|e| match &e.detail {
+                ControlDetail::CommandIssued { command_id, .. } => Some(command_id.clone()),
+                _ => None,
+            })
+            .collect();
+        let qualities: Vec<Option<ControlFacts>> = events
+            .iter()
+            .map(|e| match &e.detail {
+                ControlDetail::QualityChanged { to, .. } => Some(ControlFacts {
+                    point: e.point_id.clone(),
+                    to: *to,
+                    occurred_at: e.occurred_at,
+                }),
+                _ => None,
+            })
+            .collect();
+        let seqs = match desired {
+            None => self.world.store.write_control_events(epoch, events).await?,
+            Some(desired) => self.world.store.write_arbitration(epoch, events, desired).await?,
+        };
+        let now = self.world.now();
+        let mut inner = self.world.lock();
+        inner
+            .checker
+            .on_control_events(epoch, &stamps, &commands, &qualities, &seqs, epoch_at_write, now);
+        inner.trace.event(
+            now,
+            format_args!(
+                "{} wrote {} control events (epoch {epoch})",
+                self.incarnation.core.host(),
+                seqs.len()
+            ),
+        );
+        Ok(seqs)
+    }
+
     /// A write through the model, the way every fenced write goes: entered as `action`
     /// (invariant 15, a cut link), then judged by invariant 6's fence check as `what` against
     /// the epoch current just before it. `write` is lazy: nothing runs before the entry.
@@ -497,54 +563,21 @@ impl Store for SimStore {
         epoch: u32,
         events: Vec<ControlEvent>,
     ) -> Result<Vec<i64>, StoreError> {
-        let issues_command = events
-            .iter()
-            .any(|e| matches!(e.detail, ControlDetail::CommandIssued { .. }));
-        if let Err(e) = self.enter(Some("writes control events")).await {
-            if issues_command {
-                self.world.lock().checker.command_writes_refused += 1;
-                self.world.trace(format_args!(
-                    "{} cannot write its command: {e}",
-                    self.incarnation.core.host()
-                ));
-            }
-            return Err(e);
-        }
-        let epoch_at_write = self.world.store.current_epoch();
-        let stamps: Vec<u32> = events.iter().map(|e| e.core_epoch).collect();
-        let commands: Vec<String> = events
-            .iter()
-            .filter_map(|e| match &e.detail {
-                ControlDetail::CommandIssued { command_id, .. } => Some(command_id.clone()),
-                ControlDetail::QualityChanged { .. } => None,
-            })
-            .collect();
-        let qualities: Vec<Option<ControlFacts>> = events
-            .iter()
-            .map(|e| match &e.detail {
-                ControlDetail::QualityChanged { to, .. } => Some(ControlFacts {
-                    point: e.point_id.clone(),
-                    to: *to,
-                    occurred_at: e.occurred_at,
-                }),
-                ControlDetail::CommandIssued { .. } => None,
-            })
-            .collect();
-        let seqs = self.world.store.write_control_events(epoch, events).await?;
-        let now = self.world.now();
-        let mut inner = self.world.lock();
-        inner
-            .checker
-            .on_control_events(epoch, &stamps, &commands, &qualities, &seqs, epoch_at_write, now);
-        inner.trace.event(
-            now,
-            format_args!(
-                "{} wrote {} control events (epoch {epoch})",
-                self.incarnation.core.host(),
-                seqs.len()
-            ),
-        );
-        Ok(seqs)
+        self.write_events(epoch, events, None).await
+    }
+
+    async fn write_arbitration(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+        desired: Vec<sentinel_core::arbitration::DesiredRow>,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.write_events(epoch, events, Some(desired)).await
+    }
+
+    async fn load_point_desired(&self) -> Result<Vec<sentinel_ports::StoredDesired>, StoreError> {
+        self.enter(None).await?;
+        self.world.store.load_point_desired().await
     }
 
     async fn load_control_events(

@@ -27,6 +27,30 @@ pub struct DriverPoint {
     pub codes: Vec<String>,
 }
 
+/// A writable point the simulated operator may command, with values it can take (issue 21
+/// item 1: the core refuses any other request, so the operator asks only for these).
+#[derive(Clone, Debug)]
+pub struct CommandPoint {
+    pub id: String,
+    /// At least one; a request picks one by the draw it makes.
+    pub values: Vec<serde_json::Value>,
+}
+
+impl CommandPoint {
+    /// The value the `n`th draw picks, never the [`Self::reserved`] one (when there are two or
+    /// more).
+    pub fn value(&self, n: u64) -> serde_json::Value {
+        let drawn = (self.values.len() as u64).saturating_sub(1).max(1);
+        self.values[(n % drawn) as usize].clone()
+    }
+
+    /// A value no drawn request asks for, so a request for it always changes the point's
+    /// desired value and issues a command (the dangerous window's late command must exist).
+    pub fn reserved(&self) -> serde_json::Value {
+        self.values[self.values.len() - 1].clone()
+    }
+}
+
 pub struct SimRegistry {
     pub v1: RegistrySnapshot,
     pub v2: RegistrySnapshot,
@@ -35,6 +59,8 @@ pub struct SimRegistry {
     pub hosts: BTreeMap<String, Vec<DriverPoint>>,
     /// The point only version 2 knows: `unknown_point` until a core runs that version.
     pub added_point: DriverPoint,
+    /// The writable points of version 1 (version 2 keeps them), sorted by id.
+    pub command_points: Vec<CommandPoint>,
     /// `freshness_s` of every point of either version, in µs (for the checker).
     pub freshness_us: std::sync::Arc<BTreeMap<std::sync::Arc<str>, i64>>,
     /// The derived points of either version (for the checker's invariant 17).
@@ -70,6 +96,11 @@ impl SimRegistry {
         anyhow::ensure!(
             hosts.len() >= 2,
             "the sample registry needs at least two device hosts"
+        );
+        let command_points: Vec<CommandPoint> = descriptors.iter().filter_map(command_point).collect();
+        anyhow::ensure!(
+            !command_points.is_empty(),
+            "the sample registry needs writable points, so every seed commands some"
         );
 
         // Version 2: one deadband changed, one point added (a copy of a number point).
@@ -128,9 +159,40 @@ impl SimRegistry {
             v2,
             hosts,
             added_point,
+            command_points,
             freshness_us: std::sync::Arc::new(freshness_us),
         })
     }
+}
+
+/// The values a writable point can take that the operator asks for: a number's range ends and
+/// middle (or 0, 1, 2 without a range), both bools, every codebook member.
+fn command_point(d: &Descriptor) -> Option<CommandPoint> {
+    d.writable.as_ref()?;
+    let values: Vec<serde_json::Value> = match d.kind {
+        Kind::Number => match d.range {
+            Some(r) => vec![
+                serde_json::json!(r.min),
+                serde_json::json!((r.min + r.max) / 2.0),
+                serde_json::json!(r.max),
+            ],
+            None => vec![serde_json::json!(0), serde_json::json!(1), serde_json::json!(2)],
+        },
+        Kind::Bool => vec![serde_json::json!(false), serde_json::json!(true)],
+        Kind::Enum => d
+            .codebook
+            .iter()
+            .flat_map(|c| c.values())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .map(|member| serde_json::json!(member))
+            .collect(),
+        Kind::Text => Vec::new(),
+    };
+    (values.len() >= 2).then(|| CommandPoint {
+        id: d.id.clone(),
+        values,
+    })
 }
 
 fn driver_point(d: &Descriptor) -> DriverPoint {

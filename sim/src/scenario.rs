@@ -25,7 +25,7 @@ use sentinel_runtime::{self as runtime, RuntimeConfig};
 use crate::adapters::{SimBus, SimStore};
 use crate::checker::{Checker, CheckerConfig, Violation};
 use crate::drivers::HostDriver;
-use crate::registry::SimRegistry;
+use crate::registry::{CommandPoint, SimRegistry};
 use crate::rng::SimRng;
 use crate::settings::{CONTROLLER_FIRE_P, Settings, Site};
 use crate::trace::Trace;
@@ -281,11 +281,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let mut window_opened = false;
     // The lock holder's links before the late command, restored when the window closes.
     let mut window_holder: Option<(CoreId, Links)> = None;
-    let command_points: Vec<String> = registry
-        .hosts
-        .values()
-        .flat_map(|points| points.iter().map(|p| p.id.clone()))
-        .collect();
+    let command_points = registry.command_points.clone();
     let mut drained_at: Option<Micros> = None;
     let mut steps = 0u64;
 
@@ -583,7 +579,7 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
 
 /// The operator asks every running core to command one point (a core that is not the lock
 /// holder must not get one to a driver: its write is fenced).
-fn operator_commands(world: &World, points: &[String], sent: &mut u64) {
+fn operator_commands(world: &World, points: &[CommandPoint], sent: &mut u64) {
     let senders: Vec<(CoreId, tokio::sync::mpsc::Sender<Inbound>)> = world
         .lock()
         .inbound_senders
@@ -592,9 +588,9 @@ fn operator_commands(world: &World, points: &[String], sent: &mut u64) {
         .collect();
     for (core, tx) in senders {
         *sent += 1;
-        let point_id = world.lock().rng.pick(points).clone();
-        let value = serde_json::json!(world.between(0, 100));
-        request_command(world, core, &tx, format!("op-{sent}"), point_id, value);
+        let point = world.lock().rng.pick(points).clone();
+        let value = point.value(world.between(0, 100));
+        request_command(world, core, &tx, format!("op-{sent}"), point.id, value);
     }
 }
 
@@ -612,6 +608,9 @@ fn request_command(
             command_id: command_id.clone(),
             point_id,
             value,
+            unit: None,
+            for_s: None,
+            release: false,
             principal: "operator:sim".into(),
         }))
         .is_ok()
@@ -638,7 +637,7 @@ fn lock_holder(world: &World, cores: &[CoreId]) -> Option<CoreId> {
 /// The first half of the dangerous window: the lock holder's messages to drivers start
 /// taking [`LATE_COMMAND_DELAY_MS`], and the operator asks it for a command, which it writes
 /// while it still holds the lock. Returns the holder and its links before the change.
-fn send_late_command(world: &World, cores: &[CoreId], points: &[String]) -> Option<(CoreId, Links)> {
+fn send_late_command(world: &World, cores: &[CoreId], points: &[CommandPoint]) -> Option<(CoreId, Links)> {
     let core = lock_holder(world, cores)?;
     let before = world.links(core);
     world.lock().links.insert(
@@ -652,7 +651,7 @@ fn send_late_command(world: &World, cores: &[CoreId], points: &[String]) -> Opti
         "dangerous window: {}'s messages to drivers now take {LATE_COMMAND_DELAY_MS} ms",
         core.host()
     ));
-    ask_for_command(world, core, points, "window-late", 2);
+    ask_for_command(world, core, points, "window-late", None);
     Some((core, before))
 }
 
@@ -663,7 +662,7 @@ fn send_late_command(world: &World, cores: &[CoreId], points: &[String]) -> Opti
 fn open_dangerous_window(
     world: &World,
     cores: &[CoreId],
-    points: &[String],
+    points: &[CommandPoint],
     now: Micros,
     late: Option<(CoreId, Links)>,
     scheduled: &mut Vec<(Micros, Scheduled)>,
@@ -694,23 +693,24 @@ fn open_dangerous_window(
     scheduled.push((now.add_ms(DANGEROUS_WINDOW_MS), Scheduled::Heal(core, before)));
     // Inside the window the cut-off core still believes it holds the lock until its next
     // check; the operator asks it for a command right now.
-    ask_for_command(world, core, points, "window-1", 1);
+    ask_for_command(world, core, points, "window-1", Some(1));
     true
 }
 
-/// The operator asks `core` (if it is running) to command a random point of `points`.
-fn ask_for_command(world: &World, core: CoreId, points: &[String], command_id: &str, value: u64) {
+/// The operator asks `core` (if it is running) to command a random point of `points`: to the
+/// `n`th drawn value, or (`None`) to the point's reserved value, which always issues a command.
+fn ask_for_command(
+    world: &World,
+    core: CoreId,
+    points: &[CommandPoint],
+    command_id: &str,
+    value: Option<u64>,
+) {
     let sender = world.lock().inbound_senders.get(&core).cloned();
     if let Some(tx) = sender {
-        let point_id = world.lock().rng.pick(points).clone();
-        request_command(
-            world,
-            core,
-            &tx,
-            command_id.into(),
-            point_id,
-            serde_json::json!(value),
-        );
+        let point = world.lock().rng.pick(points).clone();
+        let value = value.map_or_else(|| point.reserved(), |n| point.value(n));
+        request_command(world, core, &tx, command_id.into(), point.id, value);
     }
 }
 

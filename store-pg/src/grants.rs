@@ -21,6 +21,12 @@ impl PgStore {
             .execute(&self.pool)
             .await
             .map_err(db_error("applying the reprocess grant"))?;
+        sqlx::query("SELECT sentinel_apply_command_grants($1, $2)")
+            .bind(writer)
+            .bind(reader)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error("applying the command plane's grants"))?;
         Ok(())
     }
 }

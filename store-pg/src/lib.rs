@@ -31,6 +31,7 @@ mod class_change;
 mod cold_start;
 mod commit;
 mod control;
+mod desired;
 mod grants;
 mod history;
 mod inspect;

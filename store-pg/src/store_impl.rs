@@ -9,7 +9,7 @@ use sentinel_core::{
 use sentinel_ports::{
     ClassMove, CommitError, HistoryRow, Partition, RegistryLoad, RetentionCutoffs, RetentionRun, RollupGrain,
     RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError,
-    StoredControlEvent, StoredRegistry,
+    StoredControlEvent, StoredDesired, StoredRegistry,
 };
 
 use crate::{PgLease, PgStore};
@@ -84,6 +84,19 @@ impl Store for PgStore {
         limit: usize,
     ) -> Result<Vec<StoredControlEvent>, StoreError> {
         self.load_control_events_inner(after_seq, limit).await
+    }
+
+    async fn write_arbitration(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+        desired: Vec<sentinel_core::arbitration::DesiredRow>,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.write_arbitration_inner(epoch, events, desired).await
+    }
+
+    async fn load_point_desired(&self) -> Result<Vec<StoredDesired>, StoreError> {
+        self.load_point_desired_inner().await
     }
 
     async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {

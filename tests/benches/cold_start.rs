@@ -337,7 +337,7 @@ async fn build_history(nats: &NatsServer, hours: u64) -> (TestDb, PgStore, NatsB
         .enumerate()
         .map(|(i, d)| ControlEvent {
             occurred_at: now,
-            point: PointIdx(i as u32),
+            point: Some(PointIdx(i as u32)),
             point_id: d.id.as_str().into(),
             principal: "core:watchdog".into(),
             core_epoch: lease.epoch(),

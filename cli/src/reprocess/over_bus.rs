@@ -1,16 +1,16 @@
 //! `sentinel reprocess` while a core holds the lock: the request goes to that core over the bus
-//! (`sentinel.reprocess.request`, request/reply, as the operator principal; issue 9 item 3) and
+//! (`sentinel.reprocess.request.<operator>`, request/reply, as that operator principal; issue 9
+//! item 3, issue 21 item 2) and
 //! the core runs it (`sentinel_core::reprocess_request`, `sentinel_runtime::reprocess_job`). Prints
 //! the same report as the lock-taking path and exits with the same codes, plus
 //! [`EXIT_CORE_REFUSED`] (the core would not start it) and [`EXIT_NO_CORE`] (no core answered
 //! in time).
 
 use anyhow::{Context, bail};
-use sentinel_bus_nats::auth::OPERATOR_PRINCIPAL;
 use sentinel_bus_nats::{RequestFailed, request_reply};
 use sentinel_core::control::PRINCIPAL_REPROCESS_CLI;
 use sentinel_core::reprocess_request::{ReprocessAsk, ReprocessReply};
-use sentinel_core::wire::REPROCESS_REQUEST_SUBJECT;
+use sentinel_core::wire::{is_principal_name, reprocess_request_subject};
 
 use sentinel_driver::connect::BusConnection;
 use std::process::ExitCode;
@@ -35,10 +35,14 @@ pub async fn ask(args: &ReprocessArgs, version: i32) -> anyhow::Result<ExitCode>
     if !(1..=REPLY_TIMEOUT_MS_MAX).contains(&args.bus.reply_timeout_ms) {
         bail!("--reply-timeout-ms must be within 1..={REPLY_TIMEOUT_MS_MAX}");
     }
+    if !is_principal_name(&args.bus.operator) {
+        bail!("--operator must be 1 to 64 ASCII letters, digits, '_' or '-' (a principal's subject token)");
+    }
     let from = parse_instant(&args.from)?;
     let to = args.to.as_deref().map(parse_instant).transpose()?;
     let ask = ReprocessAsk {
         request_id: format!("cli-{}-{}", std::process::id(), from.0),
+        // The core records the principal the subject names; this says who sent it by hand.
         principal: PRINCIPAL_REPROCESS_CLI.to_owned(),
         glob: args.glob.clone(),
         from_us: from.0,
@@ -48,7 +52,7 @@ pub async fn ask(args: &ReprocessArgs, version: i32) -> anyhow::Result<ExitCode>
         chunk_rows: args.chunk_rows,
     };
     let payload = serde_json::to_vec(&ask).context("encoding the reprocess request")?;
-    let connection = BusConnection::connect(&args.bus.nats_url, OPERATOR_PRINCIPAL, &args.bus.credentials)
+    let connection = BusConnection::connect(&args.bus.nats_url, &args.bus.operator, &args.bus.credentials)
         .await
         .context("connecting to NATS to ask the running core")?;
     if !args.json {
@@ -63,7 +67,7 @@ pub async fn ask(args: &ReprocessArgs, version: i32) -> anyhow::Result<ExitCode>
     }
     let payload = match request_reply(
         &connection,
-        REPROCESS_REQUEST_SUBJECT,
+        &reprocess_request_subject(&args.bus.operator),
         payload.into(),
         args.bus.reply_timeout_ms,
     )

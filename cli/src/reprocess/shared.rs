@@ -19,6 +19,8 @@ pub struct BusArgs {
     pub credentials: Credentials,
     /// How long to wait for the answer (a real run answers when it is done).
     pub reply_timeout_ms: u64,
+    /// The operator principal asking (its inbox and its request subject).
+    pub operator: String,
 }
 
 /// Exit code of a reprocess refused because its scope reaches past a raw horizon.

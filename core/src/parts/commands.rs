@@ -1,21 +1,33 @@
-//! The commands part: a command request becomes a fenced `command_issued` control event, and
-//! the command goes to its driver only once that event is committed (core runtime spec,
-//! "Fencing the bus"; the smallest real command plane, DESIGN.md §2). A core the fence
-//! refuses (deposed, or cut off from the store) never sends one.
+//! The commands part: the command plane's front door and its last step (core runtime spec,
+//! "Fencing the bus"; DESIGN.md §2; issue 21 items 1 and 2). A request is admitted or refused
+//! here; what an admitted one changes is the claims part's (`parts/claims.rs`); the command a
+//! change issues goes to its driver from here, only once its `command_issued` event is
+//! committed, so a core the fence refuses (deposed, or cut off from the store) never sends one.
 //!
-//! Owns: request validation (a known point, a command id and a principal within bounds, a
-//! JSON scalar value). It holds no state yet; claims, arbitration and verification will be
-//! kept here.
+//! Owns: request admission. A request must name a point of the registry the core runs, that
+//! point must be writable (its descriptor's `writable` section), and the value must be one
+//! the point can take (`Descriptor::command_refusal`: kind, range, codebook, unit — the check
+//! admission runs on a `relinquish_default` too), for a duration within bounds (default one
+//! hour). A release needs only a writable point. A refused request is written as a
+//! `command_refused` control event with its one-line reason, and nothing is sent; one that
+//! cannot be put on the record at all (no command id or principal, or strings past their
+//! bounds) and any request to a draining core are only counted. It holds no state.
 //!
-//! Takes `CommandRequested` and its own `command_issued` events in `ControlCommitted`.
+//! Takes `CommandRequested` (handing the router an [`Admitted`] claim or release), the claims
+//! part's refusals, and `command_issued` events in `ControlCommitted`.
 //!
-//! Emits `Control` (`command_issued`), then, once that commits, `Publish` of the command on
-//! `cmd.<host>.<driver_instance>`, stamped with the core's epoch.
+//! Emits `Control` (`command_refused`) and, once a `command_issued` commits, `Publish` of the
+//! command on `cmd.<host>.<driver_instance>`, stamped with the core's epoch.
+
+use std::sync::Arc;
 
 use crate::control::{
-    COMMAND_ID_BYTES_MAX, CommandRequest, ControlDetail, ControlEvent, PRINCIPAL_BYTES_MAX,
+    CLAIM_FOR_S_DEFAULT, CLAIM_FOR_S_MAX, COMMAND_ID_BYTES_MAX, COMMAND_VALUE_BYTES_MAX, CommandRequest,
+    ControlDetail, ControlEvent, PRINCIPAL_BYTES_MAX,
 };
 use crate::effect::Effect;
+use crate::registry::check::POINT_ID_BYTES_MAX;
+use crate::registry::{CommandValue, PointIdx};
 use crate::wire::{CommandEnvelope, ToDriver, cmd_subject};
 
 use super::context::{Ctx, Out};
@@ -23,42 +35,141 @@ use super::context::{Ctx, Out};
 #[derive(Debug, Default)]
 pub(crate) struct Commands {}
 
+/// A request the core will not carry out: on the record with its point (when the registry
+/// knows it) and why.
+struct Refusal {
+    point: Option<PointIdx>,
+    reason: String,
+}
+
+/// A request the commands part admitted, for the router to hand to the claims part.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Admitted {
+    /// An operator claim: `value` on `point` for `for_s` seconds, held by `principal`.
+    Claim {
+        point: PointIdx,
+        value: CommandValue,
+        principal: Arc<str>,
+        command_id: String,
+        for_s: u64,
+    },
+    /// Release `principal`'s claim on `point`.
+    Release {
+        point: PointIdx,
+        principal: Arc<str>,
+        command_id: String,
+    },
+}
+
 impl Commands {
-    /// A request: validated (a draining core takes none), then written as a `command_issued`
-    /// control event; a refused one is counted.
-    pub fn on_request(&mut self, request: CommandRequest, running: bool, ctx: &Ctx, out: &mut Out) {
-        let point = ctx.registry.resolve(&request.point_id);
-        let valid = running
-            && point.is_some()
-            && !request.command_id.is_empty()
+    /// A request: admitted (a claim or a release for the router to hand to the claims part),
+    /// or refused and written as `command_refused` (see the module docs for what is only
+    /// counted).
+    pub fn on_request(
+        &mut self,
+        request: CommandRequest,
+        running: bool,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) -> Option<Admitted> {
+        let recordable = !request.command_id.is_empty()
             && request.command_id.len() <= COMMAND_ID_BYTES_MAX
             && !request.principal.is_empty()
             && request.principal.len() <= PRINCIPAL_BYTES_MAX
-            && (request.value.is_number() || request.value.is_boolean() || request.value.is_string());
-        let Some(point) = point.filter(|_| valid) else {
+            && request.point_id.len() <= POINT_ID_BYTES_MAX;
+        if !running || !recordable {
             out.metrics.commands_refused += 1;
-            return;
-        };
+            return None;
+        }
+        match admit(&request, ctx) {
+            Ok(admitted) => Some(admitted),
+            Err(refusal) => {
+                let value = if recorded_value(&request.value) {
+                    request.value
+                } else {
+                    serde_json::Value::Null
+                };
+                self.write_refusal(
+                    refusal.point,
+                    request.point_id.as_str().into(),
+                    request.principal.as_str().into(),
+                    request.command_id,
+                    value,
+                    refusal.reason,
+                    ctx,
+                    out,
+                );
+                None
+            }
+        }
+    }
+
+    /// An admitted request the claims part could not carry out (a release with no claim, a
+    /// point with too many holders): on the record as `command_refused`.
+    pub fn refuse(
+        &mut self,
+        point: PointIdx,
+        principal: Arc<str>,
+        command_id: String,
+        reason: String,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) {
+        let point_id = ctx.registry.point(point).id.clone();
+        self.write_refusal(
+            Some(point),
+            point_id,
+            principal,
+            command_id,
+            serde_json::Value::Null,
+            reason,
+            ctx,
+            out,
+        );
+    }
+
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one refusal's fields, plus the context and the queue"
+    )]
+    fn write_refusal(
+        &mut self,
+        point: Option<PointIdx>,
+        point_id: Arc<str>,
+        principal: Arc<str>,
+        command_id: String,
+        value: serde_json::Value,
+        reason: String,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) {
+        out.metrics.commands_refused += 1;
         out.metrics.control_events += 1;
+        let point_id = match point {
+            Some(point) => ctx.registry.point(point).id.clone(),
+            None => point_id,
+        };
         out.push(Effect::Control {
             epoch: ctx.epoch,
             events: vec![ControlEvent {
                 occurred_at: ctx.now,
                 point,
-                point_id: ctx.registry.point(point).id.clone(),
-                principal: request.principal.as_str().into(),
+                point_id,
+                principal,
                 core_epoch: ctx.epoch,
                 registry_version: ctx.registry.version,
-                detail: ControlDetail::CommandIssued {
-                    command_id: request.command_id,
-                    value: request.value,
+                detail: ControlDetail::CommandRefused {
+                    command_id,
+                    value,
+                    reason,
                 },
             }],
         });
     }
 
-    /// The command's `command_issued` event is committed: publish it to the point's driver,
-    /// stamped with this core's epoch.
+    /// A `command_issued` event (written by the claims part with the change that caused it)
+    /// is committed: publish the command to the point's driver, stamped with this core's
+    /// epoch.
     pub fn on_issued(
         &mut self,
         event: &ControlEvent,
@@ -67,7 +178,11 @@ impl Commands {
         ctx: &Ctx,
         out: &mut Out,
     ) {
-        let point = ctx.registry.point(event.point);
+        // Commands are issued only for points of the registry.
+        let Some(idx) = event.point else {
+            return;
+        };
+        let point = ctx.registry.point(idx);
         let message = ToDriver::Command(CommandEnvelope {
             v: 1,
             command_id: command_id.to_owned(),
@@ -84,39 +199,154 @@ impl Commands {
     }
 }
 
+/// What a request asks for, or why not: a point of this registry, writable, and a value it can
+/// take for as long as the request says.
+fn admit(request: &CommandRequest, ctx: &Ctx) -> Result<Admitted, Refusal> {
+    let Some(idx) = ctx.registry.resolve(&request.point_id) else {
+        return Err(Refusal {
+            point: None,
+            reason: format!(
+                "point {:?} is not in registry version {}",
+                request.point_id, ctx.registry.version
+            ),
+        });
+    };
+    let refuse = |reason: String| Refusal {
+        point: Some(idx),
+        reason,
+    };
+    let descriptor = &ctx.registry.point(idx).descriptor;
+    if descriptor.writable.is_none() {
+        return Err(refuse(format!("point {:?} is not writable", request.point_id)));
+    }
+    let principal: Arc<str> = request.principal.as_str().into();
+    if request.release {
+        return Ok(Admitted::Release {
+            point: idx,
+            principal,
+            command_id: request.command_id.clone(),
+        });
+    }
+    let for_s = request.for_s.unwrap_or(CLAIM_FOR_S_DEFAULT);
+    if !(1..=CLAIM_FOR_S_MAX).contains(&for_s) {
+        return Err(refuse(format!(
+            "a claim holds 1 to {CLAIM_FOR_S_MAX} s, not {for_s}"
+        )));
+    }
+    if !recorded_value(&request.value) {
+        return Err(refuse(format!(
+            "the value is not a number, bool or string of at most {COMMAND_VALUE_BYTES_MAX} bytes"
+        )));
+    }
+    let value = CommandValue::from_json(&request.value).ok_or_else(|| {
+        refuse(format!(
+            "the value is not a number, bool or string of at most {COMMAND_VALUE_BYTES_MAX} bytes"
+        ))
+    })?;
+    match descriptor.command_refusal(&value, request.unit.as_deref()) {
+        Some(reason) => Err(refuse(reason)),
+        None => Ok(Admitted::Claim {
+            point: idx,
+            value,
+            principal,
+            command_id: request.command_id.clone(),
+            for_s,
+        }),
+    }
+}
+
+/// Whether a request's value is a JSON scalar small enough to keep on the record.
+fn recorded_value(value: &serde_json::Value) -> bool {
+    let scalar = value.is_number() || value.is_boolean() || value.is_string();
+    scalar && value.to_string().len() <= COMMAND_VALUE_BYTES_MAX
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::control::ControlReport;
     use crate::parts::context::testing::{ctx, drain};
+    use crate::registry::{CommandValue, Writable};
 
     fn request(point_id: &str, principal: &str, value: serde_json::Value) -> CommandRequest {
         CommandRequest {
             command_id: "c-1".into(),
             point_id: point_id.into(),
             value,
+            unit: None,
             principal: principal.into(),
+            for_s: None,
+            release: false,
         }
     }
 
+    /// The fixture's context with `plant.temp` writable.
+    fn writable_ctx() -> Ctx {
+        let mut ctx = ctx();
+        let mut descriptors: Vec<_> = ctx.registry.points().map(|(_, p)| p.descriptor.clone()).collect();
+        for d in &mut descriptors {
+            if d.id == "plant.temp" {
+                d.writable = Some(Writable {
+                    relinquish_default: None,
+                    verify_s: 60,
+                    tolerance: 0.5,
+                    min_on_s: None,
+                    min_off_s: None,
+                });
+            }
+        }
+        ctx.registry = std::sync::Arc::new(
+            crate::registry::Registry::compile(3, "sha".into(), "hash".into(), descriptors)
+                .expect("fixture compiles"),
+        );
+        ctx
+    }
+
     #[test]
-    fn a_valid_request_is_written_first_and_sent_only_once_committed() {
-        let ctx = ctx();
+    fn a_valid_request_is_admitted_as_a_claim_and_a_committed_command_is_sent() {
+        let ctx = writable_ctx();
         let mut out = Out::default();
         let mut commands = Commands::default();
-        commands.on_request(
-            request("plant.temp", "operator:ana", serde_json::json!(21.5)),
+        let admitted = commands.on_request(
+            request("plant.temp", "ana", serde_json::json!(21.5)),
             true,
             &ctx,
             &mut out,
         );
-        let effects = drain(&mut out);
-        let [Effect::Control { epoch, events }] = &effects[..] else {
-            panic!("one control write: {effects:?}");
+        let temp = ctx.registry.resolve("plant.temp").expect("fixture");
+        assert_eq!(
+            admitted,
+            Some(Admitted::Claim {
+                point: temp,
+                value: CommandValue::Number(21.5),
+                principal: "ana".into(),
+                command_id: "c-1".into(),
+                for_s: CLAIM_FOR_S_DEFAULT,
+            })
+        );
+        assert!(drain(&mut out).is_empty(), "the claims part writes it");
+        let mut release = request("plant.temp", "ana", serde_json::Value::Null);
+        release.release = true;
+        assert!(matches!(
+            commands.on_request(release, true, &ctx, &mut out),
+            Some(Admitted::Release { .. })
+        ));
+
+        // The claims part's `command_issued`, committed: the command goes out.
+        let event = ControlEvent {
+            occurred_at: ctx.now,
+            point: Some(temp),
+            point_id: "plant.temp".into(),
+            principal: "ana".into(),
+            core_epoch: ctx.epoch,
+            registry_version: ctx.registry.version,
+            detail: ControlDetail::CommandIssued {
+                command_id: "c-1".into(),
+                value: serde_json::json!(21.5),
+            },
         };
-        assert_eq!(*epoch, ctx.epoch);
         let report = ControlReport {
-            events: events.clone(),
+            events: vec![event],
             seqs: vec![1],
         };
         let ControlDetail::CommandIssued { command_id, value } = &report.events[0].detail else {
@@ -131,28 +361,101 @@ mod tests {
         let ToDriver::Command(sent) = serde_json::from_slice(payload).expect("a driver message") else {
             panic!("a command");
         };
-        assert_eq!(
-            (sent.core_epoch, sent.principal.as_str()),
-            (ctx.epoch, "operator:ana")
-        );
-        assert_eq!((out.metrics.control_events, out.metrics.commands_issued), (1, 1));
+        assert_eq!((sent.core_epoch, sent.principal.as_str()), (ctx.epoch, "ana"));
+        assert_eq!(out.metrics.commands_issued, 1);
+    }
+
+    /// Each refusal is on the record with its reason (and its point when the registry has
+    /// it), and nothing is sent.
+    #[test]
+    fn refusals_are_written_with_their_reason_and_send_nothing() {
+        let ctx = writable_ctx();
+        let mut commands = Commands::default();
+        let mut forever = request("plant.temp", "operator:ana", serde_json::json!(21.0));
+        forever.for_s = Some(CLAIM_FOR_S_MAX + 1);
+        let cases = [
+            (
+                forever,
+                Some("plant.temp"),
+                "a claim holds 1 to 604800 s, not 604801",
+            ),
+            (
+                request("plant.nope", "operator:ana", serde_json::json!(1)),
+                None,
+                "point \"plant.nope\" is not in registry version 3",
+            ),
+            (
+                request("plant.flow", "operator:ana", serde_json::json!(1)),
+                Some("plant.flow"),
+                "point \"plant.flow\" is not writable",
+            ),
+            (
+                request("plant.temp", "operator:ana", serde_json::json!({"a": 1})),
+                Some("plant.temp"),
+                "the value is not a number, bool or string of at most 256 bytes",
+            ),
+            (
+                request("plant.temp", "operator:ana", serde_json::json!(true)),
+                Some("plant.temp"),
+                "the value is not a number",
+            ),
+        ];
+        for (request, point, reason) in cases {
+            let mut out = Out::default();
+            let asked = request.value.clone();
+            assert_eq!(commands.on_request(request, true, &ctx, &mut out), None);
+            let effects = drain(&mut out);
+            let [Effect::Control { events, .. }] = &effects[..] else {
+                panic!("one control write: {effects:?}");
+            };
+            let event = &events[0];
+            assert_eq!(
+                event
+                    .point
+                    .map(|p| ctx.registry.point(p).id.to_string())
+                    .as_deref(),
+                point
+            );
+            let ControlDetail::CommandRefused {
+                command_id,
+                value,
+                reason: written,
+            } = &event.detail
+            else {
+                panic!("a command_refused event: {event:?}");
+            };
+            assert_eq!((command_id.as_str(), written.as_str()), ("c-1", reason));
+            let expected_value = if asked.is_object() {
+                serde_json::Value::Null
+            } else {
+                asked
+            };
+            assert_eq!(value, &expected_value, "a non-scalar value is not kept");
+            assert_eq!(event.kind().as_str(), "command_refused");
+            assert_eq!(
+                (out.metrics.commands_refused, out.metrics.commands_issued),
+                (1, 0)
+            );
+        }
     }
 
     #[test]
-    fn unknown_points_missing_principals_odd_values_and_a_draining_core_are_refused() {
-        let ctx = ctx();
+    fn requests_that_cannot_be_recorded_and_a_draining_core_are_only_counted() {
+        let ctx = writable_ctx();
         let mut out = Out::default();
         let mut commands = Commands::default();
+        let mut long_id = request("plant.temp", "operator:ana", serde_json::json!(1));
+        long_id.command_id = "c".repeat(COMMAND_ID_BYTES_MAX + 1);
         for (request, running) in [
-            (request("plant.nope", "operator:ana", serde_json::json!(1)), true),
             (request("plant.temp", "", serde_json::json!(1)), true),
+            (long_id, true),
             (
-                request("plant.temp", "operator:ana", serde_json::json!({"a": 1})),
+                request(&"p".repeat(129), "operator:ana", serde_json::json!(1)),
                 true,
             ),
             (request("plant.temp", "operator:ana", serde_json::json!(1)), false),
         ] {
-            commands.on_request(request, running, &ctx, &mut out);
+            assert_eq!(commands.on_request(request, running, &ctx, &mut out), None);
         }
         assert!(drain(&mut out).is_empty());
         assert_eq!(out.metrics.commands_refused, 4);

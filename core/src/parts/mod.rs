@@ -6,13 +6,15 @@
 //! - [`ingest`]: dedup, batches, acks, the commit report order;
 //! - [`projection`]: the projection and its checkpoints;
 //! - [`watchdog`]: freshness deadlines and their `quality_changed` events;
-//! - [`commands`]: command requests and `command_issued`;
+//! - [`commands`]: command requests (admission, refusals) and publishing committed commands;
+//! - [`claims`]: claims on writable points, the resolver, `point_desired`;
 //! - [`drivers`]: the driver instances' states and the epoch announcement;
 //! - [`derived`]: derived points, and the readings held back at restart;
 //! - [`maintenance`]: rollup and retention schedules, the reprocess slot, "ingest behind";
 //! - [`self_points`]: the core's figures about itself;
 //! - [`context`]: what they all read ([`context::Ctx`]) and write ([`context::Out`]).
 
+pub(crate) mod claims;
 pub(crate) mod commands;
 pub(crate) mod context;
 pub(crate) mod derived;

@@ -115,6 +115,7 @@ impl Projector {
     )]
     pub fn apply_quality_event(
         &mut self,
+        point: PointIdx,
         event: &ControlEvent,
         from: Quality,
         to: Quality,
@@ -124,10 +125,10 @@ impl Projector {
         ctx: &Ctx,
         out: &mut Out,
     ) {
-        let current = self.projection.state(event.point).quality;
+        let current = self.projection.state(point).quality;
         let to = if current != from || rearmed { current } else { to };
         let published = self.projection.apply_quality_event(
-            event.point,
+            point,
             to,
             reason.as_str(),
             seq,
@@ -237,7 +238,7 @@ mod tests {
         let point = ctx.registry.resolve(point_id).expect("fixture point");
         ControlEvent {
             occurred_at: ctx.now,
-            point,
+            point: Some(point),
             point_id: point_id.into(),
             principal: PRINCIPAL_WATCHDOG.into(),
             core_epoch: ctx.epoch,
@@ -309,6 +310,7 @@ mod tests {
         ctx.now = T0.add_ms(70_000);
         let temp = stale_event(&ctx, "plant.temp");
         projector.apply_quality_event(
+            temp.point.expect("a watchdog event names its point"),
             &temp,
             Quality::Live,
             Quality::Stale,
@@ -320,6 +322,7 @@ mod tests {
         );
         let flow = stale_event(&ctx, "plant.flow");
         projector.apply_quality_event(
+            flow.point.expect("a watchdog event names its point"),
             &flow,
             Quality::Live,
             Quality::Stale,
@@ -330,14 +333,17 @@ mod tests {
             &mut out,
         );
         assert_eq!(publishes(&drain(&mut out)), ["state.plant.temp"]);
-        assert_eq!(projector.state(temp.point).quality, Quality::Stale);
         assert_eq!(
-            projector.state(flow.point).quality,
+            projector.state(temp.point.expect("named")).quality,
+            Quality::Stale
+        );
+        assert_eq!(
+            projector.state(flow.point.expect("named")).quality,
             Quality::Live,
             "re-armed: superseded"
         );
         assert_eq!(
-            projector.state(flow.point).watermark_seq,
+            projector.state(flow.point.expect("named")).watermark_seq,
             Some(8),
             "the event is applied all the same"
         );

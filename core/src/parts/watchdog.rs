@@ -126,7 +126,7 @@ impl Watchdog {
                 .is_some();
             events.push(ControlEvent {
                 occurred_at: ctx.now,
-                point,
+                point: Some(point),
                 point_id: state.point_id.clone(),
                 principal: PRINCIPAL_WATCHDOG.into(),
                 core_epoch: ctx.epoch,

@@ -252,6 +252,7 @@ mod tests {
                 heartbeat_s: None,
             },
             derived: None,
+            writable: None,
         }
     }
 
@@ -460,6 +461,17 @@ mod tests {
                 proptest::collection::vec("[a-z]{1,6}", 0..3),
                 proptest::option::of(any::<u32>()),
             )),
+            writable in proptest::option::of((
+                proptest::option::of(prop_oneof![
+                    any::<bool>().prop_map(CommandValue::Bool),
+                    finite().prop_map(CommandValue::Number),
+                    "\\PC{0,6}".prop_map(CommandValue::Member),
+                ]),
+                any::<u32>(),
+                finite(),
+                proptest::option::of(any::<u32>()),
+                proptest::option::of(any::<u32>()),
+            )),
         ) -> Descriptor {
             Descriptor {
                 id,
@@ -483,6 +495,13 @@ mod tests {
                     heartbeat_s,
                 },
                 derived: derived.map(|(op, inputs, window_s)| Derived { op, inputs, window_s }),
+                writable: writable.map(|(relinquish_default, verify_s, tolerance, min_on_s, min_off_s)| Writable {
+                    relinquish_default,
+                    verify_s,
+                    tolerance,
+                    min_on_s,
+                    min_off_s,
+                }),
             }
         }
     }

@@ -14,7 +14,7 @@
 
 use std::collections::BTreeMap;
 
-use super::descriptor::{EventPolicy, Kind, Reporting};
+use super::descriptor::{Archetype, EventPolicy, Kind, Reporting, SELF_HOST, value_refusal};
 use super::folder::{FOLDER, LocatedPoint, RegistryIssue, SourceFile, SourceFolder, SourcePoint, Vocabulary};
 use super::plan::Admission;
 
@@ -41,6 +41,10 @@ pub const UNBANDED_ON_CHANGE_RATE_HZ_MAX: f64 = 1.0;
 pub const ROW_BYTES_MAX: u32 = 64 * 1024;
 /// A point silent for longer than 31 days is not being watched.
 pub const FRESHNESS_S_MAX: u32 = 31 * 24 * 3600;
+/// A device that has not followed a command within a day is not following it.
+pub const VERIFY_S_MAX: u32 = 24 * 3600;
+/// Minimum on/off holds longer than a day lock a point out of operator control.
+pub const MIN_ON_OFF_S_MAX: u32 = 24 * 3600;
 
 /// Runs every admission check over a parsed folder, against the default installation
 /// ([`Admission::default`]: the spec's 500 obs/s budget, a four-hour outage, the default
@@ -385,6 +389,7 @@ fn check_point(
     }
 
     check_heartbeat(p, push);
+    check_writable(p, file.host.as_deref(), vocabulary, push);
 
     if let Some(row_bytes) = p.row_bytes
         && (row_bytes == 0 || row_bytes > ROW_BYTES_MAX)
@@ -428,6 +433,82 @@ fn check_heartbeat(p: &SourcePoint, push: &mut impl FnMut(String)) {
             }
         }
         _ => {}
+    }
+}
+
+/// The `writable` section (issue 21 item 1): only a device's number, bool or enum point takes
+/// commands; it says how long verification waits and, for numbers, how close is close enough;
+/// minimum on/off times are for bools; a `relinquish_default` must be a value a command could
+/// ask for.
+fn check_writable(
+    p: &SourcePoint,
+    host: Option<&str>,
+    vocabulary: &Vocabulary,
+    push: &mut impl FnMut(String),
+) {
+    let Some(w) = &p.writable else {
+        return;
+    };
+    if p.kind == Some(Kind::Text) {
+        push("writable on a text point; only number, bool and enum points take commands".to_owned());
+    }
+    if p.archetype == Some(Archetype::Derived) || p.derived.is_some() || host == Some(SELF_HOST) {
+        push(
+            "writable on a point the core computes or publishes itself; only a device's points take commands"
+                .to_owned(),
+        );
+    }
+    match w.verify_s {
+        None => push("writable without verify_s: say how long the device has to follow a command".to_owned()),
+        Some(0) => push("writable verify_s is 0; a device needs at least 1 s to follow a command".to_owned()),
+        Some(verify_s) if verify_s > VERIFY_S_MAX => push(format!(
+            "writable verify_s {verify_s} is more than the limit of {VERIFY_S_MAX}"
+        )),
+        Some(_) => {}
+    }
+    match (w.tolerance, p.kind) {
+        (Some(t), _) if !t.is_finite() || t < 0.0 => {
+            push(format!("writable tolerance {t} must be finite and not negative"))
+        }
+        (None, Some(Kind::Number)) => push(
+            "writable number point without tolerance: say how close its observations must come to a command"
+                .to_owned(),
+        ),
+        (Some(t), Some(kind)) if t != 0.0 && kind != Kind::Number => push(format!(
+            "writable tolerance on a {} point; bools and enums are verified by equality",
+            kind_str(kind)
+        )),
+        _ => {}
+    }
+    for (field, hold) in [("min_on_s", w.min_on_s), ("min_off_s", w.min_off_s)] {
+        let Some(hold) = hold else {
+            continue;
+        };
+        if let Some(kind) = p.kind
+            && kind != Kind::Bool
+        {
+            push(format!(
+                "writable {field} on a {} point; minimum on/off times are for bool points",
+                kind_str(kind)
+            ));
+        }
+        if hold == 0 || hold > MIN_ON_OFF_S_MAX {
+            push(format!(
+                "writable {field} {hold} must be between 1 and {MIN_ON_OFF_S_MAX}"
+            ));
+        }
+    }
+    if let (Some(default), Some(kind)) = (&w.relinquish_default, p.kind)
+        && kind != Kind::Text
+    {
+        let codebook = p
+            .codebook
+            .as_ref()
+            .and_then(|name| vocabulary.codebooks.get(name))
+            .map(|defined| &defined.value);
+        if let Some(why) = value_refusal(kind, p.range, p.unit.as_deref(), codebook, default) {
+            push(format!("writable relinquish_default: {why}"));
+        }
     }
 }
 
@@ -1169,5 +1250,156 @@ bar = { quantity = "pressure", factor = 100.0 }
         ));
         let report = source::load(&files).expect_err("instance reused across hosts");
         assert_eq!(report.issues.len(), 1);
+    }
+
+    /// Each refusal of a `writable` section, with its exact message, on the number base point
+    /// (range 0 to 120 degC) or the kind the override makes it.
+    #[test]
+    fn writable_sections_are_admitted_only_when_they_can_be_met() {
+        let enum_point: &[(&str, Option<&str>)] = &[
+            ("kind", Some("\"enum\"")),
+            ("codebook", Some("\"pump_state\"")),
+            ("unit", None),
+            ("unit_native", None),
+            ("range", None),
+            ("deadband", None),
+            ("agg_safe", Some("false")),
+        ];
+        let bool_point: &[(&str, Option<&str>)] = &[
+            ("kind", Some("\"bool\"")),
+            ("unit", None),
+            ("unit_native", None),
+            ("range", None),
+            ("deadband", None),
+            ("agg_safe", Some("false")),
+        ];
+        type Overrides<'a> = Vec<(&'a str, Option<&'a str>)>;
+        let cases: Vec<(Overrides<'_>, &str)> = vec![
+            (
+                vec![("writable", Some("{ tolerance = 0.5 }"))],
+                "writable without verify_s: say how long the device has to follow a command",
+            ),
+            (
+                vec![("writable", Some("{ verify_s = 0, tolerance = 0.5 }"))],
+                "writable verify_s is 0; a device needs at least 1 s to follow a command",
+            ),
+            (
+                vec![("writable", Some("{ verify_s = 86401, tolerance = 0.5 }"))],
+                "writable verify_s 86401 is more than the limit of 86400",
+            ),
+            (
+                vec![("writable", Some("{ verify_s = 60 }"))],
+                "writable number point without tolerance: say how close its observations must come to a command",
+            ),
+            (
+                vec![("writable", Some("{ verify_s = 60, tolerance = -1.0 }"))],
+                "writable tolerance -1 must be finite and not negative",
+            ),
+            (
+                vec![(
+                    "writable",
+                    Some("{ verify_s = 60, tolerance = 0.5, relinquish_default = 130.0 }"),
+                )],
+                "writable relinquish_default: the value 130 degC is outside the point's range 0 to 120 degC",
+            ),
+            (
+                vec![(
+                    "writable",
+                    Some("{ verify_s = 60, tolerance = 0.5, relinquish_default = true }"),
+                )],
+                "writable relinquish_default: the value is not a number",
+            ),
+            (
+                vec![(
+                    "writable",
+                    Some("{ verify_s = 60, tolerance = 0.5, min_on_s = 60 }"),
+                )],
+                "writable min_on_s on a number point; minimum on/off times are for bool points",
+            ),
+            (
+                [
+                    enum_point,
+                    &[(
+                        "writable",
+                        Some("{ verify_s = 60, relinquish_default = \"purple\" }"),
+                    )],
+                ]
+                .concat(),
+                "writable relinquish_default: \"purple\" is not a member of the point's codebook (fault, off, on)",
+            ),
+            (
+                [
+                    enum_point,
+                    &[("writable", Some("{ verify_s = 60, tolerance = 1.0 }"))],
+                ]
+                .concat(),
+                "writable tolerance on a enum point; bools and enums are verified by equality",
+            ),
+            (
+                [
+                    bool_point,
+                    &[("writable", Some("{ verify_s = 60, min_off_s = 0 }"))],
+                ]
+                .concat(),
+                "writable min_off_s 0 must be between 1 and 86400",
+            ),
+            (
+                vec![
+                    ("kind", Some("\"text\"")),
+                    ("unit", None),
+                    ("unit_native", None),
+                    ("range", None),
+                    ("deadband", None),
+                    ("agg_safe", Some("false")),
+                    ("writable", Some("{ verify_s = 60 }")),
+                ],
+                "writable on a text point; only number, bool and enum points take commands",
+            ),
+        ];
+        for (overrides, message) in cases {
+            let issues = one_point(&overrides);
+            assert_eq!(issues.len(), 1, "{overrides:?}: {issues:#?}");
+            assert_eq!(issues[0].message, message, "{overrides:?}");
+        }
+
+        // On the core's own host (self-points and derived points), never.
+        let issues = run(&[(
+            "hosts/sentinel.toml",
+            host_file(
+                "sentinel",
+                &[point(&[("writable", Some("{ verify_s = 60, tolerance = 0.5 }"))])],
+            ),
+        )]);
+        assert_eq!(
+            issues.iter().map(|i| i.message.as_str()).collect::<Vec<_>>(),
+            [
+                "writable on a point the core computes or publishes itself; only a device's points take commands"
+            ]
+        );
+
+        // A clean one resolves, its numbers normalised for the canonical form's round trip.
+        let files = vec![
+            ("units.toml".to_owned(), UNITS.to_owned()),
+            ("codebooks.toml".to_owned(), CODEBOOKS.to_owned()),
+            (
+                "hosts/plant-a.toml".to_owned(),
+                host_file(
+                    "plant-a",
+                    &[point(&[(
+                        "writable",
+                        Some("{ verify_s = 60, tolerance = 0.5, relinquish_default = 70 }"),
+                    )])],
+                ),
+            ),
+        ];
+        let descriptors = source::load(&files).expect("a clean writable point");
+        let writable = descriptors[0].writable.as_ref().expect("writable");
+        assert_eq!(
+            writable.relinquish_default,
+            Some(crate::registry::CommandValue::Number(70.0))
+        );
+        let json = crate::registry::canonical::canonical_json(&descriptors[0]);
+        let back = crate::registry::canonical::parse_stored(&json).expect("reads back");
+        assert_eq!(back, descriptors[0], "the stored blob compares equal");
     }
 }

@@ -4,8 +4,13 @@
 //! conversion and codebook are inlined, so a stored descriptor blob alone is enough to
 //! reinterpret any historical row (ingest spec, "The registry is versioned data"). The
 //! canonical JSON of this struct is what gets hashed and stored.
+//!
+//! Also owns what a writable point may be commanded to ([`Writable`], [`CommandValue`],
+//! [`value_refusal`]): the one check both admission (a `relinquish_default`) and the commands
+//! part (a request's value) run, so a value the registry accepts as a default is one a request
+//! may ask for too (issue 21 item 1).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -193,6 +198,106 @@ pub enum Reporting {
     OnChange,
 }
 
+/// A value a writable point can be commanded to, in the point's canonical unit: a number, a
+/// bool, or a codebook member (the canonical name, never a native code). Untagged, so it reads
+/// and writes as the bare JSON (or TOML) value; a number is always an `f64`, so an integer and
+/// the same float compare equal after the canonical form's round trip.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(untagged)]
+pub enum CommandValue {
+    Bool(bool),
+    Number(f64),
+    Member(String),
+}
+
+impl CommandValue {
+    /// The value of a JSON scalar, or `None` for null, an array or an object.
+    pub fn from_json(value: &serde_json::Value) -> Option<CommandValue> {
+        match value {
+            serde_json::Value::Bool(b) => Some(CommandValue::Bool(*b)),
+            serde_json::Value::Number(n) => n.as_f64().map(CommandValue::Number),
+            serde_json::Value::String(s) => Some(CommandValue::Member(s.clone())),
+            _ => None,
+        }
+    }
+
+    /// As JSON, the way the command carries it to its driver.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            CommandValue::Bool(b) => serde_json::Value::Bool(*b),
+            CommandValue::Number(v) => {
+                serde_json::Number::from_f64(*v).map_or(serde_json::Value::Null, serde_json::Value::Number)
+            }
+            CommandValue::Member(m) => serde_json::Value::String(m.clone()),
+        }
+    }
+}
+
+/// Why `value` is not one a point of `kind` with this range (canonical unit `unit`) and
+/// codebook can be commanded to, as one line; `None` when it can. Text points take no
+/// commands (admission refuses `writable` on one).
+pub fn value_refusal(
+    kind: Kind,
+    range: Option<Range>,
+    unit: Option<&str>,
+    codebook: Option<&BTreeMap<String, String>>,
+    value: &CommandValue,
+) -> Option<String> {
+    match (kind, value) {
+        (Kind::Number, CommandValue::Number(v)) => {
+            if !v.is_finite() {
+                return Some("the value is not a finite number".to_owned());
+            }
+            let range = range?;
+            (*v < range.min || *v > range.max).then(|| {
+                let unit = unit.map(|u| format!(" {u}")).unwrap_or_default();
+                format!(
+                    "the value {v}{unit} is outside the point's range {} to {}{unit}",
+                    range.min, range.max
+                )
+            })
+        }
+        (Kind::Bool, CommandValue::Bool(_)) => None,
+        (Kind::Enum, CommandValue::Member(member)) => {
+            let members: BTreeSet<&str> = codebook
+                .map(|c| c.values().map(String::as_str).collect())
+                .unwrap_or_default();
+            (!members.contains(member.as_str())).then(|| {
+                format!(
+                    "{member:?} is not a member of the point's codebook ({})",
+                    members.into_iter().collect::<Vec<_>>().join(", ")
+                )
+            })
+        }
+        (Kind::Number, _) => Some("the value is not a number".to_owned()),
+        (Kind::Bool, _) => Some("the value is not a bool (true or false)".to_owned()),
+        (Kind::Enum, _) => Some("the value is not a codebook member (a string)".to_owned()),
+        (Kind::Text, _) => Some("a text point takes no commands".to_owned()),
+    }
+}
+
+/// The `writable` section: the point takes commands (issue 21 item 1). What a command may ask
+/// for is checked like an observation (kind, range, codebook, unit: [`value_refusal`]); what
+/// follows a command is verified against the point's own observations.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Writable {
+    /// Where the point goes when every claim on it is released; `None` (`null`): it holds the
+    /// last value commanded (BACnet's `Relinquish_Default`, or none).
+    pub relinquish_default: Option<CommandValue>,
+    /// How long the point's observations have to come within `tolerance` of a command.
+    pub verify_s: u32,
+    /// Numbers: how close, in the canonical unit; 0 for bools and enums (equality).
+    pub tolerance: f64,
+    /// Bools: after a change to `true` it holds that long (anti-short-cycling; only interlock
+    /// and safety claims break it, as BACnet's minimum on/off slot).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_on_s: Option<u32>,
+    /// Bools: after a change to `false` it holds that long.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_off_s: Option<u32>,
+}
+
 /// The sensor-paradigm manifest fields, carried so admission checks can grow without a format
 /// change (DESIGN.md §4).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -240,6 +345,39 @@ pub struct Descriptor {
     /// descriptor without it hashes as it did before the field existed (DESIGN.md §4).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub derived: Option<Derived>,
+    /// Set for a point that takes commands; optional and left out when absent, like `derived`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writable: Option<Writable>,
+}
+
+impl Descriptor {
+    /// Why `value` (with the request's `unit`, if it gave one) cannot be commanded to this
+    /// point, as one line; `None` when it can.
+    pub fn command_refusal(&self, value: &CommandValue, unit: Option<&str>) -> Option<String> {
+        if self.writable.is_none() {
+            return Some(format!("point {:?} is not writable", self.id));
+        }
+        match (unit, self.unit.as_deref()) {
+            (Some(asked), Some(unit)) if asked != unit => {
+                return Some(format!(
+                    "the request's unit {asked:?} is not the point's unit {unit:?}"
+                ));
+            }
+            (Some(asked), None) => {
+                return Some(format!(
+                    "the request gives the unit {asked:?}, but the point has none"
+                ));
+            }
+            _ => {}
+        }
+        value_refusal(
+            self.kind,
+            self.range,
+            self.unit.as_deref(),
+            self.codebook.as_ref(),
+            value,
+        )
+    }
 }
 
 impl Descriptor {
@@ -279,6 +417,7 @@ impl Descriptor {
                 heartbeat_s: None,
             },
             derived: None,
+            writable: None,
         }
     }
 }

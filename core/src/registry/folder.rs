@@ -16,7 +16,7 @@ use std::fmt;
 use serde::Deserialize;
 
 use super::descriptor::{
-    Archetype, Conversion, Derived, EventPolicy, Kind, Range, Reporting, RetentionClass,
+    Archetype, CommandValue, Conversion, Derived, EventPolicy, Kind, Range, Reporting, RetentionClass,
 };
 
 /// Files read from one folder; beyond this the folder is refused rather than half-read.
@@ -140,6 +140,21 @@ pub struct SourcePoint {
     pub heartbeat_s: Option<u32>,
     /// `derived = { op = "...", inputs = [...], window_s = N }`: computed by the core.
     pub derived: Option<Derived>,
+    /// `writable = { verify_s = N, tolerance = T, relinquish_default = V, min_on_s = N,
+    /// min_off_s = N }`: the point takes commands.
+    pub writable: Option<SourceWritable>,
+}
+
+/// A point's `writable` section as written; every field optional here so admission reports
+/// what is missing with everything else (`check.rs`).
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceWritable {
+    pub relinquish_default: Option<CommandValue>,
+    pub verify_s: Option<u32>,
+    pub tolerance: Option<f64>,
+    pub min_on_s: Option<u32>,
+    pub min_off_s: Option<u32>,
 }
 
 impl SourcePoint {

@@ -27,8 +27,8 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 
 pub use descriptor::{
-    Archetype, Assignment, Conversion, Derived, DerivedOp, Descriptor, EventPolicy, Kind, Manifest, Range,
-    Reporting, RetentionClass, SELF_HOST, SELF_INSTANCE,
+    Archetype, Assignment, CommandValue, Conversion, Derived, DerivedOp, Descriptor, EventPolicy, Kind,
+    Manifest, Range, Reporting, RetentionClass, SELF_HOST, SELF_INSTANCE, Writable, value_refusal,
 };
 
 /// Index of a point in a compiled [`Registry`]. Stable for that registry only.

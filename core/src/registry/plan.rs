@@ -137,6 +137,8 @@ pub struct Plan {
     pub stream_fits: bool,
     /// Derived points, each after every derived point it reads.
     pub derived_in_dependency_order: Vec<PlannedDerived>,
+    /// Points with a `writable` section, sorted: the points commands may go to.
+    pub writable: Vec<String>,
 }
 
 impl Plan {
@@ -170,8 +172,15 @@ impl Plan {
                 })
             })
             .collect();
+        let mut writable: Vec<String> = descriptors
+            .iter()
+            .filter(|d| d.writable.is_some())
+            .map(|d| d.id.clone())
+            .collect();
+        writable.sort();
         Plan {
             points: descriptors.len(),
+            writable,
             within_budget: load.total_peak_obs_s <= admission.ingest_budget_obs_s,
             stream_fits: load.stream_fits(admission),
             admission: admission.clone(),
@@ -218,6 +227,18 @@ mod tests {
         assert!(plan.within_budget && plan.stream_fits);
         assert_eq!(plan.derived_in_dependency_order.len(), 1);
         assert_eq!(plan.derived_in_dependency_order[0].op, "mean");
+        assert!(plan.writable.is_empty());
+
+        descriptors[1].writable = Some(crate::registry::descriptor::Writable {
+            relinquish_default: None,
+            verify_s: 60,
+            tolerance: 0.5,
+            min_on_s: None,
+            min_off_s: None,
+        });
+        let plan = Plan::of(&descriptors, &Admission::default());
+        assert_eq!(plan.writable, ["b"]);
+        assert_eq!(plan.points, 4, "a writable point is counted once, in its class");
     }
 
     /// The spec's arithmetic: 500/s for four hours is 7.2M messages, inside the default 8M

@@ -11,10 +11,10 @@
 //! is authored by people and fuzzed.
 
 use super::check;
-use super::descriptor::{Assignment, Conversion, Descriptor, Manifest};
+use super::descriptor::{Assignment, Conversion, Descriptor, Manifest, Writable};
 pub use super::folder::{
     Defined, FILE_BYTES_MAX, FILES_MAX, FOLDER, ISSUES_MAX, LocatedPoint, RegistryIssue, RegistryReport,
-    SourceFile, SourceFolder, SourcePoint, SourceUnit, Vocabulary, parse,
+    SourceFile, SourceFolder, SourcePoint, SourceUnit, SourceWritable, Vocabulary, parse,
 };
 use super::plan::Admission;
 
@@ -101,6 +101,17 @@ fn resolve_point(
             heartbeat_s: p.heartbeat_s,
         },
         derived: p.derived.clone(),
+        writable: match &p.writable {
+            Some(w) => Some(Writable {
+                relinquish_default: w.relinquish_default.clone(),
+                verify_s: w.verify_s.ok_or_else(|| missing("writable verify_s"))?,
+                // Normalised like the deadband, so the stored blob compares equal.
+                tolerance: w.tolerance.unwrap_or(0.0) + 0.0,
+                min_on_s: w.min_on_s,
+                min_off_s: w.min_off_s,
+            }),
+            None => None,
+        },
     })
 }
 

@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sentinel_core::registry::{Conversion, Descriptor, Kind, Range, Registry, RetentionClass};
+use sentinel_core::registry::{
+    CommandValue, Conversion, Descriptor, Kind, Range, Registry, RetentionClass, Writable,
+};
 use sentinel_core::{Config, Core, Delivery, DeliveryTag, Effect, Micros, RestoredState};
 
 pub const T0: Micros = Micros(1_796_000_000_000_000);
@@ -17,6 +19,7 @@ pub fn descriptor(id: &str, kind: Kind, class: RetentionClass, host: &str, insta
 
 /// plant.temp: °F device stored in °C, range −40..150 °C, deadband 0.5.
 /// plant.pump: enum 0/1/2. plant.door: bool. plant.rssi: dBm diagnostic. plant.label: text.
+/// Writable: plant.temp (relinquished to 20 °C), plant.pump (holds), plant.door (to false).
 pub fn registry() -> Arc<Registry> {
     let mut temp = descriptor(
         "plant.temp",
@@ -72,6 +75,19 @@ pub fn registry() -> Arc<Registry> {
         "plant-c",
         "opc-1",
     );
+    let writable = |relinquish_default: Option<CommandValue>, tolerance: f64| {
+        Some(Writable {
+            relinquish_default,
+            verify_s: 60,
+            tolerance,
+            min_on_s: None,
+            min_off_s: None,
+        })
+    };
+    temp.writable = writable(Some(CommandValue::Number(20.0)), 0.5);
+    pump.writable = writable(None, 0.0);
+    let mut door = door;
+    door.writable = writable(Some(CommandValue::Bool(false)), 0.0);
     Arc::new(
         Registry::compile(
             7,

@@ -375,6 +375,11 @@ impl Harness {
                 Effect::DropExpired(run) => {
                     assert_eq!(run.epoch, EPOCH, "retention run on the wrong epoch");
                 }
+                Effect::Arbitrate { epoch, .. } => {
+                    // Only in answer to a command request, which this body never sends; if it
+                    // comes, it is fenced like every write.
+                    assert_eq!(epoch, EPOCH, "arbitration write on the wrong epoch");
+                }
                 Effect::Reprocess(_) | Effect::ReprocessReply { .. } => {
                     // Only in answer to a reprocess request, which this body never sends.
                     panic!("reprocess effect without a request: {effect:?}");

@@ -1,7 +1,30 @@
 //! The model's control log: fenced, epoch-stamped appends and paged reads (ingest spec, "Two
-//! logs").
+//! logs"); and `point_desired`, upserted with the control events of the claim change that
+//! produced each row, in one step under the fence (issue 21 item 2).
 
-use super::{ControlEvent, MemoryStore, StoreError, StoredControlEvent, lock};
+use sentinel_core::arbitration::DesiredRow;
+
+use super::{ControlEvent, MemoryStore, Model, StoreError, StoredControlEvent, StoredDesired, lock};
+
+/// Appends `events` to the log (the caller holds the lock and has fenced); returns their seqs.
+fn append(model: &mut Model, events: Vec<ControlEvent>) -> Vec<i64> {
+    let mut seqs = Vec::with_capacity(events.len());
+    for event in events {
+        let seq = model.control_events.last().map_or(1, |e| e.seq + 1);
+        model.control_events.push(StoredControlEvent {
+            seq,
+            occurred_at: event.occurred_at,
+            kind: event.kind().as_str().to_owned(),
+            point_id: Some(event.point_id.to_string()),
+            principal: event.principal.to_string(),
+            core_epoch: event.core_epoch,
+            payload: event.payload_json(),
+            registry_version: event.registry_version,
+        });
+        seqs.push(seq);
+    }
+    seqs
+}
 
 impl MemoryStore {
     pub(super) async fn write_control_events_inner(
@@ -15,22 +38,45 @@ impl MemoryStore {
         sentinel_ports::check_control_stamps(epoch, &events)?;
         let mut model = lock(&self.model);
         model.fence(epoch)?;
-        let mut seqs = Vec::with_capacity(events.len());
-        for event in events {
-            let seq = model.control_events.last().map_or(1, |e| e.seq + 1);
-            model.control_events.push(StoredControlEvent {
-                seq,
-                occurred_at: event.occurred_at,
-                kind: event.kind().as_str().to_owned(),
-                point_id: Some(event.point_id.to_string()),
-                principal: event.principal.to_string(),
-                core_epoch: event.core_epoch,
-                payload: event.payload_json(),
-                registry_version: event.registry_version,
-            });
-            seqs.push(seq);
+        Ok(append(&mut model, events))
+    }
+
+    pub(super) async fn write_arbitration_inner(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+        desired: Vec<DesiredRow>,
+    ) -> Result<Vec<i64>, StoreError> {
+        sentinel_ports::check_arbitration_write(epoch, &events, &desired)?;
+        let mut model = lock(&self.model);
+        model.fence(epoch)?;
+        let seqs = append(&mut model, events);
+        // As the SQL: the row records the write's last event (the newest seq when it has none).
+        let control_seq = seqs
+            .last()
+            .copied()
+            .unwrap_or_else(|| model.control_events.last().map_or(0, |e| e.seq));
+        for row in desired {
+            model.point_desired.insert(
+                row.point_id.clone(),
+                StoredDesired {
+                    row,
+                    core_epoch: epoch,
+                    control_seq,
+                },
+            );
         }
         Ok(seqs)
+    }
+
+    pub(super) async fn load_point_desired_inner(&self) -> Result<Vec<StoredDesired>, StoreError> {
+        let model = lock(&self.model);
+        Ok(model
+            .point_desired
+            .values()
+            .take(sentinel_ports::POINT_DESIRED_LOAD_MAX)
+            .cloned()
+            .collect())
     }
 
     pub(super) async fn load_control_events_inner(

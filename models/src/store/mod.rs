@@ -46,8 +46,8 @@ use sentinel_ports::clock::{Clock, SystemClock};
 use sentinel_ports::{
     ClassMove, ColdStart, CommitError, DroppedPartition, HistoryRow, Lease, Partition, RegistryLoad,
     RetainedTable, RetentionCutoffs, RetentionRun, RollupGrain, RollupRefresh, RollupRow, RollupStep,
-    RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError, StoredControlEvent, StoredRegistry,
-    lock_session_name,
+    RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError, StoredControlEvent, StoredDesired,
+    StoredRegistry, lock_session_name,
 };
 
 /// A quarantine entry as the model stores it (the `quarantine` table's columns).
@@ -108,6 +108,8 @@ struct Model {
     commit_unfenced: bool,
     /// The `control_event` table, ascending by `seq`.
     control_events: Vec<StoredControlEvent>,
+    /// The `point_desired` table, by point id.
+    point_desired: BTreeMap<Arc<str>, StoredDesired>,
     /// The rollup tables, their watermark and invalidations (`rollup.rs`).
     rollups: rollup::Rollups,
     /// Which partitions exist and the retention marks (`retention.rs`).
@@ -187,6 +189,7 @@ impl MemoryStore {
                 cold_starts: BTreeMap::new(),
                 commit_unfenced: false,
                 control_events: Vec::new(),
+                point_desired: BTreeMap::new(),
                 rollups: rollup::Rollups::default(),
                 retention: retention::RetentionState::default(),
             })),
@@ -440,6 +443,19 @@ impl Store for MemoryStore {
         limit: usize,
     ) -> Result<Vec<StoredControlEvent>, StoreError> {
         self.load_control_events_inner(after_seq, limit).await
+    }
+
+    async fn write_arbitration(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+        desired: Vec<sentinel_core::arbitration::DesiredRow>,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.write_arbitration_inner(epoch, events, desired).await
+    }
+
+    async fn load_point_desired(&self) -> Result<Vec<StoredDesired>, StoreError> {
+        self.load_point_desired_inner().await
     }
 
     async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {

@@ -21,7 +21,7 @@ use sentinel_core::{
 };
 
 use maintenance::{ClassExtent, ClassMove, HistoryRow};
-use records::{RegistryLoad, StartupStep, StoredControlEvent, StoredRegistry};
+use records::{RegistryLoad, StartupStep, StoredControlEvent, StoredDesired, StoredRegistry};
 use retention::{Partition, RetentionCutoffs, RetentionRun};
 use rollups::{RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark};
 
@@ -112,6 +112,23 @@ pub trait Store: Clone + Send + Sync + 'static {
         epoch: u32,
         events: Vec<ControlEvent>,
     ) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
+
+    /// Writes `events` and upserts the `point_desired` rows `desired` (one per point) in one
+    /// transaction fenced on `epoch` (issue 21 item 2: a claim's control event and the row it
+    /// produces commit together or not at all). Each row records `epoch` and the `seq` of the
+    /// write's last event. Returns the events' seqs, in order. At most
+    /// [`records::POINT_DESIRED_PER_WRITE_MAX`] rows and
+    /// [`sentinel_core::control::CONTROL_EVENTS_PER_WRITE_MAX`] events.
+    fn write_arbitration(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+        desired: Vec<sentinel_core::arbitration::DesiredRow>,
+    ) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send;
+
+    /// Every `point_desired` row, ordered by point id, at most
+    /// [`records::POINT_DESIRED_LOAD_MAX`] (restart: the desired values as last written).
+    fn load_point_desired(&self) -> impl Future<Output = Result<Vec<StoredDesired>, StoreError>> + Send;
 
     /// Control events with `seq > after_seq`, ascending, at most `limit` (restart step 4).
     fn load_control_events(

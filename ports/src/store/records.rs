@@ -1,6 +1,7 @@
 //! What the store hands back about the registry, the control log and cold starts (ingest
 //! spec, "Two logs" and "Registry"; core runtime spec, "Acquisition order at startup").
 
+use sentinel_core::arbitration::DesiredRow;
 use sentinel_core::{ControlEvent, Micros, RetentionClass};
 
 use super::StoreError;
@@ -86,6 +87,50 @@ pub fn check_control_stamps(epoch: u32, events: &[ControlEvent]) -> Result<(), S
         ))),
         None => Ok(()),
     }
+}
+
+/// One `point_desired` row as stored (issue 21 item 2): the resolver's row, the epoch that
+/// wrote it, and the last control event written in the same transaction.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StoredDesired {
+    pub row: DesiredRow,
+    pub core_epoch: u32,
+    pub control_seq: i64,
+}
+
+/// Most `point_desired` rows one [`Store::load_point_desired`] returns: one per writable
+/// point, and a registry holds at most 65,536 points.
+pub const POINT_DESIRED_LOAD_MAX: usize = 65_536;
+
+/// Most rows one arbitration write upserts.
+pub const POINT_DESIRED_PER_WRITE_MAX: usize = 1_000;
+
+/// What both stores check before an arbitration write touches anything: every event stamped
+/// with the writer's epoch, the bounds, and one row per point.
+pub fn check_arbitration_write(
+    epoch: u32,
+    events: &[ControlEvent],
+    desired: &[DesiredRow],
+) -> Result<(), StoreError> {
+    check_control_stamps(epoch, events)?;
+    if events.len() > sentinel_core::control::CONTROL_EVENTS_PER_WRITE_MAX
+        || desired.len() > POINT_DESIRED_PER_WRITE_MAX
+    {
+        return Err(StoreError::Other(format!(
+            "an arbitration write of {} events and {} point_desired rows is past its bounds",
+            events.len(),
+            desired.len()
+        )));
+    }
+    let mut points: Vec<&str> = desired.iter().map(|d| &*d.point_id).collect();
+    points.sort_unstable();
+    if let Some(twice) = points.windows(2).find(|w| w[0] == w[1]) {
+        return Err(StoreError::Other(format!(
+            "point {:?} has two point_desired rows in one write",
+            twice[0]
+        )));
+    }
+    Ok(())
 }
 
 /// Row counts per retention-class table.

@@ -1,0 +1,426 @@
+//! The claims part: every writable point's claims and its desired value, through the one
+//! resolver ([`crate::arbitration`]; issue 21 item 2; core runtime spec, "Single writer is a
+//! requirement": the arbitration resolver is the only writer of `point_desired`).
+//!
+//! Owns: one [`PointArbiter`] per writable point of the registry (its relinquish default from
+//! the `writable` section), the desired values restored at startup, the claims' lapse times,
+//! and the ids of the commands a lapse issues. Every change — a claim set or replaced, released,
+//! or lapsed — is one `Effect::Arbitrate`: the claim's control event, the `command_issued`
+//! event when the winning value changed (exactly one command per change of value; none for a
+//! new winner with the same value, none for a hold), and the `point_desired` row, written in
+//! one transaction fenced on the epoch. The command is published only once that commits
+//! (the commands part, from `ControlCommitted`). Changes apply here as they are emitted: the
+//! runtime writes control events one at a time in order and a failed write stops the core, so
+//! what this part holds is what the log will hold.
+//!
+//! Takes the commands part's admitted requests (claims and releases, from the router), `Tick`
+//! (lapses), and the restored `point_desired` rows at startup. Emits `Arbitrate`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::arbitration::{Change, Claim, Desired, DesiredRow, PointArbiter};
+use crate::control::{
+    ControlDetail, ControlEvent, PRINCIPAL_ARBITRATION, RELEASED_BY_HOLDER, RELEASED_EXPIRED,
+};
+use crate::effect::Effect;
+use crate::registry::{PointIdx, Registry};
+use crate::time::Micros;
+
+use super::context::{Ctx, Out};
+
+#[derive(Debug, Default)]
+pub(crate) struct Claims {
+    points: BTreeMap<PointIdx, PointArbiter>,
+    /// Lapses issue commands too; their ids are `lapse-<epoch>-<n>`.
+    lapses: u64,
+}
+
+/// Who asks for a claim change, and under which request id.
+pub(crate) struct Asker {
+    pub principal: Arc<str>,
+    pub command_id: String,
+}
+
+impl Claims {
+    /// One arbiter per writable point, nothing claimed, nothing desired yet.
+    pub fn new(registry: &Registry) -> Claims {
+        let points = registry
+            .points()
+            .filter_map(|(idx, point)| {
+                let writable = point.descriptor.writable.as_ref()?;
+                Some((idx, PointArbiter::new(writable.relinquish_default.clone(), None)))
+            })
+            .collect();
+        Claims { points, lapses: 0 }
+    }
+
+    /// Restart: the desired values as last written. Rows for points that are no longer
+    /// writable in this registry are skipped. Returns how many were restored.
+    pub fn restore(&mut self, registry: &Registry, rows: impl IntoIterator<Item = DesiredRow>) -> usize {
+        let mut restored = 0;
+        for row in rows {
+            let Some(idx) = registry.resolve(&row.point_id) else {
+                continue;
+            };
+            let Some(writable) = registry.point(idx).descriptor.writable.as_ref() else {
+                continue;
+            };
+            self.points.insert(
+                idx,
+                PointArbiter::new(writable.relinquish_default.clone(), Some(row.desired)),
+            );
+            restored += 1;
+        }
+        restored
+    }
+
+    pub fn desired(&self, point: PointIdx) -> Option<&Desired> {
+        self.points.get(&point).map(PointArbiter::desired)
+    }
+
+    /// The point's claims, winner first is not promised: in holder order.
+    pub fn claims(&self, point: PointIdx) -> impl Iterator<Item = &Claim> {
+        self.points.get(&point).into_iter().flat_map(PointArbiter::claims)
+    }
+
+    /// Sets `claim` on `point` (a writable point: the commands part admitted it). `Err` with
+    /// the reason when the point cannot take another holder.
+    pub fn set(
+        &mut self,
+        point: PointIdx,
+        claim: Claim,
+        asker: Asker,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) -> Result<(), String> {
+        let Some(arbiter) = self.points.get_mut(&point) else {
+            return Err(format!(
+                "point {:?} is not writable",
+                &*ctx.registry.point(point).id
+            ));
+        };
+        let event = ControlDetail::ClaimSet {
+            command_id: asker.command_id.clone(),
+            holder: claim.holder.clone(),
+            band: claim.band,
+            priority: claim.priority,
+            value: claim.value.clone(),
+            until: claim.until,
+        };
+        let change = arbiter.set(claim)?;
+        emit(point, event, change, &asker, ctx, out);
+        Ok(())
+    }
+
+    /// Releases `holder`'s claim on `point`. `Err` with the reason when it holds none.
+    pub fn release(
+        &mut self,
+        point: PointIdx,
+        holder: &str,
+        asker: Asker,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) -> Result<(), String> {
+        let change = self
+            .points
+            .get_mut(&point)
+            .and_then(|arbiter| arbiter.release(holder, ctx.now))
+            .ok_or_else(|| {
+                format!(
+                    "{holder:?} holds no claim on point {:?}",
+                    &*ctx.registry.point(point).id
+                )
+            })?;
+        let event = ControlDetail::ClaimReleased {
+            command_id: asker.command_id.clone(),
+            holder: holder.into(),
+            why: RELEASED_BY_HOLDER,
+        };
+        emit(point, event, change, &asker, ctx, out);
+        Ok(())
+    }
+
+    /// The earliest lapse of any claim.
+    pub fn next_deadline(&self) -> Option<Micros> {
+        self.points.values().filter_map(PointArbiter::next_expiry).min()
+    }
+
+    /// Releases every claim whose `until` has passed, in point and holder order.
+    pub fn expire(&mut self, ctx: &Ctx, out: &mut Out) {
+        if self.next_deadline().is_none_or(|at| at > ctx.now) {
+            return;
+        }
+        for (&point, arbiter) in &mut self.points {
+            for (holder, change) in arbiter.expire(ctx.now) {
+                self.lapses += 1;
+                let asker = Asker {
+                    principal: PRINCIPAL_ARBITRATION.into(),
+                    command_id: format!("lapse-{}-{}", ctx.epoch, self.lapses),
+                };
+                let event = ControlDetail::ClaimReleased {
+                    command_id: asker.command_id.clone(),
+                    holder,
+                    why: RELEASED_EXPIRED,
+                };
+                emit(point, event, change, &asker, ctx, out);
+            }
+        }
+    }
+}
+
+/// One change on the record: the claim's event, the command when the value moved, and the
+/// `point_desired` row, in one write.
+fn emit(
+    point: PointIdx,
+    claim_event: ControlDetail,
+    change: Change,
+    asker: &Asker,
+    ctx: &Ctx,
+    out: &mut Out,
+) {
+    let point_id = ctx.registry.point(point).id.clone();
+    let event = |principal: Arc<str>, detail: ControlDetail| ControlEvent {
+        occurred_at: ctx.now,
+        point: Some(point),
+        point_id: point_id.clone(),
+        principal,
+        core_epoch: ctx.epoch,
+        registry_version: ctx.registry.version,
+        detail,
+    };
+    let mut events = vec![event(asker.principal.clone(), claim_event)];
+    if let Some(value) = &change.command {
+        // The command speaks for the claim that won; with none left, for whoever released.
+        let principal = change
+            .desired
+            .winner
+            .as_ref()
+            .map_or_else(|| asker.principal.clone(), |w| w.holder.clone());
+        events.push(event(
+            principal,
+            ControlDetail::CommandIssued {
+                command_id: asker.command_id.clone(),
+                value: value.to_json(),
+            },
+        ));
+    }
+    out.metrics.control_events += events.len() as u64;
+    out.push(Effect::Arbitrate {
+        epoch: ctx.epoch,
+        events,
+        desired: vec![DesiredRow {
+            point_id,
+            desired: change.desired,
+        }],
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::arbitration::Band;
+    use crate::parts::context::testing::{T0, ctx, drain};
+    use crate::registry::{CommandValue, Writable};
+
+    /// The fixture's context with `plant.temp` writable, relinquished to 20.
+    fn writable_ctx() -> Ctx {
+        let mut ctx = ctx();
+        let descriptors: Vec<_> = ctx
+            .registry
+            .points()
+            .map(|(_, p)| {
+                let mut d = p.descriptor.clone();
+                if d.id == "plant.temp" {
+                    d.writable = Some(Writable {
+                        relinquish_default: Some(CommandValue::Number(20.0)),
+                        verify_s: 60,
+                        tolerance: 0.5,
+                        min_on_s: None,
+                        min_off_s: None,
+                    });
+                }
+                d
+            })
+            .collect();
+        ctx.registry =
+            Arc::new(Registry::compile(3, "sha".into(), "hash".into(), descriptors).expect("compiles"));
+        ctx
+    }
+
+    fn claim(holder: &str, band: Band, value: f64, since: Micros, until: Option<Micros>) -> Claim {
+        Claim {
+            holder: holder.into(),
+            band,
+            priority: 0,
+            value: CommandValue::Number(value),
+            since,
+            until,
+        }
+    }
+
+    fn asker(id: &str, principal: &str) -> Asker {
+        Asker {
+            principal: principal.into(),
+            command_id: id.into(),
+        }
+    }
+
+    /// (kinds of the events, the desired value) of the one `Arbitrate` effect.
+    fn written(out: &mut Out) -> (Vec<&'static str>, Option<CommandValue>) {
+        let effects = drain(out);
+        let [Effect::Arbitrate { events, desired, .. }] = &effects[..] else {
+            panic!("one arbitration write: {effects:?}");
+        };
+        (
+            events.iter().map(|e| e.kind().as_str()).collect(),
+            desired[0].desired.value.clone(),
+        )
+    }
+
+    #[test]
+    fn an_operator_claim_overrides_automation_and_its_release_restores_it() {
+        let mut ctx = writable_ctx();
+        let temp = ctx.registry.resolve("plant.temp").expect("fixture");
+        let mut claims = Claims::new(&ctx.registry);
+        let mut out = Out::default();
+        claims
+            .set(
+                temp,
+                claim("rule:a", Band::Automation, 18.0, T0, None),
+                asker("a-1", "rule:a"),
+                &ctx,
+                &mut out,
+            )
+            .expect("set");
+        assert_eq!(
+            written(&mut out),
+            (
+                vec!["claim_set", "command_issued"],
+                Some(CommandValue::Number(18.0))
+            )
+        );
+        ctx.now = T0.add_ms(1_000);
+        claims
+            .set(
+                temp,
+                claim("ana", Band::Operator, 21.0, ctx.now, Some(T0.add_ms(3_600_000))),
+                asker("op-1", "ana"),
+                &ctx,
+                &mut out,
+            )
+            .expect("set");
+        assert_eq!(
+            written(&mut out),
+            (
+                vec!["claim_set", "command_issued"],
+                Some(CommandValue::Number(21.0))
+            )
+        );
+        // A second operator asks for the same value: a new winner, no command.
+        claims
+            .set(
+                temp,
+                claim("bob", Band::Operator, 21.0, ctx.now.add_ms(1), None),
+                asker("op-2", "bob"),
+                &ctx,
+                &mut out,
+            )
+            .expect("set");
+        assert_eq!(
+            written(&mut out),
+            (vec!["claim_set"], Some(CommandValue::Number(21.0)))
+        );
+        claims
+            .release(temp, "bob", asker("op-3", "bob"), &ctx, &mut out)
+            .expect("bob holds one");
+        assert_eq!(
+            written(&mut out),
+            (vec!["claim_released"], Some(CommandValue::Number(21.0)))
+        );
+        assert_eq!(
+            claims.release(temp, "bob", asker("op-4", "bob"), &ctx, &mut out),
+            Err("\"bob\" holds no claim on point \"plant.temp\"".to_owned())
+        );
+        assert!(
+            drain(&mut out).is_empty(),
+            "a refused release writes nothing here"
+        );
+
+        // Ana's claim lapses after its hour: back to the rule's value, one command.
+        assert_eq!(claims.next_deadline(), Some(T0.add_ms(3_600_000)));
+        ctx.now = T0.add_ms(3_600_000);
+        claims.expire(&ctx, &mut out);
+        let effects = drain(&mut out);
+        let [Effect::Arbitrate { events, desired, .. }] = &effects[..] else {
+            panic!("one lapse: {effects:?}");
+        };
+        assert!(
+            matches!(&events[0].detail, ControlDetail::ClaimReleased { why: "expired", holder, .. } if &**holder == "ana")
+        );
+        assert_eq!(&*events[0].principal, PRINCIPAL_ARBITRATION);
+        assert!(
+            matches!(&events[1].detail, ControlDetail::CommandIssued { command_id, .. } if command_id == "lapse-5-1")
+        );
+        assert_eq!(
+            &*events[1].principal, "rule:a",
+            "the command speaks for the winner"
+        );
+        assert_eq!(desired[0].desired.value, Some(CommandValue::Number(18.0)));
+
+        // The rule lets go too: the relinquish default.
+        claims
+            .release(temp, "rule:a", asker("a-2", "rule:a"), &ctx, &mut out)
+            .expect("held");
+        assert_eq!(
+            written(&mut out),
+            (
+                vec!["claim_released", "command_issued"],
+                Some(CommandValue::Number(20.0))
+            )
+        );
+    }
+
+    #[test]
+    fn a_restored_desired_value_is_not_commanded_again() {
+        let ctx = writable_ctx();
+        let temp = ctx.registry.resolve("plant.temp").expect("fixture");
+        let mut claims = Claims::new(&ctx.registry);
+        let restored = claims.restore(
+            &ctx.registry,
+            [
+                DesiredRow {
+                    point_id: "plant.temp".into(),
+                    desired: Desired {
+                        value: Some(CommandValue::Number(21.0)),
+                        winner: None,
+                        since: T0,
+                    },
+                },
+                DesiredRow {
+                    point_id: "plant.flow".into(),
+                    desired: Desired {
+                        value: Some(CommandValue::Number(1.0)),
+                        winner: None,
+                        since: T0,
+                    },
+                },
+            ],
+        );
+        assert_eq!(restored, 1, "plant.flow is not writable");
+        let mut out = Out::default();
+        claims
+            .set(
+                temp,
+                claim("ana", Band::Operator, 21.0, T0, None),
+                asker("op-1", "ana"),
+                &ctx,
+                &mut out,
+            )
+            .expect("set");
+        assert_eq!(
+            written(&mut out),
+            (vec!["claim_set"], Some(CommandValue::Number(21.0)))
+        );
+    }
+}

@@ -1,0 +1,205 @@
+//! `point_desired` (migration 0008; issue 21 item 2): the resolver's rows, each upserted in the
+//! same fenced transaction as the control events of the claim change that produced it, and
+//! read back at restart.
+
+use sentinel_core::ControlEvent;
+use sentinel_core::arbitration::{Band, Claim, Desired, DesiredRow};
+use sentinel_core::registry::CommandValue;
+use sentinel_ports::{StoreError, StoredDesired};
+use sqlx::Row;
+
+use crate::control::INSERT_CONTROL_EVENTS;
+use crate::{PgStore, db_error, epoch_to_db, fence, from_odt, to_odt};
+
+const UPSERT_DESIRED: &str = "\
+INSERT INTO point_desired (point_id, value, winner_holder, winner_band, winner_priority, \
+  winner_since, winner_until, since, core_epoch, control_seq) \
+SELECT p, v::jsonb, h, b, pr, ws, wu, s, $9, $10 \
+FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::smallint[], $6::timestamptz[], \
+            $7::timestamptz[], $8::timestamptz[]) AS t(p, v, h, b, pr, ws, wu, s) \
+ON CONFLICT (point_id) DO UPDATE SET value = EXCLUDED.value, winner_holder = EXCLUDED.winner_holder, \
+  winner_band = EXCLUDED.winner_band, winner_priority = EXCLUDED.winner_priority, \
+  winner_since = EXCLUDED.winner_since, winner_until = EXCLUDED.winner_until, \
+  since = EXCLUDED.since, core_epoch = EXCLUDED.core_epoch, control_seq = EXCLUDED.control_seq";
+
+/// A value as its JSON text (a bare number, bool or string).
+fn value_text(value: &CommandValue) -> String {
+    value.to_json().to_string()
+}
+
+impl PgStore {
+    pub(crate) async fn write_arbitration_inner(
+        &self,
+        epoch: u32,
+        events: Vec<ControlEvent>,
+        desired: Vec<DesiredRow>,
+    ) -> Result<Vec<i64>, StoreError> {
+        sentinel_ports::check_arbitration_write(epoch, &events, &desired)?;
+        let epoch_db = epoch_to_db(epoch)?;
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(db_error("beginning the arbitration transaction"))?;
+        fence(&mut tx, epoch).await?;
+        let seqs: Vec<i64> = if events.is_empty() {
+            Vec::new()
+        } else {
+            let n = events.len();
+            let mut occurred = Vec::with_capacity(n);
+            let mut kinds = Vec::with_capacity(n);
+            let mut points = Vec::with_capacity(n);
+            let mut principals = Vec::with_capacity(n);
+            let mut payloads = Vec::with_capacity(n);
+            let mut versions = Vec::with_capacity(n);
+            for event in &events {
+                occurred.push(to_odt(event.occurred_at)?);
+                kinds.push(event.kind().as_str());
+                points.push(&*event.point_id);
+                principals.push(&*event.principal);
+                payloads.push(event.payload_json());
+                versions.push(event.registry_version);
+            }
+            sqlx::query_scalar(INSERT_CONTROL_EVENTS)
+                .bind(occurred)
+                .bind(kinds)
+                .bind(points)
+                .bind(principals)
+                .bind(epoch_db)
+                .bind(payloads)
+                .bind(versions)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error("inserting a claim's control events"))?
+        };
+        if !desired.is_empty() {
+            let control_seq: i64 = match seqs.last() {
+                Some(&seq) => seq,
+                None => sqlx::query_scalar("SELECT coalesce(max(seq), 0) FROM control_event")
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(db_error("reading the newest control event"))?,
+            };
+            let n = desired.len();
+            let mut point_ids = Vec::with_capacity(n);
+            let mut values = Vec::with_capacity(n);
+            let mut holders = Vec::with_capacity(n);
+            let mut bands = Vec::with_capacity(n);
+            let mut priorities = Vec::with_capacity(n);
+            let mut winner_since = Vec::with_capacity(n);
+            let mut winner_until = Vec::with_capacity(n);
+            let mut since = Vec::with_capacity(n);
+            for row in &desired {
+                let d = &row.desired;
+                point_ids.push(&*row.point_id);
+                values.push(d.value.as_ref().map(value_text));
+                holders.push(d.winner.as_ref().map(|w| w.holder.to_string()));
+                bands.push(d.winner.as_ref().map(|w| w.band.as_str()));
+                priorities.push(d.winner.as_ref().map(|w| i16::from(w.priority)));
+                winner_since.push(d.winner.as_ref().map(|w| to_odt(w.since)).transpose()?);
+                winner_until.push(d.winner.as_ref().and_then(|w| w.until).map(to_odt).transpose()?);
+                since.push(to_odt(d.since)?);
+            }
+            sqlx::query(UPSERT_DESIRED)
+                .bind(point_ids)
+                .bind(values)
+                .bind(holders)
+                .bind(bands)
+                .bind(priorities)
+                .bind(winner_since)
+                .bind(winner_until)
+                .bind(since)
+                .bind(epoch_db)
+                .bind(control_seq)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error("upserting point_desired"))?;
+        }
+        tx.commit()
+            .await
+            .map_err(db_error("committing the arbitration transaction"))?;
+        tracing::debug!(
+            events = seqs.len(),
+            rows = desired.len(),
+            epoch,
+            "arbitration committed"
+        );
+        Ok(seqs)
+    }
+
+    pub(crate) async fn load_point_desired_inner(&self) -> Result<Vec<StoredDesired>, StoreError> {
+        let limit = i64::try_from(sentinel_ports::POINT_DESIRED_LOAD_MAX).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT point_id, value::text AS value, winner_holder, winner_band, winner_priority, \
+             winner_since, winner_until, since, core_epoch, control_seq \
+             FROM point_desired ORDER BY point_id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error("loading point_desired"))?;
+        rows.iter()
+            .map(|row| {
+                let get = |what: &'static str| db_error(what);
+                let point_id: String = row.try_get("point_id").map_err(get("reading point_id"))?;
+                let value: Option<String> = row.try_get("value").map_err(get("reading value"))?;
+                let value = value
+                    .map(|text| {
+                        serde_json::from_str::<CommandValue>(&text).map_err(|e| {
+                            StoreError::Other(format!(
+                                "point_desired of {point_id:?}: the value does not parse: {e}"
+                            ))
+                        })
+                    })
+                    .transpose()?;
+                let holder: Option<String> = row
+                    .try_get("winner_holder")
+                    .map_err(get("reading winner_holder"))?;
+                let winner = match holder {
+                    None => None,
+                    Some(holder) => {
+                        let band: String = row.try_get("winner_band").map_err(get("reading winner_band"))?;
+                        let band = Band::parse(&band).ok_or_else(|| {
+                            StoreError::Other(format!("point_desired of {point_id:?}: unknown band {band:?}"))
+                        })?;
+                        let priority: i16 = row
+                            .try_get("winner_priority")
+                            .map_err(get("reading winner_priority"))?;
+                        let since =
+                            from_odt(row.try_get("winner_since").map_err(get("reading winner_since"))?);
+                        let until: Option<time::OffsetDateTime> =
+                            row.try_get("winner_until").map_err(get("reading winner_until"))?;
+                        let value = value.clone().ok_or_else(|| {
+                            StoreError::Other(format!(
+                                "point_desired of {point_id:?}: a winner without a value"
+                            ))
+                        })?;
+                        Some(Claim {
+                            holder: holder.into(),
+                            band,
+                            priority: u8::try_from(priority).unwrap_or(u8::MAX),
+                            value,
+                            since,
+                            until: until.map(from_odt),
+                        })
+                    }
+                };
+                Ok(StoredDesired {
+                    row: DesiredRow {
+                        point_id: point_id.as_str().into(),
+                        desired: Desired {
+                            value,
+                            winner,
+                            since: from_odt(row.try_get("since").map_err(get("reading since"))?),
+                        },
+                    },
+                    core_epoch: row
+                        .try_get::<i32, _>("core_epoch")
+                        .map_err(get("reading core_epoch"))?
+                        .max(0) as u32,
+                    control_seq: row.try_get("control_seq").map_err(get("reading control_seq"))?,
+                })
+            })
+            .collect()
+    }
+}

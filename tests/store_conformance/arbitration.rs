@@ -1,0 +1,287 @@
+//! `point_desired` and its control events on both stores (issue 21 item 2): a claim's event and
+//! the row it produces commit together, fenced on the epoch, and read back as written.
+
+use sentinel_core::arbitration::{Band, Claim, Desired, DesiredRow};
+use sentinel_core::registry::{CommandValue, PointIdx};
+use sentinel_core::{ControlDetail, ControlEvent, Micros};
+use sentinel_ports::{Lease, Store, StoreError};
+
+use super::{Backend, at};
+
+fn claim_event(point: &str, epoch: u32, at: Micros, holder: &str, value: CommandValue) -> ControlEvent {
+    ControlEvent {
+        occurred_at: at,
+        point: Some(PointIdx(0)),
+        point_id: point.into(),
+        principal: holder.into(),
+        core_epoch: epoch,
+        registry_version: 1,
+        detail: ControlDetail::ClaimSet {
+            command_id: "c-1".into(),
+            holder: holder.into(),
+            band: Band::Operator,
+            priority: 2,
+            value,
+            until: Some(at.add_ms(3_600_000)),
+        },
+    }
+}
+
+fn issued(point: &str, epoch: u32, at: Micros, value: &CommandValue) -> ControlEvent {
+    ControlEvent {
+        occurred_at: at,
+        point: Some(PointIdx(0)),
+        point_id: point.into(),
+        principal: "ana".into(),
+        core_epoch: epoch,
+        registry_version: 1,
+        detail: ControlDetail::CommandIssued {
+            command_id: "c-1".into(),
+            value: value.to_json(),
+        },
+    }
+}
+
+fn row(point: &str, value: Option<CommandValue>, winner: Option<Claim>, since: Micros) -> DesiredRow {
+    DesiredRow {
+        point_id: point.into(),
+        desired: Desired { value, winner, since },
+    }
+}
+
+/// Each write's events get their seqs and every row its epoch and the write's last seq; a
+/// later write replaces a point's row; a fenced write writes neither its events nor its rows;
+/// a write naming one point twice, or stamped with another epoch, is refused whole; every kind
+/// of value and a released winner read back as written.
+pub async fn point_desired_is_written_with_its_claim_fenced_and_read_back<B: Backend>(b: &B) {
+    let t = at("2026-12-01T10:00:00Z");
+    let old = b.store().acquire().await.expect("acquire");
+    let epoch = old.epoch();
+    assert!(b.store().load_point_desired().await.expect("load").is_empty());
+
+    let ana = Claim {
+        holder: "ana".into(),
+        band: Band::Operator,
+        priority: 2,
+        value: CommandValue::Number(21.5),
+        since: t,
+        until: Some(t.add_ms(3_600_000)),
+    };
+    let seqs = b
+        .store()
+        .write_arbitration(
+            epoch,
+            vec![
+                claim_event(
+                    "ahu1.supply_temp_setpoint",
+                    epoch,
+                    t,
+                    "ana",
+                    CommandValue::Number(21.5),
+                ),
+                issued("ahu1.supply_temp_setpoint", epoch, t, &CommandValue::Number(21.5)),
+            ],
+            vec![row(
+                "ahu1.supply_temp_setpoint",
+                Some(CommandValue::Number(21.5)),
+                Some(ana.clone()),
+                t,
+            )],
+        )
+        .await
+        .expect("write");
+    assert_eq!(seqs.len(), 2);
+    let mode = Claim {
+        holder: "rule:night".into(),
+        band: Band::Automation,
+        priority: 0,
+        value: CommandValue::Member("heat".into()),
+        since: t.add_ms(1),
+        until: None,
+    };
+    let second = b
+        .store()
+        .write_arbitration(
+            epoch,
+            vec![claim_event(
+                "ahu1.mode",
+                epoch,
+                t.add_ms(1),
+                "rule:night",
+                CommandValue::Member("heat".into()),
+            )],
+            vec![
+                row(
+                    "ahu1.mode",
+                    Some(CommandValue::Member("heat".into())),
+                    Some(mode.clone()),
+                    t.add_ms(1),
+                ),
+                row(
+                    "ahu1.occupied",
+                    Some(CommandValue::Bool(false)),
+                    None,
+                    t.add_ms(1),
+                ),
+            ],
+        )
+        .await
+        .expect("write");
+
+    let stored = b.store().load_point_desired().await.expect("load");
+    let summary: Vec<(&str, u32, i64)> = stored
+        .iter()
+        .map(|s| (&*s.row.point_id, s.core_epoch, s.control_seq))
+        .collect();
+    assert_eq!(
+        summary,
+        vec![
+            ("ahu1.mode", epoch, second[0]),
+            ("ahu1.occupied", epoch, second[0]),
+            ("ahu1.supply_temp_setpoint", epoch, seqs[1]),
+        ],
+        "by point id, each with its write's last event"
+    );
+    assert_eq!(stored[0].row.desired.winner, Some(mode));
+    assert_eq!(stored[1].row.desired.value, Some(CommandValue::Bool(false)));
+    assert_eq!(stored[1].row.desired.winner, None, "released: no winner");
+    assert_eq!(stored[2].row.desired.winner, Some(ana));
+    assert_eq!(stored[2].row.desired.since, t);
+
+    // A release that changes the winner replaces the row.
+    let released = b
+        .store()
+        .write_arbitration(
+            epoch,
+            vec![claim_event(
+                "ahu1.supply_temp_setpoint",
+                epoch,
+                t.add_ms(2),
+                "ana",
+                CommandValue::Number(21.5),
+            )],
+            vec![row(
+                "ahu1.supply_temp_setpoint",
+                Some(CommandValue::Number(18.0)),
+                None,
+                t.add_ms(2),
+            )],
+        )
+        .await
+        .expect("write");
+    let stored = b.store().load_point_desired().await.expect("load");
+    assert_eq!(stored.len(), 3, "one row per point");
+    assert_eq!(
+        (
+            stored[2].row.desired.value.clone(),
+            stored[2].row.desired.winner.clone(),
+            stored[2].control_seq
+        ),
+        (Some(CommandValue::Number(18.0)), None, released[0])
+    );
+
+    // Refused whole: one point twice, or an event stamped with another epoch.
+    let events_before = b.store().load_control_events(0, 100).await.expect("load").len();
+    assert!(
+        b.store()
+            .write_arbitration(
+                epoch,
+                vec![claim_event(
+                    "ahu1.mode",
+                    epoch,
+                    t,
+                    "x",
+                    CommandValue::Member("off".into())
+                )],
+                vec![
+                    row("ahu1.mode", Some(CommandValue::Member("off".into())), None, t),
+                    row("ahu1.mode", Some(CommandValue::Member("cool".into())), None, t),
+                ],
+            )
+            .await
+            .is_err()
+    );
+    assert!(
+        b.store()
+            .write_arbitration(
+                epoch,
+                vec![claim_event(
+                    "ahu1.mode",
+                    epoch + 1,
+                    t,
+                    "x",
+                    CommandValue::Member("off".into())
+                )],
+                vec![row(
+                    "ahu1.mode",
+                    Some(CommandValue::Member("off".into())),
+                    None,
+                    t
+                )],
+            )
+            .await
+            .is_err()
+    );
+
+    // Fenced: a deposed epoch writes neither the event nor the row.
+    b.release(old).await;
+    let new = b.store().acquire().await.expect("acquire");
+    match b
+        .store()
+        .write_arbitration(
+            epoch,
+            vec![claim_event(
+                "ahu1.mode",
+                epoch,
+                t.add_ms(3),
+                "x",
+                CommandValue::Member("off".into()),
+            )],
+            vec![row(
+                "ahu1.mode",
+                Some(CommandValue::Member("off".into())),
+                None,
+                t.add_ms(3),
+            )],
+        )
+        .await
+    {
+        Err(StoreError::Fenced {
+            epoch: fenced,
+            current,
+        }) => assert_eq!((fenced, current), (epoch, new.epoch())),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    assert_eq!(
+        b.store().load_control_events(0, 100).await.expect("load").len(),
+        events_before,
+        "no event from a refused or fenced write"
+    );
+    let stored = b.store().load_point_desired().await.expect("load");
+    assert_eq!(
+        stored[0].row.desired.value,
+        Some(CommandValue::Member("heat".into())),
+        "no row from a refused or fenced write"
+    );
+
+    // The new epoch writes, and its rows say so.
+    b.store()
+        .write_arbitration(
+            new.epoch(),
+            vec![],
+            vec![row(
+                "ahu1.mode",
+                Some(CommandValue::Member("cool".into())),
+                None,
+                t.add_ms(4),
+            )],
+        )
+        .await
+        .expect("a write of rows alone");
+    let stored = b.store().load_point_desired().await.expect("load");
+    assert_eq!(
+        (stored[0].core_epoch, stored[0].control_seq),
+        (new.epoch(), released[0]),
+        "rows alone record the newest event"
+    );
+}
