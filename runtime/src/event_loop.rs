@@ -226,6 +226,7 @@ where
     let mut observations = ObservationQueue {
         queue: observations_tx,
         dropped: 0,
+        telemetry: telemetry.clone(),
     };
     let publisher = tokio::spawn(observation_publish_loop(
         bus.clone(),
@@ -517,6 +518,8 @@ struct ObservationQueue {
     queue: mpsc::Sender<ObservationPublish>,
     /// Publishes dropped because the queue was full.
     dropped: u64,
+    /// Where each drop is also counted, for `sentinel_observation_publishes_dropped_total`.
+    telemetry: Option<Telemetry>,
 }
 
 impl ObservationQueue {
@@ -525,6 +528,9 @@ impl ObservationQueue {
     fn push(&mut self, publish: ObservationPublish) {
         if let Err(error) = self.queue.try_send(publish) {
             self.dropped += 1;
+            if let Some(t) = &self.telemetry {
+                t.observation_dropped();
+            }
             if self.dropped % 1_000 == 1 {
                 match error {
                     mpsc::error::TrySendError::Full(_) => warn!(

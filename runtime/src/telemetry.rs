@@ -179,6 +179,9 @@ struct Inner {
     snapshot: Mutex<Snapshot>,
     bus_errors: [[AtomicU64; BUS_KINDS.len()]; BusOp::ALL.len()],
     store_errors: [[AtomicU64; STORE_KINDS.len()]; StoreOp::ALL.len()],
+    /// Self-point and derived-reading publishes the loop dropped because the ordered
+    /// publisher's queue was full (or the publisher had stopped).
+    observations_dropped: AtomicU64,
 }
 
 impl Inner {
@@ -211,6 +214,7 @@ impl Telemetry {
             snapshot: Mutex::new(Snapshot::default()),
             bus_errors: Default::default(),
             store_errors: Default::default(),
+            observations_dropped: AtomicU64::new(0),
         });
         let mut registry = Registry::default();
         registry.register_collector(Box::new(CoreCollector(inner.clone())));
@@ -270,6 +274,11 @@ impl Telemetry {
     pub fn bus_error(&self, op: BusOp, error: Option<&BusError>) {
         let op = BusOp::ALL.iter().position(|o| *o == op).unwrap_or(0);
         self.inner.bus_errors[op][bus_kind(error)].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The loop dropped a self-point or derived-reading publish: its queue was full.
+    pub fn observation_dropped(&self) {
+        self.inner.observations_dropped.fetch_add(1, Ordering::Relaxed);
     }
 
     /// A store operation failed (`None`: the lock was found gone).
@@ -688,6 +697,11 @@ fn encode_bus_and_store(
         "sentinel_bus_errors",
         "Failed bus operations, by operation and kind",
         &bus,
+    )?;
+    f.counter(
+        "sentinel_observation_publishes_dropped",
+        "Self-point and derived-reading publishes dropped because the ordered publisher's queue was full",
+        &[(&[], inner.observations_dropped.load(Ordering::Relaxed))],
     )?;
     let mut store = Vec::new();
     for (i, op) in StoreOp::ALL.iter().enumerate() {

@@ -142,6 +142,19 @@ async fn start(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<RunOutcome>,
 ) {
+    start_with(hold, RuntimeConfig::default()).await
+}
+
+/// As [`start`], over `runtime` (its lock-check and drain bounds set here).
+async fn start_with(
+    hold: Hold,
+    runtime: RuntimeConfig,
+) -> (
+    GatedBus,
+    MemoryStore,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<RunOutcome>,
+) {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let bus = GatedBus::new(MemoryBus::new(MemoryBusConfig::default(), clock.clone()), hold);
     let store = MemoryStore::new("OBS", clock.clone());
@@ -162,7 +175,7 @@ async fn start(
     let runtime = RuntimeConfig {
         lock_check_interval_ms: 20,
         drain_observations_ms: 2_000,
-        ..RuntimeConfig::default()
+        ..runtime
     };
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let handle = tokio::spawn(run(
@@ -251,4 +264,36 @@ async fn observations_reach_the_bus_in_emitted_order_and_an_orderly_stop_sends_t
         "readings landed out of emitted order or went missing"
     );
     assert_eq!(bus.attempted(), landed.len() as u64, "every attempt landed");
+}
+
+/// A bus too slow for the core's own readings fills the publisher's bounded queue: the loop
+/// drops what does not fit rather than wait (its lock checks must go on), and counts each drop
+/// in the exporter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_publisher_queue_drops_and_counts_without_holding_up_the_loop() {
+    let telemetry = sentinel_runtime::telemetry::Telemetry::new(Arc::new(SystemClock));
+    let runtime = RuntimeConfig {
+        observations_queued_max: 2,
+        telemetry: Some(telemetry.clone()),
+        ..RuntimeConfig::default()
+    };
+    let (bus, store, _stop, handle) = start_with(Hold::All, runtime).await;
+    wait_for("a held publish", || bus.attempted() >= 1).await;
+    // Five readings every 20 ms behind one held publish and a queue of two.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let dropped = |text: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix("sentinel_observation_publishes_dropped_total{} "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("the drop counter is exported:\n{text}"))
+    };
+    let text = telemetry.encode().expect("encodes");
+    assert!(dropped(&text) >= 10, "drops counted: {}", dropped(&text));
+    // The loop went on: it still notices a lost lock at its next check.
+    assert!(store.kill_lock_holder(), "the core held the lock");
+    let outcome = tokio::time::timeout(Duration::from_secs(10), handle)
+        .await
+        .expect("the loop was not held up by the full queue")
+        .expect("the loop did not panic");
+    assert_eq!(outcome.exit.code, 5, "{:?}", outcome.exit);
 }
