@@ -15,15 +15,11 @@
 //! - the alert rules load against the live series: `SentinelWrongInstance` fires.
 
 use std::collections::BTreeSet;
-use std::process::Stdio;
 use std::time::Duration;
 
-use bytes::Bytes;
-use sentinel_core::wire::{EnvelopeOut, queue_drops_point};
-use sentinel_driver::{ObservationPublisher, PublisherConfig};
 use sentinel_tests::bin::workspace_root;
-use sentinel_tests::harness::{Env, Transitions, now, spawn_core_on, terminate, wait_drained};
-use sentinel_tests::prometheus::{PrometheusServer, free_port, http_get_with_headers};
+use sentinel_tests::harness::{Env, Transitions, now, terminate, wait_drained};
+use sentinel_tests::prometheus::{OperatorTraffic, PrometheusServer, ScrapedCore, publish_operator_traffic};
 use sentinel_tests::traffic;
 
 const ACK_WAIT_MS: u64 = 30_000;
@@ -96,35 +92,21 @@ async fn a_real_prometheus_scrapes_every_documented_metric_with_the_traffic_s_va
         "the traffic sends misassigned messages"
     );
 
-    let metrics_port = free_port();
-    let target = format!("127.0.0.1:{metrics_port}");
-    let prometheus = PrometheusServer::start(std::slice::from_ref(&target)).await;
     let transitions = Transitions::subscribe(&env.nats.url()).await;
-    let core = spawn_core_on(
+    let ScrapedCore {
+        core,
+        prometheus,
+        first_scrape: (head, body),
+        ..
+    } = ScrapedCore::start(
         &env,
-        &traffic::sample_registry_dir(),
         ACK_WAIT_MS,
-        &[
-            "--metrics-listen",
-            &metrics_port.to_string(),
-            // The exact-count oracle covers the traffic; self-points are tested on their own.
-            "--self-points-interval-ms",
-            "0",
-        ],
-        ("warn", Stdio::inherit()),
-    );
+        // The exact-count oracle covers the traffic; self-points are tested on their own.
+        &["--self-points-interval-ms", "0"],
+    )
+    .await;
 
     // The endpoint answers OpenMetrics on loopback.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let (head, body) = loop {
-        if let Ok((200, head, body)) = http_get_with_headers(&target, "/metrics").await
-            && body.contains("sentinel_core_epoch")
-        {
-            break (head, body);
-        }
-        assert!(tokio::time::Instant::now() < deadline, "no /metrics on {target}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
     assert!(
         head.to_ascii_lowercase()
             .contains("content-type: application/openmetrics-text; version=1.0.0"),
@@ -132,71 +114,13 @@ async fn a_real_prometheus_scrapes_every_documented_metric_with_the_traffic_s_va
     );
     assert!(body.trim_end().ends_with("# EOF"));
 
-    // The traffic, then one `queue_drops` reading of a driver instance, published last so it
-    // is that instance's last committed one.
-    let publisher = ObservationPublisher::connect(&env.nats.url(), PublisherConfig::default())
-        .await
-        .expect("publisher");
-    let items = mix
-        .messages
-        .iter()
-        .map(|m| (m.subject.clone(), m.msg_id.clone(), m.payload.clone()));
-    publisher
-        .publish_pipelined(items, 256)
-        .await
-        .expect("publish the traffic");
-    let drops_point = registry
-        .points()
-        .map(|(_, p)| p)
-        .find(|p| *p.id == *queue_drops_point(&p.host, &p.descriptor.assignment.driver_instance))
-        .expect("the sample registry declares queue_drops points");
-    let instance = drops_point.descriptor.assignment.driver_instance.clone();
-    let mut drops = EnvelopeOut::new(
-        &drops_point.id,
-        &instance,
-        2,
-        1,
-        now(),
-        serde_json::json!(QUEUE_DROPS),
-    );
-    drops.unit = drops_point.unit_native.as_deref().map(str::to_owned);
-    publisher
-        .publish(
-            &format!("obs.{}.{instance}", drops_point.host),
-            &drops.msg_id(),
-            Bytes::from(drops.to_bytes()),
-        )
-        .await
-        .expect("publish the queue_drops reading");
-    mix.expected.rows[drops_point.descriptor.retention.index()] += 1;
-    // A few more misassigned messages than the traffic's (which sends one of each bad kind, so
-    // wrong_instance alone would equal every other reason's count): a point of one host
-    // published by another host's driver instance.
-    let other = registry
-        .points()
-        .map(|(_, p)| p)
-        .find(|p| p.host != drops_point.host && &*p.host != sentinel_core::registry::SELF_HOST)
-        .expect("a point on another host");
-    let other_instance = &other.descriptor.assignment.driver_instance;
-    for seq in 1..=EXTRA_MISASSIGNED {
-        let misassigned = EnvelopeOut::new(
-            &drops_point.id,
-            other_instance,
-            3,
-            seq,
-            now(),
-            serde_json::json!(1),
-        );
-        publisher
-            .publish(
-                &format!("obs.{}.{other_instance}", other.host),
-                &misassigned.msg_id(),
-                Bytes::from(misassigned.to_bytes()),
-            )
-            .await
-            .expect("publish a misassigned reading");
-    }
-    *mix.expected.quarantine.entry("wrong_instance").or_default() += EXTRA_MISASSIGNED;
+    // The traffic, one `queue_drops` reading of a driver instance, and a few more misassigned
+    // messages than the traffic's (which sends one of each bad kind, so wrong_instance alone
+    // would equal every other reason's count).
+    let OperatorTraffic {
+        drops_host,
+        drops_instance: instance,
+    } = publish_operator_traffic(&env, &registry, &mut mix, QUEUE_DROPS, EXTRA_MISASSIGNED).await;
     let misassigned = mix.expected.quarantine["wrong_instance"];
     wait_drained(&env, &mix.expected).await;
     let expected = &mix.expected;
@@ -215,7 +139,7 @@ async fn a_real_prometheus_scrapes_every_documented_metric_with_the_traffic_s_va
         &prometheus,
         &format!(
             "sentinel_driver_queue_drops_total{{host=\"{}\",driver_instance=\"{instance}\"}}",
-            drops_point.host
+            drops_host
         ),
         |v| v == QUEUE_DROPS as f64,
     )

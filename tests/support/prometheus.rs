@@ -10,9 +10,15 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use bytes::Bytes;
+use sentinel_core::registry::{Registry, SELF_HOST};
+use sentinel_core::wire::{EnvelopeOut, queue_drops_point};
+use sentinel_driver::{ObservationPublisher, PublisherConfig};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::bin::workspace_root;
+use crate::harness::{Env, now, spawn_core_on};
+use crate::traffic::Traffic;
 
 /// The alert rules the server loads (and `scripts/test` checks with promtool).
 pub fn rules_file() -> PathBuf {
@@ -209,4 +215,129 @@ pub async fn http_get_with_headers(authority: &str, path: &str) -> std::io::Resu
         .and_then(|code| code.parse::<u16>().ok())
         .ok_or_else(|| std::io::Error::other("no HTTP status"))?;
     Ok((status, head.to_owned(), body.to_owned()))
+}
+
+/// A real `sentinel run` core over an [`Env`] (the sample registry, as the writer role) serving
+/// `/metrics` on a free loopback port, and a private [`PrometheusServer`] scraping it every
+/// second: the setup of the metrics test and the dashboard test.
+pub struct ScrapedCore {
+    pub core: Child,
+    pub prometheus: PrometheusServer,
+    /// `127.0.0.1:PORT` of the core's `/metrics`.
+    pub target: String,
+    /// The first `/metrics` answer that carried the core's epoch: its header lines and body.
+    pub first_scrape: (String, String),
+}
+
+impl ScrapedCore {
+    /// Starts Prometheus, then the core with `--metrics-listen` plus `extra_args`, and waits
+    /// until `/metrics` answers 200 with `sentinel_core_epoch` (the core holds the lock).
+    pub async fn start(env: &Env, ack_wait_ms: u64, extra_args: &[&str]) -> ScrapedCore {
+        let metrics_port = free_port();
+        let target = format!("127.0.0.1:{metrics_port}");
+        let prometheus = PrometheusServer::start(std::slice::from_ref(&target)).await;
+        let port = metrics_port.to_string();
+        let mut args = vec!["--metrics-listen", &port];
+        args.extend_from_slice(extra_args);
+        let core = spawn_core_on(
+            env,
+            &crate::traffic::sample_registry_dir(),
+            ack_wait_ms,
+            &args,
+            ("warn", Stdio::inherit()),
+        );
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        let first_scrape = loop {
+            if let Ok((200, head, body)) = http_get_with_headers(&target, "/metrics").await
+                && body.contains("sentinel_core_epoch")
+            {
+                break (head, body);
+            }
+            assert!(tokio::time::Instant::now() < deadline, "no /metrics on {target}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        ScrapedCore {
+            core,
+            prometheus,
+            target,
+            first_scrape,
+        }
+    }
+}
+
+/// What [`publish_operator_traffic`] sent beside the generated traffic.
+pub struct OperatorTraffic {
+    /// The driver instance whose `queue_drops` self-point reported drops, and its host.
+    pub drops_host: String,
+    pub drops_instance: String,
+}
+
+/// Publishes `mix` (every bad-input kind among it), then one `queue_drops` reading of `drops`
+/// for a driver instance (last, so it is that instance's last committed one), then
+/// `extra_misassigned` misassigned readings (a point of one host from another host's instance);
+/// adds the last two to `mix.expected`, so `wait_drained` waits for them too.
+pub async fn publish_operator_traffic(
+    env: &Env,
+    registry: &Registry,
+    mix: &mut Traffic,
+    drops: u64,
+    extra_misassigned: u64,
+) -> OperatorTraffic {
+    let publisher = ObservationPublisher::connect(&env.nats.url(), PublisherConfig::default())
+        .await
+        .expect("publisher");
+    let items = mix
+        .messages
+        .iter()
+        .map(|m| (m.subject.clone(), m.msg_id.clone(), m.payload.clone()));
+    publisher
+        .publish_pipelined(items, 256)
+        .await
+        .expect("publish the traffic");
+    let drops_point = registry
+        .points()
+        .map(|(_, p)| p)
+        .find(|p| *p.id == *queue_drops_point(&p.host, &p.descriptor.assignment.driver_instance))
+        .expect("the sample registry declares queue_drops points");
+    let instance = drops_point.descriptor.assignment.driver_instance.clone();
+    let mut reading = EnvelopeOut::new(&drops_point.id, &instance, 2, 1, now(), serde_json::json!(drops));
+    reading.unit = drops_point.unit_native.as_deref().map(str::to_owned);
+    publisher
+        .publish(
+            &format!("obs.{}.{instance}", drops_point.host),
+            &reading.msg_id(),
+            Bytes::from(reading.to_bytes()),
+        )
+        .await
+        .expect("publish the queue_drops reading");
+    mix.expected.rows[drops_point.descriptor.retention.index()] += 1;
+    let other = registry
+        .points()
+        .map(|(_, p)| p)
+        .find(|p| p.host != drops_point.host && &*p.host != SELF_HOST)
+        .expect("a point on another host");
+    let other_instance = &other.descriptor.assignment.driver_instance;
+    for seq in 1..=extra_misassigned {
+        let misassigned = EnvelopeOut::new(
+            &drops_point.id,
+            other_instance,
+            3,
+            seq,
+            now(),
+            serde_json::json!(1),
+        );
+        publisher
+            .publish(
+                &format!("obs.{}.{other_instance}", other.host),
+                &misassigned.msg_id(),
+                Bytes::from(misassigned.to_bytes()),
+            )
+            .await
+            .expect("publish a misassigned reading");
+    }
+    *mix.expected.quarantine.entry("wrong_instance").or_default() += extra_misassigned;
+    OperatorTraffic {
+        drops_host: drops_point.host.to_string(),
+        drops_instance: instance.to_string(),
+    }
 }
