@@ -19,6 +19,46 @@ WITH ins AS ( \
   RETURNING seq) \
 SELECT seq FROM ins ORDER BY seq";
 
+/// Appends `events` in order inside `tx` (which has passed the fence) and returns their
+/// seqs in the same order; `context` names the write in an error.
+pub(crate) async fn insert_control_events(
+    tx: &mut sqlx::Transaction<'_, sqlx::Postgres>,
+    epoch: u32,
+    events: &[ControlEvent],
+    context: &'static str,
+) -> Result<Vec<i64>, StoreError> {
+    if events.is_empty() {
+        return Ok(Vec::new());
+    }
+    let epoch_db = epoch_to_db(epoch)?;
+    let n = events.len();
+    let mut occurred = Vec::with_capacity(n);
+    let mut kinds = Vec::with_capacity(n);
+    let mut points = Vec::with_capacity(n);
+    let mut principals = Vec::with_capacity(n);
+    let mut payloads = Vec::with_capacity(n);
+    let mut versions = Vec::with_capacity(n);
+    for event in events {
+        occurred.push(to_odt(event.occurred_at)?);
+        kinds.push(event.kind().as_str());
+        points.push(&*event.point_id);
+        principals.push(&*event.principal);
+        payloads.push(event.payload_json());
+        versions.push(event.registry_version);
+    }
+    sqlx::query_scalar(INSERT_CONTROL_EVENTS)
+        .bind(occurred)
+        .bind(kinds)
+        .bind(points)
+        .bind(principals)
+        .bind(epoch_db)
+        .bind(payloads)
+        .bind(versions)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(db_error(context))
+}
+
 impl PgStore {
     pub(crate) async fn write_control_events_inner(
         &self,
@@ -29,39 +69,14 @@ impl PgStore {
             return Ok(Vec::new());
         }
         sentinel_ports::check_control_stamps(epoch, &events)?;
-        let epoch_db = epoch_to_db(epoch)?;
         let n = events.len();
-        let mut occurred = Vec::with_capacity(n);
-        let mut kinds = Vec::with_capacity(n);
-        let mut points = Vec::with_capacity(n);
-        let mut principals = Vec::with_capacity(n);
-        let mut payloads = Vec::with_capacity(n);
-        let mut versions = Vec::with_capacity(n);
-        for event in &events {
-            occurred.push(to_odt(event.occurred_at)?);
-            kinds.push(event.kind().as_str());
-            points.push(&*event.point_id);
-            principals.push(&*event.principal);
-            payloads.push(event.payload_json());
-            versions.push(event.registry_version);
-        }
         let mut tx = self
             .pool
             .begin()
             .await
             .map_err(db_error("beginning the control-event transaction"))?;
         fence(&mut tx, epoch).await?;
-        let seqs: Vec<i64> = sqlx::query_scalar(INSERT_CONTROL_EVENTS)
-            .bind(occurred)
-            .bind(kinds)
-            .bind(points)
-            .bind(principals)
-            .bind(epoch_db)
-            .bind(payloads)
-            .bind(versions)
-            .fetch_all(&mut *tx)
-            .await
-            .map_err(db_error("inserting control events"))?;
+        let seqs = insert_control_events(&mut tx, epoch, &events, "inserting control events").await?;
         tx.commit().await.map_err(db_error("committing control events"))?;
         debug_assert_eq!(seqs.len(), n);
         tracing::debug!(events = n, epoch, "control events committed");

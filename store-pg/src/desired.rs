@@ -8,7 +8,7 @@ use sentinel_core::registry::CommandValue;
 use sentinel_ports::{StoreError, StoredDesired};
 use sqlx::Row;
 
-use crate::control::INSERT_CONTROL_EVENTS;
+use crate::control::insert_control_events;
 use crate::{PgStore, db_error, epoch_to_db, fence, from_odt, to_odt};
 
 const UPSERT_DESIRED: &str = "\
@@ -42,36 +42,8 @@ impl PgStore {
             .await
             .map_err(db_error("beginning the arbitration transaction"))?;
         fence(&mut tx, epoch).await?;
-        let seqs: Vec<i64> = if events.is_empty() {
-            Vec::new()
-        } else {
-            let n = events.len();
-            let mut occurred = Vec::with_capacity(n);
-            let mut kinds = Vec::with_capacity(n);
-            let mut points = Vec::with_capacity(n);
-            let mut principals = Vec::with_capacity(n);
-            let mut payloads = Vec::with_capacity(n);
-            let mut versions = Vec::with_capacity(n);
-            for event in &events {
-                occurred.push(to_odt(event.occurred_at)?);
-                kinds.push(event.kind().as_str());
-                points.push(&*event.point_id);
-                principals.push(&*event.principal);
-                payloads.push(event.payload_json());
-                versions.push(event.registry_version);
-            }
-            sqlx::query_scalar(INSERT_CONTROL_EVENTS)
-                .bind(occurred)
-                .bind(kinds)
-                .bind(points)
-                .bind(principals)
-                .bind(epoch_db)
-                .bind(payloads)
-                .bind(versions)
-                .fetch_all(&mut *tx)
-                .await
-                .map_err(db_error("inserting a claim's control events"))?
-        };
+        let seqs =
+            insert_control_events(&mut tx, epoch, &events, "inserting a claim's control events").await?;
         if !desired.is_empty() {
             let control_seq: i64 = match seqs.last() {
                 Some(&seq) => seq,

@@ -134,37 +134,7 @@ async fn memory_drain(messages: usize, with: bool) -> (Drain, String) {
             .expect("the memory stream takes the backlog");
     }
     let accepted = bus.lag().await.expect("lag").pending;
-    let (config, scraper) = exporter(with, &clock);
-    let cpu_before = own_cpu_s();
-    let started_at = Instant::now();
-    let started = startup::start(
-        &store,
-        startup::already_connected(&bus),
-        Some(&traffic::sample_registry_dir()),
-        Config::default(),
-        clock.as_ref(),
-    )
-    .await
-    .expect("core starts");
-    let core = InProcessCore::spawn_with(started, store.clone(), config);
-    loop {
-        let lag = bus.lag().await.expect("lag");
-        if lag.pending == 0 && lag.ack_pending == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let secs = started_at.elapsed().as_secs_f64();
-    let cpu = own_cpu_s() - cpu_before;
-    core.stop().await;
-    let note = finish(scraper);
-    (
-        Drain {
-            rate: accepted as f64 / secs,
-            cpu_us: cpu * 1e6 / accepted as f64,
-        },
-        note,
-    )
+    timed_drain(&bus, &store, accepted, with, &clock, Duration::from_millis(5)).await
 }
 
 /// End to end: the backlog in a fresh `OBS` on the private nats-server, the core over
@@ -215,37 +185,7 @@ async fn real_drain(
         .await
         .expect("load the backlog")
         .stored;
-    let (config, scraper) = exporter(with, &clock);
-    let cpu_before = own_cpu_s();
-    let started_at = Instant::now();
-    let started = startup::start(
-        store,
-        startup::already_connected(&bus),
-        Some(&traffic::sample_registry_dir()),
-        Config::default(),
-        clock.as_ref(),
-    )
-    .await
-    .expect("core starts");
-    let core = InProcessCore::spawn_with(started, store.clone(), config);
-    loop {
-        let lag = bus.lag().await.expect("lag");
-        if lag.pending == 0 && lag.ack_pending == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let secs = started_at.elapsed().as_secs_f64();
-    let cpu = own_cpu_s() - cpu_before;
-    core.stop().await;
-    let note = finish(scraper);
-    (
-        Drain {
-            rate: accepted as f64 / secs,
-            cpu_us: cpu * 1e6 / accepted as f64,
-        },
-        note,
-    )
+    timed_drain(&bus, store, accepted, with, &clock, Duration::from_millis(20)).await
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -318,4 +258,47 @@ async fn main() {
         100.0 * (cpu(3) / cpu(2) - 1.0),
         load_average()
     );
+}
+
+/// Starts a core over `bus` and `store` (with or without the exporter), waits until the
+/// backlog of `accepted` messages is acked, and measures the drain's rate and own CPU.
+async fn timed_drain<B: Bus + Clone, S: sentinel_ports::Store + Clone>(
+    bus: &B,
+    store: &S,
+    accepted: u64,
+    with: bool,
+    clock: &Arc<dyn Clock>,
+    poll: Duration,
+) -> (Drain, String) {
+    let (config, scraper) = exporter(with, clock);
+    let cpu_before = own_cpu_s();
+    let started_at = Instant::now();
+    let started = startup::start(
+        store,
+        startup::already_connected(bus),
+        Some(&traffic::sample_registry_dir()),
+        Config::default(),
+        clock.as_ref(),
+    )
+    .await
+    .expect("core starts");
+    let core = InProcessCore::spawn_with(started, store.clone(), config);
+    loop {
+        let lag = bus.lag().await.expect("lag");
+        if lag.pending == 0 && lag.ack_pending == 0 {
+            break;
+        }
+        tokio::time::sleep(poll).await;
+    }
+    let secs = started_at.elapsed().as_secs_f64();
+    let cpu = own_cpu_s() - cpu_before;
+    core.stop().await;
+    let note = finish(scraper);
+    (
+        Drain {
+            rate: accepted as f64 / secs,
+            cpu_us: cpu * 1e6 / accepted as f64,
+        },
+        note,
+    )
 }
