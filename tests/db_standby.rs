@@ -530,3 +530,49 @@ async fn a_partitioned_primary_cannot_commit_a_row_the_promoted_standby_lacks() 
     old.close().await;
     let _ = std::fs::remove_dir_all(&logs);
 }
+
+/// The writable host is chosen wherever it stands in the list, a list with none refuses
+/// naming each host and why, and `target_session_attrs=any` (a reader's choice) takes the
+/// first host that answers, standby or not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_writable_host_is_chosen_wherever_it_stands() {
+    let pair = PgPair::start(false)
+        .await
+        .expect("primary and synchronous standby");
+    prepare_database(&pair).await;
+    let store = store_over(&[pair.standby.host(), pair.primary.host()], &pair.primary.host()).await;
+    assert_eq!(
+        store.current_epoch().await.expect("epoch"),
+        0,
+        "a migrated, never-run database"
+    );
+    store.close().await;
+
+    let only_standby = PgPair::url_over(&[pair.standby.host()], "postgres", DATABASE);
+    let refused = PgStore::connect(&only_standby, PgStoreConfig::default())
+        .await
+        .expect_err("a standby is not writable");
+    let message = refused.to_string();
+    assert!(
+        message.contains("(1 tried)")
+            && message.contains(&pair.standby.host())
+            && message.contains("in recovery"),
+        "{message}"
+    );
+
+    let reader = format!(
+        "postgres://postgres@{},{}/{DATABASE}?target_session_attrs=any",
+        pair.standby.host(),
+        pair.primary.host()
+    );
+    let store = PgStore::connect(&reader, PgStoreConfig::default())
+        .await
+        .expect("any: the first host that answers");
+    assert_eq!(store.host(), pair.standby.host());
+    assert_eq!(
+        store.schema_state().await.expect("schema").relation(),
+        "current",
+        "reads the standby"
+    );
+    store.close().await;
+}
