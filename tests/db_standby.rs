@@ -29,6 +29,7 @@ use sentinel_tests::harness::{Transitions, bus_with_stream, committed, now, pg, 
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg_pair::PgPair;
 use sentinel_tests::traffic::{self, Expected, Traffic};
+use sqlx::Connection;
 
 const ACK_WAIT_MS: u64 = 2_000;
 const LOCK_CHECK_INTERVAL_MS: u64 = 200;
@@ -513,6 +514,26 @@ async fn a_partitioned_primary_cannot_commit_a_row_the_promoted_standby_lacks() 
         waiting > 0,
         "the old core's commits wait for the synchronous standby"
     );
+    // Nor does a statement timeout end the wait (PostgreSQL disarms it before the commit): a
+    // write over sqlx's extended protocol with a 300 ms statement_timeout is still waiting
+    // ten times that later. A cancelled wait would return COMMIT (docs/deploy.md).
+    let probe_options: sqlx::postgres::PgConnectOptions = pair
+        .primary
+        .url(DATABASE)
+        .parse::<sqlx::postgres::PgConnectOptions>()
+        .expect("URL")
+        .options([("statement_timeout", "300")]);
+    let mut probe = sqlx::PgConnection::connect_with(&probe_options)
+        .await
+        .expect("connect to the old primary");
+    let write = sqlx::query("CREATE TABLE sync_probe (x integer)").execute(&mut probe);
+    assert!(
+        tokio::time::timeout(Duration::from_millis(3_000), write)
+            .await
+            .is_err(),
+        "a commit on the partitioned primary returned"
+    );
+    drop(probe);
     let old_keys = row_keys(&pair.primary.url(DATABASE)).await;
     let new_keys = row_keys(&pair.standby.url(DATABASE)).await;
     let only_old: Vec<_> = old_keys.difference(&new_keys).take(5).collect();
