@@ -577,6 +577,27 @@ async fn the_first_writable_host_is_chosen_wherever_it_stands() {
         0,
         "a migrated, never-run database"
     );
+    // The lock session checks its host again: a primary turned read-only since the store
+    // chose it is refused before the lock is tried.
+    let mut admin = pg(&pair.primary.url("postgres")).await;
+    for statement in [
+        "ALTER SYSTEM SET default_transaction_read_only = on",
+        "SELECT pg_reload_conf()",
+    ] {
+        sqlx::query(statement).execute(&mut admin).await.expect(statement);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = store.lock().await.expect_err("a read-only host takes no lock");
+    assert!(
+        refused.to_string().contains("transaction_read_only is on"),
+        "{refused}"
+    );
+    for statement in [
+        "ALTER SYSTEM RESET default_transaction_read_only",
+        "SELECT pg_reload_conf()",
+    ] {
+        sqlx::query(statement).execute(&mut admin).await.expect(statement);
+    }
     store.close().await;
 
     let only_standby = PgPair::url_over(&[pair.standby.host()], "postgres", DATABASE);
