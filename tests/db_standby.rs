@@ -416,6 +416,24 @@ async fn sigkill_of_the_primary_then_promotion_keeps_every_acked_observation_onc
         Some(after as i32),
         "{epochs_after:?}"
     );
+    // `sentinel status` over the same URL reads the new primary and says so.
+    let status_out = Command::new(sentinel_bin())
+        .current_dir(workspace_root())
+        .arg("status")
+        .env(
+            "SENTINEL_DATABASE_URL",
+            PgPair::url_over(&hosts, "postgres", DATABASE),
+        )
+        .env("SENTINEL_NATS_URL", nats.url())
+        .output()
+        .expect("sentinel status");
+    let stdout = String::from_utf8_lossy(&status_out.stdout);
+    assert!(status_out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(&format!("database host: {}\n", pair.standby.host()))
+            && stdout.contains(&format!("core epoch: {after}\n")),
+        "{stdout}"
+    );
     let status = supervisor.stop().await.expect("the last core exits");
     assert!(
         status.success(),
