@@ -84,8 +84,34 @@ async fn store_over(hosts: &[String], expected: &str) -> PgStore {
     store
 }
 
+/// A core process that is killed if the test drops it still running (a failed assertion), so
+/// no core outlives its test.
+struct CoreProcess(Child);
+
+impl std::ops::Deref for CoreProcess {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for CoreProcess {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for CoreProcess {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// `sentinel run` as the writer role over the multi-host `database_url`, its log in `log`.
-fn spawn_core(database_url: &str, nats_url: &str, log: &Path) -> Child {
+fn spawn_core(database_url: &str, nats_url: &str, log: &Path) -> CoreProcess {
     let registry = traffic::sample_registry_dir();
     Command::new(sentinel_bin())
         .current_dir(workspace_root())
@@ -108,6 +134,7 @@ fn spawn_core(database_url: &str, nats_url: &str, log: &Path) -> Child {
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(log).expect("core log file"))
         .spawn()
+        .map(CoreProcess)
         .expect("spawn sentinel run")
 }
 
