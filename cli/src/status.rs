@@ -17,6 +17,9 @@ use crate::args::{DbArgs, NatsArgs};
 
 /// Everything `status` reports; `None` where the part could not be read, with the reason.
 struct Report {
+    /// The host of the database URL this report read (the writable one when the URL names
+    /// several, docs/deploy.md).
+    database_host: String,
     schema: SchemaState,
     epoch: Option<u32>,
     lock_holder: Option<sentinel_store_pg::LockHolder>,
@@ -47,6 +50,7 @@ pub async fn status(db: DbArgs, nats: NatsArgs, json_out: bool) -> anyhow::Resul
         Err(e) => Err(format!("NATS unreachable ({e})")),
     };
     let report = Report {
+        database_host: store.host().to_owned(),
         schema,
         epoch: if readable {
             Some(store.current_epoch().await?)
@@ -91,6 +95,7 @@ fn quarantine_with_wrong_instance(counts: &[(QuarantineReason, u64)]) -> Vec<(Qu
 }
 
 fn print_text(report: &Report) {
+    println!("database host: {}", report.database_host);
     println!("schema: {}", report.schema.describe());
     if report.schema.relation() == "older" || report.schema.relation() == "absent" {
         println!("  run `sentinel migrate` (as the schema owner, with no core running)");
@@ -154,6 +159,7 @@ fn print_text(report: &Report) {
 
 fn to_json(report: &Report) -> Value {
     json!({
+        "database_host": report.database_host,
         "schema": {
             "found": report.schema.found,
             "supported": report.schema.supported,

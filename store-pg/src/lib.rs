@@ -9,6 +9,7 @@
 //! | file | owns |
 //! | --- | --- |
 //! | `lib.rs` | the pool and its configuration, the conversions between core types and columns, the epoch fence every write takes |
+//! | [`hosts`] | several hosts in the database URL, and choosing the writable one (libpq's `target_session_attrs`) |
 //! | [`lock`] | the single-writer lock, migrations under it, the epoch, lock liveness and the holder |
 //! | [`partitions`] | daily partitions ahead of need |
 //! | [`commit`] | the fenced batch commit and its RETURNING ordinals |
@@ -34,6 +35,7 @@ mod control;
 mod desired;
 mod grants;
 mod history;
+pub mod hosts;
 mod inspect;
 pub mod lock;
 mod partitions;
@@ -48,11 +50,11 @@ pub use lock::{LOCK_KEY, LockHolder, MigrateReport, PgLease, PgLock, SchemaState
 pub(crate) use state::key_from_columns;
 
 use std::collections::BTreeSet;
-use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use hosts::{HostList, TargetSession};
 use sentinel_core::{CanonicalValue, Micros, ObsKey, Quality};
 use sentinel_ports::StoreError;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
@@ -133,7 +135,11 @@ impl Default for PgStoreConfig {
 #[derive(Clone)]
 pub struct PgStore {
     pool: PgPool,
+    /// The chosen host's options ([`hosts`]): the lock session connects here too.
     connect_options: PgConnectOptions,
+    /// The chosen host as the URL names it, and what its sessions must be.
+    host: Arc<str>,
+    target_session: TargetSession,
     config: Arc<PgStoreConfig>,
     /// Days (since the Unix epoch, UTC) whose partitions are known to exist.
     ensured_days: Arc<Mutex<BTreeSet<i64>>>,
@@ -145,6 +151,7 @@ impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgStore")
             .field("stream_name", &self.config.stream_name)
+            .field("host", &self.host)
             .finish_non_exhaustive()
     }
 }
@@ -228,11 +235,15 @@ async fn fence(tx: &mut PgConnection, epoch: u32) -> Result<(), StoreError> {
 
 impl PgStore {
     /// Connects the commit pool. Does not migrate; call [`PgStore::migrate`] for that.
+    ///
+    /// `database_url` may name several hosts (libpq's `postgres://h1:p1,h2:p2/db` with
+    /// `target_session_attrs`, [`hosts`]): they are tried in order and the first that
+    /// qualifies is used for the pool and the lock session; every pooled connection checks
+    /// again that its session qualifies, so a host that became a standby is never written to.
     pub async fn connect(database_url: &str, config: PgStoreConfig) -> Result<PgStore, StoreError> {
-        let connect_options = PgConnectOptions::from_str(database_url)
-            .map_err(db_error("parsing the database URL"))?
-            .application_name("sentinel")
-            .options([
+        let hosts = HostList::parse(database_url)?;
+        let configure = |options: PgConnectOptions| {
+            options.application_name("sentinel").options([
                 ("statement_timeout", config.statement_timeout_ms.to_string()),
                 ("tcp_keepalives_idle", config.tcp_keepalives_idle_s.to_string()),
                 (
@@ -240,20 +251,55 @@ impl PgStore {
                     config.tcp_keepalives_interval_s.to_string(),
                 ),
                 ("tcp_keepalives_count", config.tcp_keepalives_count.to_string()),
-            ]);
+            ])
+        };
+        let chosen = if hosts.needs_probe() {
+            hosts
+                .choose(Duration::from_millis(config.connect_timeout_ms), configure)
+                .await?
+        } else {
+            let host = &hosts.hosts[0];
+            hosts::Host {
+                label: host.label.clone(),
+                options: configure(host.options.clone()),
+            }
+        };
+        let target_session = hosts.target;
+        let connect_options = chosen.options;
         let pool = PgPoolOptions::new()
             .max_connections(config.pool_connections_max.max(1))
             .acquire_timeout(Duration::from_millis(config.pool_acquire_timeout_ms))
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    match hosts::check_session(conn, target_session).await? {
+                        Ok(()) => Ok(()),
+                        Err(why) => Err(sqlx::Error::Configuration(
+                            format!(
+                                "the database host no longer qualifies as target_session_attrs={}: {why}",
+                                target_session.as_str()
+                            )
+                            .into(),
+                        )),
+                    }
+                })
+            })
             .connect_with(connect_options.clone())
             .await
             .map_err(db_error("connecting to PostgreSQL"))?;
         Ok(PgStore {
             pool,
             connect_options,
+            host: Arc::from(chosen.label),
+            target_session,
             config: Arc::new(config),
             ensured_days: Default::default(),
             commit_fallbacks: Default::default(),
         })
+    }
+
+    /// The database host this store connected to, as the URL names it (`host:port`).
+    pub fn host(&self) -> &str {
+        &self.host
     }
 
     /// Closes the pool. Leases hold their own connections and are unaffected.

@@ -191,6 +191,18 @@ impl PgStore {
             .await
             .map_err(|_| StoreError::Other("connecting the lock session timed out".into()))?
             .map_err(db_error("connecting the lock session"))?;
+        // Both sides of the boundary: the pool's connections are checked as they connect, and
+        // so is the session the lock will live on (a host can have been demoted meanwhile).
+        if let Err(why) = crate::hosts::check_session(&mut conn, self.target_session)
+            .await
+            .map_err(db_error("checking the lock session's host"))?
+        {
+            let _ = conn.close().await;
+            return Err(StoreError::Other(format!(
+                "the database host {} no longer qualifies for the lock session: {why}",
+                self.host
+            )));
+        }
         let (locked, backend_pid): (bool, i32) =
             sqlx::query_as("SELECT pg_try_advisory_lock($1), pg_backend_pid()")
                 .bind(LOCK_KEY)

@@ -1,5 +1,6 @@
 //! Test support: starting a private nats-server ([`nats`]), creating a private PostgreSQL
-//! database ([`pg`]) per test, so no test depends on another's leftovers (DESIGN.md §7); test
+//! database ([`pg`]) per test, or a primary and a synchronous standby of the test's own
+//! ([`pg_pair`]), so no test depends on another's leftovers (DESIGN.md §7); test
 //! traffic with a known outcome ([`traffic`]); the `sentinel` binary for process tests
 //! ([`bin`]); the harness the end-to-end and process tests share ([`harness`]); and a private
 //! Prometheus scraping a core ([`prometheus`]).
@@ -8,6 +9,7 @@ pub mod bin;
 pub mod harness;
 pub mod nats;
 pub mod pg;
+pub mod pg_pair;
 pub mod prometheus;
 pub mod reprocess;
 pub mod traffic;
