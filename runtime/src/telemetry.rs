@@ -33,7 +33,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use sentinel_core::drivers::DriverState;
-use sentinel_core::metrics::{BATCH_SIZE_BOUNDS, COMMIT_LATENCY_BOUNDS_US, Histogram};
+use sentinel_core::metrics::{BATCH_SIZE_BOUNDS, CLAIM_OUTCOMES, COMMIT_LATENCY_BOUNDS_US, Histogram};
 use sentinel_core::{Core, Metrics, Micros, Quality, QuarantineReason, RetentionClass};
 use sentinel_ports::clock::Clock;
 use sentinel_ports::{BusError, Lag, RetainedTable, StoreError};
@@ -504,6 +504,17 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
             (&[("outcome", "issued")], m.commands_issued),
             (&[("outcome", "refused")], m.commands_refused),
         ],
+    )?;
+    let claim_labels: Vec<_> = CLAIM_OUTCOMES.iter().map(|o| [("outcome", *o)]).collect();
+    let claims: Vec<(&Labels<'_>, u64)> = claim_labels
+        .iter()
+        .zip(m.claims)
+        .map(|(labels, n)| (labels.as_slice(), n))
+        .collect();
+    f.counter(
+        "sentinel_claims",
+        "Claims on writable points decided, by outcome (set, released by the holder, expired)",
+        &claims,
     )?;
     f.counter(
         "sentinel_driver_hellos",
