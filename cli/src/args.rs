@@ -31,6 +31,12 @@ pub struct CoreTuningArgs {
     /// quarantine counts) into the stream; 0 turns them off.
     #[arg(long, default_value_t = 5_000)]
     pub self_points_interval_ms: u64,
+    /// How often the core publishes the health points it generates per driver host and per
+    /// device (connected instances, last hello age, disk-queue drops; last reading age, share
+    /// of non-live points); 0 turns them off, and so does --self-points-interval-ms 0. Their
+    /// declared rate assumes the default.
+    #[arg(long, default_value_t = 10_000)]
+    pub health_points_interval_ms: u64,
     /// How long raw rows and rollups are kept (the core drops what is past them daily).
     #[command(flatten)]
     pub retention: RetentionArgs,

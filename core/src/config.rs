@@ -37,6 +37,10 @@ pub struct Config {
     /// How often the core publishes its self-points (0: never). Below the self-points'
     /// `freshness_s` (10 s in the sample registry), or they would go stale between readings.
     pub self_points_interval_ms: i64,
+    /// How often the core publishes the health points it generates per driver host and per
+    /// device (`registry::health`; 0: never, and so does a `self_points_interval_ms` of 0:
+    /// they are self-points). Their declared rate assumes the default.
+    pub health_points_interval_ms: i64,
     /// The running core's refresh of closed rollup buckets (`rollup.rs`).
     pub rollups: crate::rollup::RollupConfig,
     /// How long raw rows and rollups are kept (`retention.rs`).
@@ -62,6 +66,7 @@ impl Default for Config {
             lag_high_pending: 5_000,
             watchdog_expiries_per_tick_max: 1_000,
             self_points_interval_ms: 5_000,
+            health_points_interval_ms: i64::from(crate::registry::health::HEALTH_INTERVAL_S) * 1_000,
             rollups: crate::rollup::RollupConfig::default(),
             retention: crate::retention::RetentionConfig::default(),
         }
@@ -97,6 +102,9 @@ impl Config {
         }
         if self.self_points_interval_ms < 0 {
             return Err("self_points_interval_ms must not be negative (0 turns them off)".into());
+        }
+        if self.health_points_interval_ms < 0 {
+            return Err("health_points_interval_ms must not be negative (0 turns them off)".into());
         }
         self.rollups.validate()?;
         self.retention.validate()?;
