@@ -60,6 +60,7 @@ pub async fn run(
         health_points_interval_ms: i64::try_from(tuning.health_points_interval_ms)
             .context("--health-points-interval-ms")?,
         retention: tuning.retention.config()?,
+        partitions: tuning.partitions.config()?,
         ..Config::default()
     };
     let bus_config = NatsBusConfig {

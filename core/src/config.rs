@@ -45,6 +45,8 @@ pub struct Config {
     pub rollups: crate::rollup::RollupConfig,
     /// How long raw rows and rollups are kept (`retention.rs`).
     pub retention: crate::retention::RetentionConfig,
+    /// The running core's partitions made ahead (`partitions.rs`).
+    pub partitions: crate::partitions::PartitionsConfig,
 }
 
 impl Default for Config {
@@ -69,6 +71,7 @@ impl Default for Config {
             health_points_interval_ms: i64::from(crate::registry::health::HEALTH_INTERVAL_S) * 1_000,
             rollups: crate::rollup::RollupConfig::default(),
             retention: crate::retention::RetentionConfig::default(),
+            partitions: crate::partitions::PartitionsConfig::default(),
         }
     }
 }
@@ -108,6 +111,7 @@ impl Config {
         }
         self.rollups.validate()?;
         self.retention.validate()?;
+        self.partitions.validate()?;
         if self.startup_grace_ms < 0 {
             return Err("startup_grace_ms must not be negative".into());
         }

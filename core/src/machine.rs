@@ -318,6 +318,10 @@ impl Core {
                 self.maintenance.on_retention_ran(ctx.now, outcome);
                 self.on_tick();
             }
+            Input::PartitionsEnsured(outcome) => {
+                self.maintenance.on_partitions_ensured(outcome, ctx, out);
+                self.on_tick();
+            }
             Input::RollupStepFenced | Input::RetentionFenced => self.exit(ExitReason::FENCED),
             Input::ReprocessRequested { ask, reply_to } => {
                 let running = self.mode == Mode::Running;

@@ -37,6 +37,10 @@ pub struct Metrics {
     pub commands_issued: u64,
     /// Command requests refused (unknown point, missing principal, bad id or value).
     pub commands_refused: u64,
+    /// Partitions the running core made ahead (`partitions.rs`; not those made at startup or
+    /// on demand for a batch), and its runs that found a parent table locked past the timeout.
+    pub partitions_created: u64,
+    pub partitions_lock_timeouts: u64,
     /// Claims decided, by [`CLAIM_OUTCOMES`]: set, released by their holder, expired (each one
     /// arbitration write asked of the store).
     pub claims: [u64; CLAIM_OUTCOMES.len()],

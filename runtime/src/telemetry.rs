@@ -107,10 +107,11 @@ pub enum StoreOp {
     Retention,
     Lease,
     Gauges,
+    Partitions,
 }
 
 impl StoreOp {
-    const ALL: [StoreOp; 7] = [
+    const ALL: [StoreOp; 8] = [
         StoreOp::Commit,
         StoreOp::Checkpoint,
         StoreOp::Control,
@@ -118,6 +119,7 @@ impl StoreOp {
         StoreOp::Retention,
         StoreOp::Lease,
         StoreOp::Gauges,
+        StoreOp::Partitions,
     ];
 
     fn as_str(self) -> &'static str {
@@ -129,6 +131,7 @@ impl StoreOp {
             StoreOp::Retention => "retention",
             StoreOp::Lease => "lease",
             StoreOp::Gauges => "gauges",
+            StoreOp::Partitions => "partitions",
         }
     }
 }
@@ -496,6 +499,16 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
         "sentinel_control_events",
         "Control events the core asked the store to write",
         &[(&[], m.control_events)],
+    )?;
+    f.counter(
+        "sentinel_partitions_created",
+        "Daily partitions the running core made ahead (not those made at startup or on demand)",
+        &[(&[], m.partitions_created)],
+    )?;
+    f.counter(
+        "sentinel_partitions_lock_timeouts",
+        "Partitions-ahead runs that found a parent table locked past the lock timeout (retried)",
+        &[(&[], m.partitions_lock_timeouts)],
     )?;
     f.counter(
         "sentinel_commands",
