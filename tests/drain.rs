@@ -152,6 +152,8 @@ async fn a_drain_neither_revives_points_from_replayed_data_nor_cascades_into_sta
             &pending_high,
             "--self-points-interval-ms",
             "1000",
+            "--health-points-interval-ms",
+            "1000",
         ],
     );
     // The last moment the consumer still held at least LAG_HIGH_PENDING messages. Nothing is
@@ -277,6 +279,33 @@ async fn a_drain_neither_revives_points_from_replayed_data_nor_cascades_into_sta
             assert!((value - native / 1_000.0).abs() < 1e-9, "ms stored as s");
         }
     }
+
+    // The health points the registry generates went the same way: the device's newest reading
+    // is seconds old, not hours; no driver said hello (this test's publisher is no driver), so
+    // the host shows no connected instance, and no hello age is invented.
+    let value_of = |id: &str| -> Vec<f64> {
+        self_points
+            .iter()
+            .filter(|(p, _, _, _)| p == id)
+            .filter_map(|(_, _, _, v)| *v)
+            .collect()
+    };
+    let ages = value_of("sentinel.device.boiler1.last_reading_age");
+    assert!(
+        !ages.is_empty() && ages.iter().all(|a| (0.0..600.0).contains(a)),
+        "the device's last reading age reached PostgreSQL: {ages:?}"
+    );
+    let shares = value_of("sentinel.device.boiler1.non_live_share");
+    assert!(
+        !shares.is_empty() && shares.iter().all(|s| (0.0..=100.0).contains(s)),
+        "{shares:?}"
+    );
+    let connected = value_of("sentinel.host.plant-a.connected_instances");
+    assert!(
+        !connected.is_empty() && connected.iter().all(|c| *c == 0.0),
+        "{connected:?}"
+    );
+    assert!(value_of("sentinel.host.plant-a.last_hello_age").is_empty());
 
     let lived_from_current = seen.iter().filter(|t| t.quality == "live").count();
     assert!(

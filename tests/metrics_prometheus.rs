@@ -11,7 +11,8 @@
 //!   message in exactly one batch (the batch-size histogram's sum), one commit-latency
 //!   observation per batch, the transitions a subscriber saw, the driver's reported drops;
 //!   the lag drained to zero, the stream's bound, the partitions ahead, the rollup watermark,
-//!   no bus or store error, the lock held;
+//!   no bus or store error, the lock held; commands and claims by outcome after one refused
+//!   and one admitted request;
 //! - the alert rules load against the live series: `SentinelWrongInstance` fires.
 
 use std::collections::BTreeSet;
@@ -282,6 +283,43 @@ async fn a_real_prometheus_scrapes_every_documented_metric_with_the_traffic_s_va
     })
     .await;
     assert!(transitions.total() > 0);
+
+    // Commands by outcome: a request for a point that takes none is refused; one for a
+    // writable point sets an operator claim and, once written, its command is issued.
+    let operator = async_nats::connect(env.nats.url())
+        .await
+        .expect("operator connects");
+    for (id, point, value) in [
+        ("m-1", "boiler1.flow_temp", 60.0),
+        ("m-2", "boiler1.setpoint", 65.0),
+    ] {
+        let request = sentinel_core::CommandRequest {
+            command_id: id.to_owned(),
+            point_id: point.to_owned(),
+            value: serde_json::json!(value),
+            unit: None,
+            for_s: None,
+            release: false,
+            principal: String::new(),
+        };
+        operator
+            .publish(
+                sentinel_core::wire::command_request_subject("metrics-test"),
+                serde_json::to_vec(&request).expect("encode").into(),
+            )
+            .await
+            .expect("request");
+    }
+    operator.flush().await.expect("flush");
+    for (series, expected) in [
+        (r#"sentinel_commands_total{outcome="refused"}"#, 1.0),
+        (r#"sentinel_commands_total{outcome="issued"}"#, 1.0),
+        (r#"sentinel_claims_total{outcome="set"}"#, 1.0),
+    ] {
+        eventually(&prometheus, series, |v| v == expected).await;
+    }
+    assert_eq!(value(r#"sentinel_claims_total{outcome="released"}"#).await, 0.0);
+    assert_eq!(value(r#"sentinel_claims_total{outcome="expired"}"#).await, 0.0);
 
     // The rules load against the live series, and the security signal fires.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(SCRAPED_WITHIN_S);

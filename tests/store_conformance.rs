@@ -273,6 +273,7 @@ conformance!(
     a_class_change_moves_the_whole_history_in_one_step,
     window_rows_carry_the_batch_order_they_were_applied_in,
     partitions_are_reported_as_far_ahead_as_they_exist,
+    partitions_ahead_are_made_by_a_running_core_s_run,
     point_desired_is_written_with_its_claim_fenced_and_read_back,
 );
 
@@ -1706,6 +1707,61 @@ async fn control_events_are_sequenced_fenced_and_carry_the_epoch<B: Backend>(b: 
         1,
         "limit"
     );
+}
+
+/// Issue 26 ("partitions created ahead while the core runs"): the running core's periodic run
+/// makes yesterday through today + `days_ahead` in every raw class table, reports how many it
+/// made and how far they now reach, makes nothing the second time, and refuses a request
+/// outside its bounds. (A lock timeout needs a real lock: `tests/partitions_ahead.rs`.)
+async fn partitions_ahead_are_made_by_a_running_core_s_run<B: Backend>(b: &B) {
+    use sentinel_core::time::US_PER_DAY;
+    use sentinel_ports::{Clock as _, PartitionsAhead};
+    let lease = b.store().acquire().await.expect("acquire");
+    let now = sentinel_ports::SystemClock.now();
+    let today = Micros(now.0.div_euclid(US_PER_DAY) * US_PER_DAY);
+    let day = |n: i64| Micros(today.0 + n * US_PER_DAY);
+    let before = b.store().partitions_created_until().await.expect("read");
+    assert!(
+        before <= Some(day(5)),
+        "an acquisition makes through today + 3: {before:?}"
+    );
+    let PartitionsAhead::Ensured { created, until } = b
+        .store()
+        .ensure_partitions_ahead(now, 7, 200)
+        .await
+        .expect("a run")
+    else {
+        panic!("nothing holds a lock here");
+    };
+    // Three raw tables and the minute rollup per new day, at least three new days (four when
+    // the acquisition's view of today was yesterday's), plus any new hour-rollup month.
+    assert!(created >= 3 * 4, "{created} partitions made");
+    assert_eq!(until, Some(day(8)), "through today + 7");
+    assert_eq!(
+        b.store().partitions_created_until().await.expect("read again"),
+        Some(day(8))
+    );
+    assert_eq!(
+        b.store()
+            .ensure_partitions_ahead(now, 7, 200)
+            .await
+            .expect("again"),
+        PartitionsAhead::Ensured {
+            created: 0,
+            until: Some(day(8))
+        },
+        "idempotent"
+    );
+    for (days_ahead, lock_timeout_ms) in [(0, 200), (31, 200), (3, 0)] {
+        assert!(
+            b.store()
+                .ensure_partitions_ahead(now, days_ahead, lock_timeout_ms)
+                .await
+                .is_err(),
+            "({days_ahead}, {lock_timeout_ms}) is refused"
+        );
+    }
+    b.release(lease).await;
 }
 
 /// Issue 26 ("partitions created ahead", the exporter's gauge and its alert): an acquisition

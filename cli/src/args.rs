@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use sentinel_core::Micros;
+use sentinel_core::partitions::PartitionsConfig;
 use sentinel_core::retention::RetentionConfig;
 use sentinel_driver::Credentials;
 use sentinel_store_pg::PgStore;
@@ -31,9 +32,52 @@ pub struct CoreTuningArgs {
     /// quarantine counts) into the stream; 0 turns them off.
     #[arg(long, default_value_t = 5_000)]
     pub self_points_interval_ms: u64,
+    /// How often the core publishes the health points it generates per driver host and per
+    /// device (connected instances, last hello age, disk-queue drops; last reading age, share
+    /// of non-live points); 0 turns them off, and so does --self-points-interval-ms 0. Their
+    /// declared rate assumes the default.
+    #[arg(long, default_value_t = 10_000)]
+    pub health_points_interval_ms: u64,
     /// How long raw rows and rollups are kept (the core drops what is past them daily).
     #[command(flatten)]
     pub retention: RetentionArgs,
+    /// How the running core makes daily partitions ahead.
+    #[command(flatten)]
+    pub partitions: PartitionsArgs,
+}
+
+/// The running core's partitions made ahead (`sentinel_core::partitions`).
+#[derive(clap::Args, Clone)]
+pub struct PartitionsArgs {
+    /// How often the running core makes daily partitions ahead (0: only at startup and on
+    /// demand), and sooner whenever they reach less than two days ahead.
+    #[arg(long, default_value_t = 3_600_000)]
+    pub partitions_interval_ms: u64,
+    /// They are made through today + this many days (1 to 30).
+    #[arg(long, default_value_t = 3)]
+    pub partitions_days_ahead: u32,
+    /// How long making them may wait for a lock on a parent table before giving up until the
+    /// next try (1 to 10000 ms); the commits queued behind it wait at most that long.
+    #[arg(long, default_value_t = 200)]
+    pub partitions_lock_timeout_ms: u32,
+}
+
+impl PartitionsArgs {
+    /// As the core's configuration; validated.
+    pub fn config(&self) -> anyhow::Result<PartitionsConfig> {
+        let defaults = PartitionsConfig::default();
+        let config = PartitionsConfig {
+            interval_ms: i64::try_from(self.partitions_interval_ms).context("--partitions-interval-ms")?,
+            days_ahead: self.partitions_days_ahead,
+            horizon_min_days: defaults.horizon_min_days.min(self.partitions_days_ahead),
+            retry_ms: i64::try_from(self.partitions_interval_ms)
+                .unwrap_or(i64::MAX)
+                .clamp(1, defaults.retry_ms),
+            lock_timeout_ms: self.partitions_lock_timeout_ms,
+        };
+        config.validate().map_err(anyhow::Error::msg)?;
+        Ok(config)
+    }
 }
 
 #[derive(clap::Args, Clone)]

@@ -65,9 +65,10 @@ fn text(dir: &Path, plan: &Plan) -> String {
     let a = &plan.admission;
     let _ = writeln!(
         out,
-        "{}: {} points, loads at declared peak rates",
+        "{}: {} points ({} of them the generated host and device health points), loads at declared peak rates",
         dir.display(),
-        plan.points
+        plan.points,
+        plan.health_points
     );
     let _ = writeln!(
         out,

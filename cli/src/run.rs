@@ -57,7 +57,10 @@ pub async fn run(
         lag_high_age_ms: tuning.lag_high_age_ms,
         self_points_interval_ms: i64::try_from(tuning.self_points_interval_ms)
             .context("--self-points-interval-ms")?,
+        health_points_interval_ms: i64::try_from(tuning.health_points_interval_ms)
+            .context("--health-points-interval-ms")?,
         retention: tuning.retention.config()?,
+        partitions: tuning.partitions.config()?,
         ..Config::default()
     };
     let bus_config = NatsBusConfig {

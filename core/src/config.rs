@@ -37,10 +37,16 @@ pub struct Config {
     /// How often the core publishes its self-points (0: never). Below the self-points'
     /// `freshness_s` (10 s in the sample registry), or they would go stale between readings.
     pub self_points_interval_ms: i64,
+    /// How often the core publishes the health points it generates per driver host and per
+    /// device (`registry::health`; 0: never, and so does a `self_points_interval_ms` of 0:
+    /// they are self-points). Their declared rate assumes the default.
+    pub health_points_interval_ms: i64,
     /// The running core's refresh of closed rollup buckets (`rollup.rs`).
     pub rollups: crate::rollup::RollupConfig,
     /// How long raw rows and rollups are kept (`retention.rs`).
     pub retention: crate::retention::RetentionConfig,
+    /// The running core's partitions made ahead (`partitions.rs`).
+    pub partitions: crate::partitions::PartitionsConfig,
 }
 
 impl Default for Config {
@@ -62,8 +68,10 @@ impl Default for Config {
             lag_high_pending: 5_000,
             watchdog_expiries_per_tick_max: 1_000,
             self_points_interval_ms: 5_000,
+            health_points_interval_ms: i64::from(crate::registry::health::HEALTH_INTERVAL_S) * 1_000,
             rollups: crate::rollup::RollupConfig::default(),
             retention: crate::retention::RetentionConfig::default(),
+            partitions: crate::partitions::PartitionsConfig::default(),
         }
     }
 }
@@ -98,8 +106,12 @@ impl Config {
         if self.self_points_interval_ms < 0 {
             return Err("self_points_interval_ms must not be negative (0 turns them off)".into());
         }
+        if self.health_points_interval_ms < 0 {
+            return Err("health_points_interval_ms must not be negative (0 turns them off)".into());
+        }
         self.rollups.validate()?;
         self.retention.validate()?;
+        self.partitions.validate()?;
         if self.startup_grace_ms < 0 {
             return Err("startup_grace_ms must not be negative".into());
         }

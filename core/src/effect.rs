@@ -53,6 +53,8 @@ pub enum Input {
     RetentionRan(crate::retention::RetentionOutcome),
     /// The epoch fence refused a retention drop: a newer core holds the lock.
     RetentionFenced,
+    /// A partitions-ahead run answered (`Effect::EnsurePartitions`).
+    PartitionsEnsured(crate::partitions::PartitionsOutcome),
     /// A reprocess is asked over the bus; `reply_to` is where the answer goes (opaque here).
     ReprocessRequested {
         ask: crate::reprocess_request::ReprocessAsk,
@@ -107,6 +109,12 @@ pub enum Effect {
     /// control event, and answer with `Input::RetentionRan` (or `RetentionFenced`). Not
     /// ordered with commits: no commit writes below a cut-off.
     DropExpired(crate::retention::RetentionRequest),
+    /// Make the daily partitions of yesterday through today + `days_ahead`, off the commit
+    /// path, in its own transaction with the request's `lock_timeout`, and answer with
+    /// `Input::PartitionsEnsured` (a lock timeout is an outcome, not an error). Not ordered
+    /// with commits and not fenced: it writes no row, and the store makes the same
+    /// partitions on demand for any batch that needs them.
+    EnsurePartitions(crate::partitions::PartitionsRequest),
     /// Run this reprocess off the ingest loop, fenced on the job's epoch, under the core's
     /// registry, and answer with `Input::ReprocessFinished`. Not ordered with commits: the rows
     /// it writes are fenced and the projection takes its result only where no newer row moved

@@ -62,6 +62,7 @@ pub mod gap;
 pub mod log;
 pub mod machine;
 pub mod metrics;
+pub mod partitions;
 mod parts;
 pub mod pipeline;
 pub mod planted;

@@ -35,7 +35,8 @@ use crate::parts::claims::{Asker, Claims};
 use crate::parts::commands::{Admitted, Commands};
 use crate::parts::context::{Ctx, Out};
 use crate::parts::derived::DerivedPoints;
-use crate::parts::drivers::{Announcement, Drivers};
+use crate::parts::drivers::{Announcement, DriverState, Drivers};
+use crate::parts::health::{Health, InstanceFacts};
 use crate::parts::ingest::{Applied, Ingest};
 use crate::parts::maintenance::Maintenance;
 use crate::parts::projection::Projector;
@@ -76,6 +77,7 @@ pub struct Core {
     derived: DerivedPoints,
     maintenance: Maintenance,
     self_points: SelfPoints,
+    health: Health,
 }
 
 impl Core {
@@ -108,6 +110,16 @@ impl Core {
             derived: DerivedPoints::new(registry),
             maintenance: Maintenance::new(config, now),
             self_points: SelfPoints::new(config.self_points_interval_ms, registry, now),
+            // Health points are self-points: turning self-points off turns them off too.
+            health: Health::new(
+                if config.self_points_interval_ms == 0 {
+                    0
+                } else {
+                    config.health_points_interval_ms
+                },
+                registry,
+                now,
+            ),
             mode: Mode::Running,
             out: Out::default(),
             ctx,
@@ -297,13 +309,17 @@ impl Core {
                 self.on_tick();
             }
             Input::StreamFront { first_seq } => self.derived.release_held(first_seq, out),
-            Input::DriverHello { host, hello } => self.drivers.hello(&host, &hello, out),
+            Input::DriverHello { host, hello } => self.drivers.hello(&host, &hello, ctx.now, out),
             Input::RollupStepped(outcome) => {
                 self.maintenance.on_rollup_stepped(ctx.now, outcome);
                 self.on_tick();
             }
             Input::RetentionRan(outcome) => {
                 self.maintenance.on_retention_ran(ctx.now, outcome);
+                self.on_tick();
+            }
+            Input::PartitionsEnsured(outcome) => {
+                self.maintenance.on_partitions_ensured(outcome, ctx, out);
                 self.on_tick();
             }
             Input::RollupStepFenced | Input::RetentionFenced => self.exit(ExitReason::FENCED),
@@ -351,6 +367,7 @@ impl Core {
         if self.mode == Mode::Running {
             consider(self.watchdog.next_deadline(&self.ctx), Deadline::Watchdog);
             consider(self.self_points.next_deadline(), Deadline::SelfPoints);
+            consider(self.health.next_deadline(), Deadline::SelfPoints);
             let pipeline_full = self.ingest.pipeline_full(config);
             consider(
                 self.maintenance.next_deadline(pipeline_full),
@@ -593,6 +610,14 @@ impl Core {
             let (ctx, out) = (&self.ctx, &mut self.out);
             self.watchdog.expire(self.projection.view(), ctx, out);
             self.self_points.on_tick(ctx, out);
+            let instances = self.drivers.views().iter().map(|v| InstanceFacts {
+                host: &v.host,
+                connected: matches!(v.state, DriverState::Connected | DriverState::Ready),
+                last_hello_at: v.last_hello_at,
+                queue_drops: v.queue_drops,
+            });
+            let health = self.health.take_due(ctx.now, instances, self.projection.view());
+            self.self_points.publish_health(health, ctx, out);
             let pipeline_full = self.ingest.pipeline_full(&ctx.config);
             self.maintenance.on_tick(pipeline_full, ctx, out);
             self.claims.expire(ctx, out);

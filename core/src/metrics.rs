@@ -7,6 +7,7 @@
 //! core reads no clock: commit latency is the difference of two `now`s it was handed). Every
 //! bucket set is a named constant with its unit last; counts only, never a value.
 
+use crate::control::{ControlDetail, RELEASED_BY_HOLDER, RELEASED_EXPIRED};
 use crate::log::QuarantineReason;
 use crate::registry::RetentionClass;
 
@@ -36,6 +37,13 @@ pub struct Metrics {
     pub commands_issued: u64,
     /// Command requests refused (unknown point, missing principal, bad id or value).
     pub commands_refused: u64,
+    /// Partitions the running core made ahead (`partitions.rs`; not those made at startup or
+    /// on demand for a batch), and its runs that found a parent table locked past the timeout.
+    pub partitions_created: u64,
+    pub partitions_lock_timeouts: u64,
+    /// Claims decided, by [`CLAIM_OUTCOMES`]: set, released by their holder, expired (each one
+    /// arbitration write asked of the store).
+    pub claims: [u64; CLAIM_OUTCOMES.len()],
     /// Driver hellos received (restart step 7), and of those: from an instance no point is
     /// assigned to, from an instance that has seen a newer core's epoch, and answered with the
     /// announcement again because the instance had not seen this core's.
@@ -55,6 +63,10 @@ pub struct Metrics {
     /// Rows plus quarantine entries per batch sent to the store ([`BATCH_SIZE_BOUNDS`]).
     pub batch_size: Histogram<{ BATCH_SIZE_BOUNDS.len() }>,
 }
+
+/// The outcomes of a claim, as the `outcome` label of `sentinel_claims_total`: its
+/// `claim_set` event, or its `claim_released` event's `why`.
+pub const CLAIM_OUTCOMES: [&str; 3] = ["set", RELEASED_BY_HOLDER, RELEASED_EXPIRED];
 
 /// Commit latency buckets, µs: 1 ms to 10 s. A batch is one statement; the spec's budget for
 /// the ingest path is well under a second, so the buckets are finest there.
@@ -111,6 +123,23 @@ impl Metrics {
 
     pub fn quarantined_total(&self) -> u64 {
         self.quarantined.iter().sum()
+    }
+
+    /// A claim's event, counted by its outcome; any other event counts nothing.
+    pub fn count_claim(&mut self, event: &ControlDetail) {
+        let outcome = match event {
+            ControlDetail::ClaimSet { .. } => "set",
+            ControlDetail::ClaimReleased { why, .. } => why,
+            _ => return,
+        };
+        let index = CLAIM_OUTCOMES.iter().position(|o| *o == outcome);
+        debug_assert!(
+            index.is_some(),
+            "a claim outcome outside the closed set: {outcome}"
+        );
+        if let Some(index) = index {
+            self.claims[index] += 1;
+        }
     }
 
     /// The security signal of stage 5, counted on its own (ingest spec, stage 5).

@@ -251,6 +251,7 @@ impl World {
                 | Effect::PublishObservation { .. }
                 | Effect::RefreshRollups(_)
                 | Effect::DropExpired(_)
+                | Effect::EnsurePartitions(_)
                 | Effect::Reprocess(_)
                 | Effect::ReprocessReply { .. } => {}
                 Effect::Exit(reason) => panic!("unexpected exit: {reason:?}"),

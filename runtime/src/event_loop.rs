@@ -22,6 +22,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sentinel_core::partitions::PartitionsOutcome;
 use sentinel_core::retention::RetentionOutcome;
 use sentinel_core::rollup::RollupStepOutcome;
 use sentinel_core::{Core, Effect, ExitReason, Input, Metrics, Micros};
@@ -33,7 +34,8 @@ use crate::telemetry::{BusOp, StoreOp, Telemetry};
 
 use sentinel_ports::clock::Clock;
 use sentinel_ports::{
-    Bus, BusError, CommitError, Consumer, Inbound, Lease, RollupStepLimits, Store, StoreError,
+    Bus, BusError, CommitError, Consumer, Inbound, Lease, PartitionsAhead, RollupStepLimits, Store,
+    StoreError,
 };
 
 /// The default bound of the observation publisher's queue: at the 500 obs/s design rate, half a
@@ -348,6 +350,13 @@ where
                     Input::RollupStepped(RollupStepOutcome::Failed)
                 }
             },
+            Some(joined) = maintenance.partition_runs.join_next() => match joined {
+                Ok(answer) => answer,
+                Err(join_error) => {
+                    error!(error = %join_error, "partitions-ahead task failed");
+                    Input::PartitionsEnsured(PartitionsOutcome::Failed)
+                }
+            },
             Some(joined) = maintenance.retention_runs.join_next() => match joined {
                 Ok(answer) => answer,
                 Err(join_error) => {
@@ -464,6 +473,7 @@ where
     commits.abort_all();
     maintenance.rollup_steps.abort_all();
     maintenance.retention_runs.abort_all();
+    maintenance.partition_runs.abort_all();
     reprocess_jobs.abort_all();
     controller.abort();
     // An orderly exit waits for its final checkpoint and for the observations it queued; a
@@ -574,6 +584,7 @@ async fn observation_publish_loop<B: Bus>(
 struct Maintenance {
     rollup_steps: JoinSet<Input>,
     retention_runs: JoinSet<Input>,
+    partition_runs: JoinSet<Input>,
 }
 
 /// Executes one effect, in emitted order. Returns the exit reason for `Effect::Exit`.
@@ -747,6 +758,31 @@ async fn execute<B: Bus, S: Store>(
                         }
                         warn!(error = %e, "retention run failed; retrying after the catch-up interval");
                         Input::RetentionRan(RetentionOutcome::Failed)
+                    }
+                }
+            });
+        }
+        Effect::EnsurePartitions(run) => {
+            // Off the loop and off the commit path: its own transaction, with a lock timeout.
+            let store = store.clone();
+            let telemetry = telemetry.clone();
+            maintenance.partition_runs.spawn(async move {
+                match store
+                    .ensure_partitions_ahead(run.today, run.days_ahead, run.lock_timeout_ms)
+                    .await
+                {
+                    Ok(PartitionsAhead::Ensured { created, until }) => {
+                        Input::PartitionsEnsured(PartitionsOutcome::Done { created, until })
+                    }
+                    Ok(PartitionsAhead::LockTimedOut) => {
+                        Input::PartitionsEnsured(PartitionsOutcome::LockTimedOut)
+                    }
+                    Err(e) => {
+                        if let Some(t) = &telemetry {
+                            t.store_error(StoreOp::Partitions, Some(&e));
+                        }
+                        warn!(error = %e, "making partitions ahead failed; retrying later");
+                        Input::PartitionsEnsured(PartitionsOutcome::Failed)
                     }
                 }
             });

@@ -33,7 +33,7 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use sentinel_core::drivers::DriverState;
-use sentinel_core::metrics::{BATCH_SIZE_BOUNDS, COMMIT_LATENCY_BOUNDS_US, Histogram};
+use sentinel_core::metrics::{BATCH_SIZE_BOUNDS, CLAIM_OUTCOMES, COMMIT_LATENCY_BOUNDS_US, Histogram};
 use sentinel_core::{Core, Metrics, Micros, Quality, QuarantineReason, RetentionClass};
 use sentinel_ports::clock::Clock;
 use sentinel_ports::{BusError, Lag, RetainedTable, StoreError};
@@ -107,10 +107,11 @@ pub enum StoreOp {
     Retention,
     Lease,
     Gauges,
+    Partitions,
 }
 
 impl StoreOp {
-    const ALL: [StoreOp; 7] = [
+    const ALL: [StoreOp; 8] = [
         StoreOp::Commit,
         StoreOp::Checkpoint,
         StoreOp::Control,
@@ -118,6 +119,7 @@ impl StoreOp {
         StoreOp::Retention,
         StoreOp::Lease,
         StoreOp::Gauges,
+        StoreOp::Partitions,
     ];
 
     fn as_str(self) -> &'static str {
@@ -129,6 +131,7 @@ impl StoreOp {
             StoreOp::Retention => "retention",
             StoreOp::Lease => "lease",
             StoreOp::Gauges => "gauges",
+            StoreOp::Partitions => "partitions",
         }
     }
 }
@@ -498,12 +501,33 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
         &[(&[], m.control_events)],
     )?;
     f.counter(
+        "sentinel_partitions_created",
+        "Daily partitions the running core made ahead (not those made at startup or on demand)",
+        &[(&[], m.partitions_created)],
+    )?;
+    f.counter(
+        "sentinel_partitions_lock_timeouts",
+        "Partitions-ahead runs that found a parent table locked past the lock timeout (retried)",
+        &[(&[], m.partitions_lock_timeouts)],
+    )?;
+    f.counter(
         "sentinel_commands",
         "Command requests, by outcome",
         &[
             (&[("outcome", "issued")], m.commands_issued),
             (&[("outcome", "refused")], m.commands_refused),
         ],
+    )?;
+    let claim_labels: Vec<_> = CLAIM_OUTCOMES.iter().map(|o| [("outcome", *o)]).collect();
+    let claims: Vec<(&Labels<'_>, u64)> = claim_labels
+        .iter()
+        .zip(m.claims)
+        .map(|(labels, n)| (labels.as_slice(), n))
+        .collect();
+    f.counter(
+        "sentinel_claims",
+        "Claims on writable points decided, by outcome (set, released by the holder, expired)",
+        &claims,
     )?;
     f.counter(
         "sentinel_driver_hellos",

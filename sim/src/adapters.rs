@@ -753,6 +753,19 @@ impl Store for SimStore {
         self.world.store.partitions_created_until().await
     }
 
+    async fn ensure_partitions_ahead(
+        &self,
+        today: Micros,
+        days_ahead: u32,
+        lock_timeout_ms: u32,
+    ) -> Result<sentinel_ports::PartitionsAhead, StoreError> {
+        self.enter(None).await?;
+        self.world
+            .store
+            .ensure_partitions_ahead(today, days_ahead, lock_timeout_ms)
+            .await
+    }
+
     async fn move_point_class(
         &self,
         epoch: u32,

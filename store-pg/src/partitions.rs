@@ -1,11 +1,16 @@
 //! Daily partitions ahead of need (DESIGN.md §3): the ensured-day cache and the calls to the
-//! `sentinel_ensure_partitions` SQL function, so no DDL is built here at run time.
+//! `sentinel_ensure_partitions` SQL function, so no DDL is built here at run time: at startup,
+//! on demand for a batch's day, and the running core's periodic run
+//! ([`sentinel_ports::Store::ensure_partitions_ahead`]) in a transaction of its own with a
+//! `lock_timeout` (SET LOCAL), so it never waits long behind an open transaction on a parent
+//! table, and nothing queued behind it waits longer than that either.
 
 use std::collections::BTreeSet;
 
-use sentinel_core::ObsRow;
+use sentinel_core::time::US_PER_DAY;
+use sentinel_core::{Micros, ObsRow};
 
-use sentinel_ports::StoreError;
+use sentinel_ports::{PARTITIONS_DAYS_AHEAD_MAX, PartitionsAhead, StoreError};
 
 use crate::{ENSURED_DAYS_MAX, PgStore, db_error};
 
@@ -23,6 +28,13 @@ pub(crate) fn day_date(day: i64) -> String {
 pub(crate) const ENSURE_AROUND_TODAY: &str = "SELECT (d - DATE '1970-01-01')::bigint, \
      sentinel_ensure_partitions(d, $1::integer + 2) \
      FROM (SELECT (now() AT TIME ZONE 'UTC')::date - 1 AS d) AS today";
+
+/// `$1` days after the Unix epoch, `$2` days from there.
+const ENSURE_FROM_DAY: &str =
+    "SELECT sentinel_ensure_partitions(DATE '1970-01-01' + $1::integer, $2::integer)";
+
+/// PostgreSQL's `lock_not_available`: a lock wait ended by `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 pub(crate) const ENSURE_DAY: &str = "SELECT sentinel_ensure_partitions(DATE '1970-01-01' + $1::integer, 1)";
 
@@ -43,6 +55,68 @@ impl PgStore {
         }
         self.remember_days(first_day..first_day + i64::from(ahead) + 2);
         Ok(())
+    }
+
+    /// [`sentinel_ports::Store::ensure_partitions_ahead`].
+    pub(crate) async fn ensure_partitions_ahead_inner(
+        &self,
+        today: Micros,
+        days_ahead: u32,
+        lock_timeout_ms: u32,
+    ) -> Result<PartitionsAhead, StoreError> {
+        if !(1..=PARTITIONS_DAYS_AHEAD_MAX).contains(&days_ahead) || lock_timeout_ms == 0 {
+            return Err(StoreError::Other(format!(
+                "ensure_partitions_ahead: days_ahead must be within 1..={PARTITIONS_DAYS_AHEAD_MAX} and the lock timeout positive, got {days_ahead} and {lock_timeout_ms}"
+            )));
+        }
+        let first_day = today.0.div_euclid(US_PER_DAY) - 1;
+        let first_day_db = i32::try_from(first_day)
+            .map_err(|_| StoreError::Other(format!("day {first_day} is out of the date range")))?;
+        let days = days_ahead + 2;
+        let mut tx = self
+            .pool
+            .begin()
+            .await
+            .map_err(db_error("beginning a partitions-ahead run"))?;
+        sqlx::query("SELECT set_config('lock_timeout', $1, true)")
+            .bind(format!("{lock_timeout_ms}ms"))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("setting the partitions-ahead lock timeout"))?;
+        let created: i32 = match sqlx::query_scalar(ENSURE_FROM_DAY)
+            .bind(first_day_db)
+            .bind(i32::try_from(days).unwrap_or(i32::MAX))
+            .fetch_one(&mut *tx)
+            .await
+        {
+            Ok(created) => created,
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(LOCK_NOT_AVAILABLE) => {
+                // Rolled back when `tx` drops; say so explicitly all the same.
+                let _ = tx.rollback().await;
+                tracing::warn!(
+                    lock_timeout_ms,
+                    "partitions ahead: a parent table stayed locked past the timeout; retrying later"
+                );
+                return Ok(PartitionsAhead::LockTimedOut);
+            }
+            Err(e) => return Err(db_error("ensuring partitions ahead")(e)),
+        };
+        tx.commit()
+            .await
+            .map_err(db_error("committing a partitions-ahead run"))?;
+        if created > 0 {
+            tracing::info!(
+                created,
+                from = %day_date(first_day),
+                days,
+                "created daily observation partitions ahead"
+            );
+        }
+        self.remember_days(first_day..first_day + i64::from(days));
+        Ok(PartitionsAhead::Ensured {
+            created: u32::try_from(created).unwrap_or(0),
+            until: self.partitions_created_until_inner().await?,
+        })
     }
 
     pub(crate) fn remember_days(&self, days: impl IntoIterator<Item = i64>) {

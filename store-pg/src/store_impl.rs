@@ -7,9 +7,9 @@ use sentinel_core::{
 };
 
 use sentinel_ports::{
-    ClassMove, CommitError, HistoryRow, Partition, RegistryLoad, RetentionCutoffs, RetentionRun, RollupGrain,
-    RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError,
-    StoredControlEvent, StoredDesired, StoredRegistry,
+    ClassMove, CommitError, HistoryRow, Partition, PartitionsAhead, RegistryLoad, RetentionCutoffs,
+    RetentionRun, RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark,
+    StartupStep, Store, StoreError, StoredControlEvent, StoredDesired, StoredRegistry,
 };
 
 use crate::{PgLease, PgStore};
@@ -152,6 +152,16 @@ impl Store for PgStore {
 
     async fn partitions_created_until(&self) -> Result<Option<Micros>, StoreError> {
         self.partitions_created_until_inner().await
+    }
+
+    async fn ensure_partitions_ahead(
+        &self,
+        today: Micros,
+        days_ahead: u32,
+        lock_timeout_ms: u32,
+    ) -> Result<PartitionsAhead, StoreError> {
+        self.ensure_partitions_ahead_inner(today, days_ahead, lock_timeout_ms)
+            .await
     }
 
     async fn move_point_class(

@@ -179,6 +179,7 @@ fn emit(
     ctx: &Ctx,
     out: &mut Out,
 ) {
+    out.metrics.count_claim(&claim_event);
     let point_id = ctx.registry.point(point).id.clone();
     let event = |principal: Arc<str>, detail: ControlDetail| ControlEvent {
         occurred_at: ctx.now,

@@ -76,6 +76,9 @@ pub struct DriverView {
     /// queue's drop count since it opened). The driver library's own health count, not device
     /// data: the one reading the core exports, because it is where the spec drops data.
     pub queue_drops: Option<u64>,
+    /// When the instance's latest hello reached this core (the host's `last_hello_age` health
+    /// point, `registry::health`).
+    pub last_hello_at: Option<Micros>,
 }
 
 /// What a hello did to the table.
@@ -150,6 +153,7 @@ impl Drivers {
                 source_epoch: None,
                 last_committed_at: None,
                 queue_drops: None,
+                last_hello_at: None,
             })
             .collect();
         debug_assert_eq!(slot_of_point.len(), registry.len());
@@ -234,8 +238,11 @@ impl Drivers {
 
     /// A hello, counted by its outcome; an instance that has not seen this core's epoch is
     /// sent the announcement again.
-    pub(crate) fn hello(&mut self, host: &str, hello: &DriverHello, out: &mut Out) {
+    pub(crate) fn hello(&mut self, host: &str, hello: &DriverHello, now: Micros, out: &mut Out) {
         out.metrics.driver_hellos += 1;
+        if let Some(slot) = self.slot(host, &hello.driver_instance) {
+            self.views[slot].last_hello_at = Some(now);
+        }
         match self.on_hello(host, hello) {
             HelloOutcome::Current => {}
             HelloOutcome::Reannounce(Announcement { subject, payload }) => {
@@ -323,7 +330,7 @@ mod tests {
         assert_eq!(drivers.announcements().len(), 1, "the core's own host is skipped");
         drivers.gauge(&mut out.metrics);
         assert_eq!(out.metrics.drivers, [1, 0, 0]);
-        drivers.hello(HOST, &hello(EPOCH), &mut out);
+        drivers.hello(HOST, &hello(EPOCH), T0, &mut out);
         assert_eq!(out.metrics.drivers, [0, 1, 0]);
         // Backlog observed before this core started does not make it ready.
         drivers.row_committed(&row(&ctx, "plant.temp", 1, 1.0, T0.add_ms(-1)), &mut out.metrics);
@@ -345,14 +352,14 @@ mod tests {
         let ctx = ctx();
         let mut out = Out::default();
         let mut drivers = Drivers::new(&ctx.registry, SELF_HOST, EPOCH, T0);
-        drivers.hello(HOST, &hello(EPOCH - 1), &mut out);
+        drivers.hello(HOST, &hello(EPOCH - 1), T0, &mut out);
         let effects = drain(&mut out);
         assert!(
             matches!(&effects[..], [Effect::Publish { subject, .. }] if subject == "cmd.plant-a.modbus-1"),
             "{effects:?}"
         );
-        drivers.hello(HOST, &hello(EPOCH + 1), &mut out);
-        drivers.hello("plant-z", &hello(EPOCH), &mut out);
+        drivers.hello(HOST, &hello(EPOCH + 1), T0, &mut out);
+        drivers.hello("plant-z", &hello(EPOCH), T0, &mut out);
         assert!(drain(&mut out).is_empty());
         let m = &out.metrics;
         assert_eq!(

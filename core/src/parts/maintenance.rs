@@ -2,21 +2,23 @@
 //! refresh and retention schedules, and the one reprocess asked over the bus (ingest spec,
 //! "Retention and rollups", "Reprocess"; core runtime spec, "Backpressure").
 //!
-//! Owns: the [`RollupSchedule`] and the [`RetentionSchedule`] (in [`crate::rollup`] and
-//! [`crate::retention`]), the [`ReprocessSlot`] (in [`crate::reprocess_request`]), and whether
+//! Owns: the [`RollupSchedule`], the [`RetentionSchedule`] and the [`PartitionsSchedule`] (in
+//! [`crate::rollup`], [`crate::retention`] and [`crate::partitions`]), the [`ReprocessSlot`] (in [`crate::reprocess_request`]), and whether
 //! the last lag reading was high. Ingest needs the database more than maintenance does: while
 //! the lag is high or every in-flight slot is taken ("ingest behind", which the router tells
 //! from the ingest part's pipeline), no rollup step or retention run is asked for, so they
 //! never starve ingest.
 //!
-//! Takes `Tick`, `Lag`, `RollupStepped`, `RetentionRan`, `ReprocessRequested` and the slot's
+//! Takes `Tick`, `Lag`, `RollupStepped`, `RetentionRan`, `PartitionsEnsured` (counted: the
+//! partitions made, the lock timeouts), `ReprocessRequested` and the slot's
 //! side of `ReprocessFinished` and of the core's exit (the fenced inputs stop the core in the
 //! router).
 //!
-//! Emits `RefreshRollups`, `DropExpired`, `Reprocess` and `ReprocessReply`.
+//! Emits `RefreshRollups`, `DropExpired`, `EnsurePartitions`, `Reprocess` and `ReprocessReply`.
 
 use crate::config::Config;
 use crate::effect::Effect;
+use crate::partitions::{PartitionsOutcome, PartitionsSchedule};
 use crate::reprocess_request::{Admission, ReprocessAsk, ReprocessReply, ReprocessSlot};
 use crate::retention::{RetentionOutcome, RetentionSchedule};
 use crate::rollup::{RollupSchedule, RollupStepOutcome};
@@ -28,6 +30,7 @@ use super::context::{Ctx, Out};
 pub(crate) struct Maintenance {
     rollups: RollupSchedule,
     retention: RetentionSchedule,
+    partitions: PartitionsSchedule,
     reprocess: ReprocessSlot,
     /// The last lag reading was high.
     lag_high: bool,
@@ -38,6 +41,7 @@ impl Maintenance {
         Maintenance {
             rollups: RollupSchedule::new(config.rollups.clone(), now),
             retention: RetentionSchedule::new(config.retention.clone(), now),
+            partitions: PartitionsSchedule::new(config.partitions.clone(), now),
             reprocess: ReprocessSlot::default(),
             lag_high: false,
         }
@@ -77,6 +81,9 @@ impl Maintenance {
         if let Some(run) = self.retention.poll(ctx.now, ctx.epoch, behind) {
             out.push(Effect::DropExpired(run));
         }
+        if let Some(run) = self.partitions.poll(ctx.now, behind) {
+            out.push(Effect::EnsurePartitions(run));
+        }
     }
 
     /// When the running core should next tick for a rollup step or a retention run: never
@@ -85,10 +92,14 @@ impl Maintenance {
         if self.ingest_behind(pipeline_full) {
             return None;
         }
-        match (self.rollups.next_deadline(), self.retention.next_deadline()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [
+            self.rollups.next_deadline(),
+            self.retention.next_deadline(),
+            self.partitions.next_deadline(),
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     pub fn on_rollup_stepped(&mut self, now: Micros, outcome: RollupStepOutcome) {
@@ -97,6 +108,16 @@ impl Maintenance {
 
     pub fn on_retention_ran(&mut self, now: Micros, outcome: RetentionOutcome) {
         self.retention.on_run(now, outcome);
+    }
+
+    /// A partitions-ahead run answered: counted, and the schedule moves.
+    pub fn on_partitions_ensured(&mut self, outcome: PartitionsOutcome, ctx: &Ctx, out: &mut Out) {
+        match outcome {
+            PartitionsOutcome::Done { created, .. } => out.metrics.partitions_created += u64::from(created),
+            PartitionsOutcome::LockTimedOut => out.metrics.partitions_lock_timeouts += 1,
+            PartitionsOutcome::Failed => {}
+        }
+        self.partitions.on_run(ctx.now, outcome);
     }
 
     /// A reprocess asked over the bus: started as an effect the runtime runs off the loop, or
@@ -171,6 +192,7 @@ mod tests {
             .map(|e| match e {
                 Effect::RefreshRollups(_) => "rollups",
                 Effect::DropExpired(_) => "retention",
+                Effect::EnsurePartitions(_) => "partitions",
                 Effect::Reprocess(_) => "reprocess",
                 Effect::ReprocessReply { .. } => "reply",
                 other => panic!("not maintenance's: {other:?}"),
@@ -198,11 +220,57 @@ mod tests {
         assert!(drain(&mut out).is_empty(), "lag is high");
         assert!(!maintenance.on_lag(0, Some(0), &ctx, &mut out));
         maintenance.on_tick(false, &ctx, &mut out);
-        assert_eq!(kinds(&drain(&mut out)), ["rollups", "retention"]);
-        assert_eq!(maintenance.next_deadline(false), None, "both in flight");
+        assert_eq!(kinds(&drain(&mut out)), ["rollups", "retention", "partitions"]);
+        assert_eq!(maintenance.next_deadline(false), None, "all three in flight");
         maintenance.on_rollup_stepped(ctx.now, RollupStepOutcome::Done { behind: true });
         let catch_up = ctx.now.add_ms(ctx.config.rollups.catch_up_interval_ms);
         assert_eq!(maintenance.next_deadline(false), Some(catch_up));
+    }
+
+    #[test]
+    fn partitions_runs_are_counted_and_a_lock_timeout_is_retried_not_fatal() {
+        let mut ctx = ctx();
+        let mut out = Out::default();
+        let mut maintenance = Maintenance::new(&ctx.config, T0);
+        ctx.now = T0.add_ms(ctx.config.partitions.interval_ms);
+        maintenance.on_tick(false, &ctx, &mut out);
+        assert!(kinds(&drain(&mut out)).contains(&"partitions"));
+        maintenance.on_partitions_ensured(PartitionsOutcome::LockTimedOut, &ctx, &mut out);
+        assert_eq!(
+            (
+                out.metrics.partitions_lock_timeouts,
+                out.metrics.partitions_created
+            ),
+            (1, 0)
+        );
+        let retry_at = ctx.now.add_ms(ctx.config.partitions.retry_ms);
+        ctx.now = retry_at;
+        maintenance.on_tick(false, &ctx, &mut out);
+        let effects = drain(&mut out);
+        let run = effects
+            .iter()
+            .find_map(|e| match e {
+                Effect::EnsurePartitions(run) => Some(*run),
+                _ => None,
+            })
+            .expect("retried at the next tick after the retry interval");
+        assert_eq!((run.today, run.days_ahead), (retry_at, 3));
+        maintenance.on_partitions_ensured(
+            PartitionsOutcome::Done {
+                created: 4,
+                until: None,
+            },
+            &ctx,
+            &mut out,
+        );
+        assert_eq!(
+            (
+                out.metrics.partitions_lock_timeouts,
+                out.metrics.partitions_created
+            ),
+            (1, 4)
+        );
+        assert!(drain(&mut out).is_empty(), "counted only; nothing else to do");
     }
 
     #[test]

@@ -11,7 +11,8 @@
 //! - [`drivers`]: the driver instances' states and the epoch announcement;
 //! - [`derived`]: derived points, and the readings held back at restart;
 //! - [`maintenance`]: rollup and retention schedules, the reprocess slot, "ingest behind";
-//! - [`self_points`]: the core's figures about itself;
+//! - [`self_points`]: the core's figures about itself, and the envelopes of every self-point;
+//! - [`health`]: the values of the generated health points per driver host and per device;
 //! - [`context`]: what they all read ([`context::Ctx`]) and write ([`context::Out`]).
 
 pub(crate) mod claims;
@@ -19,6 +20,7 @@ pub(crate) mod commands;
 pub(crate) mod context;
 pub(crate) mod derived;
 pub mod drivers;
+pub(crate) mod health;
 pub(crate) mod ingest;
 pub(crate) mod maintenance;
 pub(crate) mod projection;

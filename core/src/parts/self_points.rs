@@ -9,13 +9,16 @@
 //! acquisition, so keys never repeat across incarnations. A figure whose point the registry
 //! does not declare is not published.
 //!
+//! Also the envelopes of the generated health points (the health part computes them), so every
+//! reading the core publishes about itself shares one key sequence.
+//!
 //! Takes `Tick`, with the counters ([`Metrics`]). Emits `PublishObservation`.
 
 use bytes::Bytes;
 
 use crate::effect::Effect;
 use crate::metrics::Metrics;
-use crate::registry::Registry;
+use crate::registry::{PointIdx, Registry};
 use crate::time::Micros;
 use crate::wire::{EnvelopeOut, obs_subject};
 
@@ -122,23 +125,49 @@ impl SelfPoints {
             figures.iter().map(|(id, _)| *id).eq(FIGURES),
             "one value per figure"
         );
-        let subject = obs_subject(SELF_HOST, SELF_INSTANCE);
         figures
             .into_iter()
             .filter_map(|(point_id, value)| {
                 let idx = registry.resolve(point_id)?;
-                let point = registry.point(idx);
-                let seq = self.next_seq;
-                self.next_seq += 1;
-                let mut envelope = EnvelopeOut::new(point_id, SELF_INSTANCE, epoch, seq, now, value);
-                envelope.unit = point.unit_native.as_deref().map(str::to_owned);
-                Some(SelfObservation {
-                    subject: subject.clone(),
-                    msg_id: envelope.msg_id(),
-                    payload: Bytes::from(envelope.to_bytes()),
-                })
+                Some(self.envelope(registry, idx, value, now, epoch))
             })
             .collect()
+    }
+
+    /// Publishes the generated health points' readings (the health part's) on the same
+    /// subject and key sequence as the core's own figures, so their keys never collide.
+    pub(crate) fn publish_health(&mut self, readings: Vec<(PointIdx, f64)>, ctx: &Ctx, out: &mut Out) {
+        for (idx, value) in readings {
+            debug_assert!(value.is_finite(), "a health value is finite");
+            let o = self.envelope(&ctx.registry, idx, serde_json::json!(value), ctx.now, ctx.epoch);
+            out.push(Effect::PublishObservation {
+                subject: o.subject,
+                msg_id: o.msg_id,
+                payload: o.payload,
+            });
+        }
+    }
+
+    /// One reading of `point`, keyed `(core, epoch, next seq)`.
+    fn envelope(
+        &mut self,
+        registry: &Registry,
+        idx: PointIdx,
+        value: serde_json::Value,
+        now: Micros,
+        epoch: u32,
+    ) -> SelfObservation {
+        let point = registry.point(idx);
+        debug_assert_eq!(&*point.host, SELF_HOST, "a self-point belongs to the core's host");
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let mut envelope = EnvelopeOut::new(&point.id, SELF_INSTANCE, epoch, seq, now, value);
+        envelope.unit = point.unit_native.as_deref().map(str::to_owned);
+        SelfObservation {
+            subject: obs_subject(SELF_HOST, SELF_INSTANCE),
+            msg_id: envelope.msg_id(),
+            payload: Bytes::from(envelope.to_bytes()),
+        }
     }
 }
 

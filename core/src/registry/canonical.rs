@@ -253,6 +253,7 @@ mod tests {
             },
             derived: None,
             writable: None,
+            device: None,
         }
     }
 
@@ -502,6 +503,7 @@ mod tests {
                     min_on_s,
                     min_off_s,
                 }),
+                device: None,
             }
         }
     }

@@ -319,6 +319,18 @@ fn check_point(
         )),
         Some(_) => {}
     }
+    if let Some(device) = &p.device {
+        if !is_token(device) {
+            push(format!(
+                "device {device:?} is not a NATS subject token: {TOKEN_RULE}, at most {NAME_BYTES_MAX} bytes"
+            ));
+        }
+        if file.host.as_deref() == Some(SELF_HOST) {
+            push(format!(
+                "device {device:?} on a point of host \"{SELF_HOST}\": the core's own points belong to no device"
+            ));
+        }
+    }
 
     let is_number = p.kind == Some(Kind::Number);
     // Kind-specific rules only apply once the kind is known; a missing kind is reported above.
@@ -1230,6 +1242,70 @@ bar = { quantity = "pressure", factor = 100.0 }
     }
 
     #[test]
+    fn a_device_is_a_subject_token_and_never_on_the_cores_own_points() {
+        let bad = point(&[("device", Some("\"boiler 1\""))]);
+        let issues = run(&[("hosts/plant-a.toml", host_file("plant-a", &[bad]))]);
+        assert_eq!(
+            issues.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                r#"hosts/plant-a.toml: point "boiler.temp": device "boiler 1" is not a NATS subject token: use only ASCII letters, digits, '_' and '-', at most 64 bytes"#
+            ]
+        );
+        let on_core = point(&[("device", Some("\"boiler1\""))]);
+        let issues = run(&[("hosts/sentinel.toml", host_file("sentinel", &[on_core]))]);
+        assert_eq!(
+            issues.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                r#"hosts/sentinel.toml: point "boiler.temp": device "boiler1" on a point of host "sentinel": the core's own points belong to no device"#
+            ]
+        );
+        let good = point(&[("device", Some("\"boiler1\""))]);
+        assert!(run(&[("hosts/plant-a.toml", host_file("plant-a", &[good]))]).is_empty());
+    }
+
+    #[test]
+    fn a_declared_point_may_not_take_a_generated_health_id_and_the_budget_counts_them() {
+        let files = |extra: Option<String>, rate: &str| {
+            let mut points = vec![point(&[
+                ("device", Some("\"boiler1\"")),
+                ("peak_rate_hz", Some(rate)),
+            ])];
+            points.extend(extra);
+            vec![
+                ("units.toml".to_owned(), UNITS.to_owned()),
+                ("codebooks.toml".to_owned(), CODEBOOKS.to_owned()),
+                ("hosts/plant-a.toml".to_owned(), host_file("plant-a", &points)),
+            ]
+        };
+        let descriptors = source::load(&files(None, "0.1")).expect("clean");
+        assert_eq!(
+            descriptors.len(),
+            1 + 3 + 2,
+            "the point, its host's three, its device's two"
+        );
+        let taken = point(&[("id", Some("\"sentinel.device.boiler1.non_live_share\""))]);
+        let report = source::load(&files(Some(taken), "0.1")).expect_err("an id the core generates");
+        assert_eq!(
+            report.to_string().lines().next(),
+            Some(
+                r#"(registry folder): point "sentinel.device.boiler1.non_live_share" is a health point the core generates for a host or device; declare the point under another id"#
+            )
+        );
+        // 1 obs/s declared fits a budget of 1.2 alone, not with the five generated points' 0.5.
+        let admission = Admission {
+            ingest_budget_obs_s: 1.2,
+            ..Admission::default()
+        };
+        let report = source::load_with(&files(None, "1.0"), &admission).expect_err("over budget");
+        assert!(
+            report
+                .to_string()
+                .contains("declared peak rates total 1.5 obs/s with the 5 health points the core generates (0.5 obs/s), above the ingest budget of 1.2 obs/s"),
+            "{report}"
+        );
+    }
+
+    #[test]
     fn load_refuses_a_folder_with_issues_and_resolves_a_clean_one() {
         let mut files = vec![
             ("units.toml".to_owned(), UNITS.to_owned()),
@@ -1240,7 +1316,17 @@ bar = { quantity = "pressure", factor = 100.0 }
             ),
         ];
         let descriptors = source::load(&files).expect("clean fixture");
-        assert_eq!(descriptors.len(), 1);
+        let ids: Vec<&str> = descriptors.iter().map(|d| d.id.as_str()).collect();
+        assert_eq!(
+            ids,
+            [
+                "boiler.temp",
+                "sentinel.host.plant-a.connected_instances",
+                "sentinel.host.plant-a.disk_queue_drops",
+                "sentinel.host.plant-a.last_hello_age",
+            ],
+            "the declared point and its host's generated health points"
+        );
         let d = &descriptors[0];
         assert_eq!(d.unit_native.as_deref(), Some("degF"));
         assert!((d.conversion.apply(71.6) - 22.0).abs() < 1e-9);

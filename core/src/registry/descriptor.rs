@@ -348,6 +348,11 @@ pub struct Descriptor {
     /// Set for a point that takes commands; optional and left out when absent, like `derived`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writable: Option<Writable>,
+    /// The device the point belongs to (a subject token, unique per registry), if it declares
+    /// one; the core generates the device's health self-points from it
+    /// (`health.rs`). Optional and left out when absent, like `derived`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 impl Descriptor {
@@ -418,6 +423,7 @@ impl Descriptor {
             },
             derived: None,
             writable: None,
+            device: None,
         }
     }
 }

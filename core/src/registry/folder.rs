@@ -143,6 +143,8 @@ pub struct SourcePoint {
     /// `writable = { verify_s = N, tolerance = T, relinquish_default = V, min_on_s = N,
     /// min_off_s = N }`: the point takes commands.
     pub writable: Option<SourceWritable>,
+    /// The device the point belongs to; the core generates the device's health self-points.
+    pub device: Option<String>,
 }
 
 /// A point's `writable` section as written; every field optional here so admission reports

@@ -4,13 +4,14 @@
 //! Owns: the descriptor format ([`descriptor`]), a registry folder's TOML text parsed into
 //! its raw form with the issue types ([`folder`]), the admission checks ([`check`]), the
 //! registry-wide admission checks ([`admission`]) over the derived inputs graph ([`graph`])
-//! and the declared load ([`plan`]), loading (parse → check → resolve into descriptors,
-//! [`source`]), canonical form and hashing ([`canonical`]), and the compiled, interned lookup
-//! structure the pipeline uses ([`Registry`]).
+//! and the declared load ([`plan`]), the health points generated per driver host and device
+//! ([`health`]), loading (parse → check → resolve → generate, [`source`]), canonical form and
+//! hashing ([`canonical`]), and the compiled, interned lookup structure the pipeline uses
+//! ([`Registry`]).
 //!
-//! Imports run one way: `descriptor` and `graph` at the bottom; `folder` and `plan` over
-//! them; `admission` over those; `check` over `admission`; `source` (which loads) over
-//! `check`; `canonical` over the compiled registry.
+//! Imports run one way: `descriptor` at the bottom; `health` and `graph` over it; `folder`
+//! and `plan` over them; `admission` over those; `check` over `admission`; `source` (which
+//! loads) over `check`; `canonical` over the compiled registry.
 //! Reading files and git is the `io` crate's job: this module takes text in.
 
 pub mod admission;
@@ -19,6 +20,7 @@ pub mod check;
 pub mod descriptor;
 pub mod folder;
 pub mod graph;
+pub mod health;
 pub mod plan;
 pub mod source;
 

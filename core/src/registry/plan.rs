@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use super::descriptor::{Descriptor, RetentionClass};
 use super::graph;
+use super::health;
 
 /// The spec's design ingest rate (core runtime spec, "Scale targets": "The design figure is
 /// 500/s").
@@ -130,7 +131,10 @@ pub struct PlannedDerived {
 /// What `sentinel registry plan` prints.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
+    /// Every point, the generated health points included.
     pub points: usize,
+    /// Of those, the health points the load generated per host and device.
+    pub health_points: usize,
     pub admission: Admission,
     pub load: DeclaredLoad,
     pub within_budget: bool,
@@ -180,6 +184,7 @@ impl Plan {
         writable.sort();
         Plan {
             points: descriptors.len(),
+            health_points: descriptors.iter().filter(|d| health::is_generated(d)).count(),
             writable,
             within_budget: load.total_peak_obs_s <= admission.ingest_budget_obs_s,
             stream_fits: load.stream_fits(admission),

@@ -16,7 +16,8 @@ pub use super::folder::{
     Defined, FILE_BYTES_MAX, FILES_MAX, FOLDER, ISSUES_MAX, LocatedPoint, RegistryIssue, RegistryReport,
     SourceFile, SourceFolder, SourcePoint, SourceUnit, SourceWritable, Vocabulary, parse,
 };
-use super::plan::Admission;
+use super::health;
+use super::plan::{Admission, DeclaredLoad};
 
 /// Builds descriptors from a folder that passed [`check::check`]. Anything unresolvable is
 /// reported rather than assumed away, so calling this on an unchecked folder is safe, just
@@ -112,11 +113,13 @@ fn resolve_point(
             }),
             None => None,
         },
+        device: p.device.clone(),
     })
 }
 
-/// Parse, run every admission check, and resolve: the one call a registry loader needs.
-/// Descriptors come back sorted by id.
+/// Parse, run every admission check, resolve, and add the generated health points
+/// ([`health::generate`]): the one call a registry loader needs. Descriptors come back sorted
+/// by id.
 pub fn load(files: &[(String, String)]) -> Result<Vec<Descriptor>, RegistryReport> {
     load_with(files, &Admission::default())
 }
@@ -132,8 +135,72 @@ pub fn load_with(
         return Err(RegistryReport::new(issues));
     }
     let mut descriptors = resolve(&folder)?;
+    let generated = health::generate(&descriptors);
+    let issues = check_generated(&descriptors, &generated, admission);
+    if !issues.is_empty() {
+        return Err(RegistryReport::new(issues));
+    }
+    descriptors.extend(generated);
     descriptors.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(descriptors)
+}
+
+/// The generated health points must not take a declared point's id, and the declared load
+/// with them must still fit the installation (the folder's own points passed alone).
+fn check_generated(
+    declared: &[Descriptor],
+    generated: &[Descriptor],
+    admission: &Admission,
+) -> Vec<RegistryIssue> {
+    let mut issues = Vec::new();
+    let ids: std::collections::BTreeSet<&str> = declared.iter().map(|d| d.id.as_str()).collect();
+    for g in generated.iter().filter(|g| ids.contains(g.id.as_str())) {
+        issues.push(RegistryIssue::file(
+            FOLDER,
+            format!(
+                "point {:?} is a health point the core generates for a host or device; declare the \
+                 point under another id",
+                g.id
+            ),
+        ));
+    }
+    let load = DeclaredLoad::of(
+        declared
+            .iter()
+            .chain(generated)
+            .map(|d| (d.retention, d.manifest.peak_rate_hz, d.manifest.row_bytes)),
+        admission.outage_s,
+    );
+    let generated_obs_s: f64 = generated.iter().map(|g| g.manifest.peak_rate_hz).sum();
+    if load.total_peak_obs_s > admission.ingest_budget_obs_s {
+        issues.push(RegistryIssue::file(
+            FOLDER,
+            format!(
+                "declared peak rates total {:.1} obs/s with the {} health points the core generates \
+                 ({generated_obs_s:.1} obs/s), above the ingest budget of {} obs/s: lower peak rates or \
+                 raise the budget (--ingest-budget-obs-s)",
+                load.total_peak_obs_s,
+                generated.len(),
+                admission.ingest_budget_obs_s
+            ),
+        ));
+    } else if !load.stream_fits(admission) {
+        issues.push(RegistryIssue::file(
+            FOLDER,
+            format!(
+                "an outage of {} s at {:.1} obs/s (with the {} generated health points) leaves {} messages \
+                 ({} bytes) in the stream, more than it holds ({} messages, {} bytes)",
+                admission.outage_s,
+                load.total_peak_obs_s,
+                generated.len(),
+                load.outage_msgs_needed,
+                load.outage_bytes_needed,
+                admission.stream_max_msgs,
+                admission.stream_max_bytes
+            ),
+        ));
+    }
+    issues
 }
 
 #[cfg(test)]

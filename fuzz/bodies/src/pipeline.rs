@@ -375,6 +375,12 @@ impl Harness {
                 Effect::DropExpired(run) => {
                     assert_eq!(run.epoch, EPOCH, "retention run on the wrong epoch");
                 }
+                Effect::EnsurePartitions(run) => {
+                    assert!(
+                        run.days_ahead > 0,
+                        "a partitions run makes at least one day ahead"
+                    );
+                }
                 Effect::Arbitrate { epoch, .. } => {
                     // Only in answer to a command request, which this body never sends; if it
                     // comes, it is fenced like every write.

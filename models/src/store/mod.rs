@@ -30,6 +30,7 @@ use sentinel_core::{
     RegistrySnapshot, RestoredState, RetentionClass,
 };
 
+use sentinel_core::time::US_PER_DAY;
 use sentinel_ports::ClassCounts;
 
 mod class_change;
@@ -44,10 +45,10 @@ mod rollup;
 mod state;
 use sentinel_ports::clock::{Clock, SystemClock};
 use sentinel_ports::{
-    ClassMove, ColdStart, CommitError, DroppedPartition, HistoryRow, Lease, Partition, RegistryLoad,
-    RetainedTable, RetentionCutoffs, RetentionRun, RollupGrain, RollupRefresh, RollupRow, RollupStep,
-    RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError, StoredControlEvent, StoredDesired,
-    StoredRegistry, lock_session_name,
+    ClassMove, ColdStart, CommitError, DroppedPartition, HistoryRow, Lease, PARTITIONS_DAYS_AHEAD_MAX,
+    Partition, PartitionsAhead, RegistryLoad, RetainedTable, RetentionCutoffs, RetentionRun, RollupGrain,
+    RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError,
+    StoredControlEvent, StoredDesired, StoredRegistry, lock_session_name,
 };
 
 /// A quarantine entry as the model stores it (the `quarantine` table's columns).
@@ -557,6 +558,27 @@ impl Store for MemoryStore {
 
     async fn partitions_created_until(&self) -> Result<Option<Micros>, StoreError> {
         Ok(lock(&self.model).retention.created_until())
+    }
+
+    /// The model holds no table locks, so it never times out.
+    async fn ensure_partitions_ahead(
+        &self,
+        today: Micros,
+        days_ahead: u32,
+        lock_timeout_ms: u32,
+    ) -> Result<PartitionsAhead, StoreError> {
+        if !(1..=PARTITIONS_DAYS_AHEAD_MAX).contains(&days_ahead) || lock_timeout_ms == 0 {
+            return Err(StoreError::Other(format!(
+                "ensure_partitions_ahead: days_ahead must be within 1..={PARTITIONS_DAYS_AHEAD_MAX} and the lock timeout positive, got {days_ahead} and {lock_timeout_ms}"
+            )));
+        }
+        let mut model = lock(&self.model);
+        let yesterday = Micros(today.0.div_euclid(US_PER_DAY) * US_PER_DAY - US_PER_DAY);
+        let created = model.retention.ensure_days_counted(yesterday, days_ahead + 2);
+        Ok(PartitionsAhead::Ensured {
+            created,
+            until: model.retention.created_until(),
+        })
     }
 
     async fn move_point_class(

@@ -68,6 +68,17 @@ impl RetentionState {
         self.ensure_rollup_day(at);
     }
 
+    /// `sentinel_ensure_partitions(first, days)`: every day from the one holding `first`, with
+    /// how many partitions were made.
+    pub(super) fn ensure_days_counted(&mut self, first: Micros, days: u32) -> u32 {
+        let count = |s: &Self| s.partitions.values().map(BTreeSet::len).sum::<usize>();
+        let before = count(self);
+        if days > 0 {
+            self.ensure_days(first, Micros(first.0 + (i64::from(days) - 1) * US_PER_DAY));
+        }
+        u32::try_from(count(self) - before).unwrap_or(u32::MAX)
+    }
+
     /// The earliest, over the raw class tables, of the end of each one's newest partition
     /// (`Store::partitions_created_until`).
     pub(super) fn created_until(&self) -> Option<Micros> {

@@ -22,7 +22,7 @@ use sentinel_core::{
 
 use maintenance::{ClassExtent, ClassMove, HistoryRow};
 use records::{RegistryLoad, StartupStep, StoredControlEvent, StoredDesired, StoredRegistry};
-use retention::{Partition, RetentionCutoffs, RetentionRun};
+use retention::{Partition, PartitionsAhead, RetentionCutoffs, RetentionRun};
 use rollups::{RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark};
 
 #[derive(Debug, thiserror::Error)]
@@ -267,6 +267,19 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// days ahead) and on demand for a batch's days; the exporter shows the gap to the clock.
     /// Reads only.
     fn partitions_created_until(&self) -> impl Future<Output = Result<Option<Micros>, StoreError>> + Send;
+
+    /// Makes the daily partitions of every raw class table (and the rollups') from the day
+    /// before `today`'s UTC day through `today + days_ahead` (at most 30), in one transaction
+    /// of its own whose lock waits end after `lock_timeout_ms` (then
+    /// [`PartitionsAhead::LockTimedOut`], not an error: the running core retries later). Never
+    /// on the commit path; never below a table's retention mark. Idempotent. A running core
+    /// calls it periodically (issue 26, "partitions created ahead").
+    fn ensure_partitions_ahead(
+        &self,
+        today: Micros,
+        days_ahead: u32,
+        lock_timeout_ms: u32,
+    ) -> impl Future<Output = Result<PartitionsAhead, StoreError>> + Send;
 
     // --- Class changes (issue 9 item 4) -------------------------------------------------
 

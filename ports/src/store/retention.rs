@@ -130,6 +130,20 @@ pub struct RetentionRun {
     pub more: bool,
 }
 
+/// The furthest ahead [`Store::ensure_partitions_ahead`] makes partitions.
+pub const PARTITIONS_DAYS_AHEAD_MAX: u32 = 30;
+
+/// What one partitions-ahead run did ([`Store::ensure_partitions_ahead`]).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PartitionsAhead {
+    /// `created` partitions made (0: they all existed); every raw class table now has
+    /// partitions reaching `until` ([`Store::partitions_created_until`]).
+    Ensured { created: u32, until: Option<Micros> },
+    /// A parent table stayed locked longer than the lock timeout: nothing was made (the
+    /// transaction rolled back), nothing else waited longer than that for it.
+    LockTimedOut,
+}
+
 /// Most partitions one [`Store::expired_partitions`] call lists.
 pub const EXPIRED_PARTITIONS_LIST_MAX: usize = 10_000;
 
