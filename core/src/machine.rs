@@ -302,9 +302,12 @@ impl Core {
             }
             Input::Lag {
                 pending,
+                ack_pending,
                 oldest_unacked_age_ms,
             } => {
-                let high = self.maintenance.on_lag(pending, oldest_unacked_age_ms, ctx, out);
+                let high = self
+                    .maintenance
+                    .on_lag(pending, ack_pending, oldest_unacked_age_ms, ctx, out);
                 self.watchdog.set_lag_high(high);
                 self.on_tick();
             }

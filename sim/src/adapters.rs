@@ -270,7 +270,13 @@ impl Bus for SimBus {
             self.world
                 .lock()
                 .checker
-                .on_lag_reading(epoch, lag.pending, lag.oldest_unacked_age_ms, now);
+                .on_lag_reading(
+                    epoch,
+                    lag.pending,
+                    lag.ack_pending,
+                    lag.oldest_unacked_age_ms,
+                    now,
+                );
         }
         Ok(lag)
     }
