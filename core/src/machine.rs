@@ -617,6 +617,8 @@ impl Core {
                 host: &v.host,
                 connected: matches!(v.state, DriverState::Connected | DriverState::Ready),
                 last_hello_at: v.last_hello_at,
+                publish_failures: v.publish_failures,
+                queue_depth: v.queue_depth,
                 queue_drops: v.queue_drops,
             });
             let health = self.health.take_due(ctx.now, instances, self.projection.view());
