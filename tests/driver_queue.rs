@@ -10,11 +10,11 @@ use std::collections::BTreeSet;
 use bytes::Bytes;
 use sentinel_bus_nats::{NatsBus, NatsBusConfig};
 use sentinel_core::Micros;
+use sentinel_driver::Credentials;
 use sentinel_driver::disk_queue::{DiskQueue, DiskQueueConfig, Published, QueuedPublisher};
 use sentinel_driver::{ObservationPublisher, PublisherConfig, msg_id};
 use sentinel_ports::clock::{Clock, SystemClock};
 use sentinel_ports::{Bus, Consumer, ObservationSink};
-use sentinel_driver::Credentials;
 use sentinel_tests::harness::{Env, bus_with_stream, pg, spawn_core, terminate};
 use sentinel_tests::nats::NatsServer;
 
@@ -265,7 +265,10 @@ async fn a_full_stream_shows_as_queue_depth_and_publish_failures_in_the_hosts_he
         Some((QUEUED + 1) as f64)
     );
     // Summed over the host's instances: only modbus-pumps reported.
-    assert_eq!(host_failures, QUEUED as f64, "publish failures reached PostgreSQL");
+    assert_eq!(
+        host_failures, QUEUED as f64,
+        "publish failures reached PostgreSQL"
+    );
     assert_eq!(host_depth, (QUEUED + 1) as f64, "queue depth reached PostgreSQL");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -367,7 +367,10 @@ mod tests {
             Some(5.0),
             "only modbus-2 reported failures"
         );
-        assert_eq!(value(&registry, &due, "sentinel.host.elec.disk_queue_depth"), None);
+        assert_eq!(
+            value(&registry, &due, "sentinel.host.elec.disk_queue_depth"),
+            None
+        );
         assert_eq!(
             value(&registry, &due, "sentinel.host.elec.connected_instances"),
             Some(0.0)
