@@ -22,7 +22,8 @@ pub struct CoreTuningArgs {
     /// No staleness for this long after the core starts.
     #[arg(long, default_value_t = 60_000)]
     pub startup_grace_ms: u64,
-    /// Staleness is suppressed while at least this many messages are pending...
+    /// Staleness is suppressed while at least this many messages are not yet committed
+    /// (pending delivery plus delivered and unacked)...
     #[arg(long, default_value_t = 5_000)]
     pub lag_high_pending: u64,
     /// ...or while the oldest unacked message is at least this old.

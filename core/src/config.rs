@@ -30,7 +30,8 @@ pub struct Config {
     /// Watchdog: staleness is suppressed while the oldest unacked message is at least this
     /// old...
     pub lag_high_age_ms: u64,
-    /// ...or at least this many messages are pending (core runtime spec, "Backpressure").
+    /// ...or at least this many messages are not yet committed: pending delivery plus
+    /// delivered and unacked (core runtime spec, "Backpressure").
     pub lag_high_pending: u64,
     /// Watchdog expiries handled in one tick; the rest wait for the next.
     pub watchdog_expiries_per_tick_max: usize,

@@ -36,8 +36,11 @@ pub enum Input {
     CommandRequested(crate::control::CommandRequest),
     /// The durable consumer's lag, read by the runtime (core runtime spec, "Backpressure":
     /// the pending count and the age of the oldest unacked message, never a watermark table).
+    /// `pending` is what the consumer has not yet delivered, `ack_pending` what it delivered
+    /// and the core has not yet committed and acked: both are backlog the log does not hold.
     Lag {
         pending: u64,
+        ack_pending: u64,
         oldest_unacked_age_ms: Option<u64>,
     },
     /// A driver instance said hello on `drv.<host>.<driver_instance>` (restart step 7).

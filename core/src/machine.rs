@@ -302,9 +302,12 @@ impl Core {
             }
             Input::Lag {
                 pending,
+                ack_pending,
                 oldest_unacked_age_ms,
             } => {
-                let high = self.maintenance.on_lag(pending, oldest_unacked_age_ms, ctx, out);
+                let high = self
+                    .maintenance
+                    .on_lag(pending, ack_pending, oldest_unacked_age_ms, ctx, out);
                 self.watchdog.set_lag_high(high);
                 self.on_tick();
             }
@@ -614,6 +617,8 @@ impl Core {
                 host: &v.host,
                 connected: matches!(v.state, DriverState::Connected | DriverState::Ready),
                 last_hello_at: v.last_hello_at,
+                publish_failures: v.publish_failures,
+                queue_depth: v.queue_depth,
                 queue_drops: v.queue_drops,
             });
             let health = self.health.take_due(ctx.now, instances, self.projection.view());

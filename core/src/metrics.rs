@@ -54,7 +54,8 @@ pub struct Metrics {
     /// Driver instances now connecting, connected and ready (a gauge, as
     /// `DriverState::ALL` orders them).
     pub drivers: [u64; 3],
-    /// The last lag reading from the durable consumer.
+    /// The last lag reading from the durable consumer: messages not yet delivered (the
+    /// delivered-and-unacked count joins them only in the high-lag judgement).
     pub lag_pending: u64,
     pub lag_oldest_unacked_age_ms: u64,
     /// From a batch's `Commit` effect to the `now` its report was handed in with, in µs

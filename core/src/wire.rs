@@ -307,6 +307,20 @@ pub fn queue_drops_point(host: &str, driver_instance: &str) -> String {
     format!("{host}.{driver_instance}.queue_drops")
 }
 
+/// The point a driver instance reports its disk queue's depth on (observations waiting in the
+/// queue when it reports): `<host>.<driver_instance>.queue_depth`, named like
+/// [`queue_drops_point`].
+pub fn queue_depth_point(host: &str, driver_instance: &str) -> String {
+    format!("{host}.{driver_instance}.queue_depth")
+}
+
+/// The point a driver instance reports its publish failures on (observations the stream did
+/// not accept when first published, since the driver library's publisher started):
+/// `<host>.<driver_instance>.publish_failures`, named like [`queue_drops_point`].
+pub fn publish_failures_point(host: &str, driver_instance: &str) -> String {
+    format!("{host}.{driver_instance}.publish_failures")
+}
+
 /// The `Nats-Msg-Id` of an observation: `<driver_instance>:<source_epoch>:<source_seq>`.
 pub fn msg_id(driver_instance: &str, source_epoch: u32, source_seq: u64) -> String {
     format!("{driver_instance}:{source_epoch}:{source_seq}")

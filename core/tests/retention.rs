@@ -80,6 +80,7 @@ fn no_run_while_the_lag_is_high_and_a_fenced_run_stops_the_core() {
         T0,
         Input::Lag {
             pending: 1_000_000,
+            ack_pending: 0,
             oldest_unacked_age_ms: Some(600_000),
         },
     );
@@ -91,6 +92,7 @@ fn no_run_while_the_lag_is_high_and_a_fenced_run_stops_the_core() {
         first,
         Input::Lag {
             pending: 0,
+            ack_pending: 0,
             oldest_unacked_age_ms: None,
         },
     );

@@ -53,6 +53,7 @@ fn no_step_while_the_lag_is_high() {
         T0,
         Input::Lag {
             pending: 1_000_000,
+            ack_pending: 0,
             oldest_unacked_age_ms: Some(600_000),
         },
     );
@@ -63,6 +64,7 @@ fn no_step_while_the_lag_is_high() {
         T0.add_ms(61_000),
         Input::Lag {
             pending: 0,
+            ack_pending: 0,
             oldest_unacked_age_ms: None,
         },
     );

@@ -62,6 +62,7 @@ fn lag_is_published_as_self_points_that_come_back_through_ingest() {
         T0.add_ms(100),
         Input::Lag {
             pending: 42,
+            ack_pending: 0,
             oldest_unacked_age_ms: Some(1_500),
         },
     );

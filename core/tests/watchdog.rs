@@ -29,6 +29,7 @@ fn no_lag(core: &mut Core, now: Micros) {
         now,
         Input::Lag {
             pending: 0,
+            ack_pending: 0,
             oldest_unacked_age_ms: None,
         },
     );
@@ -172,6 +173,7 @@ fn high_lag_suppresses_staleness_until_it_clears() {
         T0.add_ms(1_000),
         Input::Lag {
             pending: 1_000_000,
+            ack_pending: 0,
             oldest_unacked_age_ms: Some(600_000),
         },
     );
@@ -190,6 +192,7 @@ fn high_lag_suppresses_staleness_until_it_clears() {
         T0.add_ms(10 * FRESHNESS_MS + 1),
         Input::Lag {
             pending: 0,
+            ack_pending: 0,
             oldest_unacked_age_ms: None,
         },
     );
@@ -198,6 +201,47 @@ fn high_lag_suppresses_staleness_until_it_clears() {
         1,
         "the held-back expiry fires once lag clears"
     );
+}
+
+/// Issue 26 (tests/drain.rs flaked): the messages the consumer delivered and the core has not
+/// yet committed and acked are backlog too. With few left to deliver but a full in-flight
+/// window, the lag is still high and staleness stays suppressed; once the in-flight messages
+/// are committed, the held-back expiry fires.
+#[test]
+fn delivered_but_uncommitted_messages_keep_staleness_suppressed() {
+    let config = watchdog_config();
+    let bound = config.lag_high_pending;
+    let mut core = core_with(config);
+    ingest(&mut core, temp_at(1, "71.6", T0, T0));
+    core.handle(
+        T0.add_ms(1_000),
+        Input::Lag {
+            pending: 1,
+            ack_pending: bound - 1,
+            oldest_unacked_age_ms: Some(0),
+        },
+    );
+    assert!(
+        core.staleness_suppressed(),
+        "pending {} + in flight {} reach the bound {bound}",
+        1,
+        bound - 1
+    );
+    core.handle(T0.add_ms(10 * FRESHNESS_MS), Input::Tick);
+    assert!(
+        controls(&drain(&mut core)).is_empty(),
+        "no staleness while the in-flight backlog is uncommitted"
+    );
+    core.handle(
+        T0.add_ms(10 * FRESHNESS_MS + 1),
+        Input::Lag {
+            pending: 1,
+            ack_pending: bound - 2,
+            oldest_unacked_age_ms: Some(0),
+        },
+    );
+    assert!(!core.staleness_suppressed(), "one below the bound is not high");
+    assert_eq!(controls(&drain(&mut core)).len(), 1, "the held-back expiry fires");
 }
 
 #[test]

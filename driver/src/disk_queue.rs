@@ -2,7 +2,10 @@
 //! when it has to go somewhere"): the second buffer, engaged only when the observation stream
 //! is full and rejecting. Bounded by bytes and by age; what the bounds drop is counted, and the
 //! count is published as the driver's `queue_drops` self-point, so the one place the path
-//! loses data announces itself.
+//! loses data announces itself. Beside it the publisher reports the queue's depth (messages
+//! waiting, the `queue_depth` self-point) and its publish failures (observations the stream did
+//! not take when they were published, the `publish_failures` self-point), so a host that is
+//! queueing shows before it drops (issue 26 item 4: the core sums them per host).
 //!
 //! Owns: the on-disk format and its recovery, the bounds, and [`QueuedPublisher`], which puts
 //! a publish on the queue when the stream is full and drains the queue, oldest first, before
@@ -357,8 +360,9 @@ fn write_head(dir: &Path, generation: u64, offset: u64) -> io::Result<()> {
     fs::rename(&tmp, dir.join(HEAD_FILE))
 }
 
-/// The point a driver instance reports its queue's drop count on (the wire contract's name).
-pub use sentinel_core::wire::queue_drops_point;
+/// The points a driver instance reports its queue's drop count, its queue's depth and its
+/// publish failures on (the wire contract's names).
+pub use sentinel_core::wire::{publish_failures_point, queue_depth_point, queue_drops_point};
 
 /// What [`QueuedPublisher::publish`] did with an observation.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -373,20 +377,50 @@ pub enum Published {
 pub struct QueuedPublisher<S: ObservationSink> {
     sink: S,
     queue: DiskQueue,
+    /// Observations [`QueuedPublisher::publish`] could not hand to the stream since this
+    /// publisher was made: queued (the stream was full, or refused the older ones still
+    /// queued ahead) or failed with an error.
+    publish_failures: u64,
 }
 
 impl<S: ObservationSink> QueuedPublisher<S> {
     pub fn new(sink: S, queue: DiskQueue) -> QueuedPublisher<S> {
-        QueuedPublisher { sink, queue }
+        QueuedPublisher {
+            sink,
+            queue,
+            publish_failures: 0,
+        }
     }
 
     pub fn queue(&self) -> &DiskQueue {
         &self.queue
     }
 
+    /// Observations not handed to the stream when published, since this publisher was made
+    /// (the `publish_failures` self-point). Drain retries of queued messages are not counted
+    /// again.
+    pub fn publish_failures(&self) -> u64 {
+        self.publish_failures
+    }
+
     /// Publishes one observation: drains the queue first (order is kept), then the stream;
-    /// a full stream queues it.
+    /// a full stream queues it. Anything but [`Published::Stream`] counts as a publish
+    /// failure.
     pub async fn publish(
+        &mut self,
+        subject: &str,
+        msg_id: &str,
+        payload: Bytes,
+        now: Micros,
+    ) -> Result<Published, BusError> {
+        let published = self.publish_uncounted(subject, msg_id, payload, now).await;
+        if !matches!(published, Ok(Published::Stream(_))) {
+            self.publish_failures = self.publish_failures.saturating_add(1);
+        }
+        published
+    }
+
+    async fn publish_uncounted(
         &mut self,
         subject: &str,
         msg_id: &str,
@@ -426,14 +460,73 @@ impl<S: ObservationSink> QueuedPublisher<S> {
         source_seq: u64,
         now: Micros,
     ) -> Result<Published, BusError> {
-        let point = queue_drops_point(host, driver_instance);
+        let count = self.queue.dropped_total();
+        self.publish_count(
+            queue_drops_point(host, driver_instance),
+            count,
+            (host, driver_instance, source_epoch, source_seq),
+            now,
+        )
+        .await
+    }
+
+    /// Publishes the queue's depth (messages waiting in it now) as the driver instance's
+    /// `queue_depth` self-point, through the queue like [`Self::publish_drop_count`].
+    pub async fn publish_queue_depth(
+        &mut self,
+        host: &str,
+        driver_instance: &str,
+        source_epoch: u32,
+        source_seq: u64,
+        now: Micros,
+    ) -> Result<Published, BusError> {
+        let count = self.queue.len() as u64;
+        self.publish_count(
+            queue_depth_point(host, driver_instance),
+            count,
+            (host, driver_instance, source_epoch, source_seq),
+            now,
+        )
+        .await
+    }
+
+    /// Publishes [`Self::publish_failures`] as the driver instance's `publish_failures`
+    /// self-point, through the queue like [`Self::publish_drop_count`] (the figure sent is the
+    /// count before this publish).
+    pub async fn publish_failure_count(
+        &mut self,
+        host: &str,
+        driver_instance: &str,
+        source_epoch: u32,
+        source_seq: u64,
+        now: Micros,
+    ) -> Result<Published, BusError> {
+        let count = self.publish_failures;
+        self.publish_count(
+            publish_failures_point(host, driver_instance),
+            count,
+            (host, driver_instance, source_epoch, source_seq),
+            now,
+        )
+        .await
+    }
+
+    /// One count as the self-point `point` of `(host, driver_instance)`, keyed
+    /// `(source_epoch, source_seq)`.
+    async fn publish_count(
+        &mut self,
+        point: String,
+        count: u64,
+        (host, driver_instance, source_epoch, source_seq): (&str, &str, u32, u64),
+        now: Micros,
+    ) -> Result<Published, BusError> {
         let envelope = sentinel_core::wire::EnvelopeOut::new(
             &point,
             driver_instance,
             source_epoch,
             source_seq,
             now,
-            serde_json::json!(self.queue.dropped_total()),
+            serde_json::json!(count),
         );
         let subject = sentinel_core::wire::obs_subject(host, driver_instance);
         self.publish(

@@ -24,7 +24,8 @@
 //! whose reason comes from the closed vocabulary ([`sentinel_core::GapReason`]).
 //!
 //! [`disk_queue`] is the second buffer: where a publish goes when the stream is full, bounded
-//! by size and age, with a drop count for the driver's `queue_drops` self-point.
+//! by size and age, with a drop count, a depth and a publish-failure count for the driver's
+//! `queue_drops`, `queue_depth` and `publish_failures` self-points.
 
 pub mod commands;
 pub mod connect;

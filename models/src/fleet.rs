@@ -10,7 +10,7 @@
 use bytes::Bytes;
 use sentinel_core::Micros;
 use sentinel_core::registry::{Kind, Registry};
-use sentinel_core::wire::{EnvelopeOut, queue_drops_point};
+use sentinel_core::wire::{EnvelopeOut, publish_failures_point, queue_depth_point, queue_drops_point};
 
 /// The fleet's drivers run one incarnation.
 pub const FLEET_SOURCE_EPOCH: u32 = 1;
@@ -124,9 +124,14 @@ impl Fleet {
             (p.native_now + span * 0.002 * step).clamp(p.native_lo + span * 0.2, p.native_hi - span * 0.2);
         let p = &self.points[idx];
         let value = match p.kind {
-            // The instance's own health point: the demo's drivers publish straight into a
-            // stream that never fills, so their local queues never drop anything.
-            _ if p.id == queue_drops_point(&p.host, &p.instance) => serde_json::json!(0),
+            // The instance's own health points: the demo's drivers publish straight into a
+            // stream that never fills, so their local queues never fill, fail or drop.
+            _ if p.id == queue_drops_point(&p.host, &p.instance)
+                || p.id == queue_depth_point(&p.host, &p.instance)
+                || p.id == publish_failures_point(&p.host, &p.instance) =>
+            {
+                serde_json::json!(0)
+            }
             Kind::Number if roll < 20 => serde_json::json!(p.native_hi + span.abs().max(1.0) * 10.0),
             Kind::Number => serde_json::json!((p.native_now * 100.0).round() / 100.0),
             Kind::Bool => serde_json::json!(self.rng.below(2) == 1),

@@ -838,6 +838,7 @@ async fn lag_loop<B: Bus>(
                 }
                 let reading = Input::Lag {
                     pending: lag.pending,
+                    ack_pending: lag.ack_pending,
                     oldest_unacked_age_ms: lag.oldest_unacked_age_ms,
                 };
                 if readings.send(reading).await.is_err() {

@@ -670,7 +670,7 @@ mod tests {
         derived = { op = \"mean\", inputs = [\"INPUT\"], window_s = 900 }\n";
 
     /// `registry plan` counts the generated health points like any point: the sample's three
-    /// driver hosts get three each and its six devices two each, 21 diagnostic points at 0.1
+    /// driver hosts get five each and its six devices two each, 27 diagnostic points at 0.1
     /// obs/s and 96 bytes a row.
     #[test]
     fn the_plan_counts_the_generated_health_points() {
@@ -680,34 +680,34 @@ mod tests {
             .iter()
             .filter(|d| d.id.starts_with("sentinel.host.") || d.id.starts_with("sentinel.device."))
             .collect();
-        assert_eq!(generated.len(), 21);
+        assert_eq!(generated.len(), 27);
         let hosts = generated
             .iter()
             .filter(|d| d.id.starts_with("sentinel.host."))
             .count();
-        assert_eq!(hosts, 9, "plant-a, electrical, ahu-east");
+        assert_eq!(hosts, 15, "plant-a, electrical, ahu-east");
         let declared: Vec<Descriptor> = all
             .iter()
             .filter(|d| !generated.iter().any(|g| g.id == d.id))
             .cloned()
             .collect();
         let without = Plan::of(&declared, &Admission::default());
-        assert_eq!(plan.points, without.points + 21);
+        assert_eq!(plan.points, without.points + 27);
         assert_eq!(plan.points, all.len());
-        assert_eq!((plan.health_points, without.health_points), (21, 0));
+        assert_eq!((plan.health_points, without.health_points), (27, 0));
         let class = |p: &Plan| p.load.classes[RetentionClass::Diagnostic.index()].clone();
         let (with_d, without_d) = (class(&plan), class(&without));
-        assert_eq!(with_d.points, without_d.points + 21);
+        assert_eq!(with_d.points, without_d.points + 27);
         assert!(
-            (with_d.peak_obs_s - without_d.peak_obs_s - 2.1).abs() < 1e-9,
+            (with_d.peak_obs_s - without_d.peak_obs_s - 2.7).abs() < 1e-9,
             "{with_d:?}"
         );
-        assert!((with_d.rows_per_day - without_d.rows_per_day - 2.1 * 86_400.0).abs() < 1e-6);
+        assert!((with_d.rows_per_day - without_d.rows_per_day - 2.7 * 86_400.0).abs() < 1e-6);
         assert!(
-            (with_d.bytes_per_day - without_d.bytes_per_day - 2.1 * 86_400.0 * 96.0).abs() < 1e-3,
+            (with_d.bytes_per_day - without_d.bytes_per_day - 2.7 * 86_400.0 * 96.0).abs() < 1e-3,
             "{with_d:?}"
         );
-        assert!((plan.load.total_peak_obs_s - without.load.total_peak_obs_s - 2.1).abs() < 1e-9);
+        assert!((plan.load.total_peak_obs_s - without.load.total_peak_obs_s - 2.7).abs() < 1e-9);
         assert!(plan.load.outage_msgs_needed > without.load.outage_msgs_needed);
     }
 

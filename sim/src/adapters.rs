@@ -267,10 +267,13 @@ impl Bus for SimBus {
         let lag = self.world.bus.lag().await?;
         if let Some(epoch) = self.incarnation.epoch() {
             let now = self.world.now();
-            self.world
-                .lock()
-                .checker
-                .on_lag_reading(epoch, lag.pending, lag.oldest_unacked_age_ms, now);
+            self.world.lock().checker.on_lag_reading(
+                epoch,
+                lag.pending,
+                lag.ack_pending,
+                lag.oldest_unacked_age_ms,
+                now,
+            );
         }
         Ok(lag)
     }

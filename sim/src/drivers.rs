@@ -10,7 +10,9 @@
 //! publishing a point assigned elsewhere, and publisher retries of the same message. When
 //! the stream is full (discard-new) a driver keeps the message in a bounded local queue and
 //! retries it; only messages the stream accepted are owed a row or quarantine entry, and each
-//! instance's `queue_drops` point reports what that queue's bound has dropped.
+//! instance's `queue_drops` point reports what that queue's bound has dropped (its
+//! `queue_depth`, what the queue holds; its `publish_failures`, the messages the stream did not
+//! take when first published).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -20,7 +22,7 @@ use bytes::Bytes;
 use sentinel_core::Micros;
 use sentinel_core::registry::Kind;
 use sentinel_core::wire::EnvelopeOut;
-use sentinel_driver::disk_queue::queue_drops_point;
+use sentinel_driver::disk_queue::{publish_failures_point, queue_depth_point, queue_drops_point};
 use sentinel_ports::BusError;
 
 use crate::checker::Key3;
@@ -64,6 +66,8 @@ pub struct HostDriver {
     /// (due at, first accepted at, message).
     retries: Vec<(Micros, Micros, Outgoing)>,
     dropped: u64,
+    /// Messages the stream did not take when first published (queued instead).
+    publish_failures: u64,
 }
 
 impl HostDriver {
@@ -93,6 +97,7 @@ impl HostDriver {
             queue: VecDeque::new(),
             retries: Vec::new(),
             dropped: 0,
+            publish_failures: 0,
         }
     }
 
@@ -158,6 +163,7 @@ impl HostDriver {
     fn publish(&mut self, message: Outgoing) {
         let accepted = self.queue.is_empty() && self.publish_once(&message);
         if !accepted {
+            self.publish_failures += 1;
             if self.queue.len() >= LOCAL_QUEUE_MAX {
                 self.queue.pop_front();
                 self.dropped += 1;
@@ -240,6 +246,10 @@ impl HostDriver {
             // The driver's own health point: what its local queue's bound has dropped. The
             // simulated host keeps one queue for all its instances, so each reports the host's.
             _ if p.id == queue_drops_point(&self.host, &p.instance) => serde_json::json!(self.dropped),
+            _ if p.id == queue_depth_point(&self.host, &p.instance) => serde_json::json!(self.queue.len()),
+            _ if p.id == publish_failures_point(&self.host, &p.instance) => {
+                serde_json::json!(self.publish_failures)
+            }
             Kind::Number if roll < 20 => serde_json::json!(p.native_hi + span.abs().max(1.0) * 10.0),
             Kind::Number => serde_json::json!((walked * 100.0).round() / 100.0),
             Kind::Bool => serde_json::json!(rng.below(2) == 1),

@@ -4,7 +4,8 @@
 //!
 //! Owns: the table of driver instances the registry assigns points to (one entry per
 //! `(host, driver_instance)`, so bounded by the registry), each instance's state as this core
-//! sees it, and the `core_started` announcement.
+//! sees it, its last committed driver-library counts (`queue_drops`, `queue_depth`,
+//! `publish_failures`, for the host health points), and the `core_started` announcement.
 //!
 //! - **connecting**: the core has announced its epoch to the instance (on
 //!   `cmd.<host>.<driver_instance>`) and has not heard back at that epoch.
@@ -42,7 +43,10 @@ use crate::log::Quality;
 use crate::metrics::Metrics;
 use crate::registry::{CompiledPoint, PointIdx, Registry};
 use crate::time::Micros;
-use crate::wire::{CoreStarted, DriverHello, ToDriver, cmd_subject, queue_drops_point};
+use crate::wire::{
+    CoreStarted, DriverHello, ToDriver, cmd_subject, publish_failures_point, queue_depth_point,
+    queue_drops_point,
+};
 
 use super::context::Out;
 
@@ -76,6 +80,12 @@ pub struct DriverView {
     /// queue's drop count since it opened). The driver library's own health count, not device
     /// data: the one reading the core exports, because it is where the spec drops data.
     pub queue_drops: Option<u64>,
+    /// The instance's last committed `queue_depth` self-point: observations waiting in its
+    /// disk queue when it reported.
+    pub queue_depth: Option<u64>,
+    /// The instance's last committed `publish_failures` self-point: observations the stream
+    /// did not accept when first published, since its publisher started.
+    pub publish_failures: Option<u64>,
     /// When the instance's latest hello reached this core (the host's `last_hello_age` health
     /// point, `registry::health`).
     pub last_hello_at: Option<Micros>,
@@ -103,13 +113,38 @@ pub struct Announcement {
 
 const NO_SLOT: u32 = u32::MAX;
 
+/// The driver library's own counts each instance reports as self-points (driver contract v1;
+/// named in [`crate::wire`]), which the table keeps for the host health points.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum InstanceFigure {
+    QueueDrops,
+    QueueDepth,
+    PublishFailures,
+}
+
+impl InstanceFigure {
+    const ALL: [InstanceFigure; 3] = [
+        InstanceFigure::QueueDrops,
+        InstanceFigure::QueueDepth,
+        InstanceFigure::PublishFailures,
+    ];
+
+    fn point(self, host: &str, instance: &str) -> String {
+        match self {
+            InstanceFigure::QueueDrops => queue_drops_point(host, instance),
+            InstanceFigure::QueueDepth => queue_depth_point(host, instance),
+            InstanceFigure::PublishFailures => publish_failures_point(host, instance),
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct Drivers {
     views: Vec<DriverView>,
     /// Per point, its instance's slot in `views` ([`NO_SLOT`] for the core's own points).
     slot_of_point: Vec<u32>,
-    /// Per point, whether it is its instance's `queue_drops` self-point.
-    is_queue_drops: Vec<bool>,
+    /// Per point, which of its instance's driver-library self-points it is, if any.
+    figure_of_point: Vec<Option<InstanceFigure>>,
     /// Observations made before this are backlog (the core's start time).
     current_from: Micros,
     epoch: u32,
@@ -138,10 +173,13 @@ impl Drivers {
             .points()
             .map(|(_, p)| instance_of(p).map_or(NO_SLOT, |key| slots[&key]))
             .collect();
-        let is_queue_drops: Vec<bool> = registry
+        let figure_of_point: Vec<Option<InstanceFigure>> = registry
             .points()
             .map(|(_, p)| {
-                instance_of(p).is_some_and(|(host, instance)| *p.id == *queue_drops_point(&host, &instance))
+                let (host, instance) = instance_of(p)?;
+                InstanceFigure::ALL
+                    .into_iter()
+                    .find(|figure| *p.id == *figure.point(&host, &instance))
             })
             .collect();
         let views: Vec<DriverView> = slots
@@ -153,6 +191,8 @@ impl Drivers {
                 source_epoch: None,
                 last_committed_at: None,
                 queue_drops: None,
+                queue_depth: None,
+                publish_failures: None,
                 last_hello_at: None,
             })
             .collect();
@@ -165,7 +205,7 @@ impl Drivers {
         Drivers {
             views,
             slot_of_point,
-            is_queue_drops,
+            figure_of_point,
             current_from: now,
             epoch,
             registry_version: registry.version,
@@ -262,8 +302,8 @@ impl Drivers {
         &self.views
     }
 
-    /// A RETURNING row: its instance's last commit (and drop count, for its `queue_drops`
-    /// point) moves, and it may now be ready.
+    /// A RETURNING row: its instance's last commit (and a driver-library count, for its
+    /// `queue_drops`, `queue_depth` or `publish_failures` point) moves, and it may now be ready.
     pub(crate) fn row_committed(&mut self, row: &ObsRow, metrics: &mut Metrics) {
         self.note_row(row);
         if self.on_row(row.point, row.observed_at) {
@@ -284,13 +324,18 @@ impl Drivers {
             view.last_committed_at
                 .map_or(row.ingested_at, |t| t.max(row.ingested_at)),
         );
-        if self.is_queue_drops.get(index).copied().unwrap_or(false)
+        if let Some(figure) = self.figure_of_point.get(index).copied().flatten()
             && row.quality == Quality::Live
-            && let Some(drops) = row.value.as_ref().and_then(|v| v.num())
-            && drops.is_finite()
-            && drops >= 0.0
+            && let Some(count) = row.value.as_ref().and_then(|v| v.num())
+            && count.is_finite()
+            && count >= 0.0
         {
-            view.queue_drops = Some(drops as u64);
+            let count = Some(count as u64);
+            match figure {
+                InstanceFigure::QueueDrops => view.queue_drops = count,
+                InstanceFigure::QueueDepth => view.queue_depth = count,
+                InstanceFigure::PublishFailures => view.publish_failures = count,
+            }
         }
     }
 

@@ -6,14 +6,15 @@
 //! each device's points, and when the next readings are due. Computes every value from what the
 //! core already holds, at the time it is handed: the drivers table (as [`InstanceFacts`], which
 //! the router reads off it: instances connected or ready, their latest hello, their last
-//! `queue_drops` reading) and the
+//! `publish_failures`, `queue_depth` and `queue_drops` readings) and the
 //! projection (each point's newest `observed_at` and current quality). Nothing is counted here
 //! that another part counts.
 //!
 //! Takes `Tick` (through the router, with read-only views of the drivers and the projection).
 //! Emits nothing itself: the router hands the readings to the self-points part, the
 //! same ordered path and key sequence as the core's other self-points. A figure with nothing
-//! to say yet (no hello since this core started, no `queue_drops` reading, a device with no
+//! to say yet (no hello since this core started, no instance of the host has reported the
+//! count, a device with no
 //! reading) is left out of that round rather than invented; its point goes stale.
 
 use std::collections::BTreeMap;
@@ -35,6 +36,8 @@ pub(crate) struct InstanceFacts<'a> {
     /// Said hello at this core's epoch (connected or ready).
     pub connected: bool,
     pub last_hello_at: Option<Micros>,
+    pub publish_failures: Option<u64>,
+    pub queue_depth: Option<u64>,
     pub queue_drops: Option<u64>,
 }
 
@@ -42,7 +45,7 @@ pub(crate) struct InstanceFacts<'a> {
 struct HostHealth {
     host: Box<str>,
     /// Per [`HostFigure::ALL`], the generated point if the registry holds it.
-    points: [Option<PointIdx>; 3],
+    points: [Option<PointIdx>; HostFigure::ALL.len()],
 }
 
 #[derive(Debug)]
@@ -141,7 +144,15 @@ impl Health {
         struct Fold {
             connected: u64,
             last_hello_at: Option<Micros>,
+            failures: Option<u64>,
+            depth: Option<u64>,
             drops: Option<u64>,
+        }
+        // A count is summed over the instances that reported it; none reported: no reading.
+        fn add(sum: &mut Option<u64>, count: Option<u64>) {
+            if let Some(count) = count {
+                *sum = Some(sum.unwrap_or(0).saturating_add(count));
+            }
         }
         let mut folds: BTreeMap<&str, Fold> = BTreeMap::new();
         for instance in instances {
@@ -150,16 +161,19 @@ impl Health {
                 fold.connected += 1;
             }
             fold.last_hello_at = fold.last_hello_at.max(instance.last_hello_at);
-            if let Some(drops) = instance.queue_drops {
-                fold.drops = Some(fold.drops.unwrap_or(0).saturating_add(drops));
-            }
+            add(&mut fold.failures, instance.publish_failures);
+            add(&mut fold.depth, instance.queue_depth);
+            add(&mut fold.drops, instance.queue_drops);
         }
         for host in &self.hosts {
             let fold = folds.remove(&*host.host).unwrap_or_default();
-            let values = [
+            // In HostFigure::ALL order.
+            let values: [Option<f64>; HostFigure::ALL.len()] = [
                 Some(fold.connected as f64),
                 fold.last_hello_at.map(|at| age_s(now, at)),
-                fold.drops.map(|d| d as f64),
+                fold.failures.map(|n| n as f64),
+                fold.depth.map(|n| n as f64),
+                fold.drops.map(|n| n as f64),
             ];
             for (point, value) in host.points.iter().zip(values) {
                 if let (Some(point), Some(value)) = (point, value) {
@@ -235,9 +249,12 @@ mod tests {
             point("plant.other", "plant-a", "modbus-2", None),
             point("elec.power", "elec", "mbus-1", None),
             point("plant-a.modbus-2.queue_drops", "plant-a", "modbus-2", None),
+            point("plant-a.modbus-1.queue_depth", "plant-a", "modbus-1", None),
+            point("plant-a.modbus-2.queue_depth", "plant-a", "modbus-2", None),
+            point("plant-a.modbus-2.publish_failures", "plant-a", "modbus-2", None),
         ];
         let generated = generate(&declared);
-        assert_eq!(generated.len(), 3 * 2 + 2, "three per host, two per device");
+        assert_eq!(generated.len(), 5 * 2 + 2, "five per host, two per device");
         declared.extend(generated);
         Arc::new(Registry::compile(1, "sha".into(), "hash".into(), declared).expect("compiles"))
     }
@@ -259,6 +276,8 @@ mod tests {
                 host: &v.host,
                 connected: matches!(v.state, DriverState::Connected | DriverState::Ready),
                 last_hello_at: v.last_hello_at,
+                publish_failures: v.publish_failures,
+                queue_depth: v.queue_depth,
                 queue_drops: v.queue_drops,
             })
             .collect()
@@ -293,10 +312,13 @@ mod tests {
             None,
             "no hello yet: no age invented"
         );
-        assert_eq!(
-            value(&registry, &due, "sentinel.host.plant-a.disk_queue_drops"),
-            None
-        );
+        for count in ["disk_queue_drops", "disk_queue_depth", "publish_failures"] {
+            assert_eq!(
+                value(&registry, &due, &format!("sentinel.host.plant-a.{count}")),
+                None,
+                "{count}: no instance reported it yet"
+            );
+        }
 
         drivers.hello("plant-a", &hello("modbus-1"), T0.add_ms(12_000), &mut out);
         drivers.hello("plant-a", &hello("modbus-2"), T0.add_ms(15_500), &mut out);
@@ -306,6 +328,20 @@ mod tests {
             .resolve("plant-a.modbus-2.queue_drops")
             .expect("declared");
         drivers.row_committed(&drops, &mut out.metrics);
+        // The driver library's other counts, each instance's last reading summed per host.
+        for (n, (id, count)) in [
+            ("plant-a.modbus-1.queue_depth", 30.0),
+            ("plant-a.modbus-2.queue_depth", 9.0),
+            ("plant-a.modbus-2.queue_depth", 12.0),
+            ("plant-a.modbus-2.publish_failures", 5.0),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut reading = row(&ctx, "plant.temp", 2 + n as u64, count, T0.add_ms(15_000));
+            reading.point = registry.resolve(id).expect("declared");
+            drivers.row_committed(&reading, &mut out.metrics);
+        }
 
         let due = health.take_due(T0.add_ms(20_000), facts(&drivers), &projection);
         assert_eq!(
@@ -320,6 +356,20 @@ mod tests {
         assert_eq!(
             value(&registry, &due, "sentinel.host.plant-a.disk_queue_drops"),
             Some(7.0)
+        );
+        assert_eq!(
+            value(&registry, &due, "sentinel.host.plant-a.disk_queue_depth"),
+            Some(42.0),
+            "30 + the last of modbus-2's two readings"
+        );
+        assert_eq!(
+            value(&registry, &due, "sentinel.host.plant-a.publish_failures"),
+            Some(5.0),
+            "only modbus-2 reported failures"
+        );
+        assert_eq!(
+            value(&registry, &due, "sentinel.host.elec.disk_queue_depth"),
+            None
         );
         assert_eq!(
             value(&registry, &due, "sentinel.host.elec.connected_instances"),

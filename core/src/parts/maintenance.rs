@@ -49,15 +49,24 @@ impl Maintenance {
 
     /// A lag reading from the durable consumer, recorded for the self-points. Returns whether
     /// it is high (past either bound of the config).
+    ///
+    /// The backlog the pending bound is held against is everything the log has not committed:
+    /// `pending` (not yet delivered) plus `ack_pending` (delivered to the core, not yet
+    /// committed and acked — up to the consumer's `max_ack_pending`). Judging by `pending`
+    /// alone would lift the staleness suppression while a drain's last tens of thousands of
+    /// messages are still in flight. The `lag_pending` self-point keeps its meaning: not yet
+    /// delivered.
     pub fn on_lag(
         &mut self,
         pending: u64,
+        ack_pending: u64,
         oldest_unacked_age_ms: Option<u64>,
         ctx: &Ctx,
         out: &mut Out,
     ) -> bool {
         let config = &ctx.config;
-        let high = pending >= config.lag_high_pending
+        let uncommitted = pending.saturating_add(ack_pending);
+        let high = uncommitted >= config.lag_high_pending
             || oldest_unacked_age_ms.is_some_and(|age| age >= config.lag_high_age_ms);
         out.metrics.lag_pending = pending;
         out.metrics.lag_oldest_unacked_age_ms = oldest_unacked_age_ms.unwrap_or(0);
@@ -212,13 +221,13 @@ mod tests {
             "the rollups come first"
         );
         assert_eq!(maintenance.next_deadline(true), None, "a full pipeline");
-        let high = maintenance.on_lag(ctx.config.lag_high_pending, None, &ctx, &mut out);
+        let high = maintenance.on_lag(ctx.config.lag_high_pending, 0, None, &ctx, &mut out);
         assert!(high);
         assert_eq!(out.metrics.lag_pending, ctx.config.lag_high_pending);
         ctx.now = T0.add_ms(ctx.config.retention.first_run_delay_ms);
         maintenance.on_tick(false, &ctx, &mut out);
         assert!(drain(&mut out).is_empty(), "lag is high");
-        assert!(!maintenance.on_lag(0, Some(0), &ctx, &mut out));
+        assert!(!maintenance.on_lag(0, 0, Some(0), &ctx, &mut out));
         maintenance.on_tick(false, &ctx, &mut out);
         assert_eq!(kinds(&drain(&mut out)), ["rollups", "retention", "partitions"]);
         assert_eq!(maintenance.next_deadline(false), None, "all three in flight");

@@ -1280,8 +1280,8 @@ bar = { quantity = "pressure", factor = 100.0 }
         let descriptors = source::load(&files(None, "0.1")).expect("clean");
         assert_eq!(
             descriptors.len(),
-            1 + 3 + 2,
-            "the point, its host's three, its device's two"
+            1 + 5 + 2,
+            "the point, its host's five, its device's two"
         );
         let taken = point(&[("id", Some("\"sentinel.device.boiler1.non_live_share\""))]);
         let report = source::load(&files(Some(taken), "0.1")).expect_err("an id the core generates");
@@ -1291,7 +1291,7 @@ bar = { quantity = "pressure", factor = 100.0 }
                 r#"(registry folder): point "sentinel.device.boiler1.non_live_share" is a health point the core generates for a host or device; declare the point under another id"#
             )
         );
-        // 1 obs/s declared fits a budget of 1.2 alone, not with the five generated points' 0.5.
+        // 1 obs/s declared fits a budget of 1.2 alone, not with the seven generated points' 0.7.
         let admission = Admission {
             ingest_budget_obs_s: 1.2,
             ..Admission::default()
@@ -1300,7 +1300,7 @@ bar = { quantity = "pressure", factor = 100.0 }
         assert!(
             report
                 .to_string()
-                .contains("declared peak rates total 1.5 obs/s with the 5 health points the core generates (0.5 obs/s), above the ingest budget of 1.2 obs/s"),
+                .contains("declared peak rates total 1.7 obs/s with the 7 health points the core generates (0.7 obs/s), above the ingest budget of 1.2 obs/s"),
             "{report}"
         );
     }
@@ -1322,8 +1322,10 @@ bar = { quantity = "pressure", factor = 100.0 }
             [
                 "boiler.temp",
                 "sentinel.host.plant-a.connected_instances",
+                "sentinel.host.plant-a.disk_queue_depth",
                 "sentinel.host.plant-a.disk_queue_drops",
                 "sentinel.host.plant-a.last_hello_age",
+                "sentinel.host.plant-a.publish_failures",
             ],
             "the declared point and its host's generated health points"
         );

@@ -18,6 +18,8 @@
 //! | --- | --- | --- |
 //! | `sentinel.host.<host>.connected_instances` | count | instances of the host that said hello at this core's epoch (connected or ready) |
 //! | `sentinel.host.<host>.last_hello_age` | s | since the newest hello of any instance of the host, to this core |
+//! | `sentinel.host.<host>.publish_failures` | count | sum of the instances' last `publish_failures` readings (observations the stream did not accept when first published) |
+//! | `sentinel.host.<host>.disk_queue_depth` | count | sum of the instances' last `queue_depth` readings (observations waiting in the disk queues) |
 //! | `sentinel.host.<host>.disk_queue_drops` | count | sum of the instances' last `queue_drops` readings |
 //! | `sentinel.device.<device>.last_reading_age` | s | since the newest `observed_at` of any of the device's points |
 //! | `sentinel.device.<device>.non_live_share` | percent | share of the device's points whose current quality is not `live` |
@@ -40,13 +42,17 @@ const HEALTH_ROW_BYTES: u32 = 96;
 pub enum HostFigure {
     ConnectedInstances,
     LastHelloAge,
+    PublishFailures,
+    DiskQueueDepth,
     DiskQueueDrops,
 }
 
 impl HostFigure {
-    pub const ALL: [HostFigure; 3] = [
+    pub const ALL: [HostFigure; 5] = [
         HostFigure::ConnectedInstances,
         HostFigure::LastHelloAge,
+        HostFigure::PublishFailures,
+        HostFigure::DiskQueueDepth,
         HostFigure::DiskQueueDrops,
     ];
 
@@ -54,6 +60,8 @@ impl HostFigure {
         match self {
             HostFigure::ConnectedInstances => "connected_instances",
             HostFigure::LastHelloAge => "last_hello_age",
+            HostFigure::PublishFailures => "publish_failures",
+            HostFigure::DiskQueueDepth => "disk_queue_depth",
             HostFigure::DiskQueueDrops => "disk_queue_drops",
         }
     }
@@ -61,7 +69,10 @@ impl HostFigure {
     fn unit(self) -> &'static str {
         match self {
             HostFigure::LastHelloAge => "s",
-            HostFigure::ConnectedInstances | HostFigure::DiskQueueDrops => "count",
+            HostFigure::ConnectedInstances
+            | HostFigure::PublishFailures
+            | HostFigure::DiskQueueDepth
+            | HostFigure::DiskQueueDrops => "count",
         }
     }
 }
@@ -169,7 +180,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn three_per_host_two_per_device_none_for_the_core_itself() {
+    fn five_per_host_two_per_device_none_for_the_core_itself() {
         let mut a = Descriptor::new("a.t", Kind::Number, RetentionClass::Measurement, "plant-a", "m1");
         a.device = Some("boiler1".into());
         let mut b = Descriptor::new("a.p", Kind::Number, RetentionClass::Measurement, "plant-a", "m2");
@@ -189,11 +200,15 @@ mod tests {
                 "sentinel.device.boiler1.last_reading_age",
                 "sentinel.device.boiler1.non_live_share",
                 "sentinel.host.elec.connected_instances",
+                "sentinel.host.elec.disk_queue_depth",
                 "sentinel.host.elec.disk_queue_drops",
                 "sentinel.host.elec.last_hello_age",
+                "sentinel.host.elec.publish_failures",
                 "sentinel.host.plant-a.connected_instances",
+                "sentinel.host.plant-a.disk_queue_depth",
                 "sentinel.host.plant-a.disk_queue_drops",
                 "sentinel.host.plant-a.last_hello_age",
+                "sentinel.host.plant-a.publish_failures",
             ]
         );
     }

@@ -54,6 +54,8 @@ pub struct ControlFacts {
 struct LagReading {
     at: Micros,
     pending: u64,
+    /// Delivered to the core, not yet committed and acked: backlog too, as the core counts it.
+    ack_pending: u64,
     oldest_unacked_age_ms: Option<u64>,
 }
 
@@ -76,6 +78,7 @@ impl Checker {
         &mut self,
         epoch: u32,
         pending: u64,
+        ack_pending: u64,
         oldest_unacked_age_ms: Option<u64>,
         at: Micros,
     ) {
@@ -86,6 +89,7 @@ impl Checker {
         readings.push_back(LagReading {
             at,
             pending,
+            ack_pending,
             oldest_unacked_age_ms,
         });
     }
@@ -101,7 +105,7 @@ impl Checker {
     }
 
     fn lag_high(&self, reading: &LagReading) -> bool {
-        reading.pending >= self.config.lag_high_pending
+        reading.pending.saturating_add(reading.ack_pending) >= self.config.lag_high_pending
             || reading
                 .oldest_unacked_age_ms
                 .is_some_and(|age| age >= self.config.lag_high_age_ms)
@@ -304,9 +308,10 @@ impl Checker {
                 at,
                 format!(
                     "epoch {epoch}: point {point} went stale by a decision at {:.3} s while lag was high \
-                     (the last reading: {} pending, oldest unacked {:?} ms; thresholds {} and {} ms)",
+                     (the last reading: {} pending, {} in flight, oldest unacked {:?} ms; thresholds {} and {} ms)",
                     seconds(decided),
                     last.pending,
+                    last.ack_pending,
                     last.oldest_unacked_age_ms,
                     self.config.lag_high_pending,
                     self.config.lag_high_age_ms
