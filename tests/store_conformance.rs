@@ -33,7 +33,10 @@ use sqlx::PgPool;
 mod arbitration;
 #[path = "store_conformance/class_change.rs"]
 mod class_change;
-use arbitration::point_desired_is_written_with_its_claim_fenced_and_read_back;
+use arbitration::{
+    point_desired_is_written_with_its_claim_fenced_and_read_back,
+    unanswered_commands_are_each_points_newest_without_a_result,
+};
 #[path = "store_conformance/retention.rs"]
 mod retention;
 #[path = "store_conformance/rollups.rs"]
@@ -274,6 +277,7 @@ conformance!(
     window_rows_carry_the_batch_order_they_were_applied_in,
     partitions_are_reported_as_far_ahead_as_they_exist,
     point_desired_is_written_with_its_claim_fenced_and_read_back,
+    unanswered_commands_are_each_points_newest_without_a_result,
 );
 
 on_conflict_form!(

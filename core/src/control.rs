@@ -36,6 +36,9 @@ pub enum ControlKind {
     /// The core refused a command request (payload: command id, value, reason): an unknown
     /// point, a point that is not writable, or a value it cannot take. Nothing was sent.
     CommandRefused,
+    /// A driver answered a command (payload: command id, outcome `applied`, `rejected` or a
+    /// contract-1 driver's `accepted`, and the rejection's reason from the closed vocabulary).
+    CommandResult,
     /// A claim was set or replaced on a writable point (payload: holder, band, priority,
     /// value, until). Written with the `point_desired` row it produces, in one transaction.
     ClaimSet,
@@ -61,6 +64,7 @@ impl ControlKind {
             ControlKind::QualityChanged => "quality_changed",
             ControlKind::CommandIssued => "command_issued",
             ControlKind::CommandRefused => "command_refused",
+            ControlKind::CommandResult => "command_result",
             ControlKind::ClaimSet => "claim_set",
             ControlKind::ClaimReleased => "claim_released",
             ControlKind::Reprocess => "reprocess",
@@ -92,6 +96,12 @@ pub enum ControlDetail {
         value: serde_json::Value,
         /// Why, in one line (the core's `commands` part words it).
         reason: String,
+    },
+    CommandResult {
+        command_id: String,
+        outcome: crate::wire::CommandOutcome,
+        /// A rejection's reason, from the closed vocabulary ([`crate::wire::rejection_reason`]).
+        reason: Option<&'static str>,
     },
     ClaimSet {
         /// The request that set it.
@@ -139,6 +149,7 @@ impl ControlEvent {
             ControlDetail::QualityChanged { .. } => ControlKind::QualityChanged,
             ControlDetail::CommandIssued { .. } => ControlKind::CommandIssued,
             ControlDetail::CommandRefused { .. } => ControlKind::CommandRefused,
+            ControlDetail::CommandResult { .. } => ControlKind::CommandResult,
             ControlDetail::ClaimSet { .. } => ControlKind::ClaimSet,
             ControlDetail::ClaimReleased { .. } => ControlKind::ClaimReleased,
         }
@@ -169,6 +180,14 @@ impl ControlEvent {
             } => {
                 serde_json::json!({ "command_id": command_id, "value": value, "reason": reason }).to_string()
             }
+            ControlDetail::CommandResult {
+                command_id,
+                outcome,
+                reason,
+            } => {
+                serde_json::json!({ "command_id": command_id, "outcome": outcome.as_str(), "reason": reason })
+                    .to_string()
+            }
             ControlDetail::ClaimSet {
                 command_id,
                 holder,
@@ -191,6 +210,33 @@ impl ControlEvent {
                 why,
             } => serde_json::json!({ "command_id": command_id, "holder": &**holder, "why": why }).to_string(),
         }
+    }
+}
+
+/// A `command_issued` event as the log holds it, read back at restart for the outbox (issue 21
+/// item 3: `Store::load_unanswered_commands`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IssuedCommand {
+    /// The event's seq: the command's reply subject names it.
+    pub seq: i64,
+    pub point_id: String,
+    pub principal: String,
+    pub command_id: String,
+    pub value: serde_json::Value,
+}
+
+impl IssuedCommand {
+    /// From a stored event's columns; `None` unless its payload is a `command_issued` one
+    /// (a command id and a value).
+    pub fn from_stored(seq: i64, point_id: &str, principal: &str, payload: &str) -> Option<IssuedCommand> {
+        let payload: serde_json::Value = serde_json::from_str(payload).ok()?;
+        Some(IssuedCommand {
+            seq,
+            point_id: point_id.to_owned(),
+            principal: principal.to_owned(),
+            command_id: payload.get("command_id")?.as_str()?.to_owned(),
+            value: payload.get("value")?.clone(),
+        })
     }
 }
 

@@ -54,6 +54,15 @@ pub struct Metrics {
     pub commit_latency_us: Histogram<{ COMMIT_LATENCY_BOUNDS_US.len() }>,
     /// Rows plus quarantine entries per batch sent to the store ([`BATCH_SIZE_BOUNDS`]).
     pub batch_size: Histogram<{ BATCH_SIZE_BOUNDS.len() }>,
+    /// Drivers' answers written as `command_result` (issue 21 item 4).
+    pub command_results: u64,
+    /// Answers not written: for another core's epoch, for a command this core is not
+    /// waiting on, or naming another command than the one its subject is for.
+    pub command_answers_ignored: u64,
+    /// Hellos from drivers whose contract cannot reply to commands.
+    pub driver_hellos_mute: u64,
+    /// Commands sent again at restart: committed, unanswered, and still the winner's.
+    pub commands_resent: u64,
 }
 
 /// Commit latency buckets, µs: 1 ms to 10 s. A batch is one statement; the spec's budget for

@@ -252,7 +252,8 @@ impl World {
                 | Effect::RefreshRollups(_)
                 | Effect::DropExpired(_)
                 | Effect::Reprocess(_)
-                | Effect::ReprocessReply { .. } => {}
+                | Effect::ReprocessReply { .. }
+                | Effect::SendCommand { .. } => {}
                 Effect::Exit(reason) => panic!("unexpected exit: {reason:?}"),
             }
         }

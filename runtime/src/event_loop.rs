@@ -430,7 +430,13 @@ where
                 }
             },
             Some(lag) = lag_rx.recv() => lag,
-            Some(message) = inbound.recv() => message.into(),
+            Some(message) = inbound.recv() => {
+                #[cfg(feature = "failpoints")]
+                if matches!(message, Inbound::CommandReply { .. }) {
+                    crate::failpoint::hit(crate::failpoint::COMMAND_ANSWER_NOT_RECORDED);
+                }
+                message.into()
+            }
             _ = progress.tick() => {
                 let m = core.metrics();
                 let [drivers_connecting, drivers_connected, drivers_ready] = m.drivers;
@@ -616,6 +622,20 @@ async fn execute<B: Bus, S: Store>(
         Effect::Publish { subject, payload } => {
             if let Err(e) = bus.publish(subject, payload).await {
                 warn!(error = %e, "transition publish failed");
+                if let Some(t) = telemetry {
+                    t.bus_error(BusOp::Publish, Some(&e));
+                }
+            }
+        }
+        Effect::SendCommand {
+            subject,
+            reply_to,
+            payload,
+        } => {
+            #[cfg(feature = "failpoints")]
+            crate::failpoint::hit(crate::failpoint::COMMAND_COMMITTED_NOT_SENT);
+            if let Err(e) = bus.publish_command(subject, reply_to, payload).await {
+                warn!(error = %e, "command publish failed");
                 if let Some(t) = telemetry {
                     t.bus_error(BusOp::Publish, Some(&e));
                 }

@@ -4,21 +4,34 @@
 //! change issues goes to its driver from here, only once its `command_issued` event is
 //! committed, so a core the fence refuses (deposed, or cut off from the store) never sends one.
 //!
-//! Owns: request admission. A request must name a point of the registry the core runs, that
+//! Owns: request admission, the commands sent and awaiting their driver's answer, and which
+//! driver instances cannot answer (their hello's contract is below
+//! [`DRIVER_CONTRACT_REPLIES`]). A request must name a point of the registry the core runs, that
 //! point must be writable (its descriptor's `writable` section), and the value must be one
 //! the point can take (`Descriptor::command_refusal`: kind, range, codebook, unit — the check
 //! admission runs on a `relinquish_default` too), for a duration within bounds (default one
 //! hour). A release needs only a writable point. A refused request is written as a
 //! `command_refused` control event with its one-line reason, and nothing is sent; one that
 //! cannot be put on the record at all (no command id or principal, or strings past their
-//! bounds) and any request to a draining core are only counted. It holds no state.
+//! bounds) and any request to a draining core are only counted.
+//!
+//! Replies (issue 21 item 4): each command goes out with its own reply subject, below the
+//! core's inbox and naming this core's epoch and the command's `command_issued` seq. A
+//! driver's answer on it is written as a `command_result` control event (fenced like every
+//! control write) when this core sent that command and the answer names it; any other is only
+//! counted. A command to a driver whose contract cannot reply awaits no answer. At most
+//! [`AWAITING_MAX`] commands await one; past that the oldest is forgotten (its late answer is
+//! then only counted).
 //!
 //! Takes `CommandRequested` (handing the router an [`Admitted`] claim or release), the claims
-//! part's refusals, and `command_issued` events in `ControlCommitted`.
+//! part's refusals, `command_issued` events in `ControlCommitted`, drivers' hellos (their
+//! contract) and `CommandAnswered`.
 //!
-//! Emits `Control` (`command_refused`) and, once a `command_issued` commits, `Publish` of the
-//! command on `cmd.<host>.<driver_instance>`, stamped with the core's epoch.
+//! Emits `Control` (`command_refused`, `command_result`) and, once a `command_issued`
+//! commits, `SendCommand` of the command on `cmd.<host>.<driver_instance>`, stamped with the
+//! core's epoch, with its reply subject.
 
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use crate::control::{
@@ -28,12 +41,33 @@ use crate::control::{
 use crate::effect::Effect;
 use crate::registry::check::POINT_ID_BYTES_MAX;
 use crate::registry::{CommandValue, PointIdx};
-use crate::wire::{CommandEnvelope, ToDriver, cmd_subject};
+use crate::wire::{
+    CommandEnvelope, CommandOutcome, CommandReply, DRIVER_CONTRACT_REPLIES, DriverHello, ToDriver,
+    cmd_subject, command_reply_subject, rejection_reason,
+};
 
 use super::context::{Ctx, Out};
 
+/// Most commands awaiting an answer at once. Each writable point has one current command;
+/// a superseded one may still be answered, so this leaves room for several per point of a
+/// large estate while bounding what a driver that never answers can hold.
+pub const AWAITING_MAX: usize = 10_000;
+
 #[derive(Debug, Default)]
-pub(crate) struct Commands {}
+pub(crate) struct Commands {
+    /// Sent and not yet answered, by the seq of their `command_issued` event.
+    awaiting: BTreeMap<i64, Awaiting>,
+    /// `(host, driver_instance)` whose last hello spoke a contract that cannot reply.
+    mute: HashSet<(String, String)>,
+}
+
+/// A command sent, waiting for its driver's answer.
+#[derive(Debug)]
+struct Awaiting {
+    command_id: String,
+    point: PointIdx,
+    principal: Arc<str>,
+}
 
 /// A request the core will not carry out: on the record with its point (when the registry
 /// knows it) and why.
@@ -168,11 +202,13 @@ impl Commands {
     }
 
     /// A `command_issued` event (written by the claims part with the change that caused it)
-    /// is committed: publish the command to the point's driver, stamped with this core's
-    /// epoch.
+    /// is committed at `seq`: publish the command to the point's driver, stamped with this
+    /// core's epoch, with the reply subject its answer comes back on; await that answer unless
+    /// the driver cannot reply.
     pub fn on_issued(
         &mut self,
         event: &ControlEvent,
+        seq: i64,
         command_id: &str,
         value: &serde_json::Value,
         ctx: &Ctx,
@@ -183,6 +219,24 @@ impl Commands {
             return;
         };
         let point = ctx.registry.point(idx);
+        let instance = &point.descriptor.assignment.driver_instance;
+        if !self
+            .mute
+            .contains(&(point.host.to_string(), instance.to_string()))
+        {
+            if self.awaiting.len() >= AWAITING_MAX {
+                self.awaiting.pop_first();
+            }
+            self.awaiting.insert(
+                seq,
+                Awaiting {
+                    command_id: command_id.to_owned(),
+                    point: idx,
+                    principal: point_principal(&point.host),
+                },
+            );
+        }
+        debug_assert!(self.awaiting.len() <= AWAITING_MAX);
         let message = ToDriver::Command(CommandEnvelope {
             v: 1,
             command_id: command_id.to_owned(),
@@ -192,11 +246,73 @@ impl Commands {
             principal: event.principal.to_string(),
         });
         out.metrics.commands_issued += 1;
-        out.push(Effect::Publish {
-            subject: cmd_subject(&point.host, &point.descriptor.assignment.driver_instance),
+        out.push(Effect::SendCommand {
+            subject: cmd_subject(&point.host, instance),
+            reply_to: command_reply_subject(ctx.epoch, seq),
             payload: message.to_bytes(),
         });
     }
+
+    /// A driver instance said hello: whether its contract lets it answer commands.
+    pub fn on_hello(&mut self, host: &str, hello: &DriverHello, out: &mut Out) {
+        let key = (host.to_owned(), hello.driver_instance.clone());
+        if hello.contract < DRIVER_CONTRACT_REPLIES {
+            out.metrics.driver_hellos_mute += 1;
+            // One entry per instance that said hello; the bus confines a host to its own.
+            self.mute.insert(key);
+        } else {
+            self.mute.remove(&key);
+        }
+    }
+
+    /// Whether `host`'s `driver_instance` said hello with a contract that cannot reply.
+    pub fn is_mute(&self, host: &str, driver_instance: &str) -> bool {
+        self.mute.contains(&(host.to_owned(), driver_instance.to_owned()))
+    }
+
+    /// How many commands await their driver's answer.
+    pub fn awaiting(&self) -> usize {
+        self.awaiting.len()
+    }
+
+    /// A driver's answer on the reply subject of `(epoch, seq)`: written as `command_result`
+    /// when this core sent that command and the answer names it, else only counted.
+    pub fn on_answer(&mut self, epoch: u32, seq: i64, reply: &CommandReply, ctx: &Ctx, out: &mut Out) {
+        let names_it = |a: &Awaiting| a.command_id == reply.command_id;
+        if epoch != ctx.epoch || !self.awaiting.get(&seq).is_some_and(names_it) {
+            out.metrics.command_answers_ignored += 1;
+            return;
+        }
+        let Some(awaiting) = self.awaiting.remove(&seq) else {
+            return;
+        };
+        let reason =
+            (reply.outcome == CommandOutcome::Rejected).then(|| rejection_reason(reply.reason.as_deref()));
+        out.metrics.command_results += 1;
+        out.metrics.control_events += 1;
+        out.push(Effect::Control {
+            epoch: ctx.epoch,
+            events: vec![ControlEvent {
+                occurred_at: ctx.now,
+                point: Some(awaiting.point),
+                point_id: ctx.registry.point(awaiting.point).id.clone(),
+                principal: awaiting.principal,
+                core_epoch: ctx.epoch,
+                registry_version: ctx.registry.version,
+                detail: ControlDetail::CommandResult {
+                    command_id: awaiting.command_id,
+                    outcome: reply.outcome,
+                    reason,
+                },
+            }],
+        });
+    }
+}
+
+/// Who answers a command to a point of `host`: the host's driver principal, as the bus knows
+/// it (`driver-<host>`).
+fn point_principal(host: &str) -> Arc<str> {
+    format!("driver-{host}").into()
 }
 
 /// What a request asks for, or why not: a point of this registry, writable, and a value it can
@@ -352,12 +468,21 @@ mod tests {
         let ControlDetail::CommandIssued { command_id, value } = &report.events[0].detail else {
             panic!("a command_issued event");
         };
-        commands.on_issued(&report.events[0], command_id, value, &ctx, &mut out);
+        commands.on_issued(&report.events[0], 1, command_id, value, &ctx, &mut out);
         let effects = drain(&mut out);
-        let [Effect::Publish { subject, payload }] = &effects[..] else {
-            panic!("one publish: {effects:?}");
+        let [
+            Effect::SendCommand {
+                subject,
+                reply_to,
+                payload,
+            },
+        ] = &effects[..]
+        else {
+            panic!("one command: {effects:?}");
         };
         assert_eq!(subject, "cmd.plant-a.modbus-1");
+        assert_eq!(reply_to, &format!("_INBOX_sentinel-core.cmd.{}.1", ctx.epoch));
+        assert_eq!(commands.awaiting(), 1);
         let ToDriver::Command(sent) = serde_json::from_slice(payload).expect("a driver message") else {
             panic!("a command");
         };
@@ -437,6 +562,45 @@ mod tests {
                 (1, 0)
             );
         }
+    }
+
+    /// At most `AWAITING_MAX` commands await an answer; past that the oldest is forgotten and
+    /// its late answer only counted.
+    #[test]
+    fn the_commands_awaiting_an_answer_are_bounded() {
+        let ctx = writable_ctx();
+        let mut out = Out::default();
+        let mut commands = Commands::default();
+        let temp = ctx.registry.resolve("plant.temp").expect("fixture");
+        let event = ControlEvent {
+            occurred_at: ctx.now,
+            point: Some(temp),
+            point_id: "plant.temp".into(),
+            principal: "ana".into(),
+            core_epoch: ctx.epoch,
+            registry_version: ctx.registry.version,
+            detail: ControlDetail::CommandIssued {
+                command_id: String::new(),
+                value: serde_json::json!(21.5),
+            },
+        };
+        let value = serde_json::json!(21.5);
+        for seq in 1..=AWAITING_MAX as i64 + 1 {
+            commands.on_issued(&event, seq, &format!("c-{seq}"), &value, &ctx, &mut out);
+        }
+        drain(&mut out);
+        assert_eq!(commands.awaiting(), AWAITING_MAX);
+        let answer = |id: &str| CommandReply {
+            command_id: id.to_owned(),
+            outcome: CommandOutcome::Applied,
+            reason: None,
+            highest_epoch_seen: ctx.epoch,
+        };
+        commands.on_answer(ctx.epoch, 1, &answer("c-1"), &ctx, &mut out);
+        assert!(drain(&mut out).is_empty(), "the oldest was forgotten");
+        let newest = AWAITING_MAX as i64 + 1;
+        commands.on_answer(ctx.epoch, newest, &answer(&format!("c-{newest}")), &ctx, &mut out);
+        assert_eq!(drain(&mut out).len(), 1, "the newest is still awaited");
     }
 
     #[test]
