@@ -8,6 +8,7 @@
 //!   unanswered and still the desired value, and issues it again with the same id (written
 //!   under its own epoch, then sent); the driver applies it once and the successor writes its
 //!   answer.
+//! - A command for a driver instance that is offline goes out when the instance says hello.
 //! - After the driver applied and answered, before the core wrote the answer, and with the
 //!   driver restarted in between: the successor sends the command again; the restarted driver
 //!   finds its id in its state file and answers `applied` without applying it twice.
@@ -128,7 +129,15 @@ async fn command_events(url: &str) -> Vec<(String, i32, String, Option<String>)>
 }
 
 async fn wait_for_events(url: &str, count: usize) -> Vec<(String, i32, String, Option<String>)> {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    wait_for_events_within(url, count, Duration::from_secs(30)).await
+}
+
+async fn wait_for_events_within(
+    url: &str,
+    count: usize,
+    within: Duration,
+) -> Vec<(String, i32, String, Option<String>)> {
+    let deadline = tokio::time::Instant::now() + within;
     loop {
         let events = command_events(url).await;
         if events.len() >= count {
@@ -250,4 +259,38 @@ async fn a_command_applied_but_not_recorded_is_not_applied_again_by_a_restarted_
         ["r-1"],
         "applied exactly once across the driver's restart"
     );
+}
+
+/// A command for a driver instance that is offline waits for it: the core sends it again when
+/// the instance says hello, and it is applied once (issue 21 item 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_driver_that_was_offline_gets_the_command_when_it_says_hello() {
+    let env = Env::start(30_000).await;
+    let applies: Arc<Mutex<Vec<String>>> = Arc::default();
+    let operator = async_nats::connect(env.nats.url())
+        .await
+        .expect("operator connects");
+    let core = spawn_core(&env, 30_000, &["--self-points-interval-ms", "0"]);
+    wait_ready(&env.store, 1).await;
+    operator
+        .publish(command_request_subject("test"), request("r-1", 65.0).into())
+        .await
+        .expect("request");
+    // Written and sent to nobody: the instance is not running.
+    wait_for_events(&env.db.url, 1).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(command_events(&env.db.url).await, [issued(1, "r-1")]);
+
+    let state = state_file("offline");
+    let driver = start_driver(&env, &state, applies.clone()).await;
+    // Well before the answer's wait runs out (10 s, which would send it again too): the hello
+    // is what sent it.
+    assert_eq!(
+        wait_for_events_within(&env.db.url, 2, Duration::from_secs(5)).await,
+        [issued(1, "r-1"), applied(1, "r-1")],
+        "sent again on its hello, applied and answered"
+    );
+    terminate(core).await;
+    driver.abort();
+    assert_eq!(*applies.lock().expect("lock"), ["r-1"]);
 }

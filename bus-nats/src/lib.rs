@@ -551,6 +551,12 @@ impl Bus for NatsBus {
         tokio::spawn(async move {
             while let Some(message) = merged.next().await {
                 let subject = message.subject.as_str();
+                // A status from the server, not a message: "no responders" on a command's
+                // reply subject when no instance is subscribed (it is sent again on its hello).
+                if let Some(status) = message.status {
+                    tracing::debug!(subject, status = %status, "server status on an inbound subject");
+                    continue;
+                }
                 let decoded = Inbound::decode(subject, &message.payload, message.reply.as_deref());
                 match decoded {
                     Ok(inbound) => {

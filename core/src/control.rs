@@ -39,6 +39,10 @@ pub enum ControlKind {
     /// A driver answered a command (payload: command id, outcome `applied`, `rejected` or a
     /// contract-1 driver's `accepted`, and the rejection's reason from the closed vocabulary).
     CommandResult,
+    /// No answer to a command within its wait (payload: command id, the seq of its
+    /// `command_issued`, which send timed out, and whether it is sent again: only while its
+    /// value is still its point's desired value).
+    CommandTimeout,
     /// A claim was set or replaced on a writable point (payload: holder, band, priority,
     /// value, until). Written with the `point_desired` row it produces, in one transaction.
     ClaimSet,
@@ -65,6 +69,7 @@ impl ControlKind {
             ControlKind::CommandIssued => "command_issued",
             ControlKind::CommandRefused => "command_refused",
             ControlKind::CommandResult => "command_result",
+            ControlKind::CommandTimeout => "command_timeout",
             ControlKind::ClaimSet => "claim_set",
             ControlKind::ClaimReleased => "claim_released",
             ControlKind::Reprocess => "reprocess",
@@ -102,6 +107,14 @@ pub enum ControlDetail {
         outcome: crate::wire::CommandOutcome,
         /// A rejection's reason, from the closed vocabulary ([`crate::wire::rejection_reason`]).
         reason: Option<&'static str>,
+    },
+    CommandTimeout {
+        command_id: String,
+        issued_seq: i64,
+        /// Which send went unanswered (1 for the first).
+        attempt: u32,
+        /// Whether the command goes out again once this event commits.
+        resend: bool,
     },
     ClaimSet {
         /// The request that set it.
@@ -150,6 +163,7 @@ impl ControlEvent {
             ControlDetail::CommandIssued { .. } => ControlKind::CommandIssued,
             ControlDetail::CommandRefused { .. } => ControlKind::CommandRefused,
             ControlDetail::CommandResult { .. } => ControlKind::CommandResult,
+            ControlDetail::CommandTimeout { .. } => ControlKind::CommandTimeout,
             ControlDetail::ClaimSet { .. } => ControlKind::ClaimSet,
             ControlDetail::ClaimReleased { .. } => ControlKind::ClaimReleased,
         }
@@ -188,6 +202,18 @@ impl ControlEvent {
                 serde_json::json!({ "command_id": command_id, "outcome": outcome.as_str(), "reason": reason })
                     .to_string()
             }
+            ControlDetail::CommandTimeout {
+                command_id,
+                issued_seq,
+                attempt,
+                resend,
+            } => serde_json::json!({
+                "command_id": command_id,
+                "issued_seq": issued_seq,
+                "attempt": attempt,
+                "resend": resend,
+            })
+            .to_string(),
             ControlDetail::ClaimSet {
                 command_id,
                 holder,

@@ -149,6 +149,8 @@ pub enum Deadline {
     Maintenance,
     /// A claim's lapse.
     Claims,
+    /// A command's answer is due.
+    Commands,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -213,12 +213,7 @@ impl Core {
             let Some(point) = ctx.registry.resolve(&command.point_id) else {
                 continue;
             };
-            let wins = self
-                .claims
-                .desired(point)
-                .and_then(|desired| desired.value.as_ref())
-                .is_some_and(|value| value.to_json() == command.value);
-            if !wins {
+            if !still_desired(&self.claims, point, &command.value) {
                 continue;
             }
             events.push(ControlEvent {
@@ -364,7 +359,9 @@ impl Core {
             }
             Input::StreamFront { first_seq } => self.derived.release_held(first_seq, out),
             Input::DriverHello { host, hello } => {
-                self.commands.on_hello(&host, &hello, out);
+                let claims = &self.claims;
+                let wins = |point, value: &serde_json::Value| still_desired(claims, point, value);
+                self.commands.on_hello(&host, &hello, wins, ctx, out);
                 self.drivers.hello(&host, &hello, out)
             }
             Input::CommandAnswered { epoch, seq, reply } => {
@@ -429,6 +426,7 @@ impl Core {
                 Deadline::Maintenance,
             );
             consider(self.claims.next_deadline(), Deadline::Claims);
+            consider(self.commands.next_deadline(), Deadline::Commands);
         }
         earliest
     }
@@ -650,6 +648,14 @@ impl Core {
                 }
                 // On the record; nothing was sent and nothing follows. A claim's change took
                 // effect in the claims part when it was emitted.
+                ControlDetail::CommandTimeout {
+                    command_id,
+                    issued_seq,
+                    resend,
+                    ..
+                } => self
+                    .commands
+                    .on_timeout_committed(*issued_seq, command_id, *resend, ctx, out),
                 ControlDetail::CommandRefused { .. }
                 | ControlDetail::CommandResult { .. }
                 | ControlDetail::ClaimSet { .. }
@@ -669,6 +675,9 @@ impl Core {
             let pipeline_full = self.ingest.pipeline_full(&ctx.config);
             self.maintenance.on_tick(pipeline_full, ctx, out);
             self.claims.expire(ctx, out);
+            let claims = &self.claims;
+            let wins = |point, value: &serde_json::Value| still_desired(claims, point, value);
+            self.commands.expire(wins, ctx, out);
         }
         if self.ingest.flush_due(&self.ctx) {
             self.flush();
@@ -729,4 +738,13 @@ impl Core {
         self.ingest.abandon();
         self.out.push(Effect::Exit(reason));
     }
+}
+
+/// Whether `value` (a command's, as JSON) is still `point`'s desired value: a command is sent
+/// again only while it is.
+fn still_desired(claims: &Claims, point: crate::registry::PointIdx, value: &serde_json::Value) -> bool {
+    claims
+        .desired(point)
+        .and_then(|desired| desired.value.as_ref())
+        .is_some_and(|desired| desired.to_json() == *value)
 }

@@ -61,8 +61,11 @@ pub struct Metrics {
     pub command_answers_ignored: u64,
     /// Hellos from drivers whose contract cannot reply to commands.
     pub driver_hellos_mute: u64,
-    /// Commands sent again at restart: committed, unanswered, and still the winner's.
+    /// Commands sent again: issued again at restart (the outbox), after a `command_timeout`,
+    /// or to a driver instance that said hello.
     pub commands_resent: u64,
+    /// Commands whose answer did not come within its wait (`command_timeout` written).
+    pub commands_timed_out: u64,
 }
 
 /// Commit latency buckets, µs: 1 ms to 10 s. A batch is one statement; the spec's budget for

@@ -21,7 +21,7 @@
 //! With the permissions `sentinel registry nats-config` generates, add
 //! `--nkey-seed-file plant-a.seed` (or `--user driver-plant-a --password-file plant-a.pw`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
@@ -66,7 +66,7 @@ struct Args {
 }
 
 /// What survives a restart, as the intake has it now.
-fn save_state(path: &PathBuf, source_epoch: u32, intake: &CommandIntake) -> std::io::Result<()> {
+fn save_state(path: &Path, source_epoch: u32, intake: &CommandIntake) -> std::io::Result<()> {
     DriverState {
         source_epoch,
         highest_epoch_seen: intake.highest_seen(),

@@ -23,24 +23,34 @@
 //! [`AWAITING_MAX`] commands await one; past that the oldest is forgotten (its late answer is
 //! then only counted).
 //!
-//! Takes `CommandRequested` (handing the router an [`Admitted`] claim or release), the claims
-//! part's refusals, `command_issued` events in `ControlCommitted`, drivers' hellos (their
-//! contract) and `CommandAnswered`.
+//! Timeouts and re-sends (issue 21 item 4): a command unanswered after
+//! [`ANSWER_TIMEOUT_MS`] is written as a `command_timeout` control event; while its value is
+//! still its point's desired value (the router asks the claims part), the event says so and,
+//! once it commits, the same command (same id, same reply subject, this epoch) goes out again,
+//! the next wait doubled up to [`ANSWER_WAIT_MAX_MS`]; otherwise the command is no longer
+//! awaited. A driver instance's hello sends its awaited commands again at once: a command for
+//! a driver that was offline goes out when it returns. Time is the router's `now`; the part
+//! owns the deadlines.
 //!
-//! Emits `Control` (`command_refused`, `command_result`) and, once a `command_issued`
-//! commits, `SendCommand` of the command on `cmd.<host>.<driver_instance>`, stamped with the
-//! core's epoch, with its reply subject.
+//! Takes `CommandRequested` (handing the router an [`Admitted`] claim or release), the claims
+//! part's refusals, `command_issued` and `command_timeout` events in `ControlCommitted`,
+//! drivers' hellos (their contract), `CommandAnswered` and `Tick`.
+//!
+//! Emits `Control` (`command_refused`, `command_result`, `command_timeout`) and, once a
+//! `command_issued` (or a re-sending `command_timeout`) commits, `SendCommand` of the command
+//! on `cmd.<host>.<driver_instance>`, stamped with the core's epoch, with its reply subject.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::Arc;
 
 use crate::control::{
-    CLAIM_FOR_S_DEFAULT, CLAIM_FOR_S_MAX, COMMAND_ID_BYTES_MAX, COMMAND_VALUE_BYTES_MAX, CommandRequest,
-    ControlDetail, ControlEvent, PRINCIPAL_BYTES_MAX,
+    CLAIM_FOR_S_DEFAULT, CLAIM_FOR_S_MAX, COMMAND_ID_BYTES_MAX, COMMAND_VALUE_BYTES_MAX,
+    CONTROL_EVENTS_PER_WRITE_MAX, CommandRequest, ControlDetail, ControlEvent, PRINCIPAL_BYTES_MAX,
 };
 use crate::effect::Effect;
 use crate::registry::check::POINT_ID_BYTES_MAX;
 use crate::registry::{CommandValue, PointIdx};
+use crate::time::Micros;
 use crate::wire::{
     CommandEnvelope, CommandOutcome, CommandReply, DRIVER_CONTRACT_REPLIES, DriverHello, ToDriver,
     cmd_subject, command_reply_subject, rejection_reason,
@@ -53,20 +63,42 @@ use super::context::{Ctx, Out};
 /// large estate while bounding what a driver that never answers can hold.
 pub const AWAITING_MAX: usize = 10_000;
 
+/// How long a command waits for its answer before `command_timeout`: a device write and a bus
+/// round trip take well under a second; ten leave room for a busy field bus.
+pub const ANSWER_TIMEOUT_MS: i64 = 10_000;
+/// The longest wait between re-sends (the backoff doubles from [`ANSWER_TIMEOUT_MS`] to this):
+/// a driver down for hours is asked every five minutes, not flooded.
+pub const ANSWER_WAIT_MAX_MS: i64 = 300_000;
+
+/// The wait after the `attempt`-th send (1 for the first).
+pub fn answer_wait_ms(attempt: u32) -> i64 {
+    let doublings = attempt.saturating_sub(1).min(16);
+    (ANSWER_TIMEOUT_MS << doublings).min(ANSWER_WAIT_MAX_MS)
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Commands {
     /// Sent and not yet answered, by the seq of their `command_issued` event.
     awaiting: BTreeMap<i64, Awaiting>,
+    /// When each awaited command's answer is due, earliest first: `(due, seq)`.
+    due: BTreeSet<(Micros, i64)>,
     /// `(host, driver_instance)` whose last hello spoke a contract that cannot reply.
     mute: HashSet<(String, String)>,
 }
 
-/// A command sent, waiting for its driver's answer.
+/// A command sent, waiting for its driver's answer: enough to send it again.
 #[derive(Debug)]
 struct Awaiting {
     command_id: String,
     point: PointIdx,
+    /// Who answers it: the driver host's principal.
     principal: Arc<str>,
+    /// Who asked for it, as the command carries it.
+    asker: Arc<str>,
+    value: serde_json::Value,
+    /// Sends so far.
+    attempts: u32,
+    due: Micros,
 }
 
 /// A request the core will not carry out: on the record with its point (when the registry
@@ -220,41 +252,137 @@ impl Commands {
         };
         let point = ctx.registry.point(idx);
         let instance = &point.descriptor.assignment.driver_instance;
+        let awaiting = Awaiting {
+            command_id: command_id.to_owned(),
+            point: idx,
+            principal: point_principal(&point.host),
+            asker: event.principal.clone(),
+            value: value.clone(),
+            attempts: 1,
+            due: ctx.now.add_ms(answer_wait_ms(1)),
+        };
+        out.metrics.commands_issued += 1;
+        send(seq, &awaiting, ctx, out);
         if !self
             .mute
             .contains(&(point.host.to_string(), instance.to_string()))
         {
-            if self.awaiting.len() >= AWAITING_MAX {
-                self.awaiting.pop_first();
+            if self.awaiting.len() >= AWAITING_MAX
+                && let Some((oldest, forgotten)) = self.awaiting.pop_first()
+            {
+                self.due.remove(&(forgotten.due, oldest));
             }
-            self.awaiting.insert(
-                seq,
-                Awaiting {
-                    command_id: command_id.to_owned(),
-                    point: idx,
-                    principal: point_principal(&point.host),
-                },
-            );
+            self.due.insert((awaiting.due, seq));
+            self.awaiting.insert(seq, awaiting);
         }
-        debug_assert!(self.awaiting.len() <= AWAITING_MAX);
-        let message = ToDriver::Command(CommandEnvelope {
-            v: 1,
-            command_id: command_id.to_owned(),
-            core_epoch: ctx.epoch,
-            point_id: point.id.to_string(),
-            value: value.clone(),
-            principal: event.principal.to_string(),
-        });
-        out.metrics.commands_issued += 1;
-        out.push(Effect::SendCommand {
-            subject: cmd_subject(&point.host, instance),
-            reply_to: command_reply_subject(ctx.epoch, seq),
-            payload: message.to_bytes(),
-        });
+        debug_assert!(self.awaiting.len() <= AWAITING_MAX && self.due.len() == self.awaiting.len());
     }
 
-    /// A driver instance said hello: whether its contract lets it answer commands.
-    pub fn on_hello(&mut self, host: &str, hello: &DriverHello, out: &mut Out) {
+    /// When the earliest awaited answer is due.
+    pub fn next_deadline(&self) -> Option<Micros> {
+        self.due.first().map(|&(at, _)| at)
+    }
+
+    /// Time passed: each command whose answer is now overdue is written as `command_timeout`;
+    /// one whose value `wins` (is still its point's desired value) is re-sent once that event
+    /// commits and waits longer, any other is no longer awaited.
+    pub fn expire(&mut self, wins: impl Fn(PointIdx, &serde_json::Value) -> bool, ctx: &Ctx, out: &mut Out) {
+        let mut events = Vec::new();
+        while let Some(&(due, seq)) = self.due.first() {
+            if due > ctx.now || events.len() >= CONTROL_EVENTS_PER_WRITE_MAX {
+                break;
+            }
+            self.due.pop_first();
+            let Some(awaiting) = self.awaiting.get_mut(&seq) else {
+                continue;
+            };
+            let resend = wins(awaiting.point, &awaiting.value);
+            let attempt = awaiting.attempts;
+            let event = ControlEvent {
+                occurred_at: ctx.now,
+                point: Some(awaiting.point),
+                point_id: ctx.registry.point(awaiting.point).id.clone(),
+                principal: PRINCIPAL_COMMANDS.into(),
+                core_epoch: ctx.epoch,
+                registry_version: ctx.registry.version,
+                detail: ControlDetail::CommandTimeout {
+                    command_id: awaiting.command_id.clone(),
+                    issued_seq: seq,
+                    attempt,
+                    resend,
+                },
+            };
+            events.push(event);
+            out.metrics.commands_timed_out += 1;
+            if resend {
+                awaiting.attempts = attempt.saturating_add(1);
+                awaiting.due = ctx.now.add_ms(answer_wait_ms(awaiting.attempts));
+                self.due.insert((awaiting.due, seq));
+            } else {
+                self.awaiting.remove(&seq);
+            }
+        }
+        debug_assert!(self.due.len() == self.awaiting.len());
+        if !events.is_empty() {
+            out.metrics.control_events += events.len() as u64;
+            out.push(Effect::Control {
+                epoch: ctx.epoch,
+                events,
+            });
+        }
+    }
+
+    /// A `command_timeout` event committed: a re-sending one sends its command again, if it is
+    /// still awaited (an answer may have come meanwhile).
+    pub fn on_timeout_committed(
+        &mut self,
+        issued_seq: i64,
+        command_id: &str,
+        resend: bool,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) {
+        let Some(awaiting) = self.awaiting.get(&issued_seq) else {
+            return;
+        };
+        if resend && awaiting.command_id == command_id {
+            out.metrics.commands_resent += 1;
+            send(issued_seq, awaiting, ctx, out);
+        }
+    }
+
+    /// A driver instance said hello (and can reply): its awaited commands whose value `wins`
+    /// go out again at once — it may have been offline when they were sent.
+    fn resend_on_hello(
+        &mut self,
+        host: &str,
+        driver_instance: &str,
+        wins: impl Fn(PointIdx, &serde_json::Value) -> bool,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) {
+        for (&seq, awaiting) in &self.awaiting {
+            let point = ctx.registry.point(awaiting.point);
+            if *point.host == *host
+                && *point.descriptor.assignment.driver_instance == *driver_instance
+                && wins(awaiting.point, &awaiting.value)
+            {
+                out.metrics.commands_resent += 1;
+                send(seq, awaiting, ctx, out);
+            }
+        }
+    }
+
+    /// A driver instance said hello: whether its contract lets it answer commands; one that
+    /// can gets its awaited commands whose value `wins` again at once.
+    pub fn on_hello(
+        &mut self,
+        host: &str,
+        hello: &DriverHello,
+        wins: impl Fn(PointIdx, &serde_json::Value) -> bool,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) {
         let key = (host.to_owned(), hello.driver_instance.clone());
         if hello.contract < DRIVER_CONTRACT_REPLIES {
             out.metrics.driver_hellos_mute += 1;
@@ -262,6 +390,7 @@ impl Commands {
             self.mute.insert(key);
         } else {
             self.mute.remove(&key);
+            self.resend_on_hello(host, &hello.driver_instance, wins, ctx, out);
         }
     }
 
@@ -286,6 +415,7 @@ impl Commands {
         let Some(awaiting) = self.awaiting.remove(&seq) else {
             return;
         };
+        self.due.remove(&(awaiting.due, seq));
         let reason =
             (reply.outcome == CommandOutcome::Rejected).then(|| rejection_reason(reply.reason.as_deref()));
         out.metrics.command_results += 1;
@@ -308,6 +438,28 @@ impl Commands {
         });
     }
 }
+
+/// Sends `awaiting` (the command of `command_issued` seq `seq`) to its point's driver, stamped
+/// with this core's epoch, with its reply subject.
+fn send(seq: i64, awaiting: &Awaiting, ctx: &Ctx, out: &mut Out) {
+    let point = ctx.registry.point(awaiting.point);
+    let message = ToDriver::Command(CommandEnvelope {
+        v: 1,
+        command_id: awaiting.command_id.clone(),
+        core_epoch: ctx.epoch,
+        point_id: point.id.to_string(),
+        value: awaiting.value.clone(),
+        principal: awaiting.asker.to_string(),
+    });
+    out.push(Effect::SendCommand {
+        subject: cmd_subject(&point.host, &point.descriptor.assignment.driver_instance),
+        reply_to: command_reply_subject(ctx.epoch, seq),
+        payload: message.to_bytes(),
+    });
+}
+
+/// The principal of a `command_timeout`: the core's command plane.
+pub const PRINCIPAL_COMMANDS: &str = "core:commands";
 
 /// Who answers a command to a point of `host`: the host's driver principal, as the bus knows
 /// it (`driver-<host>`).
@@ -562,6 +714,15 @@ mod tests {
                 (1, 0)
             );
         }
+    }
+
+    /// Each wait doubles from the first and stops at its bound.
+    #[test]
+    fn the_wait_for_an_answer_doubles_up_to_its_bound() {
+        let waits: Vec<i64> = (1..=7).map(answer_wait_ms).collect();
+        assert_eq!(waits, [10_000, 20_000, 40_000, 80_000, 160_000, 300_000, 300_000]);
+        assert_eq!(answer_wait_ms(u32::MAX), ANSWER_WAIT_MAX_MS);
+        assert_eq!(answer_wait_ms(0), ANSWER_TIMEOUT_MS);
     }
 
     /// At most `AWAITING_MAX` commands await an answer; past that the oldest is forgotten and
