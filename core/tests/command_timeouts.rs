@@ -105,8 +105,7 @@ fn an_unanswered_command_times_out_and_goes_out_again_once_that_is_written() {
     assert!(timeouts(&tick(&mut core, T0.add_ms(9_999))).is_empty());
 
     let mut at = T0;
-    let mut seq = 100;
-    for (attempt, wait_ms) in [(1, 10_000), (2, 20_000), (3, 40_000)] {
+    for (seq, (attempt, wait_ms)) in (100..).zip([(1, 10_000), (2, 20_000), (3, 40_000)]) {
         at = at.add_ms(wait_ms);
         let effects = tick(&mut core, at);
         assert!(
@@ -126,7 +125,6 @@ fn an_unanswered_command_times_out_and_goes_out_again_once_that_is_written() {
         );
         // Written: the same command, the same reply subject, again.
         let effects = commit(&mut core, at, written, seq);
-        seq += 1;
         assert_eq!(sent(&effects), [("c-1".to_owned(), reply_to.clone())]);
         // The next wait is doubled: nothing one ms before it.
         assert!(timeouts(&tick(&mut core, at.add_ms(2 * wait_ms - 1))).is_empty());
