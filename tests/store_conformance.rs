@@ -35,6 +35,7 @@ mod arbitration;
 mod class_change;
 use arbitration::{
     point_desired_is_written_with_its_claim_fenced_and_read_back,
+    the_recorded_epoch_is_the_newest_acquisitions,
     unanswered_commands_are_each_points_newest_without_a_result,
 };
 #[path = "store_conformance/retention.rs"]
@@ -278,6 +279,7 @@ conformance!(
     partitions_are_reported_as_far_ahead_as_they_exist,
     point_desired_is_written_with_its_claim_fenced_and_read_back,
     unanswered_commands_are_each_points_newest_without_a_result,
+    the_recorded_epoch_is_the_newest_acquisitions,
 );
 
 on_conflict_form!(

@@ -53,6 +53,9 @@ pub enum Input {
         seq: i64,
         reply: crate::wire::CommandReply,
     },
+    /// The store's answer to `Effect::CheckEpoch`: the epoch recorded now (`None`: the store
+    /// did not answer).
+    EpochRecorded { epoch: Option<u32> },
     /// A rollup refresh step answered (`Effect::RefreshRollups`).
     RollupStepped(crate::rollup::RollupStepOutcome),
     /// The epoch fence refused a rollup step: a newer core holds the lock.
@@ -85,6 +88,9 @@ pub enum Effect {
     /// `command_issued` event committed; or this core's epoch announcement again, to a driver
     /// whose hello showed it had not seen it.
     Publish { subject: String, payload: Bytes },
+    /// Ask the store for the epoch recorded now and answer with `Input::EpochRecorded`: a
+    /// driver answered `stale_epoch`, a claim that this core was replaced.
+    CheckEpoch,
     /// Publish a command on `cmd.<host>.<instance>` with the reply subject its driver answers
     /// on (`Input::CommandAnswered`), only once its `command_issued` event committed.
     SendCommand {

@@ -367,6 +367,11 @@ impl Core {
             Input::CommandAnswered { epoch, seq, reply } => {
                 self.commands.on_answer(epoch, seq, &reply, ctx, out)
             }
+            Input::EpochRecorded { epoch } => {
+                if self.commands.on_epoch_recorded(epoch, ctx, out) {
+                    self.exit(ExitReason::FENCED);
+                }
+            }
             Input::RollupStepped(outcome) => {
                 self.maintenance.on_rollup_stepped(ctx.now, outcome);
                 self.on_tick();

@@ -66,6 +66,9 @@ pub struct Metrics {
     pub commands_resent: u64,
     /// Commands whose answer did not come within its wait (`command_timeout` written).
     pub commands_timed_out: u64,
+    /// `stale_epoch` answers the store did not bear out (no newer epoch recorded): suspicious,
+    /// like a `wrong_instance` message.
+    pub stale_epoch_suspicious: u64,
 }
 
 /// Commit latency buckets, µs: 1 ms to 10 s. A batch is one statement; the spec's budget for

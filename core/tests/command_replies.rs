@@ -225,3 +225,53 @@ fn a_hello_without_a_contract_is_contract_one() {
     .expect("an old hello decodes");
     assert_eq!(hello.contract, 1);
 }
+
+/// A `stale_epoch` answer is a claim that this core was replaced: the core asks the store
+/// (one check at a time) before writing it, and stops with the fenced code only if a newer
+/// epoch is recorded; otherwise the answers are written, counted as suspicious, and the core
+/// runs on. A store that does not answer decides nothing: the answers are written (a replaced
+/// core's write is fenced).
+#[test]
+fn a_stale_epoch_answer_is_checked_against_the_store_before_it_is_written() {
+    let stale = |id: &str| reply(id, CommandOutcome::Rejected, Some("stale_epoch"));
+    for (recorded, replaced) in [(Some(6), true), (Some(5), false), (None, false)] {
+        let mut core = core();
+        issue(&mut core, "c-1", "on", 13);
+        issue(&mut core, "c-2", "off", 15);
+        let effects = answer(&mut core, 5, 13, stale("c-1"));
+        assert!(
+            matches!(effects.as_slice(), [Effect::CheckEpoch]),
+            "the store asked first: {effects:?}"
+        );
+        // A second claim while the first is being checked asks nothing more.
+        assert!(answer(&mut core, 5, 15, stale("c-2")).is_empty());
+
+        core.handle(T0, Input::EpochRecorded { epoch: recorded });
+        let effects = drain(&mut core);
+        assert_eq!(core.has_exited(), replaced, "recorded {recorded:?}");
+        if replaced {
+            assert!(
+                matches!(effects.as_slice(), [Effect::Exit(reason)] if reason.code == 4),
+                "the fenced exit, nothing written: {effects:?}"
+            );
+        } else {
+            let [Effect::Control { epoch: 5, events }] = effects.as_slice() else {
+                panic!("both answers written: {effects:?}");
+            };
+            let written: Vec<_> = events.iter().map(|e| e.detail.clone()).collect();
+            assert_eq!(
+                written,
+                ["c-1", "c-2"].map(|id| ControlDetail::CommandResult {
+                    command_id: id.into(),
+                    outcome: CommandOutcome::Rejected,
+                    reason: Some("stale_epoch"),
+                })
+            );
+        }
+        assert_eq!(
+            core.metrics().stale_epoch_suspicious,
+            if recorded == Some(5) { 2 } else { 0 },
+            "recorded {recorded:?}"
+        );
+    }
+}

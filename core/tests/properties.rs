@@ -253,7 +253,8 @@ impl World {
                 | Effect::DropExpired(_)
                 | Effect::Reprocess(_)
                 | Effect::ReprocessReply { .. }
-                | Effect::SendCommand { .. } => {}
+                | Effect::SendCommand { .. }
+                | Effect::CheckEpoch => {}
                 Effect::Exit(reason) => panic!("unexpected exit: {reason:?}"),
             }
         }

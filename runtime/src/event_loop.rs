@@ -348,6 +348,13 @@ where
                     Input::RollupStepped(RollupStepOutcome::Failed)
                 }
             },
+            Some(joined) = maintenance.epoch_checks.join_next() => match joined {
+                Ok(answer) => answer,
+                Err(join_error) => {
+                    error!(error = %join_error, "epoch check task failed");
+                    Input::EpochRecorded { epoch: None }
+                }
+            },
             Some(joined) = maintenance.retention_runs.join_next() => match joined {
                 Ok(answer) => answer,
                 Err(join_error) => {
@@ -470,6 +477,7 @@ where
     commits.abort_all();
     maintenance.rollup_steps.abort_all();
     maintenance.retention_runs.abort_all();
+    maintenance.epoch_checks.abort_all();
     reprocess_jobs.abort_all();
     controller.abort();
     // An orderly exit waits for its final checkpoint and for the observations it queued; a
@@ -580,6 +588,8 @@ async fn observation_publish_loop<B: Bus>(
 struct Maintenance {
     rollup_steps: JoinSet<Input>,
     retention_runs: JoinSet<Input>,
+    /// A `stale_epoch` answer's question to the store (`Effect::CheckEpoch`).
+    epoch_checks: JoinSet<Input>,
 }
 
 /// Executes one effect, in emitted order. Returns the exit reason for `Effect::Exit`.
@@ -721,6 +731,22 @@ async fn execute<B: Bus, S: Store>(
                         // Idempotent, and an unfinished claim is finished by the next step.
                         warn!(error = %e, "rollup step failed; retrying after the interval");
                         Input::RollupStepped(RollupStepOutcome::Failed)
+                    }
+                }
+            });
+        }
+        Effect::CheckEpoch => {
+            // Off the loop: one short read.
+            let store = store.clone();
+            maintenance.epoch_checks.spawn(async move {
+                match store.recorded_epoch().await {
+                    Ok(epoch) => {
+                        warn!(recorded_epoch = epoch, "a driver answered stale_epoch; checked the store");
+                        Input::EpochRecorded { epoch: Some(epoch) }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "a driver answered stale_epoch; the store did not say which epoch is recorded");
+                        Input::EpochRecorded { epoch: None }
                     }
                 }
             });

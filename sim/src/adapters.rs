@@ -601,6 +601,11 @@ impl Store for SimStore {
         self.world.store.load_point_desired().await
     }
 
+    async fn recorded_epoch(&self) -> Result<u32, StoreError> {
+        self.enter(None).await?;
+        self.world.store.recorded_epoch().await
+    }
+
     async fn load_unanswered_commands(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
         self.enter(None).await?;
         self.world.store.load_unanswered_commands().await

@@ -395,3 +395,19 @@ pub async fn unanswered_commands_are_each_points_newest_without_a_result<B: Back
     record(vec![answer("ahu2.mode", epoch, t.add_ms(7), "c-4")]).await;
     assert_eq!(unanswered(b).await, pairs(&[("ahu1.mode", "c-3")]));
 }
+
+/// The recorded epoch is the newest acquisition's, whoever asks (issue 21 item 4: a core
+/// checks a driver's `stale_epoch` answer against it).
+pub async fn the_recorded_epoch_is_the_newest_acquisitions<B: Backend>(b: &B) {
+    let first = b.store().acquire().await.expect("acquire");
+    let first_epoch = first.epoch();
+    assert_eq!(b.store().recorded_epoch().await.expect("read"), first_epoch);
+    b.release(first).await;
+    let second = b.store().acquire().await.expect("acquire again");
+    assert!(second.epoch() > first_epoch);
+    assert_eq!(
+        b.store().recorded_epoch().await.expect("read"),
+        second.epoch(),
+        "the newer acquisition's"
+    );
+}

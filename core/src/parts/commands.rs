@@ -32,6 +32,12 @@
 //! a driver that was offline goes out when it returns. Time is the router's `now`; the part
 //! owns the deadlines.
 //!
+//! `stale_epoch` (issue 21 item 4): an awaited command answered `stale_epoch` is a claim that
+//! this core was replaced. The core asks the store for the recorded epoch (`CheckEpoch`, one
+//! check at a time) before it writes the answer, and exits with the fenced code only if a
+//! newer one is recorded there; a host cannot stop the estate's automation by answering
+//! `stale_epoch`. Otherwise the answer is written and counted as suspicious.
+//!
 //! Takes `CommandRequested` (handing the router an [`Admitted`] claim or release), the claims
 //! part's refusals, `command_issued` and `command_timeout` events in `ControlCommitted`,
 //! drivers' hellos (their contract), `CommandAnswered` and `Tick`.
@@ -52,8 +58,8 @@ use crate::registry::check::POINT_ID_BYTES_MAX;
 use crate::registry::{CommandValue, PointIdx};
 use crate::time::Micros;
 use crate::wire::{
-    CommandEnvelope, CommandOutcome, CommandReply, DRIVER_CONTRACT_REPLIES, DriverHello, ToDriver,
-    cmd_subject, command_reply_subject, rejection_reason,
+    CommandEnvelope, CommandOutcome, CommandReply, DRIVER_CONTRACT_REPLIES, DriverHello, STALE_EPOCH,
+    ToDriver, cmd_subject, command_reply_subject, rejection_reason,
 };
 
 use super::context::{Ctx, Out};
@@ -84,6 +90,11 @@ pub(crate) struct Commands {
     due: BTreeSet<(Micros, i64)>,
     /// `(host, driver_instance)` whose last hello spoke a contract that cannot reply.
     mute: HashSet<(String, String)>,
+    /// A `stale_epoch` answer's check with the store is under way (one at a time).
+    epoch_check_pending: bool,
+    /// The `stale_epoch` answers' `command_result` events, written once the store says this
+    /// core was not replaced (at most one per awaited command).
+    stale_answers: Vec<ControlEvent>,
 }
 
 /// A command sent, waiting for its driver's answer: enough to send it again.
@@ -278,6 +289,22 @@ impl Commands {
         debug_assert!(self.awaiting.len() <= AWAITING_MAX && self.due.len() == self.awaiting.len());
     }
 
+    /// The store's answer to a `stale_epoch` check: `true` when a newer epoch is recorded
+    /// (this core was replaced and must stop); otherwise the answer was suspicious and is
+    /// counted. A store that did not answer decides nothing (the next fenced write will).
+    pub fn on_epoch_recorded(&mut self, recorded: Option<u32>, ctx: &Ctx, out: &mut Out) -> bool {
+        self.epoch_check_pending = false;
+        let answers = std::mem::take(&mut self.stale_answers);
+        match recorded {
+            Some(recorded) if recorded > ctx.epoch => return true,
+            Some(_) => out.metrics.stale_epoch_suspicious += answers.len() as u64,
+            // Written all the same: a replaced core's write is fenced.
+            None => {}
+        }
+        write_results(answers, ctx, out);
+        false
+    }
+
     /// When the earliest awaited answer is due.
     pub fn next_deadline(&self) -> Option<Micros> {
         self.due.first().map(|&(at, _)| at)
@@ -418,23 +445,43 @@ impl Commands {
         self.due.remove(&(awaiting.due, seq));
         let reason =
             (reply.outcome == CommandOutcome::Rejected).then(|| rejection_reason(reply.reason.as_deref()));
-        out.metrics.command_results += 1;
-        out.metrics.control_events += 1;
+        let event = ControlEvent {
+            occurred_at: ctx.now,
+            point: Some(awaiting.point),
+            point_id: ctx.registry.point(awaiting.point).id.clone(),
+            principal: awaiting.principal,
+            core_epoch: ctx.epoch,
+            registry_version: ctx.registry.version,
+            detail: ControlDetail::CommandResult {
+                command_id: awaiting.command_id,
+                outcome: reply.outcome,
+                reason,
+            },
+        };
+        if reason == Some(STALE_EPOCH) {
+            // A claim that this core was replaced: the store, not the driver, says whether;
+            // the answer is written only if it was not.
+            self.stale_answers.push(event);
+            if !self.epoch_check_pending {
+                self.epoch_check_pending = true;
+                out.push(Effect::CheckEpoch);
+            }
+            return;
+        }
+        write_results(vec![event], ctx, out);
+    }
+}
+
+/// Writes drivers' answers as `command_result` events, at most
+/// [`CONTROL_EVENTS_PER_WRITE_MAX`] a write.
+fn write_results(events: Vec<ControlEvent>, ctx: &Ctx, out: &mut Out) {
+    out.metrics.command_results += events.len() as u64;
+    out.metrics.control_events += events.len() as u64;
+    let mut events = events.into_iter().peekable();
+    while events.peek().is_some() {
         out.push(Effect::Control {
             epoch: ctx.epoch,
-            events: vec![ControlEvent {
-                occurred_at: ctx.now,
-                point: Some(awaiting.point),
-                point_id: ctx.registry.point(awaiting.point).id.clone(),
-                principal: awaiting.principal,
-                core_epoch: ctx.epoch,
-                registry_version: ctx.registry.version,
-                detail: ControlDetail::CommandResult {
-                    command_id: awaiting.command_id,
-                    outcome: reply.outcome,
-                    reason,
-                },
-            }],
+            events: events.by_ref().take(CONTROL_EVENTS_PER_WRITE_MAX).collect(),
         });
     }
 }

@@ -458,6 +458,10 @@ impl Store for MemoryStore {
         self.load_point_desired_inner().await
     }
 
+    async fn recorded_epoch(&self) -> Result<u32, StoreError> {
+        Ok(self.current_epoch())
+    }
+
     async fn load_unanswered_commands(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
         self.load_unanswered_commands_inner().await
     }

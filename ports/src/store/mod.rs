@@ -130,6 +130,10 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// [`records::POINT_DESIRED_LOAD_MAX`] (restart: the desired values as last written).
     fn load_point_desired(&self) -> impl Future<Output = Result<Vec<StoredDesired>, StoreError>> + Send;
 
+    /// The epoch recorded now (the newest acquisition's): how a core checks a driver's
+    /// `stale_epoch` answer (issue 21 item 4) against the store rather than the driver's word.
+    fn recorded_epoch(&self) -> impl Future<Output = Result<u32, StoreError>> + Send;
+
     /// The outbox at restart (issue 21 item 3): for each `point_desired` row, in point order and
     /// at most [`records::POINT_DESIRED_LOAD_MAX`], its point's newest `command_issued` event,
     /// when no `command_result` for that command id follows it: a command committed and
