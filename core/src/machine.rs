@@ -584,6 +584,8 @@ impl Core {
                 if let Err(reason) = self.claims.set(point, claim, asker, ctx, out) {
                     self.commands
                         .refuse(point, principal, command_id, reason, ctx, out);
+                } else if self.ctx.planted(PlantedBug::PublishBeforeCommit) {
+                    self.planted_publish_before_commit();
                 }
             }
             Admitted::Release {
@@ -599,6 +601,21 @@ impl Core {
                     self.commands
                         .refuse(point, principal, command_id, reason, ctx, out);
                 }
+            }
+        }
+    }
+
+    /// Planted bug only (the outbox's order broken): the command of the arbitration write just
+    /// queued goes out now, before that write commits.
+    fn planted_publish_before_commit(&mut self) {
+        let Some(Effect::Arbitrate { events, .. }) = self.out.last() else {
+            return;
+        };
+        let events = events.clone();
+        for event in &events {
+            if let ControlDetail::CommandIssued { command_id, value } = &event.detail {
+                self.commands
+                    .on_issued(event, 0, command_id, value, &self.ctx, &mut self.out);
             }
         }
     }
