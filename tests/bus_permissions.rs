@@ -230,6 +230,8 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
             loop {
                 let received = boiler.next().await.expect("open").expect("received");
                 if let Some(command) = received.admitted() {
+                    // The host answers on the reply subject the command came with.
+                    boiler.answer(&received, Ok(())).await.expect("answer");
                     return command.clone();
                 }
             }
@@ -246,6 +248,49 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
             "the core records the subject's principal, not the body's"
         );
     }
+
+    // Each answer reached the core through its reply inbox and is on the record.
+    let mut conn = sentinel_tests::harness::pg(&env.db.url).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let results: Vec<(String, String)> = sqlx::query_as(
+            "SELECT payload->>'command_id', payload->>'outcome' FROM control_event \
+             WHERE kind = 'command_result' ORDER BY seq",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .expect("control events");
+        if results.len() == 2 {
+            assert_eq!(
+                results,
+                [("perm-1", "applied"), ("perm-2", "applied")].map(|(i, o)| (i.to_owned(), o.to_owned()))
+            );
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "both answers written: {results:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A host may answer only the commands it received: the core's reply subjects are not its
+    // to publish on otherwise.
+    let forged = sentinel_core::wire::command_reply_subject(1, 999_999);
+    let seen = connections["plant-a"].refusals.count(RefusedOp::Publish, &forged);
+    connections["plant-a"]
+        .client
+        .publish(forged.clone(), bytes::Bytes::from_static(b"{}"))
+        .await
+        .expect("sent");
+    connections["plant-a"].client.flush().await.expect("flush");
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        connections["plant-a"]
+            .refusals
+            .refused_after(RefusedOp::Publish, &forged, seen),
+    )
+    .await
+    .expect("a reply subject of a command the host never received is refused");
 
     // One operator may not ask on another's subject: the server refuses it, so the core never
     // hears a request in another principal's name.

@@ -7,7 +7,9 @@
 //! then on refuses them with outcome `rejected`, reason `stale_epoch`. It sees the new epoch
 //! when the new core announces itself (restart step 7), before that core commands anything.
 //! The first test sends the two cores' messages itself, stamped with the epochs two real lock
-//! acquisitions produced; the second runs two real `sentinel run` processes.
+//! acquisitions produced; the second runs two real `sentinel run` processes, whose commands
+//! the driver answers (`rejected: device_error`, then `applied`) and each core writes the
+//! answer to its own command as a `command_result` event (issue 21 item 4).
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +19,8 @@ use sentinel_core::wire::{
     CommandEnvelope, CommandOutcome, CommandReply, CoreStarted, DriverHello, STALE_EPOCH, ToDriver,
     cmd_subject, driver_subject,
 };
-use sentinel_driver::commands::{CommandIntake, MALFORMED, Received};
+use sentinel_driver::commands::{CommandIntake, MALFORMED, NotApplied, Received};
+use sentinel_driver::state::DriverState;
 use sentinel_ports::{Lease, Store};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::nats::{NatsServer, subscribe_synced};
@@ -110,6 +113,7 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
                 received => {
                     if let Some(command) = received.admitted() {
                         sink.lock().expect("lock").push(command.command_id.clone());
+                        intake.answer(&received, Ok(())).await.expect("answer");
                     }
                 }
             }
@@ -132,7 +136,7 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
 
     // A, not yet aware it was replaced, reaches the driver before B has: still admitted.
     let reply = send(&cores, command("a-1", epoch_a)).await;
-    assert_eq!(reply.outcome, CommandOutcome::Accepted);
+    assert_eq!(reply.outcome, CommandOutcome::Applied);
     // B announces itself (restart step 7): the floor rises before B commands anything, and
     // the driver answers with a hello at B's epoch.
     announce(&cores, epoch_b).await;
@@ -177,7 +181,7 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
     let reply = send(&cores, command("b-1", epoch_b)).await;
     assert_eq!(
         (reply.outcome, reply.highest_epoch_seen),
-        (CommandOutcome::Accepted, epoch_b)
+        (CommandOutcome::Applied, epoch_b)
     );
 
     tokio::time::sleep(Duration::from_millis(100)).await;
@@ -194,6 +198,84 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
     b.release().await.expect("release");
 }
 
+/// A driver that applied a command, persisted its id and answered, then restarted from its
+/// state file: the same command sent again (a core re-sending one it got no answer to) is
+/// answered `applied` and not handed to the driver; a new one is (issue 21 item 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_driver_answers_a_re_sent_command_without_applying_it_twice() {
+    let nats = NatsServer::start().await;
+    let cores = async_nats::connect(nats.url()).await.expect("cores connect");
+    let dir = std::env::temp_dir().join(format!("sentinel-driver-restart-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let state_file = dir.join("state.json");
+    let _ = std::fs::remove_file(&state_file);
+    let mut applies = Vec::new();
+
+    // The first run: applies c-1, persists, answers.
+    let mut state = DriverState::load(&state_file).expect("a first start");
+    state.source_epoch += 1;
+    let client = async_nats::connect(nats.url()).await.expect("driver connects");
+    let mut intake = CommandIntake::subscribe(client, HOST, INSTANCE, state.source_epoch, 0)
+        .await
+        .expect("subscribe");
+    let (reply, ()) = tokio::join!(send(&cores, command("c-1", 3)), async {
+        let received = next_received(&mut intake).await;
+        let applied = received.admitted().expect("admitted").command_id.clone();
+        applies.push(applied.clone());
+        intake.mark_applied(&applied);
+        DriverState {
+            source_epoch: state.source_epoch,
+            highest_epoch_seen: intake.highest_seen(),
+            applied: intake.applied_ids(),
+        }
+        .save(&state_file)
+        .expect("persist");
+        intake.answer(&received, Ok(())).await.expect("answer");
+    });
+    assert_eq!(reply.outcome, CommandOutcome::Applied);
+    drop(intake);
+
+    // The restart: the state file gives the floor and the ids back.
+    let mut state = DriverState::load(&state_file).expect("the persisted state");
+    assert_eq!(
+        (state.highest_epoch_seen, state.applied.as_slice()),
+        (3, ["c-1".to_owned()].as_slice())
+    );
+    state.source_epoch += 1;
+    let client = async_nats::connect(nats.url()).await.expect("driver reconnects");
+    let mut intake = CommandIntake::subscribe(
+        client,
+        HOST,
+        INSTANCE,
+        state.source_epoch,
+        state.highest_epoch_seen,
+    )
+    .await
+    .expect("subscribe");
+    intake.restore_applied(state.applied);
+    for (id, already) in [("c-1", true), ("c-2", false)] {
+        let (reply, received) = tokio::join!(send(&cores, command(id, 3)), async {
+            let received = next_received(&mut intake).await;
+            if let Some(command) = received.admitted() {
+                applies.push(command.command_id.clone());
+                intake.answer(&received, Ok(())).await.expect("answer");
+            }
+            received
+        });
+        assert_eq!(
+            (reply.command_id.as_str(), reply.outcome),
+            (id, CommandOutcome::Applied)
+        );
+        assert_eq!(
+            matches!(received, Received::AlreadyApplied { .. }),
+            already,
+            "{id}: {received:?}"
+        );
+    }
+    assert_eq!(applies, ["c-1", "c-2"], "each command applied exactly once");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 async fn next_received(intake: &mut CommandIntake) -> Received {
     tokio::time::timeout(Duration::from_secs(10), intake.next())
         .await
@@ -205,7 +287,7 @@ async fn next_received(intake: &mut CommandIntake) -> Received {
 async fn next_command(intake: &mut CommandIntake) -> Received {
     let received = next_received(intake).await;
     assert!(
-        matches!(received, Received::Command { .. }),
+        matches!(received, Received::Command { .. } | Received::Refused { .. }),
         "expected a command, got {received:?}"
     );
     received
@@ -263,6 +345,18 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     let received = next_command(&mut intake).await;
     let command_a = received.admitted().expect("admitted").clone();
     assert_eq!((command_a.command_id.as_str(), command_a.core_epoch), ("r-1", 1));
+    // The device did not take it: the driver says so, and the core writes the answer.
+    let answer = intake
+        .answer(&received, Err(NotApplied::DeviceError))
+        .await
+        .expect("answer")
+        .expect("an admitted command is answered");
+    assert_eq!(
+        (answer.outcome, answer.reason.as_deref()),
+        (CommandOutcome::Rejected, Some("device_error"))
+    );
+    let mut conn = pg(&env.db.url).await;
+    wait_for_results(&mut conn, 1).await;
     terminate(first).await;
 
     let second = spawn_core(&env, 30_000, &["--self-points-interval-ms", "0"]);
@@ -292,6 +386,8 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
         .expect("request");
     let received = next_command(&mut intake).await;
     assert_eq!(received.admitted().map(|c| c.core_epoch), Some(2));
+    intake.answer(&received, Ok(())).await.expect("answer");
+    wait_for_results(&mut conn, 2).await;
 
     // A driver that starts after the core (or missed the announcement) says hello with a lower
     // epoch and is answered with the announcement.
@@ -309,7 +405,6 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     terminate(second).await;
 
     // Each command was written before it was sent, by its own epoch.
-    let mut conn = pg(&env.db.url).await;
     let written: Vec<(i32, String, String)> = sqlx::query_as(
         "SELECT core_epoch, principal, payload->>'command_id' FROM control_event \
          WHERE kind = 'command_issued' ORDER BY seq",
@@ -324,4 +419,47 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
             (2, "test".to_owned(), "r-2".to_owned()),
         ]
     );
+    // Each answer is on the record, by the core that sent the command, in the driver host's
+    // name; the refused late command was never this core's to record.
+    let results: Vec<(i32, String, String, String, Option<String>)> = sqlx::query_as(
+        "SELECT core_epoch, principal, payload->>'command_id', payload->>'outcome', \
+         payload->>'reason' FROM control_event WHERE kind = 'command_result' ORDER BY seq",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("control events");
+    let host = format!("driver-{HOST}");
+    assert_eq!(
+        results,
+        vec![
+            (
+                1,
+                host.clone(),
+                "r-1".to_owned(),
+                "rejected".to_owned(),
+                Some("device_error".to_owned())
+            ),
+            (2, host, "r-2".to_owned(), "applied".to_owned(), None),
+        ]
+    );
+}
+
+/// Waits until `count` `command_result` events are written.
+async fn wait_for_results(conn: &mut sqlx::PgConnection, count: i64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (written,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM control_event WHERE kind = 'command_result'")
+                .fetch_one(&mut *conn)
+                .await
+                .expect("count");
+        if written >= count {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{count} command results written"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

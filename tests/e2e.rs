@@ -127,6 +127,14 @@ impl Bus for AckLosingBus {
     async fn publish(&self, subject: String, payload: bytes::Bytes) -> Result<(), BusError> {
         self.0.publish(subject, payload).await
     }
+    async fn publish_command(
+        &self,
+        subject: String,
+        reply_to: String,
+        payload: bytes::Bytes,
+    ) -> Result<(), BusError> {
+        self.0.publish_command(subject, reply_to, payload).await
+    }
     async fn publish_observation(
         &self,
         subject: String,

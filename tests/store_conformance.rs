@@ -33,7 +33,11 @@ use sqlx::PgPool;
 mod arbitration;
 #[path = "store_conformance/class_change.rs"]
 mod class_change;
-use arbitration::point_desired_is_written_with_its_claim_fenced_and_read_back;
+use arbitration::{
+    point_desired_is_written_with_its_claim_fenced_and_read_back,
+    the_recorded_epoch_is_the_newest_acquisitions,
+    unanswered_commands_are_each_points_newest_without_a_result,
+};
 #[path = "store_conformance/retention.rs"]
 mod retention;
 #[path = "store_conformance/rollups.rs"]
@@ -275,6 +279,8 @@ conformance!(
     partitions_are_reported_as_far_ahead_as_they_exist,
     partitions_ahead_are_made_by_a_running_core_s_run,
     point_desired_is_written_with_its_claim_fenced_and_read_back,
+    unanswered_commands_are_each_points_newest_without_a_result,
+    the_recorded_epoch_is_the_newest_acquisitions,
 );
 
 on_conflict_form!(

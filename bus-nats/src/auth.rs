@@ -395,6 +395,15 @@ pub fn authorization_block(
 mod tests {
     use super::*;
 
+    /// The core's command replies come back below the inbox its permissions let it subscribe
+    /// to (the pure core names that inbox without knowing the bus principal).
+    #[test]
+    fn command_replies_are_below_the_cores_own_inbox() {
+        use sentinel_core::wire::{CORE_INBOX_PREFIX, command_reply_subject};
+        assert_eq!(CORE_INBOX_PREFIX, inbox_prefix(crate::CORE_PRINCIPAL));
+        assert!(command_reply_subject(3, 7).starts_with(&format!("{CORE_INBOX_PREFIX}.")));
+    }
+
     const KEY_A: &str = "UAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
 
     fn principals() -> PrincipalsFile {

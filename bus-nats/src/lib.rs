@@ -454,6 +454,19 @@ impl Bus for NatsBus {
             .map_err(|error| BusError::Connection(format!("publish: {error}")))
     }
 
+    async fn publish_command(
+        &self,
+        subject: String,
+        reply_to: String,
+        payload: Bytes,
+    ) -> Result<(), BusError> {
+        self.inner
+            .client
+            .publish_with_reply(subject, reply_to, payload)
+            .await
+            .map_err(|error| BusError::Connection(format!("publish a command: {error}")))
+    }
+
     async fn publish_observation(
         &self,
         subject: String,
@@ -513,7 +526,8 @@ impl Bus for NatsBus {
     async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
         use futures::StreamExt as _;
         use sentinel_core::wire::{
-            COMMAND_REQUEST_WILDCARD, DRIVER_HELLO_WILDCARD, REPROCESS_REQUEST_WILDCARD,
+            COMMAND_REPLY_WILDCARD, COMMAND_REQUEST_WILDCARD, DRIVER_HELLO_WILDCARD,
+            REPROCESS_REQUEST_WILDCARD,
         };
         let client = &self.inner.client;
         let subscribe = |subject: &'static str| async move {
@@ -526,12 +540,23 @@ impl Bus for NatsBus {
         let requests = subscribe(COMMAND_REQUEST_WILDCARD).await?;
         let hellos = subscribe(DRIVER_HELLO_WILDCARD).await?;
         let reprocess = subscribe(REPROCESS_REQUEST_WILDCARD).await?;
+        // Drivers' answers to this core's commands, below its own inbox.
+        let replies = subscribe(COMMAND_REPLY_WILDCARD).await?;
         // One stream of all, so the runtime has one channel to read.
-        let mut merged = futures::stream::select(futures::stream::select(requests, hellos), reprocess);
+        let mut merged = futures::stream::select(
+            futures::stream::select(requests, hellos),
+            futures::stream::select(reprocess, replies),
+        );
         let (tx, rx) = tokio::sync::mpsc::channel(INBOUND_QUEUED_MAX);
         tokio::spawn(async move {
             while let Some(message) = merged.next().await {
                 let subject = message.subject.as_str();
+                // A status from the server, not a message: "no responders" on a command's
+                // reply subject when no instance is subscribed (it is sent again on its hello).
+                if let Some(status) = message.status {
+                    tracing::debug!(subject, status = %status, "server status on an inbound subject");
+                    continue;
+                }
                 let decoded = Inbound::decode(subject, &message.payload, message.reply.as_deref());
                 match decoded {
                     Ok(inbound) => {

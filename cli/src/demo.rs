@@ -179,6 +179,8 @@ fn answer_announcements(bus: &MemoryBus) -> usize {
                 driver_instance: instance.to_owned(),
                 source_epoch: FLEET_SOURCE_EPOCH,
                 highest_epoch_seen: started.core_epoch,
+                // The demo's fleet applies no commands and answers none.
+                contract: 1,
             },
         });
     }

@@ -36,6 +36,13 @@ pub enum ControlKind {
     /// The core refused a command request (payload: command id, value, reason): an unknown
     /// point, a point that is not writable, or a value it cannot take. Nothing was sent.
     CommandRefused,
+    /// A driver answered a command (payload: command id, outcome `applied`, `rejected` or a
+    /// contract-1 driver's `accepted`, and the rejection's reason from the closed vocabulary).
+    CommandResult,
+    /// No answer to a command within its wait (payload: command id, the seq of its
+    /// `command_issued`, which send timed out, and whether it is sent again: only while its
+    /// value is still its point's desired value).
+    CommandTimeout,
     /// A claim was set or replaced on a writable point (payload: holder, band, priority,
     /// value, until). Written with the `point_desired` row it produces, in one transaction.
     ClaimSet,
@@ -61,6 +68,8 @@ impl ControlKind {
             ControlKind::QualityChanged => "quality_changed",
             ControlKind::CommandIssued => "command_issued",
             ControlKind::CommandRefused => "command_refused",
+            ControlKind::CommandResult => "command_result",
+            ControlKind::CommandTimeout => "command_timeout",
             ControlKind::ClaimSet => "claim_set",
             ControlKind::ClaimReleased => "claim_released",
             ControlKind::Reprocess => "reprocess",
@@ -92,6 +101,20 @@ pub enum ControlDetail {
         value: serde_json::Value,
         /// Why, in one line (the core's `commands` part words it).
         reason: String,
+    },
+    CommandResult {
+        command_id: String,
+        outcome: crate::wire::CommandOutcome,
+        /// A rejection's reason, from the closed vocabulary ([`crate::wire::rejection_reason`]).
+        reason: Option<&'static str>,
+    },
+    CommandTimeout {
+        command_id: String,
+        issued_seq: i64,
+        /// Which send went unanswered (1 for the first).
+        attempt: u32,
+        /// Whether the command goes out again once this event commits.
+        resend: bool,
     },
     ClaimSet {
         /// The request that set it.
@@ -139,6 +162,8 @@ impl ControlEvent {
             ControlDetail::QualityChanged { .. } => ControlKind::QualityChanged,
             ControlDetail::CommandIssued { .. } => ControlKind::CommandIssued,
             ControlDetail::CommandRefused { .. } => ControlKind::CommandRefused,
+            ControlDetail::CommandResult { .. } => ControlKind::CommandResult,
+            ControlDetail::CommandTimeout { .. } => ControlKind::CommandTimeout,
             ControlDetail::ClaimSet { .. } => ControlKind::ClaimSet,
             ControlDetail::ClaimReleased { .. } => ControlKind::ClaimReleased,
         }
@@ -169,6 +194,26 @@ impl ControlEvent {
             } => {
                 serde_json::json!({ "command_id": command_id, "value": value, "reason": reason }).to_string()
             }
+            ControlDetail::CommandResult {
+                command_id,
+                outcome,
+                reason,
+            } => {
+                serde_json::json!({ "command_id": command_id, "outcome": outcome.as_str(), "reason": reason })
+                    .to_string()
+            }
+            ControlDetail::CommandTimeout {
+                command_id,
+                issued_seq,
+                attempt,
+                resend,
+            } => serde_json::json!({
+                "command_id": command_id,
+                "issued_seq": issued_seq,
+                "attempt": attempt,
+                "resend": resend,
+            })
+            .to_string(),
             ControlDetail::ClaimSet {
                 command_id,
                 holder,
@@ -191,6 +236,33 @@ impl ControlEvent {
                 why,
             } => serde_json::json!({ "command_id": command_id, "holder": &**holder, "why": why }).to_string(),
         }
+    }
+}
+
+/// A `command_issued` event as the log holds it, read back at restart for the outbox (issue 21
+/// item 3: `Store::load_unanswered_commands`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct IssuedCommand {
+    /// The event's seq: the command's reply subject names it.
+    pub seq: i64,
+    pub point_id: String,
+    pub principal: String,
+    pub command_id: String,
+    pub value: serde_json::Value,
+}
+
+impl IssuedCommand {
+    /// From a stored event's columns; `None` unless its payload is a `command_issued` one
+    /// (a command id and a value).
+    pub fn from_stored(seq: i64, point_id: &str, principal: &str, payload: &str) -> Option<IssuedCommand> {
+        let payload: serde_json::Value = serde_json::from_str(payload).ok()?;
+        Some(IssuedCommand {
+            seq,
+            point_id: point_id.to_owned(),
+            principal: principal.to_owned(),
+            command_id: payload.get("command_id")?.as_str()?.to_owned(),
+            value: payload.get("value")?.clone(),
+        })
     }
 }
 

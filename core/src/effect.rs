@@ -48,6 +48,17 @@ pub enum Input {
         host: String,
         hello: crate::wire::DriverHello,
     },
+    /// A driver answered a command on its reply subject
+    /// ([`crate::wire::command_reply_subject`]): `epoch` and `seq` are the subject's (the core
+    /// that sent it and its `command_issued` event), `reply` the driver's word.
+    CommandAnswered {
+        epoch: u32,
+        seq: i64,
+        reply: crate::wire::CommandReply,
+    },
+    /// The store's answer to `Effect::CheckEpoch`: the epoch recorded now (`None`: the store
+    /// did not answer).
+    EpochRecorded { epoch: Option<u32> },
     /// A rollup refresh step answered (`Effect::RefreshRollups`).
     RollupStepped(crate::rollup::RollupStepOutcome),
     /// The epoch fence refused a rollup step: a newer core holds the lock.
@@ -82,6 +93,16 @@ pub enum Effect {
     /// `command_issued` event committed; or this core's epoch announcement again, to a driver
     /// whose hello showed it had not seen it.
     Publish { subject: String, payload: Bytes },
+    /// Ask the store for the epoch recorded now and answer with `Input::EpochRecorded`: a
+    /// driver answered `stale_epoch`, a claim that this core was replaced.
+    CheckEpoch,
+    /// Publish a command on `cmd.<host>.<instance>` with the reply subject its driver answers
+    /// on (`Input::CommandAnswered`), only once its `command_issued` event committed.
+    SendCommand {
+        subject: String,
+        reply_to: String,
+        payload: Bytes,
+    },
     /// Write these point states to `point_state`, fenced on `epoch`.
     Checkpoint { epoch: u32, states: Vec<PointState> },
     /// Write these control events in one transaction fenced on `epoch` and answer with
@@ -145,6 +166,8 @@ pub enum Deadline {
     Maintenance,
     /// A claim's lapse.
     Claims,
+    /// A command's answer is due.
+    Commands,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -79,7 +79,7 @@ pub mod wire;
 pub use parts::{drivers, self_points};
 
 pub use config::Config;
-pub use control::{CommandRequest, ControlDetail, ControlEvent, ControlKind, ControlReport};
+pub use control::{CommandRequest, ControlDetail, ControlEvent, ControlKind, ControlReport, IssuedCommand};
 pub use delivery::{Delivery, DeliveryTag};
 pub use effect::{Deadline, Effect, ExitReason, Input};
 pub use gap::GapReason;

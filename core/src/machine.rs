@@ -25,7 +25,9 @@ use std::sync::Arc;
 
 use crate::arbitration::{Band, Claim, Desired, DesiredRow};
 use crate::config::Config;
-use crate::control::{ControlDetail, ControlReport};
+use crate::control::{
+    CONTROL_EVENTS_PER_WRITE_MAX, ControlDetail, ControlEvent, ControlReport, IssuedCommand,
+};
 use crate::delivery::Delivery;
 use crate::derived::{WindowRequest, WindowRow};
 use crate::effect::{Deadline, Effect, ExitReason, Input};
@@ -204,6 +206,54 @@ impl Core {
         self.claims.restore(&self.ctx.registry, rows)
     }
 
+    /// Restart, the outbox (issue 21 item 3): each point's newest `command_issued` with no
+    /// answer (`Store::load_unanswered_commands`), read after [`Self::restore_desired`]. A
+    /// command whose value is still its point's desired value is issued again with the same
+    /// id: a `command_issued` event under this core's epoch (fenced like every control write),
+    /// and, once that commits, the command itself, stamped with this epoch — so a command a
+    /// driver applies is always one committed under the epoch it carries. A core that died
+    /// between the commit and the publish thereby has its command published. Any other (the
+    /// point left the registry, or its desired value moved on) is not. Returns how many were
+    /// issued again.
+    pub fn resend_unanswered(&mut self, commands: impl IntoIterator<Item = IssuedCommand>) -> usize {
+        if self.mode != Mode::Running {
+            return 0;
+        }
+        let (ctx, out) = (&self.ctx, &mut self.out);
+        let mut events = Vec::new();
+        for command in commands {
+            let Some(point) = ctx.registry.resolve(&command.point_id) else {
+                continue;
+            };
+            if !still_desired(&self.claims, point, &command.value) {
+                continue;
+            }
+            events.push(ControlEvent {
+                occurred_at: ctx.now,
+                point: Some(point),
+                point_id: ctx.registry.point(point).id.clone(),
+                principal: command.principal.as_str().into(),
+                core_epoch: ctx.epoch,
+                registry_version: ctx.registry.version,
+                detail: ControlDetail::CommandIssued {
+                    command_id: command.command_id,
+                    value: command.value,
+                },
+            });
+        }
+        let resent = events.len();
+        out.metrics.commands_resent += resent as u64;
+        out.metrics.control_events += resent as u64;
+        let mut events = events.into_iter().peekable();
+        while events.peek().is_some() {
+            out.push(Effect::Control {
+                epoch: ctx.epoch,
+                events: events.by_ref().take(CONTROL_EVENTS_PER_WRITE_MAX).collect(),
+            });
+        }
+        resent
+    }
+
     /// A writable point's desired value, as the resolver last chose it.
     pub fn desired(&self, point_id: &str) -> Option<&Desired> {
         self.claims.desired(self.ctx.registry.resolve(point_id)?)
@@ -247,6 +297,17 @@ impl Core {
             command_id: command_id.to_owned(),
         };
         self.claims.set(point, claim, asker, &self.ctx, &mut self.out)
+    }
+
+    /// Whether `host`'s `driver_instance` said hello with a contract that cannot answer
+    /// commands (its commands await no answer, so they are never re-sent).
+    pub fn driver_is_mute(&self, host: &str, driver_instance: &str) -> bool {
+        self.commands.is_mute(host, driver_instance)
+    }
+
+    /// How many commands this core sent and awaits an answer to.
+    pub fn commands_awaiting(&self) -> usize {
+        self.commands.awaiting()
     }
 
     /// The driver instances as this core sees them.
@@ -312,7 +373,20 @@ impl Core {
                 self.on_tick();
             }
             Input::StreamFront { first_seq } => self.derived.release_held(first_seq, out),
-            Input::DriverHello { host, hello } => self.drivers.hello(&host, &hello, ctx.now, out),
+            Input::DriverHello { host, hello } => {
+                let claims = &self.claims;
+                let wins = |point, value: &serde_json::Value| still_desired(claims, point, value);
+                self.commands.on_hello(&host, &hello, wins, ctx, out);
+                self.drivers.hello(&host, &hello, ctx.now, out)
+            }
+            Input::CommandAnswered { epoch, seq, reply } => {
+                self.commands.on_answer(epoch, seq, &reply, ctx, out)
+            }
+            Input::EpochRecorded { epoch } => {
+                if self.commands.on_epoch_recorded(epoch, ctx, out) {
+                    self.exit(ExitReason::FENCED);
+                }
+            }
             Input::RollupStepped(outcome) => {
                 self.maintenance.on_rollup_stepped(ctx.now, outcome);
                 self.on_tick();
@@ -377,6 +451,7 @@ impl Core {
                 Deadline::Maintenance,
             );
             consider(self.claims.next_deadline(), Deadline::Claims);
+            consider(self.commands.next_deadline(), Deadline::Commands);
         }
         earliest
     }
@@ -529,6 +604,8 @@ impl Core {
                 if let Err(reason) = self.claims.set(point, claim, asker, ctx, out) {
                     self.commands
                         .refuse(point, principal, command_id, reason, ctx, out);
+                } else if self.ctx.planted(PlantedBug::PublishBeforeCommit) {
+                    self.planted_publish_before_commit();
                 }
             }
             Admitted::Release {
@@ -544,6 +621,21 @@ impl Core {
                     self.commands
                         .refuse(point, principal, command_id, reason, ctx, out);
                 }
+            }
+        }
+    }
+
+    /// Planted bug only (the outbox's order broken): the command of the arbitration write just
+    /// queued goes out now, before that write commits.
+    fn planted_publish_before_commit(&mut self) {
+        let Some(Effect::Arbitrate { events, .. }) = self.out.last() else {
+            return;
+        };
+        let events = events.clone();
+        for event in &events {
+            if let ControlDetail::CommandIssued { command_id, value } = &event.detail {
+                self.commands
+                    .on_issued(event, 0, command_id, value, &self.ctx, &mut self.out);
             }
         }
     }
@@ -594,11 +686,20 @@ impl Core {
                         .apply_quality_event(point, event, *from, *to, *reason, seq, rearmed, ctx, out);
                 }
                 ControlDetail::CommandIssued { command_id, value } => {
-                    self.commands.on_issued(event, command_id, value, ctx, out)
+                    self.commands.on_issued(event, seq, command_id, value, ctx, out)
                 }
                 // On the record; nothing was sent and nothing follows. A claim's change took
                 // effect in the claims part when it was emitted.
+                ControlDetail::CommandTimeout {
+                    command_id,
+                    issued_seq,
+                    resend,
+                    ..
+                } => self
+                    .commands
+                    .on_timeout_committed(*issued_seq, command_id, *resend, ctx, out),
                 ControlDetail::CommandRefused { .. }
+                | ControlDetail::CommandResult { .. }
                 | ControlDetail::ClaimSet { .. }
                 | ControlDetail::ClaimReleased { .. } => {}
             }
@@ -626,6 +727,9 @@ impl Core {
             let pipeline_full = self.ingest.pipeline_full(&ctx.config);
             self.maintenance.on_tick(pipeline_full, ctx, out);
             self.claims.expire(ctx, out);
+            let claims = &self.claims;
+            let wins = |point, value: &serde_json::Value| still_desired(claims, point, value);
+            self.commands.expire(wins, ctx, out);
         }
         if self.ingest.flush_due(&self.ctx) {
             self.flush();
@@ -686,4 +790,13 @@ impl Core {
         self.ingest.abandon();
         self.out.push(Effect::Exit(reason));
     }
+}
+
+/// Whether `value` (a command's, as JSON) is still `point`'s desired value: a command is sent
+/// again only while it is.
+fn still_desired(claims: &Claims, point: crate::registry::PointIdx, value: &serde_json::Value) -> bool {
+    claims
+        .desired(point)
+        .and_then(|desired| desired.value.as_ref())
+        .is_some_and(|desired| desired.to_json() == *value)
 }

@@ -63,6 +63,21 @@ pub struct Metrics {
     pub commit_latency_us: Histogram<{ COMMIT_LATENCY_BOUNDS_US.len() }>,
     /// Rows plus quarantine entries per batch sent to the store ([`BATCH_SIZE_BOUNDS`]).
     pub batch_size: Histogram<{ BATCH_SIZE_BOUNDS.len() }>,
+    /// Drivers' answers written as `command_result` (issue 21 item 4).
+    pub command_results: u64,
+    /// Answers not written: for another core's epoch, for a command this core is not
+    /// waiting on, or naming another command than the one its subject is for.
+    pub command_answers_ignored: u64,
+    /// Hellos from drivers whose contract cannot reply to commands.
+    pub driver_hellos_mute: u64,
+    /// Commands sent again: issued again at restart (the outbox), after a `command_timeout`,
+    /// or to a driver instance that said hello.
+    pub commands_resent: u64,
+    /// Commands whose answer did not come within its wait (`command_timeout` written).
+    pub commands_timed_out: u64,
+    /// `stale_epoch` answers the store did not bear out (no newer epoch recorded): suspicious,
+    /// like a `wrong_instance` message.
+    pub stale_epoch_suspicious: u64,
 }
 
 /// The outcomes of a claim, as the `outcome` label of `sentinel_claims_total`: its

@@ -49,10 +49,14 @@ pub enum PlantedBug {
     /// The rollups' late-row trigger records nothing (planted in the store model), so a row
     /// committed into a bucket already refreshed never reaches it. Caught by invariant 10.
     RollupIgnoresLateRows,
+    /// The outbox's order broken: an operator's command goes to its driver as its claim's
+    /// write is handed to the store, before that write commits (and whether or not it does).
+    /// Caught by invariant 6: a driver applies a command no core committed under its epoch.
+    PublishBeforeCommit,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 11] = [
+    pub const ALL: [PlantedBug; 12] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
@@ -64,6 +68,7 @@ impl PlantedBug {
         PlantedBug::WakeForSuppressedDeadline,
         PlantedBug::DeriveFromSubmittedBatch,
         PlantedBug::RollupIgnoresLateRows,
+        PlantedBug::PublishBeforeCommit,
     ];
 
     pub fn name(self) -> &'static str {
@@ -79,6 +84,7 @@ impl PlantedBug {
             PlantedBug::WakeForSuppressedDeadline => "wake-for-suppressed-deadline",
             PlantedBug::DeriveFromSubmittedBatch => "derive-from-submitted-batch",
             PlantedBug::RollupIgnoresLateRows => "rollup-ignores-late-rows",
+            PlantedBug::PublishBeforeCommit => "publish-before-commit",
         }
     }
 

@@ -579,20 +579,97 @@ pub fn parse_cmd_subject(subject: &str) -> Option<(&str, &str)> {
 }
 
 /// A driver instance's hello (DESIGN.md §2): on its start, and in answer to `core_started`.
-/// `highest_epoch_seen` tells the core whether the instance knows its epoch.
+/// `highest_epoch_seen` tells the core whether the instance knows its epoch; `contract` which
+/// driver contract it speaks (absent: 1, a driver from before replies).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct DriverHello {
     pub v: u32,
     pub driver_instance: String,
     pub source_epoch: u32,
     pub highest_epoch_seen: u32,
+    #[serde(default = "contract_unversioned")]
+    pub contract: u32,
 }
 
+/// The driver contract this library speaks: 2 answers every command on its reply subject,
+/// `applied` once the device took it or `rejected` with a reason (issue 21 item 4).
+pub const DRIVER_CONTRACT: u32 = 2;
+/// The first contract whose drivers answer every command. A driver below it cannot reply:
+/// the core expects no answer from it, so its commands are never timed out or re-sent.
+pub const DRIVER_CONTRACT_REPLIES: u32 = 2;
+
+fn contract_unversioned() -> u32 {
+    1
+}
+
+/// What a driver did with a command. `Accepted` is the epoch guard's verdict inside a driver
+/// (it may apply the command) and the answer of a contract-1 driver, which answered before
+/// applying; a contract-2 driver answers `Applied` once the device took the value, or
+/// `Rejected` with a reason.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum CommandOutcome {
     Accepted,
+    Applied,
     Rejected,
+}
+
+impl CommandOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CommandOutcome::Accepted => "accepted",
+            CommandOutcome::Applied => "applied",
+            CommandOutcome::Rejected => "rejected",
+        }
+    }
+}
+
+/// The reasons a driver may give for a rejection (issue 21 item 4), besides [`STALE_EPOCH`]
+/// and `malformed` (a message it could not read).
+pub const OUT_OF_RANGE: &str = "out_of_range";
+pub const DEVICE_ERROR: &str = "device_error";
+pub const UNKNOWN_POINT: &str = "unknown_point";
+pub const MALFORMED_COMMAND: &str = "malformed";
+/// The reason the core records for one outside the vocabulary: a driver's own words never
+/// reach the log.
+pub const REASON_UNRECOGNISED: &str = "unrecognised";
+
+/// A rejection reason of the vocabulary, as the core records it.
+pub fn rejection_reason(reason: Option<&str>) -> &'static str {
+    match reason {
+        Some(STALE_EPOCH) => STALE_EPOCH,
+        Some(OUT_OF_RANGE) => OUT_OF_RANGE,
+        Some(DEVICE_ERROR) => DEVICE_ERROR,
+        Some(UNKNOWN_POINT) => UNKNOWN_POINT,
+        Some(MALFORMED_COMMAND) => MALFORMED_COMMAND,
+        _ => REASON_UNRECOGNISED,
+    }
+}
+
+/// The core's reply inbox on the bus: `_INBOX_<principal>` of the core's principal
+/// (`sentinel-core`), the only inbox its permissions let it subscribe to.
+pub const CORE_INBOX_PREFIX: &str = "_INBOX_sentinel-core";
+/// Below the core's inbox, where drivers answer commands: `<prefix>.cmd.<epoch>.<seq>`, one
+/// subject per command (`seq` is its `command_issued` event's). A driver host may publish
+/// only on the reply subjects of messages it received, so it cannot answer for a command
+/// sent to another host.
+pub const COMMAND_REPLY_WILDCARD: &str = "_INBOX_sentinel-core.cmd.>";
+
+/// The reply subject of the command whose `command_issued` event has `seq`, sent by the core
+/// of `epoch`.
+pub fn command_reply_subject(epoch: u32, seq: i64) -> String {
+    format!("{CORE_INBOX_PREFIX}.cmd.{epoch}.{seq}")
+}
+
+/// `(epoch, seq)` of a command reply subject.
+pub fn parse_command_reply_subject(subject: &str) -> Option<(u32, i64)> {
+    let rest = subject.strip_prefix(CORE_INBOX_PREFIX)?.strip_prefix(".cmd.")?;
+    let (epoch, seq) = rest.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(epoch) || !digits(seq) {
+        return None;
+    }
+    Some((epoch.parse().ok()?, seq.parse().ok()?))
 }
 
 /// A driver's answer to a command.

@@ -42,7 +42,7 @@ fn commit(
     drain(core)
         .into_iter()
         .filter_map(|e| match e {
-            Effect::Publish { payload, .. } => match serde_json::from_slice(&payload) {
+            Effect::SendCommand { payload, .. } => match serde_json::from_slice(&payload) {
                 Ok(ToDriver::Command(command)) => Some(command),
                 _ => None,
             },
@@ -99,10 +99,21 @@ fn a_command_is_written_before_it_is_sent_and_carries_the_epoch() {
         }),
     );
     let effects = drain(&mut core);
-    let [Effect::Publish { subject, payload }] = effects.as_slice() else {
+    let [
+        Effect::SendCommand {
+            subject,
+            reply_to,
+            payload,
+        },
+    ] = effects.as_slice()
+    else {
         panic!("the command, once written: {effects:?}");
     };
     assert_eq!(subject, "cmd.plant-a.modbus-1");
+    assert_eq!(
+        reply_to, "_INBOX_sentinel-core.cmd.5.13",
+        "answered on its own subject: this core's epoch and its command_issued seq"
+    );
     let Ok(ToDriver::Command(command)) = serde_json::from_slice(payload) else {
         panic!("a command message");
     };
@@ -351,7 +362,9 @@ fn each_refusal_is_written_with_its_exact_reason_and_nothing_is_sent() {
         );
         let effects = drain(&mut core);
         assert!(
-            !effects.iter().any(|e| matches!(e, Effect::Publish { .. })),
+            !effects
+                .iter()
+                .any(|e| matches!(e, Effect::Publish { .. } | Effect::SendCommand { .. })),
             "{point}: nothing is sent for a refusal: {effects:?}"
         );
         assert_eq!(

@@ -17,6 +17,7 @@ fn hello(instance: &str, highest_epoch_seen: u32) -> DriverHello {
         driver_instance: instance.into(),
         source_epoch: 3,
         highest_epoch_seen,
+        contract: sentinel_core::wire::DRIVER_CONTRACT,
     }
 }
 

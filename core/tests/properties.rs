@@ -253,7 +253,9 @@ impl World {
                 | Effect::DropExpired(_)
                 | Effect::EnsurePartitions(_)
                 | Effect::Reprocess(_)
-                | Effect::ReprocessReply { .. } => {}
+                | Effect::ReprocessReply { .. }
+                | Effect::SendCommand { .. }
+                | Effect::CheckEpoch => {}
                 Effect::Exit(reason) => panic!("unexpected exit: {reason:?}"),
             }
         }

@@ -6,7 +6,10 @@
 //! 2. bump and persist its `source_epoch` on every start, so its message keys never repeat;
 //! 3. subscribe to its commands and say hello (the core answers with its epoch);
 //! 4. publish each reading with its message id, awaiting the stream's ack;
-//! 5. apply only the commands the epoch guard admits, and persist the highest core epoch seen.
+//! 5. apply only the commands the epoch guard admits, answer each (`applied`, or `rejected`
+//!    with `out_of_range` for a value the device cannot take), and persist the highest core
+//!    epoch seen and the ids of the commands applied (before answering), so a command the core
+//!    re-sends after this driver restarted is answered without being applied twice.
 //!
 //! Against the sample registry and an open server (no authorization block):
 //!
@@ -18,13 +21,14 @@
 //! With the permissions `sentinel registry nats-config` generates, add
 //! `--nkey-seed-file plant-a.seed` (or `--user driver-plant-a --password-file plant-a.pw`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use clap::Parser;
 use sentinel_core::Micros;
 use sentinel_core::wire::{EnvelopeOut, obs_subject};
-use sentinel_driver::commands::CommandIntake;
+use sentinel_driver::commands::{CommandIntake, NotApplied};
+use sentinel_driver::state::DriverState;
 use sentinel_driver::{BusConnection, Credentials, ObservationPublisher, PublisherConfig};
 
 #[derive(Parser)]
@@ -49,7 +53,8 @@ struct Args {
     /// Stop after this many readings (0: run until interrupted).
     #[arg(long, default_value_t = 0)]
     readings: u64,
-    /// Where the driver keeps its source epoch and the highest core epoch it has seen.
+    /// Where the driver keeps its source epoch, the highest core epoch it has seen and the ids
+    /// of the commands it applied.
     #[arg(long, default_value = "simulated_device.state")]
     state_file: PathBuf,
     #[arg(long)]
@@ -60,15 +65,14 @@ struct Args {
     nkey_seed_file: Option<PathBuf>,
 }
 
-/// What survives a restart: `source_epoch` (bumped on every start) and the epoch floor.
-fn load_state(path: &PathBuf) -> (u32, u32) {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let mut numbers = text.split_whitespace().filter_map(|w| w.parse::<u32>().ok());
-    (numbers.next().unwrap_or(0), numbers.next().unwrap_or(0))
-}
-
-fn save_state(path: &PathBuf, source_epoch: u32, highest_seen: u32) -> std::io::Result<()> {
-    std::fs::write(path, format!("{source_epoch} {highest_seen}\n"))
+/// What survives a restart, as the intake has it now.
+fn save_state(path: &Path, source_epoch: u32, intake: &CommandIntake) -> std::io::Result<()> {
+    DriverState {
+        source_epoch,
+        highest_epoch_seen: intake.highest_seen(),
+        applied: intake.applied_ids(),
+    }
+    .save(path)
 }
 
 fn now() -> Micros {
@@ -90,11 +94,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let connection = BusConnection::connect(&args.nats_url, &principal, &credentials).await?;
 
     // 2. A new source epoch on every start, persisted before the first publish.
-    let (last_epoch, mut highest_seen) = load_state(&args.state_file);
-    let source_epoch = last_epoch + 1;
-    save_state(&args.state_file, source_epoch, highest_seen)?;
+    let mut state = DriverState::load(&args.state_file)?;
+    state.source_epoch += 1;
+    state.save(&args.state_file)?;
+    let source_epoch = state.source_epoch;
+    let mut highest_seen = state.highest_epoch_seen;
 
-    // 3. Commands in; the intake says hello with the floor we persisted.
+    // 3. Commands in; the intake says hello with the floor we persisted, and knows the
+    //    commands applied before the restart.
     let mut intake = CommandIntake::subscribe_on(
         &connection,
         &args.host,
@@ -103,6 +110,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         highest_seen,
     )
     .await?;
+    intake.restore_applied(state.applied);
 
     // 4. Readings out.
     let publisher = ObservationPublisher::on(&connection, PublisherConfig::default())?;
@@ -135,16 +143,33 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let received = received?;
                 // 5. Apply only what the guard admitted; remember the floor across restarts.
                 if let Some(command) = received.admitted() {
-                    if let Some(v) = command.value.as_f64() {
+                    let outcome = if command.point_id != args.point {
+                        Err(NotApplied::UnknownPoint)
+                    } else if let Some(v) = command.value.as_f64() {
                         offset = v;
+                        Ok(())
+                    } else {
+                        Err(NotApplied::OutOfRange)
+                    };
+                    match outcome {
+                        Ok(()) => {
+                            println!(
+                                "applied command {} from core epoch {}",
+                                command.command_id, command.core_epoch
+                            );
+                            // Persisted before the answer: a re-send finds it applied.
+                            intake.mark_applied(&command.command_id);
+                            save_state(&args.state_file, source_epoch, &intake)?;
+                        }
+                        Err(why) => println!("did not apply command {}: {}", command.command_id, why.reason()),
                     }
-                    println!("applied command {} from core epoch {}", command.command_id, command.core_epoch);
+                    intake.answer(&received, outcome).await?;
                 } else if let Some(reply) = received.reply() {
-                    println!("refused a command: {:?}", reply.reason);
+                    println!("answered a command itself: {:?} {:?}", reply.outcome, reply.reason);
                 }
                 if intake.highest_seen() != highest_seen {
                     highest_seen = intake.highest_seen();
-                    save_state(&args.state_file, source_epoch, highest_seen)?;
+                    save_state(&args.state_file, source_epoch, &intake)?;
                 }
             }
         }

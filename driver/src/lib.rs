@@ -17,8 +17,10 @@
 //! it remembers the highest core epoch seen and refuses commands from a lower one with outcome
 //! `rejected`, reason `stale_epoch`.
 //!
-//! [`commands`] is the driver's command intake: subscribe, check the epoch, answer, apply only
-//! what was admitted.
+//! [`commands`] is the driver's command intake: subscribe, check the epoch, apply only what was
+//! admitted, answer every command (driver contract 2), and answer a command it already applied
+//! `applied` again without handing it over. [`state`] is what an instance persists across its
+//! restarts: its source epoch, the epoch floor and the ids of the commands it applied.
 //!
 //! [`gaps`] is how a driver says there is no reading and why: an `unavailable` observation
 //! whose reason comes from the closed vocabulary ([`sentinel_core::GapReason`]).
@@ -31,6 +33,7 @@ pub mod commands;
 pub mod connect;
 pub mod disk_queue;
 pub mod gaps;
+pub mod state;
 
 pub use gaps::gap_observation;
 

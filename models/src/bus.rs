@@ -73,11 +73,13 @@ impl Default for MemoryBusConfig {
     }
 }
 
-/// One core-side publish (a transition on `state.<point_id>`), as the model logged it.
+/// One core-side publish (a transition on `state.<point_id>`, or a command with the reply
+/// subject its driver answers on), as the model logged it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct PublishedMessage {
     pub subject: String,
     pub payload: Bytes,
+    pub reply_to: Option<String>,
 }
 
 /// A message as the stream holds it.
@@ -440,6 +442,18 @@ impl sentinel_ports::ObservationSink for MemoryBus {
     }
 }
 
+impl MemoryBus {
+    /// Keeps a core-side publish in the bounded log, dropping the oldest past its bound.
+    fn log_published(&self, message: PublishedMessage) {
+        let mut state = self.lock();
+        if state.published_log.len() >= state.config.published_log_max {
+            state.published_log.pop_front();
+            state.published_dropped_total += 1;
+        }
+        state.published_log.push_back(message);
+    }
+}
+
 impl Bus for MemoryBus {
     type Consumer = MemoryConsumer;
 
@@ -453,14 +467,25 @@ impl Bus for MemoryBus {
     }
 
     async fn publish(&self, subject: String, payload: Bytes) -> Result<(), BusError> {
-        let mut state = self.lock();
-        if state.published_log.len() >= state.config.published_log_max {
-            state.published_log.pop_front();
-            state.published_dropped_total += 1;
-        }
-        state
-            .published_log
-            .push_back(PublishedMessage { subject, payload });
+        self.log_published(PublishedMessage {
+            subject,
+            payload,
+            reply_to: None,
+        });
+        Ok(())
+    }
+
+    async fn publish_command(
+        &self,
+        subject: String,
+        reply_to: String,
+        payload: Bytes,
+    ) -> Result<(), BusError> {
+        self.log_published(PublishedMessage {
+            subject,
+            payload,
+            reply_to: Some(reply_to),
+        });
         Ok(())
     }
 

@@ -95,6 +95,14 @@ pub enum Inbound {
         ask: sentinel_core::reprocess_request::ReprocessAsk,
         reply_to: String,
     },
+    /// A driver's answer to a command, on the command's reply subject below
+    /// [`sentinel_core::wire::COMMAND_REPLY_WILDCARD`] (the core's epoch and the command's
+    /// `command_issued` seq).
+    CommandReply {
+        epoch: u32,
+        seq: i64,
+        reply: sentinel_core::wire::CommandReply,
+    },
 }
 
 impl Inbound {
@@ -122,6 +130,13 @@ impl Inbound {
                 reply_to: reply_to.to_owned(),
             });
         }
+        if let Some((epoch, seq)) = sentinel_core::wire::parse_command_reply_subject(subject) {
+            let reply = serde_json::from_slice(payload).map_err(|_| "not a command reply")?;
+            return Ok(Inbound::CommandReply { epoch, seq, reply });
+        }
+        if subject.starts_with(sentinel_core::wire::CORE_INBOX_PREFIX) {
+            return Err("a command reply subject must name an epoch and a seq");
+        }
         if subject.starts_with(COMMAND_REQUEST_SUBJECT) || subject.starts_with(REPROCESS_REQUEST_SUBJECT) {
             return Err("a request subject must end in the asking principal's name");
         }
@@ -147,6 +162,7 @@ impl From<Inbound> for Input {
             Inbound::CommandRequest(request) => Input::CommandRequested(request),
             Inbound::DriverHello { host, hello } => Input::DriverHello { host, hello },
             Inbound::ReprocessRequest { ask, reply_to } => Input::ReprocessRequested { ask, reply_to },
+            Inbound::CommandReply { epoch, seq, reply } => Input::CommandAnswered { epoch, seq, reply },
         }
     }
 }
@@ -168,6 +184,15 @@ pub trait Bus: Clone + Send + Sync + 'static {
     /// Publishes a core-side message (transitions on `state.<point_id>`), not through the stream.
     fn publish(&self, subject: String, payload: Bytes) -> impl Future<Output = Result<(), BusError>> + Send;
 
+    /// Publishes a command to a driver with the reply subject its answer comes back on
+    /// (subscribed to by [`Bus::inbound`]).
+    fn publish_command(
+        &self,
+        subject: String,
+        reply_to: String,
+        payload: Bytes,
+    ) -> impl Future<Output = Result<(), BusError>> + Send;
+
     /// Publishes an observation into the stream with its message id, as a driver does, and
     /// waits for the stream to accept it (the core's self-points). A full stream is
     /// [`BusError::StreamFull`].
@@ -180,7 +205,8 @@ pub trait Bus: Clone + Send + Sync + 'static {
 
     fn lag(&self) -> impl Future<Output = Result<Lag, BusError>> + Send;
 
-    /// Subscribes to command requests and driver hellos ([`Inbound`]), decoded. Must only be
+    /// Subscribes to command requests, driver hellos and drivers' command replies
+    /// ([`Inbound`]), decoded. Must only be
     /// called while holding the lock. What cannot be decoded is dropped with a warning that
     /// names its subject and size, never its content.
     fn inbound(&self) -> impl Future<Output = Result<mpsc::Receiver<Inbound>, BusError>> + Send;
@@ -216,6 +242,21 @@ mod tests {
                     driver_instance: "modbus-1".into(),
                     source_epoch: 2,
                     highest_epoch_seen: 5,
+                    contract: 1,
+                },
+            })
+        );
+        let reply = br#"{"command_id":"c-1","outcome":"applied","highest_epoch_seen":5}"#;
+        assert_eq!(
+            Inbound::decode("_INBOX_sentinel-core.cmd.5.42", reply, None),
+            Ok(Inbound::CommandReply {
+                epoch: 5,
+                seq: 42,
+                reply: sentinel_core::wire::CommandReply {
+                    command_id: "c-1".into(),
+                    outcome: sentinel_core::wire::CommandOutcome::Applied,
+                    reason: None,
+                    highest_epoch_seen: 5,
                 },
             })
         );
@@ -247,7 +288,19 @@ mod tests {
         let request = br#"{"command_id":"c","point_id":"p","value":"v"}"#;
         let ask = br#"{"request_id":"r","glob":"*","from_us":0,"to_us":null,"registry_version":1,"dry_run":true,"chunk_rows":10}"#;
         let hello = br#"{"v":1,"driver_instance":"modbus-1","source_epoch":2,"highest_epoch_seen":5}"#;
-        let cases: [(&str, &[u8], &str); 7] = [
+        let reply = br#"{"command_id":"c-1","outcome":"applied","highest_epoch_seen":5}"#;
+        let cases: [(&str, &[u8], &str); 10] = [
+            ("_INBOX_sentinel-core.cmd.5.42", hello, "not a command reply"),
+            (
+                "_INBOX_sentinel-core.cmd.5",
+                reply,
+                "a command reply subject must name an epoch and a seq",
+            ),
+            (
+                "_INBOX_sentinel-core.cmd.5.-1",
+                reply,
+                "a command reply subject must name an epoch and a seq",
+            ),
             ("sentinel.command.request.ana", hello, "not a command request"),
             (
                 "sentinel.command.request",

@@ -357,6 +357,13 @@ where
                     Input::PartitionsEnsured(PartitionsOutcome::Failed)
                 }
             },
+            Some(joined) = maintenance.epoch_checks.join_next() => match joined {
+                Ok(answer) => answer,
+                Err(join_error) => {
+                    error!(error = %join_error, "epoch check task failed");
+                    Input::EpochRecorded { epoch: None }
+                }
+            },
             Some(joined) = maintenance.retention_runs.join_next() => match joined {
                 Ok(answer) => answer,
                 Err(join_error) => {
@@ -439,7 +446,13 @@ where
                 }
             },
             Some(lag) = lag_rx.recv() => lag,
-            Some(message) = inbound.recv() => message.into(),
+            Some(message) = inbound.recv() => {
+                #[cfg(feature = "failpoints")]
+                if matches!(message, Inbound::CommandReply { .. }) {
+                    crate::failpoint::hit(crate::failpoint::COMMAND_ANSWER_NOT_RECORDED);
+                }
+                message.into()
+            }
             _ = progress.tick() => {
                 let m = core.metrics();
                 let [drivers_connecting, drivers_connected, drivers_ready] = m.drivers;
@@ -474,6 +487,7 @@ where
     maintenance.rollup_steps.abort_all();
     maintenance.retention_runs.abort_all();
     maintenance.partition_runs.abort_all();
+    maintenance.epoch_checks.abort_all();
     reprocess_jobs.abort_all();
     controller.abort();
     // An orderly exit waits for its final checkpoint and for the observations it queued; a
@@ -585,6 +599,8 @@ struct Maintenance {
     rollup_steps: JoinSet<Input>,
     retention_runs: JoinSet<Input>,
     partition_runs: JoinSet<Input>,
+    /// A `stale_epoch` answer's question to the store (`Effect::CheckEpoch`).
+    epoch_checks: JoinSet<Input>,
 }
 
 /// Executes one effect, in emitted order. Returns the exit reason for `Effect::Exit`.
@@ -627,6 +643,20 @@ async fn execute<B: Bus, S: Store>(
         Effect::Publish { subject, payload } => {
             if let Err(e) = bus.publish(subject, payload).await {
                 warn!(error = %e, "transition publish failed");
+                if let Some(t) = telemetry {
+                    t.bus_error(BusOp::Publish, Some(&e));
+                }
+            }
+        }
+        Effect::SendCommand {
+            subject,
+            reply_to,
+            payload,
+        } => {
+            #[cfg(feature = "failpoints")]
+            crate::failpoint::hit(crate::failpoint::COMMAND_COMMITTED_NOT_SENT);
+            if let Err(e) = bus.publish_command(subject, reply_to, payload).await {
+                warn!(error = %e, "command publish failed");
                 if let Some(t) = telemetry {
                     t.bus_error(BusOp::Publish, Some(&e));
                 }
@@ -712,6 +742,22 @@ async fn execute<B: Bus, S: Store>(
                         // Idempotent, and an unfinished claim is finished by the next step.
                         warn!(error = %e, "rollup step failed; retrying after the interval");
                         Input::RollupStepped(RollupStepOutcome::Failed)
+                    }
+                }
+            });
+        }
+        Effect::CheckEpoch => {
+            // Off the loop: one short read.
+            let store = store.clone();
+            maintenance.epoch_checks.spawn(async move {
+                match store.recorded_epoch().await {
+                    Ok(epoch) => {
+                        warn!(recorded_epoch = epoch, "a driver answered stale_epoch; checked the store");
+                        Input::EpochRecorded { epoch: Some(epoch) }
+                    }
+                    Err(e) => {
+                        warn!(error = %e, "a driver answered stale_epoch; the store did not say which epoch is recorded");
+                        Input::EpochRecorded { epoch: None }
                     }
                 }
             });

@@ -12,6 +12,8 @@
 //! (checked by `tests/architecture.rs` and, for the whole dependency graph, `cargo tree`).
 
 pub mod event_loop;
+#[cfg(feature = "failpoints")]
+pub mod failpoint;
 pub mod notify;
 pub mod registry_dir;
 pub mod reprocess;

@@ -22,7 +22,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Instant;
 
-use sentinel_core::{Config, Core, RetentionClass};
+use sentinel_core::{Config, Core, IssuedCommand, RetentionClass};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -239,8 +239,26 @@ where
     let step = Instant::now();
     let rows = store.load_point_desired().await?;
     let restored = core.restore_desired(rows.into_iter().map(|stored| stored.row));
+    // The outbox (issue 21 item 3): a command committed but never answered, still its
+    // point's desired value, is issued again with its id under this epoch (queued: written
+    // once the loop runs, after the announcements of step 7, and published once written). A
+    // predecessor that died between the commit and the publish never sent it.
+    let unanswered = store.load_unanswered_commands().await?;
+    let resent = core.resend_unanswered(unanswered.iter().filter_map(|event| {
+        IssuedCommand::from_stored(
+            event.seq,
+            event.point_id.as_deref()?,
+            &event.principal,
+            &event.payload,
+        )
+    }));
     timings.record("restore_desired", step);
-    info!(restored, "desired values restored");
+    info!(
+        restored,
+        unanswered = unanswered.len(),
+        resent,
+        "desired values restored"
+    );
 
     // Restart step 5: the derived points' windows, from the class tables, in one query per
     // class (batched over every input and derived point, each bounded by its readers' newest

@@ -83,6 +83,15 @@ impl Bus for GatedBus {
         self.inner.publish(subject, payload).await
     }
 
+    async fn publish_command(
+        &self,
+        subject: String,
+        reply_to: String,
+        payload: Bytes,
+    ) -> Result<(), BusError> {
+        self.inner.publish_command(subject, reply_to, payload).await
+    }
+
     async fn publish_observation(
         &self,
         subject: String,

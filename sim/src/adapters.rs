@@ -107,6 +107,35 @@ pub struct SimConsumer {
     bus: SimBus,
 }
 
+impl SimBus {
+    /// To a driver: the bus carries it to the instance subscribed to the subject, late if this
+    /// core's link to the drivers is slow; the driver answers on `reply_to`, if any.
+    async fn to_driver(
+        &self,
+        subject: String,
+        reply_to: Option<String>,
+        payload: Bytes,
+    ) -> Result<(), BusError> {
+        self.enter(Some("publishes to a driver")).await?;
+        let delay_ms = self.world.links(self.incarnation.core).driver_delay_ms;
+        if delay_ms == 0 {
+            self.world
+                .deliver_to_driver(&subject, reply_to.as_deref(), &payload);
+        } else {
+            self.world.trace(format_args!(
+                "{} {subject}: the bus holds it for {delay_ms} ms",
+                self.incarnation.core.host()
+            ));
+            let world = self.world.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(delay_ms)).await;
+                world.deliver_to_driver(&subject, reply_to.as_deref(), &payload);
+            });
+        }
+        Ok(())
+    }
+}
+
 impl Bus for SimBus {
     type Consumer = SimConsumer;
 
@@ -186,24 +215,7 @@ impl Bus for SimBus {
 
     async fn publish(&self, subject: String, payload: Bytes) -> Result<(), BusError> {
         if subject.starts_with("cmd.") {
-            self.enter(Some("publishes to a driver")).await?;
-            // To a driver: the bus carries it to the instance subscribed to the subject, late
-            // if this core's link to the drivers is slow.
-            let delay_ms = self.world.links(self.incarnation.core).driver_delay_ms;
-            if delay_ms == 0 {
-                self.world.deliver_to_driver(&subject, &payload);
-            } else {
-                self.world.trace(format_args!(
-                    "{} {subject}: the bus holds it for {delay_ms} ms",
-                    self.incarnation.core.host()
-                ));
-                let world = self.world.clone();
-                tokio::spawn(async move {
-                    tokio::time::sleep(Duration::from_millis(delay_ms)).await;
-                    world.deliver_to_driver(&subject, &payload);
-                });
-            }
-            return Ok(());
+            return self.to_driver(subject, None, payload).await;
         }
         // A transition: the projection changed whether or not the bus takes it (invariants 13
         // and 14 judge the change), and only a published one counts for invariant 4.
@@ -226,6 +238,15 @@ impl Bus for SimBus {
             );
         }
         self.world.bus.publish(subject, payload).await
+    }
+
+    async fn publish_command(
+        &self,
+        subject: String,
+        reply_to: String,
+        payload: Bytes,
+    ) -> Result<(), BusError> {
+        self.to_driver(subject, Some(reply_to), payload).await
     }
 
     async fn publish_observation(
@@ -581,6 +602,16 @@ impl Store for SimStore {
     async fn load_point_desired(&self) -> Result<Vec<sentinel_ports::StoredDesired>, StoreError> {
         self.enter(None).await?;
         self.world.store.load_point_desired().await
+    }
+
+    async fn recorded_epoch(&self) -> Result<u32, StoreError> {
+        self.enter(None).await?;
+        self.world.store.recorded_epoch().await
+    }
+
+    async fn load_unanswered_commands(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
+        self.enter(None).await?;
+        self.world.store.load_unanswered_commands().await
     }
 
     async fn load_control_events(

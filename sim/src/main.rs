@@ -52,8 +52,8 @@ struct Cli {
     /// Plant a known bug: ack-before-commit, ingested-at-from-core-clock,
     /// project-submitted-batch, commit-without-fence, live-from-replayed-row,
     /// stale-while-suppressed, lock-loss-ignored, guard-ignores-announcements,
-    /// derive-from-submitted-batch, rollup-ignores-late-rows, wake-for-suppressed-deadline (a
-    /// livelock).
+    /// derive-from-submitted-batch, rollup-ignores-late-rows, publish-before-commit,
+    /// wake-for-suppressed-deadline (a livelock).
     #[arg(long)]
     plant: Option<String>,
 }

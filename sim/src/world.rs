@@ -304,8 +304,9 @@ impl World {
     /// A message reached a driver instance over the bus on its command subject: a command,
     /// which the instance's epoch guard admits or refuses (the checker sees what was applied,
     /// invariant 6), or a core's epoch announcement, which raises the guard's floor and is
-    /// answered with a hello (restart step 7).
-    pub fn deliver_to_driver(&self, subject: &str, payload: &[u8]) {
+    /// answered with a hello (restart step 7). A command is answered on `reply_to` (contract
+    /// 2): `applied`, or `rejected` with the guard's reason.
+    pub fn deliver_to_driver(&self, subject: &str, reply_to: Option<&str>, payload: &[u8]) {
         let now = self.now();
         let current_epoch = self.store.current_epoch();
         let mut inner = self.lock();
@@ -332,8 +333,14 @@ impl World {
                 return;
             }
         };
-        let reply = inner.driver_guard(subject).check(&command);
+        let mut reply = inner.driver_guard(subject).check(&command);
         let applied = reply.outcome == sentinel_core::wire::CommandOutcome::Accepted;
+        if applied {
+            reply.outcome = sentinel_core::wire::CommandOutcome::Applied;
+        }
+        if let Some((epoch, seq)) = reply_to.and_then(sentinel_core::wire::parse_command_reply_subject) {
+            answer(&mut inner, Inbound::CommandReply { epoch, seq, reply });
+        }
         if applied {
             inner
                 .checker
@@ -409,6 +416,16 @@ impl World {
 /// The instance of command subject `cmd.<host>.<instance>` says hello on
 /// `drv.<host>.<instance>`: every core reachable on the bus hears it (one cut off from the bus
 /// does not; one whose subscription is full drops it, as a plain subject does).
+/// A driver's answer to a command goes to every core whose bus link is up (like a hello);
+/// only the core of the epoch it names takes it.
+fn answer(inner: &mut Inner, reply: Inbound) {
+    for (core, tx) in &inner.inbound_senders {
+        if !inner.links.get(core).is_some_and(|links| links.bus_cut) {
+            let _ = tx.try_send(reply.clone());
+        }
+    }
+}
+
 fn say_hello(inner: &mut Inner, cmd_subject: &str, now: Micros) {
     let Some((host, instance)) = sentinel_core::wire::parse_cmd_subject(cmd_subject) else {
         return;
@@ -423,6 +440,7 @@ fn say_hello(inner: &mut Inner, cmd_subject: &str, now: Micros) {
                 .driver_guards
                 .get(cmd_subject)
                 .map_or(0, |guard| guard.highest_seen()),
+            contract: sentinel_core::wire::DRIVER_CONTRACT,
         },
     };
     let mut heard_by = 0;

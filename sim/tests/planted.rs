@@ -79,6 +79,11 @@ fn a_rollup_trigger_that_ignores_late_rows_is_caught_by_invariant_10() {
     caught_by(PlantedBug::RollupIgnoresLateRows, 10);
 }
 
+#[test]
+fn publishing_a_command_before_its_write_commits_is_caught_by_invariant_6() {
+    caught_by(PlantedBug::PublishBeforeCommit, 6);
+}
+
 /// The livelock spins at one simulated instant from the first freshness deadline a core holds
 /// back (its startup grace), in every seed: the run must end, within the wall-clock guard, as
 /// a violation of invariant 9 that names the instant and prints the replay command.

@@ -98,29 +98,55 @@ impl PgStore {
         .fetch_all(&self.pool)
         .await
         .map_err(db_error("loading control events"))?;
-        rows.iter()
-            .map(|row| {
-                Ok(StoredControlEvent {
-                    seq: row
-                        .try_get("seq")
-                        .map_err(db_error("reading control_event.seq"))?,
-                    occurred_at: from_odt(
-                        row.try_get("occurred_at")
-                            .map_err(db_error("reading occurred_at"))?,
-                    ),
-                    kind: row.try_get("kind").map_err(db_error("reading kind"))?,
-                    point_id: row.try_get("point_id").map_err(db_error("reading point_id"))?,
-                    principal: row.try_get("principal").map_err(db_error("reading principal"))?,
-                    core_epoch: row
-                        .try_get::<i32, _>("core_epoch")
-                        .map_err(db_error("reading core_epoch"))?
-                        .max(0) as u32,
-                    payload: row.try_get("payload").map_err(db_error("reading payload"))?,
-                    registry_version: row
-                        .try_get("registry_version")
-                        .map_err(db_error("reading registry_version"))?,
-                })
-            })
-            .collect()
+        rows.iter().map(stored_control_event).collect()
     }
+
+    /// The outbox at restart (issue 21 item 3): for each `point_desired` row, its point's
+    /// newest `command_issued`, when no `command_result` for that command follows it. Served
+    /// by the partial index of migration 0009, so it reads a few rows per writable point
+    /// however long the log.
+    pub(crate) async fn load_unanswered_commands_inner(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
+        let limit = i64::try_from(sentinel_ports::POINT_DESIRED_LOAD_MAX).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT c.seq, c.occurred_at, c.kind, c.point_id, c.principal, c.core_epoch, \
+             c.payload::text AS payload, c.registry_version \
+             FROM point_desired d CROSS JOIN LATERAL ( \
+               SELECT * FROM control_event e \
+               WHERE e.kind = 'command_issued' AND e.point_id = d.point_id \
+               ORDER BY e.seq DESC LIMIT 1) c \
+             WHERE NOT EXISTS ( \
+               SELECT 1 FROM control_event r \
+               WHERE r.kind = 'command_result' AND r.point_id = c.point_id AND r.seq > c.seq \
+                 AND r.payload->>'command_id' = c.payload->>'command_id') \
+             ORDER BY d.point_id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error("loading unanswered commands"))?;
+        rows.iter().map(stored_control_event).collect()
+    }
+}
+
+fn stored_control_event(row: &sqlx::postgres::PgRow) -> Result<StoredControlEvent, StoreError> {
+    Ok(StoredControlEvent {
+        seq: row
+            .try_get("seq")
+            .map_err(db_error("reading control_event.seq"))?,
+        occurred_at: from_odt(
+            row.try_get("occurred_at")
+                .map_err(db_error("reading occurred_at"))?,
+        ),
+        kind: row.try_get("kind").map_err(db_error("reading kind"))?,
+        point_id: row.try_get("point_id").map_err(db_error("reading point_id"))?,
+        principal: row.try_get("principal").map_err(db_error("reading principal"))?,
+        core_epoch: row
+            .try_get::<i32, _>("core_epoch")
+            .map_err(db_error("reading core_epoch"))?
+            .max(0) as u32,
+        payload: row.try_get("payload").map_err(db_error("reading payload"))?,
+        registry_version: row
+            .try_get("registry_version")
+            .map_err(db_error("reading registry_version"))?,
+    })
 }

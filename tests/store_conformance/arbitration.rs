@@ -285,3 +285,129 @@ pub async fn point_desired_is_written_with_its_claim_fenced_and_read_back<B: Bac
         "rows alone record the newest event"
     );
 }
+
+fn command(point: &str, epoch: u32, at: Micros, id: &str, value: &CommandValue) -> ControlEvent {
+    ControlEvent {
+        detail: ControlDetail::CommandIssued {
+            command_id: id.into(),
+            value: value.to_json(),
+        },
+        ..issued(point, epoch, at, value)
+    }
+}
+
+fn answer(point: &str, epoch: u32, at: Micros, id: &str) -> ControlEvent {
+    ControlEvent {
+        principal: "driver-plant-a".into(),
+        detail: ControlDetail::CommandResult {
+            command_id: id.into(),
+            outcome: sentinel_core::wire::CommandOutcome::Applied,
+            reason: None,
+        },
+        ..issued(point, epoch, at, &CommandValue::Bool(true))
+    }
+}
+
+/// The command ids `load_unanswered_commands` returns, with their points.
+async fn unanswered<B: Backend>(b: &B) -> Vec<(String, String)> {
+    b.store()
+        .load_unanswered_commands()
+        .await
+        .expect("load")
+        .into_iter()
+        .map(|e| {
+            assert_eq!(e.kind, "command_issued");
+            let payload: serde_json::Value = serde_json::from_str(&e.payload).expect("JSON");
+            (
+                e.point_id.expect("a point"),
+                payload["command_id"].as_str().expect("an id").to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn pairs(expected: &[(&str, &str)]) -> Vec<(String, String)> {
+    expected
+        .iter()
+        .map(|(p, c)| ((*p).to_owned(), (*c).to_owned()))
+        .collect()
+}
+
+/// The outbox at restart (issue 21 item 3): per `point_desired` row, its point's newest
+/// `command_issued`, unless a `command_result` for that command follows it. An answer to an
+/// older command, or naming another, does not answer the newest; a command of a point without a
+/// row is not the outbox's.
+pub async fn unanswered_commands_are_each_points_newest_without_a_result<B: Backend>(b: &B) {
+    let t = at("2026-12-01T10:00:00Z");
+    let lease = b.store().acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    assert!(unanswered(b).await.is_empty());
+    let on = CommandValue::Member("heat".into());
+    let write = |point: &'static str, id: &'static str, ms: i64| {
+        let value = on.clone();
+        async move {
+            b.store()
+                .write_arbitration(
+                    epoch,
+                    vec![
+                        claim_event(point, epoch, t.add_ms(ms), "ana", value.clone()),
+                        command(point, epoch, t.add_ms(ms), id, &value),
+                    ],
+                    vec![row(point, Some(value), None, t.add_ms(ms))],
+                )
+                .await
+                .expect("arbitration write");
+        }
+    };
+    let record = |events: Vec<ControlEvent>| async move {
+        b.store()
+            .write_control_events(epoch, events)
+            .await
+            .expect("control write");
+    };
+    write("ahu1.mode", "c-1", 0).await;
+    write("ahu2.mode", "c-2", 1).await;
+    // A command with no point_desired row is not the outbox's.
+    record(vec![command("ahu3.mode", epoch, t.add_ms(2), "c-x", &on)]).await;
+    assert_eq!(
+        unanswered(b).await,
+        pairs(&[("ahu1.mode", "c-1"), ("ahu2.mode", "c-2")])
+    );
+
+    record(vec![answer("ahu1.mode", epoch, t.add_ms(3), "c-1")]).await;
+    assert_eq!(unanswered(b).await, pairs(&[("ahu2.mode", "c-2")]));
+
+    // A newer command on ahu1: the earlier answer does not answer it.
+    write("ahu1.mode", "c-3", 4).await;
+    // An answer naming another command, or on another point, answers nothing here.
+    record(vec![
+        answer("ahu2.mode", epoch, t.add_ms(5), "c-9"),
+        answer("ahu3.mode", epoch, t.add_ms(5), "c-2"),
+    ])
+    .await;
+    assert_eq!(
+        unanswered(b).await,
+        pairs(&[("ahu1.mode", "c-3"), ("ahu2.mode", "c-2")])
+    );
+
+    // ahu2's newest command answered: its older unanswered one is not re-sent.
+    write("ahu2.mode", "c-4", 6).await;
+    record(vec![answer("ahu2.mode", epoch, t.add_ms(7), "c-4")]).await;
+    assert_eq!(unanswered(b).await, pairs(&[("ahu1.mode", "c-3")]));
+}
+
+/// The recorded epoch is the newest acquisition's, whoever asks (issue 21 item 4: a core
+/// checks a driver's `stale_epoch` answer against it).
+pub async fn the_recorded_epoch_is_the_newest_acquisitions<B: Backend>(b: &B) {
+    let first = b.store().acquire().await.expect("acquire");
+    let first_epoch = first.epoch();
+    assert_eq!(b.store().recorded_epoch().await.expect("read"), first_epoch);
+    b.release(first).await;
+    let second = b.store().acquire().await.expect("acquire again");
+    assert!(second.epoch() > first_epoch);
+    assert_eq!(
+        b.store().recorded_epoch().await.expect("read"),
+        second.epoch(),
+        "the newer acquisition's"
+    );
+}

@@ -28,7 +28,10 @@ pub fn sentinel_bin() -> PathBuf {
             }
             build
                 .current_dir(workspace_root())
-                .args(["build", "-p", "sentinel-cli", "--bin", "sentinel"]);
+                .args(["build", "-p", "sentinel-cli", "--bin", "sentinel"])
+                // The named, test-only failpoints (runtime/src/failpoint.rs); inert unless a
+                // test sets SENTINEL_FAILPOINT for the process it spawns.
+                .args(["--features", "failpoints"]);
             if release {
                 build.arg("--release");
             }

@@ -57,6 +57,11 @@ impl Out {
     pub fn pop(&mut self) -> Option<Effect> {
         self.effects.pop_front()
     }
+
+    /// The effect queued last (a planted bug reads it).
+    pub fn last(&self) -> Option<&Effect> {
+        self.effects.back()
+    }
 }
 
 #[cfg(test)]

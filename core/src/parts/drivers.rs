@@ -364,6 +364,7 @@ mod tests {
             driver_instance: INSTANCE.into(),
             source_epoch: 1,
             highest_epoch_seen,
+            contract: crate::wire::DRIVER_CONTRACT,
         }
     }
 

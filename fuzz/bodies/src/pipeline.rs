@@ -366,6 +366,10 @@ impl Harness {
                 Effect::Publish { subject, .. } => {
                     assert!(after_commit, "Publish {subject:?} not in answer to a Committed");
                 }
+                Effect::CheckEpoch => panic!("an epoch check without a command"),
+                Effect::SendCommand { subject, .. } => {
+                    panic!("a command {subject:?} without a request");
+                }
                 Effect::Checkpoint { epoch, .. } => {
                     assert_eq!(epoch, EPOCH, "checkpoint on the wrong epoch");
                 }

@@ -79,6 +79,44 @@ impl MemoryStore {
             .collect())
     }
 
+    /// As the SQL: per `point_desired` row, its point's newest `command_issued`, unless a
+    /// `command_result` for that command id follows it.
+    pub(super) async fn load_unanswered_commands_inner(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
+        let model = lock(&self.model);
+        let command_id = |event: &StoredControlEvent| {
+            serde_json::from_str::<serde_json::Value>(&event.payload)
+                .ok()
+                .and_then(|payload| payload["command_id"].as_str().map(str::to_owned))
+        };
+        let mut unanswered = Vec::new();
+        for point_id in model
+            .point_desired
+            .keys()
+            .take(sentinel_ports::POINT_DESIRED_LOAD_MAX)
+        {
+            let of_point = |kind: &str, e: &StoredControlEvent| {
+                e.kind == kind && e.point_id.as_deref() == Some(&**point_id)
+            };
+            let Some(issued) = model
+                .control_events
+                .iter()
+                .rev()
+                .find(|e| of_point("command_issued", e))
+            else {
+                continue;
+            };
+            let id = command_id(issued);
+            let answered = model
+                .control_events
+                .iter()
+                .any(|e| e.seq > issued.seq && of_point("command_result", e) && command_id(e) == id);
+            if !answered {
+                unanswered.push(issued.clone());
+            }
+        }
+        Ok(unanswered)
+    }
+
     pub(super) async fn load_control_events_inner(
         &self,
         after_seq: i64,

@@ -459,6 +459,14 @@ impl Store for MemoryStore {
         self.load_point_desired_inner().await
     }
 
+    async fn recorded_epoch(&self) -> Result<u32, StoreError> {
+        Ok(self.current_epoch())
+    }
+
+    async fn load_unanswered_commands(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
+        self.load_unanswered_commands_inner().await
+    }
+
     async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
         self.record_cold_start_inner(epoch, steps).await
     }

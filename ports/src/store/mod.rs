@@ -130,6 +130,19 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// [`records::POINT_DESIRED_LOAD_MAX`] (restart: the desired values as last written).
     fn load_point_desired(&self) -> impl Future<Output = Result<Vec<StoredDesired>, StoreError>> + Send;
 
+    /// The epoch recorded now (the newest acquisition's): how a core checks a driver's
+    /// `stale_epoch` answer (issue 21 item 4) against the store rather than the driver's word.
+    fn recorded_epoch(&self) -> impl Future<Output = Result<u32, StoreError>> + Send;
+
+    /// The outbox at restart (issue 21 item 3): for each `point_desired` row, in point order and
+    /// at most [`records::POINT_DESIRED_LOAD_MAX`], its point's newest `command_issued` event,
+    /// when no `command_result` for that command id follows it: a command committed and
+    /// perhaps never published (the core died between the two). The core decides which still
+    /// win and re-sends those with the same id.
+    fn load_unanswered_commands(
+        &self,
+    ) -> impl Future<Output = Result<Vec<StoredControlEvent>, StoreError>> + Send;
+
     /// Control events with `seq > after_seq`, ascending, at most `limit` (restart step 4).
     fn load_control_events(
         &self,
