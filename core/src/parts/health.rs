@@ -265,6 +265,7 @@ mod tests {
             driver_instance: instance.into(),
             source_epoch: 1,
             highest_epoch_seen: EPOCH,
+            contract: crate::wire::DRIVER_CONTRACT,
         }
     }
 
