@@ -56,7 +56,9 @@ pub struct RuntimeConfig {
     pub progress_interval_ms: u64,
     /// How often the consumer's lag is read and handed to the core (watchdog suppression).
     pub lag_poll_interval_ms: u64,
-    /// Consecutive failed fetches tolerated before the runtime gives up.
+    /// Consecutive failed fetches tolerated before the runtime gives up; the fetch task pauses
+    /// between them ([`fetch_backoff_ms`]), so the default 30 last about 50 s, past several
+    /// leader elections of a clustered stream.
     pub fetch_failures_max: u32,
     /// The Prometheus exporter's state (`sentinel run --metrics-listen`), if any: the loop
     /// copies the core's counters into it and counts the errors only it sees.
@@ -410,7 +412,11 @@ where
             Some(fetched) = fetched_rx.recv() => {
                 fetch_outstanding = false;
                 match fetched {
-                    Ok(deliveries) if deliveries.is_empty() => continue,
+                    Ok(deliveries) if deliveries.is_empty() => {
+                        // An answered pull: the bus is back, whatever it had.
+                        fetch_failures = 0;
+                        continue;
+                    }
                     Ok(deliveries) => {
                         fetch_failures = 0;
                         Input::Delivered(deliveries)
@@ -424,7 +430,8 @@ where
                         if fetch_failures >= config.fetch_failures_max {
                             break 'run RunOutcome::BUS_FAILED;
                         }
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        // The fetch task pauses before its next pull (`fetch_loop`), so the
+                        // loop goes on committing and acking what it has meanwhile.
                         continue;
                     }
                 }
@@ -768,14 +775,43 @@ async fn execute<B: Bus, S: Store>(
     None
 }
 
+/// The pause before the first pull after a failed one; it doubles on each further failure.
+pub const FETCH_BACKOFF_MS: u64 = 100;
+/// The longest pause between failed pulls. With `fetch_failures_max` (30) consecutive
+/// failures this gives up after about 50 s of a bus that answers nothing — several stream or
+/// consumer leader elections (4–9 s each, issue 25) — and not before.
+pub const FETCH_BACKOFF_MAX_MS: u64 = 2_000;
+
+/// The pause before the pull that follows `failures` consecutive failed ones.
+pub fn fetch_backoff_ms(failures: u32) -> u64 {
+    if failures == 0 {
+        return 0;
+    }
+    FETCH_BACKOFF_MS
+        .saturating_mul(1u64 << (failures - 1).min(20))
+        .min(FETCH_BACKOFF_MAX_MS)
+}
+
+/// Pulls on request. After a failed pull it pauses ([`fetch_backoff_ms`]) before the next, so
+/// a bus between leaders (no responders, a 409, a lost pull) is asked again at a falling rate;
+/// the runtime loop counts the failures and gives up after `fetch_failures_max` in a row.
 async fn fetch_loop<C: Consumer>(
     mut consumer: C,
     mut requests: mpsc::Receiver<usize>,
     fetched: mpsc::Sender<Result<Vec<sentinel_core::Delivery>, BusError>>,
     wait_ms: u64,
 ) {
+    let mut failures = 0u32;
     while let Some(max) = requests.recv().await {
+        let pause_ms = fetch_backoff_ms(failures);
+        if pause_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        }
         let result = consumer.fetch(max, wait_ms).await;
+        failures = match &result {
+            Ok(_) => 0,
+            Err(_) => failures.saturating_add(1),
+        };
         if fetched.send(result).await.is_err() {
             return;
         }
@@ -911,5 +947,23 @@ async fn store_gauges_loop<S: Store>(store: S, telemetry: Telemetry, period: Dur
             }
             Err(_elapsed) => telemetry.store_error(StoreOp::Gauges, None),
         }
+    }
+}
+
+#[cfg(test)]
+mod fetch_backoff_tests {
+    use super::*;
+
+    /// Issue 25: the default tolerance outlasts several 4–9 s leader elections, and is bounded.
+    #[test]
+    fn the_default_fetch_tolerance_outlasts_elections_and_is_bounded() {
+        assert_eq!(fetch_backoff_ms(0), 0);
+        assert_eq!(fetch_backoff_ms(1), 100);
+        assert_eq!(fetch_backoff_ms(2), 200);
+        assert_eq!(fetch_backoff_ms(u32::MAX), FETCH_BACKOFF_MAX_MS);
+        let failures = RuntimeConfig::default().fetch_failures_max;
+        let tolerated_ms: u64 = (0..failures).map(fetch_backoff_ms).sum();
+        assert!(tolerated_ms >= 3 * 9_000, "{tolerated_ms} ms");
+        assert!(tolerated_ms <= 120_000, "{tolerated_ms} ms");
     }
 }
