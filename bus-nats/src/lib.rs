@@ -314,14 +314,42 @@ impl NatsBus {
                 .update_stream(&updated)
                 .await
                 .map_err(|error| NatsSetupError::Request(format!("update stream replicas: {error}")))?;
-            return self
+            return self.wait_replicas_current().await;
+        }
+        Ok(stream)
+    }
+
+    /// After a change of the replica count: waits (bounded by `request_timeout_ms`) until the
+    /// stream reports every new replica current, since a consumer created while the stream's
+    /// group is still forming is refused ("insufficient resources"). Past the bound it goes on
+    /// with the stream as it is; the consumer's creation then says what is wrong.
+    async fn wait_replicas_current(&self) -> Result<stream::Stream, NatsSetupError> {
+        let config = &self.inner.config;
+        let deadline =
+            tokio::time::Instant::now() + Duration::from_millis(config.request_timeout_ms);
+        loop {
+            let stream = self
                 .inner
                 .jetstream
                 .get_stream(&config.stream_name)
                 .await
-                .map_err(|error| NatsSetupError::Request(format!("get stream: {error}")));
+                .map_err(|error| NatsSetupError::Request(format!("get stream: {error}")))?;
+            let peers_current = stream.cached_info().cluster.as_ref().map_or(0, |cluster| {
+                cluster.replicas.iter().filter(|peer| peer.current).count()
+            });
+            if peers_current + 1 >= config.replicas || tokio::time::Instant::now() >= deadline {
+                if peers_current + 1 < config.replicas {
+                    tracing::warn!(
+                        stream = %config.stream_name,
+                        current = peers_current + 1,
+                        replicas = config.replicas,
+                        "the stream's new replicas are not all current yet"
+                    );
+                }
+                return Ok(stream);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Ok(stream)
     }
 
     /// Publishes pending core-side messages and acks and waits until the server has them.

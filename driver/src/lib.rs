@@ -365,8 +365,10 @@ impl ObservationSink for ObservationPublisher {
 /// nothing answered on the stream's subject (async-nats reports "no responders" as
 /// `StreamNotFound`: between a replicated stream's killed leader and the next one's election,
 /// or a server restarting), the connection broke, or the cluster answered that JetStream is
-/// temporarily unavailable (error code 10008). A truly missing stream looks the same and is
-/// given up on when the retry time runs out.
+/// temporarily unavailable (error code 10008), or a replicated stream answered that a publish
+/// with the same message id is still being proposed ("duplicate message id is in process",
+/// 10158: the retry is then acked as the duplicate it is). A truly missing stream looks like
+/// no responders and is given up on when the retry time runs out.
 pub fn is_transient(error: &jetstream::context::PublishError) -> bool {
     use std::error::Error as _;
     match error.kind() {
@@ -378,6 +380,7 @@ pub fn is_transient(error: &jetstream::context::PublishError) -> bool {
             .and_then(|source| source.downcast_ref::<jetstream::Error>())
             .is_some_and(|js| {
                 js.error_code() == jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE
+                    || js.error_code() == jetstream::ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT
                     || js.to_string().contains("temporarily unavailable")
             }),
     }
