@@ -124,11 +124,7 @@ async fn stream_cluster(js: &async_nats::jetstream::Context) -> Option<(String, 
     let info = stream.get_info().await.ok()?;
     let cluster = info.cluster.clone()?;
     // (num_replicas, peers) counts every peer, current or catching up.
-    Some((
-        cluster.leader?,
-        info.config.num_replicas,
-        cluster.replicas.len(),
-    ))
+    Some((cluster.leader?, info.config.num_replicas, cluster.replicas.len()))
 }
 
 /// The durable consumer's leader, as `$JS.API.CONSUMER.INFO` reports it.
@@ -252,12 +248,7 @@ async fn killing_the_stream_leader_then_the_consumer_leader_loses_nothing_and_st
         traffic.expected.accepted(),
         "the stream accepted every reading the driver was handed, once"
     );
-    wait_drained(&store, &bus, &traffic.expected).await;
-    assert!(
-        matches!(core.0.try_wait(), Ok(None)),
-        "the core survived both elections without exiting; its log:\n{}",
-        core_log()
-    );
+    wait_drained(&store, &bus, &traffic.expected, &mut core, &log).await;
     assert_exactly_once(&store, &db.url, &traffic.expected).await;
 
     // Orderly stop: the same process, never restarted.
@@ -274,9 +265,9 @@ async fn killing_the_stream_leader_then_the_consumer_leader_loses_nothing_and_st
 
     let fetch_failures = core_log().matches("fetch failed").count();
     eprintln!(
-        "nats cluster: stream leader {stream_leader} killed at {acked_at_first_kill}/{total} acked, new leader \
+        "nats cluster: stream leader {stream_leader} killed at {acked_at_first_kill}/{total} acked, new leader seen \
          after {stream_election:?}; consumer leader {consumer_was} killed at {acked_at_second_kill}/{total}, \
-         new leader after {consumer_election:?}; the core logged {fetch_failures} failed fetches and kept running"
+         new leader seen after {consumer_election:?}; the core logged {fetch_failures} failed fetches and kept running"
     );
     store.close().await;
     drop(bus);
@@ -285,10 +276,22 @@ async fn killing_the_stream_leader_then_the_consumer_leader_loses_nothing_and_st
 }
 
 /// Waits until everything the stream accepted is committed and the consumer has nothing
-/// pending.
-async fn wait_drained(store: &PgStore, bus: &NatsBus, expected: &Expected) {
+/// pending; the core must stay running throughout (it survives both elections, no restart).
+async fn wait_drained(
+    store: &PgStore,
+    bus: &NatsBus,
+    expected: &Expected,
+    core: &mut CoreProcess,
+    log: &PathBuf,
+) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(WAIT_S);
     loop {
+        if let Ok(Some(status)) = core.0.try_wait() {
+            panic!(
+                "the core exited ({status}) instead of surviving the elections; its log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
         let done = committed(store).await;
         let lag = bus.lag().await.unwrap_or_default();
         if done == expected.accepted() && lag.pending == 0 && lag.ack_pending == 0 {

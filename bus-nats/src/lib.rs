@@ -325,8 +325,7 @@ impl NatsBus {
     /// with the stream as it is; the consumer's creation then says what is wrong.
     async fn wait_replicas_current(&self) -> Result<stream::Stream, NatsSetupError> {
         let config = &self.inner.config;
-        let deadline =
-            tokio::time::Instant::now() + Duration::from_millis(config.request_timeout_ms);
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(config.request_timeout_ms);
         loop {
             let stream = self
                 .inner

@@ -355,8 +355,8 @@ mod tests {
 
     #[test]
     fn server_lists_are_comma_separated_and_bounded() {
-        let addrs = server_addrs("nats://127.0.0.1:4222, nats://127.0.0.1:4223,nats://h:4")
-            .expect("three servers");
+        let addrs =
+            server_addrs("nats://127.0.0.1:4222, nats://127.0.0.1:4223,nats://h:4").expect("three servers");
         assert_eq!(addrs.len(), 3);
         assert_eq!(addrs[1].port(), 4223);
         assert_eq!(server_addrs("nats://127.0.0.1:4222").expect("one").len(), 1);

@@ -321,10 +321,7 @@ impl ObservationPublisher {
 
     async fn settle(&self, entry: InFlight, report: &mut PipelineReport) -> Result<(), BusError> {
         let acked = match entry.ack {
-            Some(ack) => {
-                self.await_ack(ack, &entry.subject, entry.refused_before)
-                    .await?
-            }
+            Some(ack) => self.await_ack(ack, &entry.subject, entry.refused_before).await?,
             None => None,
         };
         let ack = match acked {
@@ -372,9 +369,7 @@ impl ObservationSink for ObservationPublisher {
 pub fn is_transient(error: &jetstream::context::PublishError) -> bool {
     use std::error::Error as _;
     match error.kind() {
-        PublishErrorKind::TimedOut | PublishErrorKind::StreamNotFound | PublishErrorKind::BrokenPipe => {
-            true
-        }
+        PublishErrorKind::TimedOut | PublishErrorKind::StreamNotFound | PublishErrorKind::BrokenPipe => true,
         _ => error
             .source()
             .and_then(|source| source.downcast_ref::<jetstream::Error>())
