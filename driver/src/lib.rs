@@ -204,19 +204,24 @@ impl ObservationPublisher {
             .map_or(0, |r| r.count(RefusedOp::Publish, subject))
     }
 
-    /// Awaits one ack with this publisher's timeout. `Ok(None)` means it timed out or failed
-    /// transiently ([`is_transient`]: worth retrying with the same id). A refusal
-    /// of a publish on `subject` reported after `refused_before` ends the wait at once.
+    /// When an ack for a publish sent now is given up on.
+    fn ack_deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_millis(self.config.ack_timeout_ms)
+    }
+
+    /// Awaits one ack until `deadline` (its send plus this publisher's ack timeout: a pipelined
+    /// ack awaited late does not get a fresh timeout, or a window of lost acks would take the
+    /// window times the timeout). `Ok(None)` means it timed out or failed transiently
+    /// ([`is_transient`]: worth retrying with the same id). A refusal of a publish on `subject`
+    /// reported after `refused_before` ends the wait at once.
     async fn await_ack(
         &self,
         ack: jetstream::context::PublishAckFuture,
         subject: &str,
         refused_before: u64,
+        deadline: tokio::time::Instant,
     ) -> Result<Option<PublishAck>, BusError> {
-        let timed = tokio::time::timeout(
-            Duration::from_millis(self.config.ack_timeout_ms),
-            ack.into_future(),
-        );
+        let timed = tokio::time::timeout_at(deadline, ack.into_future());
         let refused = async {
             match &self.refusals {
                 Some(refusals) => {
@@ -263,8 +268,9 @@ impl ObservationPublisher {
         loop {
             attempt = attempt.saturating_add(1);
             let refused_before = self.refused_so_far(subject);
+            let deadline = self.ack_deadline();
             if let Some(ack) = self.send(subject, msg_id, payload.clone()).await?
-                && let Some(ack) = self.await_ack(ack, subject, refused_before).await?
+                && let Some(ack) = self.await_ack(ack, subject, refused_before, deadline).await?
             {
                 if attempt > 1 {
                     tracing::debug!(subject, attempt, "publish acknowledged after retrying");
@@ -304,6 +310,7 @@ impl ObservationPublisher {
                 self.settle(entry, &mut report).await?;
             }
             let refused_before = self.refused_so_far(&subject);
+            let deadline = self.ack_deadline();
             let ack = self.send(&subject, &msg_id, payload.clone()).await?;
             in_flight.push_back(InFlight {
                 ack,
@@ -311,6 +318,7 @@ impl ObservationPublisher {
                 msg_id,
                 payload,
                 refused_before,
+                deadline,
             });
         }
         while let Some(entry) = in_flight.pop_front() {
@@ -321,7 +329,10 @@ impl ObservationPublisher {
 
     async fn settle(&self, entry: InFlight, report: &mut PipelineReport) -> Result<(), BusError> {
         let acked = match entry.ack {
-            Some(ack) => self.await_ack(ack, &entry.subject, entry.refused_before).await?,
+            Some(ack) => {
+                self.await_ack(ack, &entry.subject, entry.refused_before, entry.deadline)
+                    .await?
+            }
             None => None,
         };
         let ack = match acked {
@@ -345,6 +356,8 @@ struct InFlight {
     msg_id: String,
     payload: Bytes,
     refused_before: u64,
+    /// Its send plus the ack timeout.
+    deadline: tokio::time::Instant,
 }
 
 impl ObservationSink for ObservationPublisher {
