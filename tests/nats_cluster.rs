@@ -15,7 +15,7 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sentinel_bus_nats::{NatsBus, NatsBusConfig};
@@ -32,12 +32,12 @@ use sentinel_tests::traffic::{self, Expected, Traffic};
 const ACK_WAIT_MS: u64 = 5_000;
 /// Bound on every wait in this test: an election, a restart, a drain.
 const WAIT_S: u64 = 45;
-/// 8,000 messages in small chunks with short pauses, so the stream is still arriving at both
-/// kills and publishes are in flight most of the time (a kill then loses acks of publishes that
-/// did land: their retries must be dropped as duplicates, not stored again).
+/// 8,000 messages in chunks with pauses, so the stream is still arriving at both kills; each
+/// kill waits for a chunk in flight (a kill then loses acks of publishes that did land: their
+/// retries must be dropped as duplicates, not stored again).
 const MESSAGES: usize = 8_000;
-const PUBLISH_CHUNK: usize = 100;
-const PUBLISH_PAUSE_MS: u64 = 15;
+const PUBLISH_CHUNK: usize = 50;
+const PUBLISH_PAUSE_MS: u64 = 100;
 
 /// A core process killed if the test drops it still running (a failed assertion).
 struct CoreProcess(Child);
@@ -84,7 +84,12 @@ fn spawn_core(database_url: &str, nats_urls: &str, log: &PathBuf) -> CoreProcess
 /// list; counts acked messages in `acked` as it goes. Returns what the stream stored (not
 /// counting the duplicate window's drops). Any publish error fails the test: the driver must
 /// not lose a reading across an election.
-async fn publish_paced(urls: String, traffic: Arc<Traffic>, acked: Arc<AtomicU64>) -> u64 {
+async fn publish_paced(
+    urls: String,
+    traffic: Arc<Traffic>,
+    acked: Arc<AtomicU64>,
+    in_flight: Arc<AtomicBool>,
+) -> u64 {
     let publisher = ObservationPublisher::connect(&urls, PublisherConfig::default())
         .await
         .expect("publisher connects to the cluster");
@@ -94,10 +99,12 @@ async fn publish_paced(urls: String, traffic: Arc<Traffic>, acked: Arc<AtomicU64
             .iter()
             .map(|m| (m.subject.clone(), m.msg_id.clone(), m.payload.clone()))
             .collect();
+        in_flight.store(true, Ordering::SeqCst);
         let report = publisher
             .publish_pipelined(items, 64)
             .await
             .expect("every publish is acked, elections notwithstanding");
+        in_flight.store(false, Ordering::SeqCst);
         stored += report.stored;
         acked.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(PUBLISH_PAUSE_MS)).await;
@@ -136,24 +143,34 @@ async fn consumer_leader(js: &async_nats::jetstream::Context) -> Option<String> 
     info.cluster?.leader
 }
 
-/// Kills the node that `leader` names, waits until `now_leader` names another node, restarts
-/// the killed one. Returns the time from the kill to the new leader.
-async fn kill_leader_and_restart<F, Fut>(
-    cluster: &mut NatsCluster,
-    leader: &str,
-    what: &str,
-    now_leader: F,
-) -> Duration
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = Option<String>>,
-{
+/// Which leader a kill is aimed at.
+#[derive(Clone, Copy, Debug)]
+enum Leader {
+    Stream,
+    Consumer,
+}
+
+/// Kills the node that `leader` names, waits until a surviving node reports another leader
+/// for `which` (asked over a connection of its own with a 1 s request bound, so the time seen
+/// is the election's, not a request timeout's), restarts the killed one. Returns the time from
+/// the kill to the new leader seen.
+async fn kill_leader_and_restart(cluster: &mut NatsCluster, leader: &str, which: Leader) -> Duration {
     let killed = cluster.index_of(leader);
     cluster.kill9(killed);
     let killed_at = tokio::time::Instant::now();
-    wait_until(&format!("a new {what} leader"), || {
-        let next = now_leader();
-        async move { next.await.is_some_and(|l| l != leader) }
+    let survivor = cluster.nodes[(killed + 1) % cluster.nodes.len()].url();
+    let client = async_nats::ConnectOptions::new()
+        .request_timeout(Some(Duration::from_secs(1)))
+        .connect(survivor)
+        .await
+        .expect("connect to a surviving node");
+    let js = async_nats::jetstream::new(client);
+    wait_until(&format!("a new {which:?} leader"), || async {
+        let now = match which {
+            Leader::Stream => stream_cluster(&js).await.map(|(leader, _, _)| leader),
+            Leader::Consumer => consumer_leader(&js).await,
+        };
+        now.is_some_and(|l| l != leader)
     })
     .await;
     let elected_after = killed_at.elapsed();
@@ -216,7 +233,21 @@ async fn killing_the_stream_leader_then_the_consumer_leader_loses_nothing_and_st
     );
 
     let acked = Arc::new(AtomicU64::new(0));
-    let publisher = tokio::spawn(publish_paced(urls.clone(), traffic.clone(), acked.clone()));
+    let in_flight = Arc::new(AtomicBool::new(false));
+    let publisher = tokio::spawn(publish_paced(
+        urls.clone(),
+        traffic.clone(),
+        acked.clone(),
+        in_flight.clone(),
+    ));
+    // Each kill lands while a chunk of publishes is in flight.
+    let chunk_in_flight = || async {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(WAIT_S);
+        while !in_flight.load(Ordering::SeqCst) {
+            assert!(tokio::time::Instant::now() < deadline, "no publish in flight");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
     let total = MESSAGES as u64;
     wait_until("a quarter published", || async {
         acked.load(Ordering::Relaxed) >= total / 4
@@ -225,11 +256,9 @@ async fn killing_the_stream_leader_then_the_consumer_leader_loses_nothing_and_st
 
     // The stream leader, SIGKILLed mid-stream.
     let (stream_leader, _, _) = stream_cluster(&js).await.expect("stream leader");
+    chunk_in_flight().await;
     let acked_at_first_kill = acked.load(Ordering::Relaxed);
-    let stream_election = kill_leader_and_restart(&mut cluster, &stream_leader, "stream", || async {
-        stream_cluster(&js).await.map(|(leader, _, _)| leader)
-    })
-    .await;
+    let stream_election = kill_leader_and_restart(&mut cluster, &stream_leader, Leader::Stream).await;
 
     // Later, the consumer leader.
     wait_until("more published after the first election", || async {
@@ -237,9 +266,9 @@ async fn killing_the_stream_leader_then_the_consumer_leader_loses_nothing_and_st
     })
     .await;
     let consumer_was = consumer_leader(&js).await.expect("consumer leader");
+    chunk_in_flight().await;
     let acked_at_second_kill = acked.load(Ordering::Relaxed);
-    let consumer_election =
-        kill_leader_and_restart(&mut cluster, &consumer_was, "consumer", || consumer_leader(&js)).await;
+    let consumer_election = kill_leader_and_restart(&mut cluster, &consumer_was, Leader::Consumer).await;
 
     let stored = tokio::time::timeout(Duration::from_secs(WAIT_S), publisher)
         .await
