@@ -11,8 +11,12 @@
 //!   for `Nats-Msg-Id`.
 //! - One durable pull consumer: explicit acks, deliver all, unlimited redeliveries,
 //!   `max_ack_pending` set explicitly (the server default of 1000 stalls a pipeline).
-//! - An existing stream or consumer whose configuration differs in a field we rely on is a
-//!   [`NatsSetupError::ConfigMismatch`] naming every differing field; we never update it. Why:
+//! - The stream's replica count is configuration ([`NatsBusConfig::replicas`]: 1 on one server,
+//!   3 on a three-node cluster; issue 25, docs/deploy.md "A three-node bus cluster"). It is the
+//!   one field nats-server changes in place without touching the data, so an existing stream
+//!   with another count is updated to the configured one (logged at INFO) — nothing else is.
+//! - An existing stream or consumer whose configuration differs in any other field we rely on
+//!   is a [`NatsSetupError::ConfigMismatch`] naming every differing field; we never update it. Why:
 //!   the stream is shared with every driver and holds the only copy of accepted, uncommitted
 //!   observations; `ensure_stream` runs before the lock is taken, so a second core that is
 //!   about to lose the lock race must not be able to reshape a live stream; retention and
@@ -48,6 +52,8 @@ pub const OBS_SUBJECTS: &str = "obs.>";
 /// at the design rate with margin: ~8M messages, 4 GiB).
 #[derive(Clone, Debug)]
 pub struct NatsBusConfig {
+    /// One server URL or a comma-separated list of a cluster's
+    /// ([`sentinel_driver::connect::server_addrs`]).
     pub url: String,
     pub stream_name: String,
     pub consumer_name: String,
@@ -56,6 +62,9 @@ pub struct NatsBusConfig {
     pub max_msgs: u64,
     pub max_bytes: u64,
     pub duplicate_window_ms: u64,
+    /// The observation stream's replica count, 1..=[`STREAM_REPLICAS_MAX`]: 1 on one server, 3
+    /// on a three-node cluster (a publish is acked once a quorum stored it).
+    pub replicas: usize,
     /// Bound on JetStream API requests (stream/consumer info, create).
     pub request_timeout_ms: u64,
     /// Bound on issued, not yet acked delivery tags; see [`TagTable`].
@@ -69,6 +78,9 @@ pub struct NatsBusConfig {
 /// generated permissions let it subscribe below.
 pub const CORE_PRINCIPAL: &str = "sentinel-core";
 
+/// The most replicas nats-server allows a stream.
+pub const STREAM_REPLICAS_MAX: usize = 5;
+
 impl Default for NatsBusConfig {
     fn default() -> Self {
         NatsBusConfig {
@@ -80,6 +92,7 @@ impl Default for NatsBusConfig {
             max_msgs: 8_000_000,
             max_bytes: 4 * 1024 * 1024 * 1024,
             duplicate_window_ms: 120_000,
+            replicas: 1,
             request_timeout_ms: 10_000,
             tags_max: 2 * 20_000 + FETCH_MAX,
             credentials: Credentials::None,
@@ -101,7 +114,7 @@ impl NatsBusConfig {
             // Never bounded by age: max_age deletes unconsumed data silently.
             max_age: Duration::ZERO,
             duplicate_window: Duration::from_millis(self.duplicate_window_ms),
-            num_replicas: 1,
+            num_replicas: self.replicas,
             ..Default::default()
         }
     }
@@ -192,6 +205,14 @@ impl NatsBus {
         config: NatsBusConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<NatsBus, NatsSetupError> {
+        if !(1..=STREAM_REPLICAS_MAX).contains(&config.replicas) {
+            return Err(NatsSetupError::Config(format!(
+                "stream replicas {} is outside 1..={STREAM_REPLICAS_MAX}",
+                config.replicas
+            )));
+        }
+        let addrs = sentinel_driver::connect::server_addrs(&config.url)
+            .map_err(|error| NatsSetupError::Config(error.to_string()))?;
         let refusals = Refusals::default();
         let client = connect_options(
             &format!("sentinel-core pid {}", std::process::id()),
@@ -200,7 +221,7 @@ impl NatsBus {
             refusals.clone(),
         )
         .request_timeout(Some(Duration::from_millis(config.request_timeout_ms)))
-        .connect(config.url.as_str())
+        .connect(addrs)
         .await
         .map_err(|error| NatsSetupError::Connect {
             url: config.url.clone(),
@@ -268,14 +289,66 @@ impl NatsBus {
             }
             Err(error) => return Err(NatsSetupError::Request(format!("get stream: {error}"))),
         };
-        let differences = stream_differences(&expected, &stream.cached_info().config);
+        let found = stream.cached_info().config.clone();
+        let differences = stream_differences(&expected, &found);
         if !differences.is_empty() {
             return Err(NatsSetupError::ConfigMismatch {
                 what: format!("stream {}", config.stream_name),
                 differences: differences.join("; "),
             });
         }
+        if found.num_replicas != expected.num_replicas {
+            // Only the replica count changes; the rest is the server's own record.
+            tracing::info!(
+                stream = %config.stream_name,
+                from = found.num_replicas,
+                to = expected.num_replicas,
+                "changing the observation stream's replica count"
+            );
+            let updated = stream::Config {
+                num_replicas: expected.num_replicas,
+                ..found
+            };
+            self.inner
+                .jetstream
+                .update_stream(&updated)
+                .await
+                .map_err(|error| NatsSetupError::Request(format!("update stream replicas: {error}")))?;
+            return self.wait_replicas_current().await;
+        }
         Ok(stream)
+    }
+
+    /// After a change of the replica count: waits (bounded by `request_timeout_ms`) until the
+    /// stream reports every new replica current, since a consumer created while the stream's
+    /// group is still forming is refused ("insufficient resources"). Past the bound it goes on
+    /// with the stream as it is; the consumer's creation then says what is wrong.
+    async fn wait_replicas_current(&self) -> Result<stream::Stream, NatsSetupError> {
+        let config = &self.inner.config;
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(config.request_timeout_ms);
+        loop {
+            let stream = self
+                .inner
+                .jetstream
+                .get_stream(&config.stream_name)
+                .await
+                .map_err(|error| NatsSetupError::Request(format!("get stream: {error}")))?;
+            let peers_current = stream.cached_info().cluster.as_ref().map_or(0, |cluster| {
+                cluster.replicas.iter().filter(|peer| peer.current).count()
+            });
+            if peers_current + 1 >= config.replicas || tokio::time::Instant::now() >= deadline {
+                if peers_current + 1 < config.replicas {
+                    tracing::warn!(
+                        stream = %config.stream_name,
+                        current = peers_current + 1,
+                        replicas = config.replicas,
+                        "the stream's new replicas are not all current yet"
+                    );
+                }
+                return Ok(stream);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Publishes pending core-side messages and acks and waits until the server has them.
@@ -586,7 +659,7 @@ impl NatsConsumer {
             .messages()
             .await
             .map_err(|error| BusError::Other(format!("fetch: {error}")))?;
-        drain_pull(&mut batch, out).await
+        drain_pull(&mut batch, out, 0).await
     }
 
     /// One pull for a single message, waiting up to `wait_ms` for it.
@@ -603,7 +676,7 @@ impl NatsConsumer {
             .messages()
             .await
             .map_err(|error| BusError::Other(format!("fetch: {error}")))?;
-        drain_pull(&mut batch, out).await
+        drain_pull(&mut batch, out, wait_ms).await
     }
 
     fn to_deliveries(&self, messages: Vec<jetstream::Message>) -> Result<Vec<Delivery>, BusError> {
@@ -634,16 +707,39 @@ impl NatsConsumer {
     }
 }
 
+/// How long a pull may go without a word from the server beyond its own wait before it is
+/// given up as lost: a pull request sent to a consumer leader that was killed before answering
+/// is never answered (a `fetch()` has no expiry of its own), and the replacement leader knows
+/// nothing of it. The caller re-issues the pull.
+pub const PULL_SILENCE_MS: u64 = 2_000;
+
 /// Collects one pull's messages. A status that ends the pull early (409: max ack pending
 /// reached, request limits, leadership change) must not throw away messages already
 /// delivered to us — they would only come back after ack_wait — so they are kept, and a 409
-/// with nothing in hand is simply "nothing now" (backpressure, not a failure).
+/// with nothing in hand is simply "nothing now" (backpressure, not a failure). A pull left
+/// unanswered for [`PULL_SILENCE_MS`] past `wait_ms` (the missed heartbeat of a lost pull
+/// request) ends with what it has; with nothing it is a transient [`BusError::Connection`].
 async fn drain_pull(
     batch: &mut consumer::pull::Batch,
     out: &mut Vec<jetstream::Message>,
+    wait_ms: u64,
 ) -> Result<(), BusError> {
     let before = out.len();
-    while let Some(message) = batch.next().await {
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(wait_ms.saturating_add(PULL_SILENCE_MS));
+    loop {
+        let Ok(next) = tokio::time::timeout_at(deadline, batch.next()).await else {
+            if out.len() > before {
+                return Ok(());
+            }
+            return Err(BusError::Connection(format!(
+                "pull unanswered for {} ms (a lost pull request or a consumer leader change); re-issuing",
+                wait_ms.saturating_add(PULL_SILENCE_MS)
+            )));
+        };
+        let Some(message) = next else {
+            return Ok(());
+        };
         match message {
             Ok(message) => out.push(message),
             Err(error) => {
@@ -656,7 +752,6 @@ async fn drain_pull(
             }
         }
     }
-    Ok(())
 }
 
 impl Consumer for NatsConsumer {

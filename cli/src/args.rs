@@ -34,11 +34,17 @@ pub struct CoreTuningArgs {
     #[arg(long, default_value_t = 5_000)]
     pub self_points_interval_ms: u64,
     /// How often the core publishes the health points it generates per driver host and per
-    /// device (connected instances, last hello age, disk-queue drops; last reading age, share
+    /// device (connected instances, last hello age, publish failures, disk-queue depth and drops; last reading age, share
     /// of non-live points); 0 turns them off, and so does --self-points-interval-ms 0. Their
     /// declared rate assumes the default.
     #[arg(long, default_value_t = 10_000)]
     pub health_points_interval_ms: u64,
+    /// The observation stream's replica count: 1 on one nats-server, 3 on a three-node
+    /// cluster (docs/deploy.md). An existing stream with another count is changed to this one
+    /// in place; no other stream setting is ever changed by the core.
+    #[arg(long, env = "SENTINEL_STREAM_REPLICAS", default_value_t = 1,
+          value_parser = clap::value_parser!(u8).range(1..=sentinel_bus_nats::STREAM_REPLICAS_MAX as i64))]
+    pub stream_replicas: u8,
     /// How long raw rows and rollups are kept (the core drops what is past them daily).
     #[command(flatten)]
     pub retention: RetentionArgs,
@@ -95,7 +101,9 @@ pub struct DbArgs {
 
 #[derive(clap::Args, Clone)]
 pub struct NatsArgs {
-    /// NATS server URL.
+    /// NATS server URL, or a cluster's as a comma-separated list
+    /// (`nats://a:4222,nats://b:4222,nats://c:4222`); the client tries them in turn and moves
+    /// to another when the one it is on goes away.
     #[arg(long, env = "SENTINEL_NATS_URL", default_value = "nats://127.0.0.1:4222")]
     pub nats_url: String,
     /// NATS user, with --nats-password-file (a server with an authorization block).

@@ -66,6 +66,7 @@ pub async fn run(
     let bus_config = NatsBusConfig {
         url: nats.nats_url.clone(),
         ack_wait_ms,
+        replicas: usize::from(tuning.stream_replicas),
         credentials: nats.credentials()?,
         ..NatsBusConfig::default()
     };

@@ -19,7 +19,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::{Client, ConnectOptions, Event, ServerError};
+use async_nats::{Client, ConnectOptions, Event, ServerAddr, ServerError};
 use tokio::sync::Notify;
 
 use crate::BusError;
@@ -213,6 +213,37 @@ pub fn parse_violation(text: &str) -> Option<(RefusedOp, String)> {
     Some((op, text[open..close].to_owned()))
 }
 
+/// Most servers one URL list may name (a bus cluster is three or five nodes).
+pub const SERVER_URLS_MAX: usize = 16;
+
+/// A comma-separated list of server URLs (`nats://a:4222,nats://b:4222,nats://c:4222`; one
+/// URL is a list of one) as the addresses async-nats connects to: it tries them in turn and,
+/// once connected, reconnects to any of them (and to the cluster members the server
+/// advertises) when the one it is on goes away. Empty entries, more than
+/// [`SERVER_URLS_MAX`] or an unparsable URL are a clear error naming it.
+pub fn server_addrs(urls: &str) -> Result<Vec<ServerAddr>, BusError> {
+    let entries: Vec<&str> = urls.split(',').map(str::trim).collect();
+    if entries.iter().any(|entry| entry.is_empty()) {
+        return Err(BusError::Other(format!(
+            "NATS server list {urls:?} has an empty entry; give comma-separated URLs"
+        )));
+    }
+    if entries.len() > SERVER_URLS_MAX {
+        return Err(BusError::Other(format!(
+            "NATS server list names {} servers; at most {SERVER_URLS_MAX}",
+            entries.len()
+        )));
+    }
+    entries
+        .into_iter()
+        .map(|entry| {
+            entry
+                .parse::<ServerAddr>()
+                .map_err(|e| BusError::Other(format!("NATS server URL {entry:?}: {e}")))
+        })
+        .collect()
+}
+
 /// A connection as one principal, with its refusals counted.
 #[derive(Clone)]
 pub struct BusConnection {
@@ -225,16 +256,18 @@ pub struct BusConnection {
 pub const REFUSAL_EVENT_WAIT_MS: u64 = 250;
 
 impl BusConnection {
-    /// Connects to `url` as `principal` (the connection's name and its inbox prefix).
+    /// Connects to `url` (one URL or a comma-separated list, [`server_addrs`]) as `principal`
+    /// (the connection's name and its inbox prefix).
     pub async fn connect(
         url: &str,
         principal: &str,
         credentials: &Credentials,
     ) -> Result<BusConnection, BusError> {
         let refusals = Refusals::default();
+        let addrs = server_addrs(url)?;
         let options = connect_options(principal, principal, credentials, refusals.clone());
         let client = options
-            .connect(url)
+            .connect(addrs)
             .await
             .map_err(|e| BusError::Connection(format!("{url} as {principal}: {e}")))?;
         Ok(BusConnection { client, refusals })
@@ -318,6 +351,19 @@ mod tests {
         assert_eq!(refusals.total(), 2);
         assert_eq!(refusals.count(RefusedOp::Publish, "obs.B.x"), 2);
         assert_eq!(refusals.count(RefusedOp::Subscribe, "obs.B.x"), 0);
+    }
+
+    #[test]
+    fn server_lists_are_comma_separated_and_bounded() {
+        let addrs =
+            server_addrs("nats://127.0.0.1:4222, nats://127.0.0.1:4223,nats://h:4").expect("three servers");
+        assert_eq!(addrs.len(), 3);
+        assert_eq!(addrs[1].port(), 4223);
+        assert_eq!(server_addrs("nats://127.0.0.1:4222").expect("one").len(), 1);
+        assert!(server_addrs("nats://a:1,,nats://b:2").is_err(), "empty entry");
+        assert!(server_addrs("").is_err(), "nothing");
+        let many = vec!["nats://a:1"; SERVER_URLS_MAX + 1].join(",");
+        assert!(server_addrs(&many).is_err(), "over the bound");
     }
 
     #[test]

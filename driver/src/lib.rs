@@ -60,14 +60,24 @@ pub use sentinel_core::wire::msg_id;
 pub use sentinel_ports::ObservationSink;
 
 /// Retry and timeout policy for [`ObservationPublisher`].
+///
+/// A publish is retried, always with the same message id, while it fails transiently: its ack
+/// timed out, the stream had no responder ("no responders": a replicated stream between a
+/// killed leader and the election of the next, 4–9 s), the connection broke, or the cluster
+/// said JetStream is temporarily unavailable. Retries go on for `retry_for_ms` from the first
+/// attempt (longer than several elections), with a pause doubling from `retry_backoff_ms` to
+/// `retry_backoff_max_ms`; the whole span stays inside the duplicate window, so a retry of a
+/// publish that did land is dropped by the stream, never stored twice.
 #[derive(Clone, Debug)]
 pub struct PublisherConfig {
     /// How long to wait for one publish's ack before retrying it.
     pub ack_timeout_ms: u64,
-    /// Attempts per observation, including the first.
-    pub attempts_max: u32,
-    /// Pause between attempts.
+    /// How long after the first attempt a transient failure is still retried.
+    pub retry_for_ms: u64,
+    /// The first pause between attempts; it doubles on each further one.
     pub retry_backoff_ms: u64,
+    /// The longest pause between attempts.
+    pub retry_backoff_max_ms: u64,
     /// The stream's duplicate window. Retries must all happen inside it, or a retry of a
     /// publish that did land would be stored twice; [`ObservationPublisher::new`] refuses a
     /// policy that could outlast it.
@@ -78,20 +88,30 @@ impl Default for PublisherConfig {
     fn default() -> Self {
         PublisherConfig {
             ack_timeout_ms: 5_000,
-            attempts_max: 5,
+            retry_for_ms: 30_000,
             retry_backoff_ms: 250,
+            retry_backoff_max_ms: 2_000,
             duplicate_window_ms: 120_000,
         }
     }
 }
 
 impl PublisherConfig {
-    /// The longest a publish can take from the first attempt to the last ack wait.
+    /// The longest a publish can take from the first attempt to the last ack wait: the last
+    /// attempt starts at most `retry_for_ms` plus one pause after the first, and waits at most
+    /// `ack_timeout_ms`.
     pub fn retry_span_ms(&self) -> u64 {
-        let attempts = u64::from(self.attempts_max.max(1));
-        attempts
-            .saturating_mul(self.ack_timeout_ms)
-            .saturating_add((attempts - 1).saturating_mul(self.retry_backoff_ms))
+        self.retry_for_ms
+            .saturating_add(self.retry_backoff_max_ms)
+            .saturating_add(self.ack_timeout_ms)
+    }
+
+    /// The pause after the `attempt`th (1-based) failed attempt.
+    pub fn backoff_ms(&self, attempt: u32) -> u64 {
+        let doubled = self
+            .retry_backoff_ms
+            .saturating_mul(1u64 << attempt.saturating_sub(1).min(20));
+        doubled.min(self.retry_backoff_max_ms)
     }
 }
 
@@ -147,28 +167,38 @@ impl ObservationPublisher {
         Ok(publisher)
     }
 
-    /// Connects its own client to `url` (no credentials).
+    /// Connects its own client to `url`, one URL or a comma-separated list
+    /// ([`connect::server_addrs`]); no credentials.
     pub async fn connect(url: &str, config: PublisherConfig) -> Result<ObservationPublisher, BusError> {
-        let client = async_nats::connect(url)
+        let client = async_nats::connect(connect::server_addrs(url)?)
             .await
             .map_err(|error| BusError::Connection(error.to_string()))?;
         ObservationPublisher::new(jetstream::new(client), config)
     }
 
-    /// Sends one publish and returns its ack future (not yet awaited).
+    /// Sends one publish and returns its ack future (not yet awaited); `Ok(None)` when the
+    /// send failed transiently ([`is_transient`]) and is worth retrying.
     async fn send(
         &self,
         subject: &str,
         msg_id: &str,
         payload: Bytes,
-    ) -> Result<jetstream::context::PublishAckFuture, BusError> {
-        self.jetstream
+    ) -> Result<Option<jetstream::context::PublishAckFuture>, BusError> {
+        match self
+            .jetstream
             .send_publish(
                 subject.to_owned(),
                 PublishMessage::build().payload(payload).message_id(msg_id),
             )
             .await
-            .map_err(map_publish_error)
+        {
+            Ok(ack) => Ok(Some(ack)),
+            Err(error) if is_transient(&error) => {
+                tracing::debug!(subject, %error, "publish send failed transiently");
+                Ok(None)
+            }
+            Err(error) => Err(map_publish_error(error)),
+        }
     }
 
     /// Refusals of publishes on `subject` so far (0 without a [`BusConnection`]).
@@ -178,18 +208,24 @@ impl ObservationPublisher {
             .map_or(0, |r| r.count(RefusedOp::Publish, subject))
     }
 
-    /// Awaits one ack with this publisher's timeout. `Ok(None)` means it timed out. A refusal
-    /// of a publish on `subject` reported after `refused_before` ends the wait at once.
+    /// When an ack for a publish sent now is given up on.
+    fn ack_deadline(&self) -> tokio::time::Instant {
+        tokio::time::Instant::now() + Duration::from_millis(self.config.ack_timeout_ms)
+    }
+
+    /// Awaits one ack until `deadline` (its send plus this publisher's ack timeout: a pipelined
+    /// ack awaited late does not get a fresh timeout, or a window of lost acks would take the
+    /// window times the timeout). `Ok(None)` means it timed out or failed transiently
+    /// ([`is_transient`]: worth retrying with the same id). A refusal of a publish on `subject`
+    /// reported after `refused_before` ends the wait at once.
     async fn await_ack(
         &self,
         ack: jetstream::context::PublishAckFuture,
         subject: &str,
         refused_before: u64,
+        deadline: tokio::time::Instant,
     ) -> Result<Option<PublishAck>, BusError> {
-        let timed = tokio::time::timeout(
-            Duration::from_millis(self.config.ack_timeout_ms),
-            ack.into_future(),
-        );
+        let timed = tokio::time::timeout_at(deadline, ack.into_future());
         let refused = async {
             match &self.refusals {
                 Some(refusals) => {
@@ -211,7 +247,10 @@ impl ObservationPublisher {
         };
         match outcome {
             Err(_elapsed) => Ok(None),
-            Ok(Err(error)) if error.kind() == PublishErrorKind::TimedOut => Ok(None),
+            Ok(Err(error)) if is_transient(&error) => {
+                tracing::debug!(subject, %error, "publish ack failed transiently");
+                Ok(None)
+            }
             Ok(Err(error)) => Err(map_publish_error(error)),
             Ok(Ok(ack)) => Ok(Some(PublishAck {
                 seq: ack.sequence,
@@ -220,30 +259,41 @@ impl ObservationPublisher {
         }
     }
 
-    /// Publishes one observation and waits for the stream to accept it. A timed-out attempt
-    /// is retried with the same message id, so if the first did land the retry is dropped
-    /// as a duplicate. A full stream is [`BusError::StreamFull`] at once (not retried here:
-    /// the driver's local queue is the place to wait).
+    /// Publishes one observation and waits for the stream to accept it. An attempt that
+    /// fails transiently (timed out, no responders during a stream leader election, broken
+    /// connection) is retried with the same message id for `retry_for_ms` with a doubling
+    /// pause, so if an earlier attempt did land the retry is dropped as a duplicate. A full
+    /// stream is [`BusError::StreamFull`] at once (not retried here: the driver's local queue
+    /// is the place to wait).
     pub async fn publish(&self, subject: &str, msg_id: &str, payload: Bytes) -> Result<PublishAck, BusError> {
-        let attempts_max = self.config.attempts_max.max(1);
-        for attempt in 1..=attempts_max {
+        let started = tokio::time::Instant::now();
+        let retry_for = Duration::from_millis(self.config.retry_for_ms);
+        let mut attempt = 0u32;
+        loop {
+            attempt = attempt.saturating_add(1);
             let refused_before = self.refused_so_far(subject);
-            let ack = self.send(subject, msg_id, payload.clone()).await?;
-            if let Some(ack) = self.await_ack(ack, subject, refused_before).await? {
+            let deadline = self.ack_deadline();
+            if let Some(ack) = self.send(subject, msg_id, payload.clone()).await?
+                && let Some(ack) = self.await_ack(ack, subject, refused_before, deadline).await?
+            {
+                if attempt > 1 {
+                    tracing::debug!(subject, attempt, "publish acknowledged after retrying");
+                }
                 return Ok(ack);
+            }
+            if started.elapsed() >= retry_for {
+                return Err(BusError::Other(format!(
+                    "publish on {subject} not acknowledged after {attempt} attempts over {} ms",
+                    started.elapsed().as_millis()
+                )));
             }
             tracing::debug!(
                 subject,
                 attempt,
-                "publish ack timed out; retrying with the same msg id"
+                "publish not acknowledged; retrying with the same msg id"
             );
-            if attempt < attempts_max {
-                tokio::time::sleep(Duration::from_millis(self.config.retry_backoff_ms)).await;
-            }
+            tokio::time::sleep(Duration::from_millis(self.config.backoff_ms(attempt))).await;
         }
-        Err(BusError::Other(format!(
-            "publish on {subject} not acknowledged after {attempts_max} attempts"
-        )))
     }
 
     /// Publishes many observations keeping up to `window` publishes in flight, then awaits
@@ -264,6 +314,7 @@ impl ObservationPublisher {
                 self.settle(entry, &mut report).await?;
             }
             let refused_before = self.refused_so_far(&subject);
+            let deadline = self.ack_deadline();
             let ack = self.send(&subject, &msg_id, payload.clone()).await?;
             in_flight.push_back(InFlight {
                 ack,
@@ -271,6 +322,7 @@ impl ObservationPublisher {
                 msg_id,
                 payload,
                 refused_before,
+                deadline,
             });
         }
         while let Some(entry) = in_flight.pop_front() {
@@ -280,10 +332,14 @@ impl ObservationPublisher {
     }
 
     async fn settle(&self, entry: InFlight, report: &mut PipelineReport) -> Result<(), BusError> {
-        let ack = match self
-            .await_ack(entry.ack, &entry.subject, entry.refused_before)
-            .await?
-        {
+        let acked = match entry.ack {
+            Some(ack) => {
+                self.await_ack(ack, &entry.subject, entry.refused_before, entry.deadline)
+                    .await?
+            }
+            None => None,
+        };
+        let ack = match acked {
             Some(ack) => ack,
             None => self.publish(&entry.subject, &entry.msg_id, entry.payload).await?,
         };
@@ -298,11 +354,14 @@ impl ObservationPublisher {
 
 /// One pipelined publish whose ack is not yet settled.
 struct InFlight {
-    ack: jetstream::context::PublishAckFuture,
+    /// `None` when the send itself failed transiently: settled by [`ObservationPublisher::publish`].
+    ack: Option<jetstream::context::PublishAckFuture>,
     subject: String,
     msg_id: String,
     payload: Bytes,
     refused_before: u64,
+    /// Its send plus the ack timeout.
+    deadline: tokio::time::Instant,
 }
 
 impl ObservationSink for ObservationPublisher {
@@ -313,6 +372,29 @@ impl ObservationSink for ObservationPublisher {
         payload: Bytes,
     ) -> Result<PublishAck, BusError> {
         self.publish(subject, msg_id, payload).await
+    }
+}
+
+/// Whether a failed publish is worth retrying with the same message id: its ack timed out,
+/// nothing answered on the stream's subject (async-nats reports "no responders" as
+/// `StreamNotFound`: between a replicated stream's killed leader and the next one's election,
+/// or a server restarting), the connection broke, or the cluster answered that JetStream is
+/// temporarily unavailable (error code 10008), or a replicated stream answered that a publish
+/// with the same message id is still being proposed ("duplicate message id is in process",
+/// 10158: the retry is then acked as the duplicate it is). A truly missing stream looks like
+/// no responders and is given up on when the retry time runs out.
+pub fn is_transient(error: &jetstream::context::PublishError) -> bool {
+    use std::error::Error as _;
+    match error.kind() {
+        PublishErrorKind::TimedOut | PublishErrorKind::StreamNotFound | PublishErrorKind::BrokenPipe => true,
+        _ => error
+            .source()
+            .and_then(|source| source.downcast_ref::<jetstream::Error>())
+            .is_some_and(|js| {
+                js.error_code() == jetstream::ErrorCode::CLUSTER_NOT_AVAILABLE
+                    || js.error_code() == jetstream::ErrorCode::STREAM_DUPLICATE_MESSAGE_CONFLICT
+                    || js.to_string().contains("temporarily unavailable")
+            }),
     }
 }
 
@@ -439,6 +521,17 @@ mod tests {
     fn default_retries_fit_the_duplicate_window() {
         let config = PublisherConfig::default();
         assert!(config.retry_span_ms() < config.duplicate_window_ms);
+    }
+
+    /// Issue 25: a stream leader election takes 4–9 s; the default retries outlast several.
+    #[test]
+    fn default_retries_outlast_an_election_with_a_bounded_doubling_pause() {
+        let config = PublisherConfig::default();
+        assert!(config.retry_for_ms >= 3 * 9_000);
+        assert_eq!(config.backoff_ms(1), 250);
+        assert_eq!(config.backoff_ms(2), 500);
+        assert_eq!(config.backoff_ms(4), 2_000);
+        assert_eq!(config.backoff_ms(u32::MAX), 2_000);
     }
 
     fn command(epoch: u32, id: &str) -> CommandEnvelope {

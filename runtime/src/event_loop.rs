@@ -58,8 +58,16 @@ pub struct RuntimeConfig {
     pub progress_interval_ms: u64,
     /// How often the consumer's lag is read and handed to the core (watchdog suppression).
     pub lag_poll_interval_ms: u64,
-    /// Consecutive failed fetches tolerated before the runtime gives up.
+    /// Consecutive failed fetches tolerated before the runtime gives up; the fetch task pauses
+    /// between them ([`fetch_backoff_ms`]), so the default 30 last about 50 s and
+    /// `fetch_failing_max_ms` comes first.
     pub fetch_failures_max: u32,
+    /// How long fetches may go on failing, from the first failure of a run of them, before
+    /// the runtime gives up (exit 6) whatever their count: long enough for several leader
+    /// elections of a clustered stream (4–9 s each), short enough that a core cut off from the
+    /// bus stops (and is restarted into a fresh grace period) rather than judging staleness
+    /// without lag readings.
+    pub fetch_failing_max_ms: u64,
     /// The Prometheus exporter's state (`sentinel run --metrics-listen`), if any: the loop
     /// copies the core's counters into it and counts the errors only it sees.
     pub telemetry: Option<Telemetry>,
@@ -84,6 +92,7 @@ impl Default for RuntimeConfig {
             progress_interval_ms: 10_000,
             lag_poll_interval_ms: 1_000,
             fetch_failures_max: 30,
+            fetch_failing_max_ms: 30_000,
             telemetry: None,
             store_gauges_interval_ms: crate::telemetry::STORE_GAUGES_INTERVAL_MS,
             observations_queued_max: OBSERVATIONS_QUEUED_MAX,
@@ -242,6 +251,7 @@ where
     progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut fetch_outstanding = false;
     let mut fetch_failures = 0u32;
+    let mut fetch_failing_since: Option<tokio::time::Instant> = None;
     let mut shutdown_sent = false;
     let mut driver_hellos_ahead_logged = 0u64;
     tokio::pin!(shutdown);
@@ -426,9 +436,15 @@ where
             Some(fetched) = fetched_rx.recv() => {
                 fetch_outstanding = false;
                 match fetched {
-                    Ok(deliveries) if deliveries.is_empty() => continue,
+                    Ok(deliveries) if deliveries.is_empty() => {
+                        // An answered pull: the bus is back, whatever it had.
+                        fetch_failures = 0;
+                        fetch_failing_since = None;
+                        continue;
+                    }
                     Ok(deliveries) => {
                         fetch_failures = 0;
+                        fetch_failing_since = None;
                         Input::Delivered(deliveries)
                     }
                     Err(e) => {
@@ -436,11 +452,17 @@ where
                             t.bus_error(BusOp::Fetch, Some(&e));
                         }
                         fetch_failures += 1;
+                        let failing_since =
+                            *fetch_failing_since.get_or_insert_with(tokio::time::Instant::now);
                         warn!(error = %e, failures = fetch_failures, "fetch failed");
-                        if fetch_failures >= config.fetch_failures_max {
+                        if fetch_failures >= config.fetch_failures_max
+                            || failing_since.elapsed()
+                                >= Duration::from_millis(config.fetch_failing_max_ms)
+                        {
                             break 'run RunOutcome::BUS_FAILED;
                         }
-                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        // The fetch task pauses before its next pull (`fetch_loop`), so the
+                        // loop goes on committing and acking what it has meanwhile.
                         continue;
                     }
                 }
@@ -850,14 +872,43 @@ async fn execute<B: Bus, S: Store>(
     None
 }
 
+/// The pause before the first pull after a failed one; it doubles on each further failure.
+pub const FETCH_BACKOFF_MS: u64 = 100;
+/// The longest pause between failed pulls. The runtime gives up after `fetch_failing_max_ms`
+/// (30 s) of consecutive failures or `fetch_failures_max` (30) of them, whichever comes first:
+/// past several stream or consumer leader elections (4–9 s each, issue 25).
+pub const FETCH_BACKOFF_MAX_MS: u64 = 2_000;
+
+/// The pause before the pull that follows `failures` consecutive failed ones.
+pub fn fetch_backoff_ms(failures: u32) -> u64 {
+    if failures == 0 {
+        return 0;
+    }
+    FETCH_BACKOFF_MS
+        .saturating_mul(1u64 << (failures - 1).min(20))
+        .min(FETCH_BACKOFF_MAX_MS)
+}
+
+/// Pulls on request. After a failed pull it pauses ([`fetch_backoff_ms`]) before the next, so
+/// a bus between leaders (no responders, a 409, a lost pull) is asked again at a falling rate;
+/// the runtime loop counts the failures and gives up after `fetch_failing_max_ms` of them.
 async fn fetch_loop<C: Consumer>(
     mut consumer: C,
     mut requests: mpsc::Receiver<usize>,
     fetched: mpsc::Sender<Result<Vec<sentinel_core::Delivery>, BusError>>,
     wait_ms: u64,
 ) {
+    let mut failures = 0u32;
     while let Some(max) = requests.recv().await {
+        let pause_ms = fetch_backoff_ms(failures);
+        if pause_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        }
         let result = consumer.fetch(max, wait_ms).await;
+        failures = match &result {
+            Ok(_) => 0,
+            Err(_) => failures.saturating_add(1),
+        };
         if fetched.send(result).await.is_err() {
             return;
         }
@@ -994,5 +1045,24 @@ async fn store_gauges_loop<S: Store>(store: S, telemetry: Telemetry, period: Dur
             }
             Err(_elapsed) => telemetry.store_error(StoreOp::Gauges, None),
         }
+    }
+}
+
+#[cfg(test)]
+mod fetch_backoff_tests {
+    use super::*;
+
+    /// Issue 25: the default tolerance outlasts several 4–9 s leader elections, and is bounded.
+    #[test]
+    fn the_default_fetch_tolerance_outlasts_elections_and_is_bounded() {
+        assert_eq!(fetch_backoff_ms(0), 0);
+        assert_eq!(fetch_backoff_ms(1), 100);
+        assert_eq!(fetch_backoff_ms(2), 200);
+        assert_eq!(fetch_backoff_ms(u32::MAX), FETCH_BACKOFF_MAX_MS);
+        let config = RuntimeConfig::default();
+        let by_count_ms: u64 = (0..config.fetch_failures_max).map(fetch_backoff_ms).sum();
+        let tolerated_ms = by_count_ms.min(config.fetch_failing_max_ms);
+        assert!(tolerated_ms >= 3 * 9_000, "{tolerated_ms} ms");
+        assert!(tolerated_ms <= 60_000, "{tolerated_ms} ms");
     }
 }

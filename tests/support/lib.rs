@@ -1,4 +1,5 @@
-//! Test support: starting a private nats-server ([`nats`]), creating a private PostgreSQL
+//! Test support: starting a private nats-server ([`nats`]) or a three-node cluster
+//! ([`nats_cluster`]), creating a private PostgreSQL
 //! database ([`pg`]) per test, or a primary and a synchronous standby of the test's own
 //! ([`pg_pair`]), so no test depends on another's leftovers (DESIGN.md §7); test
 //! traffic with a known outcome ([`traffic`]); the `sentinel` binary for process tests
@@ -8,6 +9,7 @@
 pub mod bin;
 pub mod harness;
 pub mod nats;
+pub mod nats_cluster;
 pub mod pg;
 pub mod pg_pair;
 pub mod prometheus;
