@@ -34,9 +34,9 @@ pub struct CoreTuningArgs {
     #[arg(long, default_value_t = 5_000)]
     pub self_points_interval_ms: u64,
     /// How often the core publishes the health points it generates per driver host and per
-    /// device (connected instances, last hello age, publish failures, disk-queue depth and drops; last reading age, share
-    /// of non-live points); 0 turns them off, and so does --self-points-interval-ms 0. Their
-    /// declared rate assumes the default.
+    /// device (connected instances, last hello age, publish failures, disk-queue depth and
+    /// drops; last reading age, share of non-live points); 0 turns them off, and so does
+    /// --self-points-interval-ms 0. Their declared rate assumes the default.
     #[arg(long, default_value_t = 10_000)]
     pub health_points_interval_ms: u64,
     /// The observation stream's replica count: 1 on one nats-server, 3 on a three-node
