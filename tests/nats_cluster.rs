@@ -81,19 +81,19 @@ fn spawn_core(database_url: &str, nats_urls: &str, log: &PathBuf) -> CoreProcess
 }
 
 /// Publishes the traffic in paced chunks through the driver library over the cluster's URL
-/// list; counts acked messages in `acked` as it goes. Returns what the stream stored (not
-/// counting the duplicate window's drops). Any publish error fails the test: the driver must
+/// list; counts acked messages in `acked` as it goes. Returns the publishes acked as stored
+/// and as duplicates (the duplicate window's drops). Any publish error fails the test: the driver must
 /// not lose a reading across an election.
 async fn publish_paced(
     urls: String,
     traffic: Arc<Traffic>,
     acked: Arc<AtomicU64>,
     in_flight: Arc<AtomicBool>,
-) -> u64 {
+) -> (u64, u64) {
     let publisher = ObservationPublisher::connect(&urls, PublisherConfig::default())
         .await
         .expect("publisher connects to the cluster");
-    let mut stored = 0;
+    let (mut stored, mut duplicates) = (0, 0);
     for chunk in traffic.messages.chunks(PUBLISH_CHUNK) {
         let items: Vec<(String, String, bytes::Bytes)> = chunk
             .iter()
@@ -106,10 +106,11 @@ async fn publish_paced(
             .expect("every publish is acked, elections notwithstanding");
         in_flight.store(false, Ordering::SeqCst);
         stored += report.stored;
+        duplicates += report.duplicates;
         acked.fetch_add(chunk.len() as u64, Ordering::Relaxed);
         tokio::time::sleep(Duration::from_millis(PUBLISH_PAUSE_MS)).await;
     }
-    stored
+    (stored, duplicates)
 }
 
 async fn wait_until<F, Fut>(what: &str, mut done: F)
@@ -270,14 +271,24 @@ async fn killing_the_stream_leader_then_the_consumer_leader_loses_nothing_and_st
     let acked_at_second_kill = acked.load(Ordering::Relaxed);
     let consumer_election = kill_leader_and_restart(&mut cluster, &consumer_was, Leader::Consumer).await;
 
-    let stored = tokio::time::timeout(Duration::from_secs(WAIT_S), publisher)
+    let (stored, duplicates) = tokio::time::timeout(Duration::from_secs(WAIT_S), publisher)
         .await
         .expect("the publisher finishes")
         .expect("publisher task");
+    // Every publish was acked, as stored or as a duplicate. A publish the stream stored whose
+    // ack was lost in an election is retried with the same id and then acked as a duplicate
+    // (CI saw 7,839 stored of 7,840): so `stored` may fall short of the accepted readings, by
+    // retries, never exceed them. Whether each reading landed exactly once is decided below,
+    // from the database.
     assert_eq!(
-        stored,
-        traffic.expected.accepted(),
-        "the stream accepted every reading the driver was handed, once"
+        stored + duplicates,
+        traffic.messages.len() as u64,
+        "every publish was acked, stored or duplicate"
+    );
+    assert!(
+        stored <= traffic.expected.accepted(),
+        "the stream stored no reading twice: {stored} > {}",
+        traffic.expected.accepted()
     );
     wait_drained(&store, &bus, &traffic.expected, &mut core, &log).await;
     assert_exactly_once(&store, &db.url, &traffic.expected).await;
