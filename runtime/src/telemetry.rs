@@ -512,11 +512,31 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
     )?;
     f.counter(
         "sentinel_commands",
-        "Command requests, by outcome",
+        "Commands, by outcome: issued, refused, resent (outbox at restart, after a timeout, on a driver's hello), timed_out",
         &[
             (&[("outcome", "issued")], m.commands_issued),
             (&[("outcome", "refused")], m.commands_refused),
+            (&[("outcome", "resent")], m.commands_resent),
+            (&[("outcome", "timed_out")], m.commands_timed_out),
         ],
+    )?;
+    f.counter(
+        "sentinel_command_answers",
+        "Drivers' answers to commands: recorded as command_result, or ignored (another epoch, a command not awaited, a mismatched id)",
+        &[
+            (&[("outcome", "recorded")], m.command_results),
+            (&[("outcome", "ignored")], m.command_answers_ignored),
+        ],
+    )?;
+    f.counter(
+        "sentinel_stale_epoch_suspicious",
+        "stale_epoch answers the store did not bear out (no newer epoch recorded)",
+        &[(&[], m.stale_epoch_suspicious)],
+    )?;
+    f.counter(
+        "sentinel_driver_hellos_mute",
+        "Hellos from drivers whose contract cannot answer commands (their commands are never retried)",
+        &[(&[], m.driver_hellos_mute)],
     )?;
     let claim_labels: Vec<_> = CLAIM_OUTCOMES.iter().map(|o| [("outcome", *o)]).collect();
     let claims: Vec<(&Labels<'_>, u64)> = claim_labels
