@@ -19,16 +19,16 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sentinel_bus_nats::{NatsBus, NatsBusConfig};
-use sentinel_core::RetentionClass;
-use sentinel_driver::{ObservationPublisher, PublisherConfig};
-use sentinel_ports::Bus;
+use sentinel_bus_nats::NatsBusConfig;
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
-use sentinel_tests::harness::{Transitions, bus_with_stream, committed, now, pg, wait_exit};
+use sentinel_tests::harness::{
+    Transitions, assert_exactly_once, bus_with_stream, committed, now, pg, publish_paced, wait_exit,
+    wait_store_drained,
+};
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg_pair::PgPair;
-use sentinel_tests::traffic::{self, Expected, Traffic};
+use sentinel_tests::traffic;
 use sqlx::Connection;
 
 const ACK_WAIT_MS: u64 = 2_000;
@@ -39,8 +39,6 @@ const RESTART_DELAY_MS: u64 = 250;
 const WAIT_S: u64 = 60;
 /// 6,000 messages over about three seconds, so the stream is still arriving at the failover.
 const MESSAGES: usize = 6_000;
-const PUBLISH_CHUNK: usize = 100;
-const PUBLISH_PAUSE_MS: u64 = 50;
 /// Exit codes of `sentinel run` (README, "The CLI").
 const EXIT_COULD_NOT_START: i32 = 1;
 const EXIT_COMMIT_FAILED: i32 = 3;
@@ -201,27 +199,6 @@ impl Supervisor {
     }
 }
 
-/// Publishes the traffic in chunks with a pause between them; how many the stream stored.
-async fn publish_paced(url: String, traffic: Arc<Traffic>) -> u64 {
-    let publisher = ObservationPublisher::connect(&url, PublisherConfig::default())
-        .await
-        .expect("publisher");
-    let mut stored = 0;
-    for chunk in traffic.messages.chunks(PUBLISH_CHUNK) {
-        let items: Vec<(String, String, bytes::Bytes)> = chunk
-            .iter()
-            .map(|m| (m.subject.clone(), m.msg_id.clone(), m.payload.clone()))
-            .collect();
-        let report = publisher
-            .publish_pipelined(items, 256)
-            .await
-            .expect("publish traffic");
-        stored += report.stored;
-        tokio::time::sleep(Duration::from_millis(PUBLISH_PAUSE_MS)).await;
-    }
-    stored
-}
-
 async fn wait_committed_at_least(store: &PgStore, n: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(WAIT_S);
     while committed(store).await < n {
@@ -248,62 +225,6 @@ async fn wait_ready_above(store: &PgStore, above: u32) -> u32 {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Waits until everything the stream accepted is committed in `store`'s database and the
-/// consumer has nothing pending.
-async fn wait_drained(store: &PgStore, bus: &NatsBus, expected: &Expected) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(WAIT_S);
-    loop {
-        let done = committed(store).await;
-        let lag = bus.lag().await.unwrap_or_default();
-        if done == expected.accepted() && lag.pending == 0 && lag.ack_pending == 0 {
-            return;
-        }
-        assert!(
-            done <= expected.accepted(),
-            "more committed ({done}) than accepted ({})",
-            expected.accepted()
-        );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not drained within {WAIT_S} s: {done}/{} committed in {}, {lag:?}",
-            expected.accepted(),
-            store.host()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-/// Exactly once, counted with SQL from outside the core: rows per class and quarantine by
-/// reason as the traffic's oracle says, and no two rows sharing a message key.
-async fn assert_exactly_once(store: &PgStore, url: &str, expected: &Expected) {
-    let rows = store.row_counts().await.expect("row counts");
-    for class in RetentionClass::ALL {
-        assert_eq!(
-            rows.get(class),
-            expected.rows[class.index()],
-            "rows in observation_{}",
-            class.as_str()
-        );
-    }
-    let quarantine: std::collections::BTreeMap<&'static str, u64> = store
-        .quarantine_counts()
-        .await
-        .expect("quarantine")
-        .into_iter()
-        .map(|(reason, n)| (reason.as_str(), n))
-        .collect();
-    assert_eq!(quarantine, expected.quarantine, "quarantine by reason");
-    let mut conn = pg(url).await;
-    let (all, distinct): (i64, i64) = sqlx::query_as(
-        "SELECT count(*), count(DISTINCT (driver_instance, source_epoch, source_seq)) FROM observation",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .expect("row keys");
-    assert_eq!(all as u64, expected.rows_total());
-    assert_eq!(distinct, all, "no two rows share a message key");
 }
 
 /// Every message key in the database at `url`.
@@ -423,7 +344,7 @@ async fn sigkill_of_the_primary_then_promotion_keeps_every_acked_observation_onc
         traffic.expected.accepted(),
         "the stream accepted every message"
     );
-    wait_drained(&new, &bus, &traffic.expected).await;
+    wait_store_drained(&new, &bus, &traffic.expected, WAIT_S).await;
     let drained_after = promoting_at.elapsed();
     assert_exactly_once(&new, &pair.standby.url(DATABASE), &traffic.expected).await;
     // BENCHMARKS.md, "Failover to a database standby".
@@ -538,7 +459,7 @@ async fn a_partitioned_primary_cannot_commit_a_row_the_promoted_standby_lacks() 
     // Everything the stream accepted reaches the new primary once: had the old core acked a
     // message whose row is only on the old primary, it would never be redelivered and the new
     // primary would stay short of it.
-    wait_drained(&new, &bus, &traffic.expected).await;
+    wait_store_drained(&new, &bus, &traffic.expected, WAIT_S).await;
     assert_exactly_once(&new, &pair.standby.url(DATABASE), &traffic.expected).await;
 
     // The fence, seen on the old primary: the old core is still running and holds its lock

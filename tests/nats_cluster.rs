@@ -19,12 +19,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use sentinel_bus_nats::{NatsBus, NatsBusConfig};
-use sentinel_core::RetentionClass;
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
 use sentinel_ports::Bus;
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
-use sentinel_tests::harness::{Transitions, bus_with_stream, committed, now, pg};
+use sentinel_tests::harness::{Transitions, assert_exactly_once, bus_with_stream, committed, now};
 use sentinel_tests::nats_cluster::NatsCluster;
 use sentinel_tests::pg::TestDb;
 use sentinel_tests::traffic::{self, Expected, Traffic};
@@ -351,35 +350,4 @@ async fn wait_drained(
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-}
-
-/// Exactly once, counted with SQL from outside the core: rows per class and quarantine by
-/// reason as the traffic's oracle says, and no two rows sharing a message key.
-async fn assert_exactly_once(store: &PgStore, url: &str, expected: &Expected) {
-    let rows = store.row_counts().await.expect("row counts");
-    for class in RetentionClass::ALL {
-        assert_eq!(
-            rows.get(class),
-            expected.rows[class.index()],
-            "rows in observation_{}",
-            class.as_str()
-        );
-    }
-    let quarantine: std::collections::BTreeMap<&'static str, u64> = store
-        .quarantine_counts()
-        .await
-        .expect("quarantine")
-        .into_iter()
-        .map(|(reason, n)| (reason.as_str(), n))
-        .collect();
-    assert_eq!(quarantine, expected.quarantine, "quarantine by reason");
-    let mut conn = pg(url).await;
-    let (all, distinct): (i64, i64) = sqlx::query_as(
-        "SELECT count(*), count(DISTINCT (driver_instance, source_epoch, source_seq)) FROM observation",
-    )
-    .fetch_one(&mut conn)
-    .await
-    .expect("row keys");
-    assert_eq!(all as u64, expected.rows_total());
-    assert_eq!(distinct, all, "no two rows share a message key");
 }

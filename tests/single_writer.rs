@@ -14,15 +14,14 @@ use std::process::{Child, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use sentinel_driver::{ObservationPublisher, PublisherConfig};
 use sentinel_ports::{ColdStart, lock_session_name};
 use sentinel_store_pg::{LOCK_KEY, PgStore};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
 use sentinel_tests::harness::{
-    self, DRAIN_TIMEOUT_S, Env, Transitions, assert_exact_counts, committed, now, pg, terminate,
-    wait_drained, wait_exit, wait_ready,
+    self, DRAIN_TIMEOUT_S, Env, Transitions, assert_exact_counts, committed, now, pg, publish_paced,
+    terminate, wait_drained, wait_exit, wait_ready,
 };
-use sentinel_tests::traffic::{self, Traffic};
+use sentinel_tests::traffic;
 
 /// How often the cores under test check their lock; lock loss must be noticed within a few.
 const LOCK_CHECK_INTERVAL_MS: u64 = 200;
@@ -34,8 +33,6 @@ const EXIT_LOCK_LOST: i32 = 5;
 /// "At once": the second core connects to PostgreSQL, finds the lock taken and exits.
 const SECOND_CORE_EXIT_S: u64 = 10;
 /// Pacing of the lock-loss test's traffic: 8,000 messages over about four seconds.
-const PUBLISH_CHUNK: usize = 100;
-const PUBLISH_PAUSE_MS: u64 = 50;
 /// The startup steps `startup::start` records, in order: the core runtime spec's acquisition
 /// order, then the ingest spec's restart steps 4–8.
 const STARTUP_STEPS: [&str; 11] = [
@@ -91,29 +88,6 @@ async fn lock_session_pid(url: &str) -> Option<i32> {
     .fetch_optional(&mut conn)
     .await
     .expect("pg_locks")
-}
-
-/// Publishes the traffic in chunks with a pause between them, so the stream keeps arriving
-/// while the lock is lost (a core drains a pre-published backlog too fast to interrupt it).
-async fn publish_paced(url: String, traffic: Arc<Traffic>) -> u64 {
-    let publisher = ObservationPublisher::connect(&url, PublisherConfig::default())
-        .await
-        .expect("publisher");
-    let mut stored = 0;
-    for chunk in traffic.messages.chunks(PUBLISH_CHUNK) {
-        // Collected: a borrowing iterator held across the await makes the future not `Send`.
-        let items: Vec<(String, String, bytes::Bytes)> = chunk
-            .iter()
-            .map(|m| (m.subject.clone(), m.msg_id.clone(), m.payload.clone()))
-            .collect();
-        let report = publisher
-            .publish_pipelined(items, 256)
-            .await
-            .expect("publish traffic");
-        stored += report.stored;
-        tokio::time::sleep(Duration::from_millis(PUBLISH_PAUSE_MS)).await;
-    }
-    stored
 }
 
 /// Exit criterion: "Drop the advisory-lock connection and assert the core stops publishing

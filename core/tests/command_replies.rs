@@ -12,37 +12,13 @@ use sentinel_core::wire::{
     CommandOutcome, CommandReply, DRIVER_CONTRACT, DriverHello, command_reply_subject,
     parse_command_reply_subject,
 };
-use sentinel_core::{CommandRequest, ControlDetail, ControlEvent, ControlReport, Core, Effect, Input};
+use sentinel_core::{ControlDetail, ControlEvent, Core, Effect, Input};
 
 /// Asks for `value` on `plant.pump` (host `plant-a`, instance `modbus-1`) as `principal`,
 /// commits the arbitration write with its `command_issued` at `seq`, and returns the reply
 /// subject the command went out with.
 fn issue(core: &mut Core, command_id: &str, value: &str, seq: i64) -> String {
-    core.handle(
-        T0,
-        Input::CommandRequested(CommandRequest {
-            command_id: command_id.into(),
-            point_id: "plant.pump".into(),
-            value: serde_json::json!(value),
-            unit: None,
-            for_s: None,
-            release: false,
-            principal: "operator:alice".into(),
-        }),
-    );
-    let effects = drain(core);
-    let [Effect::Arbitrate { events, .. }] = effects.as_slice() else {
-        panic!("one arbitration write: {effects:?}");
-    };
-    let seqs = (seq - events.len() as i64 + 1..=seq).collect();
-    core.handle(
-        T0,
-        Input::ControlCommitted(ControlReport {
-            events: events.clone(),
-            seqs,
-        }),
-    );
-    let effects = drain(core);
+    let effects = request_and_commit(core, T0, command_id, value, seq);
     let [Effect::SendCommand { reply_to, .. }] = effects.as_slice() else {
         panic!("one command: {effects:?}");
     };

@@ -8,38 +8,12 @@ mod common;
 
 use common::*;
 use sentinel_core::wire::{CommandOutcome, CommandReply, DRIVER_CONTRACT, DriverHello, ToDriver};
-use sentinel_core::{
-    CommandRequest, ControlDetail, ControlEvent, ControlReport, Core, Effect, Input, Micros,
-};
+use sentinel_core::{ControlDetail, ControlEvent, ControlReport, Core, Effect, Input, Micros};
 
 /// Asks for `value` on `plant.pump` as alice and commits the write with `command_issued` at
 /// `seq`; returns nothing but leaves the command sent.
 fn issue(core: &mut Core, at: Micros, command_id: &str, value: &str, seq: i64) {
-    core.handle(
-        at,
-        Input::CommandRequested(CommandRequest {
-            command_id: command_id.into(),
-            point_id: "plant.pump".into(),
-            value: serde_json::json!(value),
-            unit: None,
-            for_s: None,
-            release: false,
-            principal: "operator:alice".into(),
-        }),
-    );
-    let effects = drain(core);
-    let [Effect::Arbitrate { events, .. }] = effects.as_slice() else {
-        panic!("one arbitration write: {effects:?}");
-    };
-    let seqs = (seq - events.len() as i64 + 1..=seq).collect();
-    core.handle(
-        at,
-        Input::ControlCommitted(ControlReport {
-            events: events.clone(),
-            seqs,
-        }),
-    );
-    let sent = sent(&drain(core));
+    let sent = sent(&request_and_commit(core, at, command_id, value, seq));
     assert_eq!(sent.len(), 1, "the command goes out");
 }
 

@@ -27,11 +27,11 @@ use sentinel_runtime::{self as runtime, RunOutcome, RuntimeConfig};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 
 use crate::bin::{sentinel_bin, workspace_root};
-use sentinel_driver::Credentials;
+use sentinel_driver::{Credentials, ObservationPublisher, PublisherConfig};
 
 use crate::nats::NatsServer;
 use crate::pg::{TestDb, TestRoles};
-use crate::traffic::Expected;
+use crate::traffic::{Expected, Traffic};
 
 /// How long a drain (everything accepted committed, nothing pending) may take.
 pub const DRAIN_TIMEOUT_S: u64 = 120;
@@ -342,10 +342,17 @@ pub async fn committed(store: &PgStore) -> u64 {
 
 /// Waits until everything accepted is committed and the consumer has nothing pending.
 pub async fn wait_drained(env: &Env, expected: &Expected) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(DRAIN_TIMEOUT_S);
+    wait_store_drained(&env.store, &env.bus, expected, DRAIN_TIMEOUT_S).await;
+}
+
+/// [`wait_drained`] for a test that keeps its own store and bus (its own servers): every
+/// accepted message committed and nothing pending within `timeout_s`, never more committed
+/// than accepted.
+pub async fn wait_store_drained(store: &PgStore, bus: &NatsBus, expected: &Expected, timeout_s: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
     loop {
-        let done = committed(&env.store).await;
-        let lag = env.bus.lag().await.unwrap_or_default();
+        let done = committed(store).await;
+        let lag = bus.lag().await.unwrap_or_default();
         if done == expected.accepted() && lag.pending == 0 && lag.ack_pending == 0 {
             return;
         }
@@ -356,11 +363,43 @@ pub async fn wait_drained(env: &Env, expected: &Expected) {
         );
         assert!(
             tokio::time::Instant::now() < deadline,
-            "not drained: {done}/{} committed, {lag:?}",
-            expected.accepted()
+            "not drained within {timeout_s} s: {done}/{} committed in {}, {lag:?}",
+            expected.accepted(),
+            store.host()
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Exactly once, counted with SQL from outside the core: rows per class and quarantine by
+/// reason as the traffic's oracle says, and no two rows sharing a message key.
+pub async fn assert_exactly_once(store: &PgStore, url: &str, expected: &Expected) {
+    let rows = store.row_counts().await.expect("row counts");
+    for class in RetentionClass::ALL {
+        assert_eq!(
+            rows.get(class),
+            expected.rows[class.index()],
+            "rows in observation_{}",
+            class.as_str()
+        );
+    }
+    let quarantine: BTreeMap<&'static str, u64> = store
+        .quarantine_counts()
+        .await
+        .expect("quarantine")
+        .into_iter()
+        .map(|(reason, n)| (reason.as_str(), n))
+        .collect();
+    assert_eq!(quarantine, expected.quarantine, "quarantine by reason");
+    let mut conn = pg(url).await;
+    let (all, distinct): (i64, i64) = sqlx::query_as(
+        "SELECT count(*), count(DISTINCT (driver_instance, source_epoch, source_seq)) FROM observation",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("row keys");
+    assert_eq!(all as u64, expected.rows_total());
+    assert_eq!(distinct, all, "no two rows share a message key");
 }
 
 /// Exact counts per class, the view equals their sum, no two rows share a message key, bad
@@ -544,4 +583,32 @@ pub async fn terminate(mut child: Child) {
 /// The wall clock, as the cores read it.
 pub fn now() -> Micros {
     SystemClock.now()
+}
+
+/// [`publish_paced`]'s chunk, and its pause between chunks.
+pub const PACED_CHUNK: usize = 100;
+pub const PACED_PAUSE_MS: u64 = 50;
+
+/// Publishes the traffic in chunks of [`PACED_CHUNK`] with [`PACED_PAUSE_MS`] between them, so
+/// the stream keeps arriving while a test breaks something (a core drains a pre-published
+/// backlog too fast to interrupt it); how many the stream stored.
+pub async fn publish_paced(url: String, traffic: Arc<Traffic>) -> u64 {
+    let publisher = ObservationPublisher::connect(&url, PublisherConfig::default())
+        .await
+        .expect("publisher");
+    let mut stored = 0;
+    for chunk in traffic.messages.chunks(PACED_CHUNK) {
+        // Collected: a borrowing iterator held across the await makes the future not `Send`.
+        let items: Vec<(String, String, bytes::Bytes)> = chunk
+            .iter()
+            .map(|m| (m.subject.clone(), m.msg_id.clone(), m.payload.clone()))
+            .collect();
+        let report = publisher
+            .publish_pipelined(items, 256)
+            .await
+            .expect("publish traffic");
+        stored += report.stored;
+        tokio::time::sleep(Duration::from_millis(PACED_PAUSE_MS)).await;
+    }
+    stored
 }

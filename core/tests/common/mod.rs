@@ -134,6 +134,43 @@ pub fn drain(core: &mut Core) -> Vec<Effect> {
     std::iter::from_fn(|| core.poll_effect()).collect()
 }
 
+/// Asks for `value` on `plant.pump` (host `plant-a`, instance `modbus-1`) as
+/// `operator:alice` at `at`, commits the one arbitration write it makes with its last event
+/// (`command_issued`) at `seq`, and returns the effects of that commit.
+pub fn request_and_commit(
+    core: &mut Core,
+    at: Micros,
+    command_id: &str,
+    value: &str,
+    seq: i64,
+) -> Vec<Effect> {
+    core.handle(
+        at,
+        sentinel_core::Input::CommandRequested(sentinel_core::CommandRequest {
+            command_id: command_id.into(),
+            point_id: "plant.pump".into(),
+            value: serde_json::json!(value),
+            unit: None,
+            for_s: None,
+            release: false,
+            principal: "operator:alice".into(),
+        }),
+    );
+    let effects = drain(core);
+    let [Effect::Arbitrate { events, .. }] = effects.as_slice() else {
+        panic!("one arbitration write: {effects:?}");
+    };
+    let seqs = (seq - events.len() as i64 + 1..=seq).collect();
+    core.handle(
+        at,
+        sentinel_core::Input::ControlCommitted(sentinel_core::ControlReport {
+            events: events.clone(),
+            seqs,
+        }),
+    );
+    drain(core)
+}
+
 /// Delivers, flushes on the interval, and returns the single committed batch.
 pub fn deliver_and_flush(core: &mut Core, deliveries: Vec<Delivery>) -> sentinel_core::Batch {
     let now = core.now();
