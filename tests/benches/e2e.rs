@@ -47,6 +47,7 @@ use sentinel_ports::clock::{Clock, SystemClock};
 use sentinel_ports::{Bus, Store};
 use sentinel_runtime::startup;
 use sentinel_store_pg::{CommitInsert, PgStore, PgStoreConfig};
+use sentinel_tests::bench::{CpuSplit, arg, cpu_seconds, flag, load_average, median};
 use sentinel_tests::harness::{InProcessCore, bus_with_stream, pg};
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg::TestDb;
@@ -67,123 +68,6 @@ const LOAD_CHUNK: usize = 100_000;
 /// How often a drain's end is polled.
 const DRAIN_POLL_MS: u64 = 20;
 
-/// CPU seconds used so far per process, with the slot it counts in: 0 for processes named
-/// `postgres`, 1 for `nats-server`, 2 for this process. Read from /proc so a measurement's CPU
-/// can be attributed per component.
-#[derive(Clone, Default)]
-struct CpuReading(std::collections::HashMap<u32, (usize, f64)>);
-
-fn cpu_seconds() -> CpuReading {
-    let ticks_per_s = 100.0; // USER_HZ on Linux
-    let me = std::process::id();
-    let mut out = CpuReading::default();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return out;
-    };
-    for entry in entries.flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let comm = &stat[open + 1..close];
-        let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
-        let (Some(utime), Some(stime)) = (fields.get(11), fields.get(12)) else {
-            continue;
-        };
-        let secs = (utime.parse::<f64>().unwrap_or(0.0) + stime.parse::<f64>().unwrap_or(0.0)) / ticks_per_s;
-        let slot = if pid == me {
-            2
-        } else if comm == "postgres" {
-            0
-        } else if comm == "nats-server" {
-            1
-        } else {
-            continue;
-        };
-        out.0.insert(pid, (slot, secs));
-    }
-    out
-}
-
-impl CpuReading {
-    /// CPU seconds per slot used between `before` and `self`, per process: a process that
-    /// started in between counts whole, one that exited in between is lost (short-lived
-    /// backends and autovacuum workers; the store's pooled backends and the servers live on).
-    fn since(&self, before: &CpuReading) -> [f64; 3] {
-        let mut used = [0.0; 3];
-        for (pid, &(slot, secs)) in &self.0 {
-            let earlier = before.0.get(pid).map_or(0.0, |&(_, s)| s);
-            used[slot] += (secs - earlier).max(0.0);
-        }
-        used
-    }
-}
-
-/// CPU per message of each process over one measurement.
-#[derive(Clone, Copy, Debug, Default)]
-struct CpuSplit {
-    /// µs per message: PostgreSQL, nats-server, this process.
-    us: [f64; 3],
-    /// Cores busy on average (of the machine's two).
-    cores: f64,
-}
-
-impl CpuSplit {
-    fn over(before: &CpuReading, after: &CpuReading, messages: u64, secs: f64) -> CpuSplit {
-        let used = after.since(before);
-        CpuSplit {
-            us: [0, 1, 2].map(|i| used[i] * 1e6 / messages.max(1) as f64),
-            cores: used.iter().sum::<f64>() / secs,
-        }
-    }
-
-    fn total_us(&self) -> f64 {
-        self.us.iter().sum()
-    }
-}
-
-impl std::fmt::Display for CpuSplit {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "postgres {:.1} / nats-server {:.1} / own {:.1} us per msg ({:.2} of 2 cores busy)",
-            self.us[0], self.us[1], self.us[2], self.cores
-        )
-    }
-}
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn flag(name: &str) -> bool {
-    std::env::args().any(|a| a == name)
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    match values.len() {
-        0 => 0.0,
-        n if n % 2 == 1 => values[n / 2],
-        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
-    }
-}
 /// `work_queue`: the OBS stream's retention (an ack deletes the message), or plain limits
 /// retention (an ack only moves the ack floor).
 async fn raw_fetch_ack(url: &str, messages: usize, work_queue: bool) -> f64 {
@@ -772,8 +656,8 @@ async fn connect_store(url: &str, commit_insert: CommitInsert) -> PgStore {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let messages = arg("--messages", 200_000);
-    let rounds = arg("--rounds", 3).max(1);
+    let messages: usize = arg("--messages", 200_000);
+    let rounds: usize = arg("--rounds", 3usize).max(1);
     let nats = NatsServer::start().await;
     let db = TestDb::create().await.expect("database");
     let optimistic = connect_store(&db.url, CommitInsert::Optimistic).await;

@@ -35,21 +35,13 @@ use sentinel_ports::clock::{Clock, SystemClock};
 use sentinel_runtime::telemetry::Telemetry;
 use sentinel_runtime::{RuntimeConfig, startup};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
+use sentinel_tests::bench::{arg, load_average, median};
 use sentinel_tests::harness::{InProcessCore, bus_with_stream, pg};
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg::TestDb;
 use sentinel_tests::traffic;
 
 const SEED: u64 = 26;
-
-fn arg(name: &str, default: usize) -> usize {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 /// This process's CPU seconds so far (user + system).
 fn own_cpu_s() -> f64 {
@@ -61,17 +53,6 @@ fn own_cpu_s() -> f64 {
     let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
     // After the command name: state is field 0, utime 11, stime 12 (man 5 proc, minus 3).
     (ticks(11) + ticks(12)) / 100.0
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// One drain's figures.
@@ -190,8 +171,8 @@ async fn real_drain(
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let messages = arg("--messages", 100_000);
-    let rounds = arg("--rounds", 3).max(1);
+    let messages = arg("--messages", 100_000usize);
+    let rounds = arg("--rounds", 3usize).max(1);
     let nats = NatsServer::start().await;
     let db = TestDb::create().await.expect("database");
     let store = PgStore::connect(&db.url, PgStoreConfig::default())

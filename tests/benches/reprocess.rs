@@ -26,26 +26,12 @@ use sentinel_core::{Config, Micros};
 use sentinel_ports::{Lease, Store};
 use sentinel_runtime::reprocess::{self, Request};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
+use sentinel_tests::bench::{arg, load_average};
 use sentinel_tests::pg::TestDb;
 use sentinel_tests::reprocess::{self as rp, PRESSURE};
 use sqlx::{Connection, PgConnection};
 
 const START: &str = "2026-01-15T00:00:00Z";
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
 
 fn summary(name: &str, rows: u64, samples: &mut [Duration]) {
     samples.sort();
@@ -137,8 +123,8 @@ async fn read_all(store: &PgStore, from: Micros, chunk: usize) -> u64 {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let rows = arg("--rows", 1_000_000).clamp(1_000, 20_000_000);
-    let rounds = arg("--rounds", 3).clamp(1, 20) as usize;
+    let rows = arg("--rows", 1_000_000u64).clamp(1_000, 20_000_000);
+    let rounds = arg("--rounds", 3u64).clamp(1, 20) as usize;
     let chunk_rows = arg(
         "--chunk-rows",
         sentinel_core::reprocess::CHUNK_ROWS_DEFAULT as u64,

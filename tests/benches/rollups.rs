@@ -28,27 +28,13 @@ use std::time::{Duration, Instant};
 use sentinel_core::Micros;
 use sentinel_ports::{Lease, Store};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
+use sentinel_tests::bench::{arg, load_average};
 use sentinel_tests::pg::TestDb;
 use sqlx::{Connection, PgConnection};
 
 const POINTS: i64 = 4_000;
 const RATE_PER_S: i64 = 500;
 const START: &str = "2026-01-15T00:00:00Z";
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
 
 fn summary(name: &str, rows: i64, samples: &mut [Duration]) {
     samples.sort();
@@ -129,9 +115,9 @@ async fn scan(conn: &mut PgConnection, from: Micros, to: Micros) -> i64 {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
-    let hours = arg("--hours", 1).clamp(1, 24 * 7);
-    let rounds = arg("--rounds", 5).clamp(1, 50) as usize;
-    let day_rounds = arg("--day-rounds", 1).clamp(1, 50) as usize;
+    let hours = arg("--hours", 1u64).clamp(1, 24 * 7);
+    let rounds = arg("--rounds", 5u64).clamp(1, 50) as usize;
+    let day_rounds = arg("--day-rounds", 1u64).clamp(1, 50) as usize;
     let drop = std::env::args().any(|a| a == "--drop");
     let db = TestDb::create().await.expect("test database");
     // A day's refresh is one statement of minutes: well past the store's default timeout.

@@ -4,8 +4,9 @@
 //! ([`pg_pair`]), so no test depends on another's leftovers (DESIGN.md §7); test
 //! traffic with a known outcome ([`traffic`]); the `sentinel` binary for process tests
 //! ([`bin`]); the harness the end-to-end and process tests share ([`harness`]); and a private
-//! Prometheus scraping a core ([`prometheus`]).
+//! Prometheus scraping a core ([`prometheus`]); and what the benchmarks share ([`bench`]).
 
+pub mod bench;
 pub mod bin;
 pub mod harness;
 pub mod nats;
