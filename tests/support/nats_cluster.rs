@@ -64,6 +64,12 @@ impl NatsCluster {
     /// Starts `size` nodes routed to each other and waits until every one answers a JetStream
     /// request (which needs the cluster's meta leader elected).
     pub async fn start(size: usize) -> NatsCluster {
+        NatsCluster::start_with(size, "").await
+    }
+
+    /// As [`NatsCluster::start`], with `jetstream_options` added to every node's `jetstream`
+    /// block (e.g. `sync_interval: always`).
+    pub async fn start_with(size: usize, jetstream_options: &str) -> NatsCluster {
         static STARTED: AtomicU64 = AtomicU64::new(0);
         assert!((1..=5).contains(&size), "a cluster of 1..=5 nodes");
         let n = STARTED.fetch_add(1, Ordering::Relaxed);
@@ -85,7 +91,7 @@ impl NatsCluster {
             std::fs::create_dir_all(&store).expect("node store directory");
             let config = format!(
                 "server_name: \"{name}\"\nlisten: \"127.0.0.1:{port}\"\nhttp: \"127.0.0.1:{monitor}\"\n\
-                 jetstream {{ store_dir: \"{store}\" }}\n\
+                 jetstream {{ store_dir: \"{store}\"\n{jetstream_options}\n}}\n\
                  cluster {{\n  name: \"{cluster_name}\"\n  listen: \"127.0.0.1:{route}\"\n  routes: [{routes}]\n}}\n",
                 store = store.display(),
                 routes = routes.join(", "),
