@@ -102,6 +102,10 @@ impl SimBus {
     }
 }
 
+/// What the bus answers while the stream is between leaders (the `stream_leader_change`
+/// site): async-nats reports "no responders" or a timeout.
+const NO_LEADER: &str = "no stream leader (election in progress): no responders";
+
 pub struct SimConsumer {
     inner: MemoryConsumer,
     bus: SimBus,
@@ -176,6 +180,15 @@ impl Bus for SimBus {
 
     async fn ack(&self, tags: Vec<DeliveryTag>) -> Result<(), BusError> {
         self.enter(Some("acks")).await?;
+        if self.world.leader_changing() {
+            // Sent to a leader that is gone: lost, as plain acks are not confirmed.
+            self.world.trace(format_args!(
+                "{} acks {} tags into a stream leader election: lost",
+                self.incarnation.core.host(),
+                tags.len()
+            ));
+            return Ok(());
+        }
         if self.world.fires(Site::LostAck) {
             self.world.trace(format_args!(
                 "fault lost_ack {} ({} tags)",
@@ -265,6 +278,9 @@ impl Bus for SimBus {
         self.enter(Some("publishes a self-point"))
             .await
             .map_err(refused)?;
+        if self.world.leader_changing() {
+            return Err(refused(BusError::Connection(NO_LEADER.into())));
+        }
         let observation = self_point_observation(&payload);
         let ack = self
             .world
@@ -285,6 +301,9 @@ impl Bus for SimBus {
 
     async fn lag(&self) -> Result<Lag, BusError> {
         self.enter(None).await?;
+        if self.world.leader_changing() {
+            return Err(BusError::Connection(NO_LEADER.into()));
+        }
         let lag = self.world.bus.lag().await?;
         if let Some(epoch) = self.incarnation.epoch() {
             let now = self.world.now();
@@ -317,6 +336,12 @@ impl Consumer for SimConsumer {
             // A dead connection does not answer at once; the runtime's retry pacing applies.
             tokio::time::sleep(Duration::from_millis(wait_ms)).await;
             return Err(e);
+        }
+        if self.bus.world.leader_changing() {
+            // A pull the old leader never answers: silent past its wait, then given up
+            // (the runtime's fetch backoff and its 30 s give-up bound apply).
+            tokio::time::sleep(Duration::from_millis(wait_ms)).await;
+            return Err(BusError::Connection(NO_LEADER.into()));
         }
         let deliveries = self.inner.fetch(max, wait_ms).await?;
         if self.bus.world.is_dying(&self.bus.incarnation) {

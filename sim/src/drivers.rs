@@ -35,6 +35,10 @@ const LOCAL_QUEUE_MAX: usize = 10_000;
 
 /// Mean readings per poll cycle.
 const BURST_MEAN: u64 = 8;
+/// During a stream leader election, the share of publishes that land although their ack is
+/// lost (the rest are refused), and when the driver library retries one.
+const ELECTION_LANDS_P: f64 = 0.2;
+const ELECTION_RETRY_MS: (u64, u64) = (250, 2_000);
 
 #[derive(Clone)]
 struct Outgoing {
@@ -143,6 +147,7 @@ impl HostDriver {
                 break;
             }
         }
+        self.report_queue();
         let now = self.world.now();
         let (due, later): (Vec<_>, Vec<_>) = self.retries.drain(..).partition(|(at, _, _)| *at <= now);
         self.retries = later;
@@ -155,8 +160,12 @@ impl HostDriver {
             self.world
                 .trace(format_args!("{} retries {}", self.host, message.msg_id));
             // A retry of an accepted message whose ack the driver did not see. If the stream
-            // is full now, the original is still in it, so the retry is simply given up.
-            self.publish_once(&message);
+            // is full now, the original is still in it, so the retry is simply given up; while
+            // the stream has no leader the library keeps retrying, inside the window above.
+            if !self.publish_once(&message) && self.world.leader_changing() {
+                let delay_ms = self.world.between(ELECTION_RETRY_MS.0, ELECTION_RETRY_MS.1) as i64;
+                self.retries.push((now.add_ms(delay_ms), accepted_at, message));
+            }
         }
     }
 
@@ -167,8 +176,10 @@ impl HostDriver {
             if self.queue.len() >= LOCAL_QUEUE_MAX {
                 self.queue.pop_front();
                 self.dropped += 1;
+                self.world.lock().driver_dropped += 1;
             }
             self.queue.push_back(message);
+            self.report_queue();
             return;
         }
         if self.world.settings.is_active(Site::PublisherRetry)
@@ -184,8 +195,20 @@ impl HostDriver {
         }
     }
 
-    /// One publish attempt. False when the stream is full.
+    /// Tells the world how many readings this host queues (invariant 2's count at the drain).
+    fn report_queue(&self) {
+        self.world
+            .lock()
+            .driver_queued
+            .insert(self.host.clone(), self.queue.len());
+    }
+
+    /// One publish attempt. False when the stream is full, or is between leaders and did not
+    /// take it.
     fn publish_once(&mut self, message: &Outgoing) -> bool {
+        if self.world.leader_changing() {
+            return self.publish_during_election(message);
+        }
         let result =
             self.world
                 .bus
@@ -201,6 +224,7 @@ impl HostDriver {
                 true
             }
             Ok(ack) => {
+                inner.driver_landed += 1;
                 inner
                     .checker
                     .on_accepted(ack.seq, message.key.clone(), message.observation.clone(), now);
@@ -219,6 +243,52 @@ impl HostDriver {
             }
             Err(e) => {
                 // The model only refuses subjects outside `obs.>`, which drivers never use.
+                inner.checker.fail(2, now, format!("driver publish refused: {e}"));
+                true
+            }
+        }
+    }
+
+    /// A publish while the stream has no leader (the `stream_leader_change` site): mostly
+    /// refused ("no responders", a timeout), and then queued as on a full stream; sometimes it
+    /// lands but its ack is lost in the election, and the driver library retries it with the
+    /// same message id, which the stream must drop as a duplicate (true: not queued).
+    fn publish_during_election(&mut self, message: &Outgoing) -> bool {
+        let now = self.world.now();
+        if !self.world.lock().rng.chance(ELECTION_LANDS_P) {
+            self.world.lock().trace.event(
+                now,
+                format_args!("{} no stream leader for {}", self.host, message.msg_id),
+            );
+            return false;
+        }
+        let result =
+            self.world
+                .bus
+                .publish_observation(&message.subject, &message.msg_id, message.payload.clone());
+        let mut inner = self.world.lock();
+        match result {
+            Ok(ack) if !ack.duplicate => {
+                inner.driver_landed += 1;
+                inner
+                    .checker
+                    .on_accepted(ack.seq, message.key.clone(), message.observation.clone(), now);
+                inner.trace.event(
+                    now,
+                    format_args!(
+                        "{} pub seq {} {} (ack lost in the election)",
+                        self.host, ack.seq, message.msg_id
+                    ),
+                );
+                let delay_ms = inner.rng.between(ELECTION_RETRY_MS.0, ELECTION_RETRY_MS.1) as i64;
+                drop(inner);
+                self.retries.push((now.add_ms(delay_ms), now, message.clone()));
+                true
+            }
+            // A retry that landed again, or the stream was full: as outside an election.
+            Ok(_) => true,
+            Err(BusError::StreamFull) => false,
+            Err(e) => {
                 inner.checker.fail(2, now, format!("driver publish refused: {e}"));
                 true
             }

@@ -47,6 +47,9 @@ const LATE_COMMAND_DELAY_MS: u64 = 10_000;
 /// for how long it does.
 const SLOW_DRIVER_LINK_DELAY_MS: (u64, u64) = (2_000, 15_000);
 const SLOW_DRIVER_LINK_FOR_MS: (u64, u64) = (5_000, 30_000);
+/// The `stream_leader_change` fault: how long an election leaves the stream without a leader
+/// (nats-server documents 4–9 s).
+const LEADER_ELECTION_MS: (u64, u64) = (4_000, 9_000);
 /// The `lock_session_killed_alone` fault: how long a two-core run's standby is held down.
 const STANDBY_DOWN_MS: (u64, u64) = (2_000, 15_000);
 
@@ -207,8 +210,12 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         links: cores.iter().map(|&c| (c, Links::default())).collect(),
         incarnations: Default::default(),
         faults_on: true,
+        leader_change_until: None,
         crash_requests: Vec::new(),
         published: 0,
+        driver_landed: 0,
+        driver_dropped: 0,
+        driver_queued: Default::default(),
         traffic_done: false,
         step: 0,
         inbound_senders: Default::default(),
@@ -396,6 +403,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             // Liveness phase: heal everything, faults stop firing.
             let mut inner = world.lock();
             inner.faults_on = false;
+            inner.leader_change_until = None;
             for links in inner.links.values_mut() {
                 *links = Links::default();
             }
@@ -405,10 +413,24 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         } else if world.lock().traffic_done {
             let drained = drained_at.is_none()
                 && world.bus.stream_len() == 0
-                && world.lock().checker.uncovered().is_empty();
+                && world.lock().checker.uncovered().is_empty()
+                && world.lock().driver_queued.values().all(|&n| n == 0);
             if drained {
                 drained_at = Some(now);
                 world.trace(format_args!("drained"));
+                let mut inner = world.lock();
+                let (published, landed, dropped) =
+                    (inner.published, inner.driver_landed, inner.driver_dropped);
+                if published != landed + dropped {
+                    inner.checker.fail(
+                        2,
+                        now,
+                        format!(
+                            "drivers published {published} distinct readings; the stream took {landed} and full queues dropped {dropped}: {} lost uncounted",
+                            published as i64 - (landed + dropped) as i64
+                        ),
+                    );
+                }
             }
             if drained_at.is_none() && now >= drain_deadline {
                 let uncovered = world.lock().checker.uncovered();
@@ -778,6 +800,14 @@ fn controller_faults(
             ));
             scheduled.push((now.add_ms(for_ms), Scheduled::Heal(core, before)));
         }
+    }
+    if fires(Site::StreamLeaderChange) && !world.leader_changing() {
+        let for_ms = world.between(LEADER_ELECTION_MS.0, LEADER_ELECTION_MS.1) as i64;
+        world.lock().leader_change_until = Some(now.add_ms(for_ms));
+        world.trace(format_args!(
+            "fault {}: no stream leader for {for_ms} ms",
+            Site::StreamLeaderChange.name()
+        ));
     }
     if fires(Site::AckWaitExpiry) {
         world.bus.expire_in_flight();

@@ -56,10 +56,16 @@ pub enum Site {
     /// under the lock; half the time the run is cut off between chunks (its session dies and
     /// the restarting core takes the lock).
     OperatorReprocess,
+    /// The stream's leader changes (issue 25; docs/deploy.md, "Losing a node, a stream leader
+    /// or a consumer leader"): for an election's 4–9 s every publish into the stream is refused
+    /// or loses its ack (some land, the driver does not hear so and retries with the same
+    /// message id), the core's pulls stall or fail, its acks and lag requests are lost, and its
+    /// self-point publishes fail.
+    StreamLeaderChange,
 }
 
 impl Site {
-    pub const ALL: [Site; 17] = [
+    pub const ALL: [Site; 18] = [
         Site::CrashBeforeCommit,
         Site::CrashAfterCommit,
         Site::CrashAfterAck,
@@ -77,6 +83,7 @@ impl Site {
         Site::CrashMidRollupStep,
         Site::OperatorRollupRefresh,
         Site::OperatorReprocess,
+        Site::StreamLeaderChange,
     ];
     /// Sites added after the first twelve are drawn from a generator of their own, so the
     /// seeds of `sim/tests/regressions.rs` keep the settings and runs they failed with.
@@ -101,6 +108,7 @@ impl Site {
             Site::CrashMidRollupStep => "crash_mid_rollup_step",
             Site::OperatorRollupRefresh => "operator_rollup_refresh",
             Site::OperatorReprocess => "operator_reprocess",
+            Site::StreamLeaderChange => "stream_leader_change",
         }
     }
 }

@@ -177,10 +177,19 @@ pub struct Inner {
     pub incarnations: BTreeMap<CoreId, Arc<Incarnation>>,
     /// Faults fire only in the safety phase.
     pub faults_on: bool,
+    /// A stream leader election runs until this instant (the `stream_leader_change` site);
+    /// `None` while the stream has a leader.
+    pub leader_change_until: Option<Micros>,
     /// Hosts whose process must die at the end of this step.
     pub crash_requests: Vec<CoreId>,
     /// Distinct observations the drivers have published so far.
     pub published: u64,
+    /// Of those: how many the stream took (first acceptance, not a duplicate), how many a
+    /// driver's full local queue dropped (counted, as its `queue_drops` reading says), and how
+    /// many each driver host still queues. Invariant 2 at the drain: `published` is the sum.
+    pub driver_landed: u64,
+    pub driver_dropped: u64,
+    pub driver_queued: BTreeMap<String, usize>,
     pub traffic_done: bool,
     pub step: u64,
     /// Each running core's inbound subscription (`Bus::inbound`): the operator's requests and
@@ -244,6 +253,12 @@ impl World {
 
     pub fn now(&self) -> Micros {
         self.clock.now()
+    }
+
+    /// Whether the stream is between leaders (the `stream_leader_change` site).
+    pub fn leader_changing(&self) -> bool {
+        let now = self.now();
+        self.lock().leader_change_until.is_some_and(|until| now < until)
     }
 
     /// Appends a trace line at the current simulated time.
