@@ -34,7 +34,7 @@ mod arbitration;
 #[path = "store_conformance/class_change.rs"]
 mod class_change;
 use arbitration::{
-    point_desired_is_written_with_its_claim_fenced_and_read_back,
+    point_desired_is_written_with_its_claim_fenced_and_read_back, the_epoch_is_raised_fenced_past_a_drivers,
     the_recorded_epoch_is_the_newest_acquisitions,
     unanswered_commands_are_each_points_newest_without_a_result,
 };
@@ -281,6 +281,7 @@ conformance!(
     point_desired_is_written_with_its_claim_fenced_and_read_back,
     unanswered_commands_are_each_points_newest_without_a_result,
     the_recorded_epoch_is_the_newest_acquisitions,
+    the_epoch_is_raised_fenced_past_a_drivers,
 );
 
 on_conflict_form!(
