@@ -54,7 +54,12 @@ def run(n, with_ids, window_s, port, mport):
                     if line.startswith(b"PING"): s.sendall(b"PONG\r\n")
         if chunk:
             s.sendall(b"".join(chunk))
-        info = request("$JS.API.STREAM.INFO.D", {})
+        # Publishes without a reply are stored asynchronously: wait until all are.
+        for _ in range(600):
+            info = request("$JS.API.STREAM.INFO.D", {})
+            if info["state"]["last_seq"] >= n:
+                break
+            time.sleep(0.1)
         msgs = info["state"]["messages"]
         # Empty the stream as the core would (work queue): purge removes the messages; the
         # duplicate window's ids stay until they expire.
