@@ -34,7 +34,7 @@ mod arbitration;
 #[path = "store_conformance/class_change.rs"]
 mod class_change;
 use arbitration::{
-    point_desired_is_written_with_its_claim_fenced_and_read_back,
+    point_desired_is_written_with_its_claim_fenced_and_read_back, the_epoch_is_raised_fenced_past_a_drivers,
     the_recorded_epoch_is_the_newest_acquisitions,
     unanswered_commands_are_each_points_newest_without_a_result,
 };
@@ -254,6 +254,7 @@ macro_rules! on_conflict_form {
 
 conformance!(
     commit_reports_only_new_rows,
+    a_late_copy_of_a_stored_key_is_not_inserted,
     rows_land_in_their_class_table,
     quarantine_is_exactly_once,
     batches_with_keys_already_present_commit_only_their_new_rows,
@@ -281,10 +282,12 @@ conformance!(
     point_desired_is_written_with_its_claim_fenced_and_read_back,
     unanswered_commands_are_each_points_newest_without_a_result,
     the_recorded_epoch_is_the_newest_acquisitions,
+    the_epoch_is_raised_fenced_past_a_drivers,
 );
 
 on_conflict_form!(
     commit_reports_only_new_rows,
+    a_late_copy_of_a_stored_key_is_not_inserted,
     rows_land_in_their_class_table,
     quarantine_is_exactly_once,
     batches_with_keys_already_present_commit_only_their_new_rows,
@@ -455,9 +458,11 @@ async fn commit_reports_only_new_rows<B: Backend>(b: &B) {
     assert_eq!(report.inserted, vec![0, 1]);
 
     // A different ingested_at is a different row under the 4-column index (it is the bus's
-    // duplicate window, not the store, that stops a re-publish).
+    // duplicate window, not the store, that stops a prompt re-publish). A copy that arrives
+    // late after its observation is another matter: `a_late_copy_of_a_stored_key_is_not_inserted`.
     let mut republished = seq_row(m, 1);
     republished.ingested_at = Micros(republished.ingested_at.0 + 86_400 * 1_000_000);
+    republished.observed_at = republished.ingested_at;
     let report = b
         .store()
         .commit(batch(5, epoch, vec![republished], vec![]))
@@ -551,6 +556,110 @@ async fn quarantine_is_exactly_once<B: Backend>(b: &B) {
 /// insert, and the fallback commits the batch; a present key in the last table the statement
 /// writes means the refused statement had already inserted rows into the others, which must
 /// not remain.
+/// Issue 25 item 2: a late copy of a stored key — a driver's replay of a publish whose ack was
+/// lost, stored again by the stream after its duplicate window with a new `ingested_at` — is not
+/// inserted and is reported as not inserted, in every class table; a late row whose key is new
+/// is inserted; a fresh row is never checked; a copy stored before the lookback is not found.
+async fn a_late_copy_of_a_stored_key_is_not_inserted<B: Backend>(b: &B) {
+    use RetentionClass::{Measurement, State};
+    let lease = b.store().acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    let late_after_ms = sentinel_ports::LATE_DUPLICATE_AFTER_MS;
+    let observed = at(DAY1);
+    // The first copies, stored on time.
+    let first = |class, seq| {
+        row(RowSpec {
+            class,
+            seq,
+            observed_at: observed,
+            ingested_at: observed.add_ms(20),
+            ..RowSpec::default()
+        })
+    };
+    let stored = b
+        .store()
+        .commit(batch(
+            1,
+            epoch,
+            vec![first(Measurement, 1), first(State, 2)],
+            vec![],
+        ))
+        .await
+        .expect("first copies");
+    assert_eq!(stored.inserted, vec![0, 1]);
+
+    // An hour later the replay: the same keys again (late), beside a late row with a new key.
+    let replayed_at = observed.add_ms(3_600_000);
+    let late = |class, seq, ingested_at| {
+        row(RowSpec {
+            class,
+            seq,
+            observed_at: observed,
+            ingested_at,
+            ..RowSpec::default()
+        })
+    };
+    let replay = b
+        .store()
+        .commit(batch(
+            2,
+            epoch,
+            vec![
+                late(Measurement, 1, replayed_at),
+                late(Measurement, 3, replayed_at.add_ms(1)),
+                late(State, 2, replayed_at.add_ms(2)),
+            ],
+            vec![],
+        ))
+        .await
+        .expect("replay");
+    assert_eq!(replay.inserted, vec![1], "only the new key");
+    assert_eq!(
+        (b.counts().await.get(Measurement), b.counts().await.get(State)),
+        (2, 1),
+        "nothing stored twice"
+    );
+
+    // A copy just inside the threshold is not checked (the stream's window catches those):
+    // stored, as before issue 25.
+    let fresh_copy = late(Measurement, 1, observed.add_ms(late_after_ms));
+    let report = b
+        .store()
+        .commit(batch(3, epoch, vec![fresh_copy], vec![]))
+        .await
+        .expect("a copy inside the threshold");
+    assert_eq!(report.inserted, vec![0]);
+
+    // A first copy from before the lookback (observed_at far ahead of its ingest: a device
+    // clock beyond the core's future bound) is not found.
+    let ahead = row(RowSpec {
+        seq: 9,
+        observed_at: observed.add_ms(sentinel_ports::LATE_DUPLICATE_LOOKBACK_MS + 1_000),
+        ingested_at: observed,
+        ..RowSpec::default()
+    });
+    b.store()
+        .commit(batch(4, epoch, vec![ahead.clone()], vec![]))
+        .await
+        .expect("ahead");
+    let ahead_again = row(RowSpec {
+        ingested_at: replayed_at,
+        ..RowSpec {
+            seq: 9,
+            observed_at: ahead.observed_at,
+            ..RowSpec::default()
+        }
+    });
+    let report = b
+        .store()
+        .commit(batch(5, epoch, vec![ahead_again], vec![]))
+        .await
+        .expect("outside the lookback");
+    assert_eq!(report.inserted, vec![0], "the check looks back only so far");
+    assert_eq!(b.counts().await.get(Measurement), 5);
+    b.release(lease).await;
+}
+
 async fn batches_with_keys_already_present_commit_only_their_new_rows<B: Backend>(b: &B) {
     use RetentionClass::{Diagnostic, Measurement, State};
     let lease = b.store().acquire().await.expect("acquire");

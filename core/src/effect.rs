@@ -59,6 +59,8 @@ pub enum Input {
     /// The store's answer to `Effect::CheckEpoch`: the epoch recorded now (`None`: the store
     /// did not answer).
     EpochRecorded { epoch: Option<u32> },
+    /// The store's answer to `Effect::RaiseEpoch` (issue 25 item 3).
+    EpochRaised(EpochRaise),
     /// A rollup refresh step answered (`Effect::RefreshRollups`).
     RollupStepped(crate::rollup::RollupStepOutcome),
     /// The epoch fence refused a rollup step: a newer core holds the lock.
@@ -82,6 +84,17 @@ pub enum Input {
     Shutdown,
 }
 
+/// What `Effect::RaiseEpoch` did.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum EpochRaise {
+    /// The recorded epoch is now `epoch` (at least the floor asked for).
+    Raised { epoch: u32 },
+    /// This core's epoch was no longer the recorded one: a newer core holds the lock.
+    Fenced,
+    /// The store did not answer, or refused the floor (above what it records).
+    Failed,
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub enum Effect {
     /// Write this batch in one fenced transaction and answer with `Input::Committed`.
@@ -96,6 +109,10 @@ pub enum Effect {
     /// Ask the store for the epoch recorded now and answer with `Input::EpochRecorded`: a
     /// driver answered `stale_epoch`, a claim that this core was replaced.
     CheckEpoch,
+    /// Raise the recorded epoch to `floor`, fenced on `epoch` (`Store::raise_epoch`), and
+    /// answer with `Input::EpochRaised`: a driver said hello with a higher epoch than this
+    /// core's, which a failover that lost the last commits can cause (issue 25 item 3).
+    RaiseEpoch { epoch: u32, floor: u32 },
     /// Publish a command on `cmd.<host>.<instance>` with the reply subject its driver answers
     /// on (`Input::CommandAnswered`), only once its `command_issued` event committed.
     SendCommand {
@@ -188,6 +205,15 @@ impl ExitReason {
     pub const FENCED: ExitReason = ExitReason {
         code: 4,
         why: "epoch fence refused the write: a newer core holds the lock",
+    };
+
+    /// A driver had seen a higher epoch than this core's (a failover that lost the last
+    /// commits let the epoch repeat): the recorded epoch was raised past it, so this core is
+    /// fenced from now on; started again, the next core takes an epoch above every one the
+    /// drivers have seen (issue 25 item 3).
+    pub const EPOCH_RAISED: ExitReason = ExitReason {
+        code: 7,
+        why: "a driver has seen a higher core epoch; the recorded epoch was raised past it, restart",
     };
 
     /// A write (commit, checkpoint or control events) failed: fenced, or with an unknown

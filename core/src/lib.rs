@@ -81,7 +81,7 @@ pub use parts::{drivers, self_points};
 pub use config::Config;
 pub use control::{CommandRequest, ControlDetail, ControlEvent, ControlKind, ControlReport, IssuedCommand};
 pub use delivery::{Delivery, DeliveryTag};
-pub use effect::{Deadline, Effect, ExitReason, Input};
+pub use effect::{Deadline, Effect, EpochRaise, ExitReason, Input};
 pub use gap::GapReason;
 pub use log::{
     Batch, BatchId, CanonicalValue, CommitReport, ObsKey, ObsRow, Quality, QuarantineEntry, QuarantineReason,

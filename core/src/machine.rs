@@ -30,7 +30,7 @@ use crate::control::{
 };
 use crate::delivery::Delivery;
 use crate::derived::{WindowRequest, WindowRow};
-use crate::effect::{Deadline, Effect, ExitReason, Input};
+use crate::effect::{Deadline, Effect, EpochRaise, ExitReason, Input};
 use crate::log::{Batch, CommitReport, Quality};
 use crate::metrics::Metrics;
 use crate::parts::claims::{Asker, Claims};
@@ -374,11 +374,19 @@ impl Core {
             }
             Input::StreamFront { first_seq } => self.derived.release_held(first_seq, out),
             Input::DriverHello { host, hello } => {
-                let claims = &self.claims;
-                let wins = |point, value: &serde_json::Value| still_desired(claims, point, value);
-                self.commands.on_hello(&host, &hello, wins, ctx, out);
-                self.drivers.hello(&host, &hello, ctx.now, out)
+                // A hello ahead of this core's epoch re-sends nothing: the core stops
+                // commanding until the epoch is raised (issue 25 item 3).
+                if !self.drivers.hello(&host, &hello, ctx.now, out) {
+                    let claims = &self.claims;
+                    let wins = |point, value: &serde_json::Value| still_desired(claims, point, value);
+                    self.commands.on_hello(&host, &hello, wins, ctx, out);
+                }
             }
+            Input::EpochRaised(raise) => self.exit(match raise {
+                EpochRaise::Raised { .. } => ExitReason::EPOCH_RAISED,
+                EpochRaise::Fenced => ExitReason::FENCED,
+                EpochRaise::Failed => ExitReason::COMMIT_FAILED,
+            }),
             Input::CommandAnswered { epoch, seq, reply } => {
                 self.commands.on_answer(epoch, seq, &reply, ctx, out)
             }
@@ -415,8 +423,19 @@ impl Core {
         }
     }
 
+    /// The next effect. Once the drivers part asked the store to raise the epoch (issue 25
+    /// item 3), nothing goes to the drivers any more: commands and announcements on
+    /// `cmd.<host>.<instance>` are withheld and counted (`commands_withheld`); the commands
+    /// stay unanswered in the control log and the next core's outbox sends them.
     pub fn poll_effect(&mut self) -> Option<Effect> {
-        self.out.pop()
+        loop {
+            let effect = self.out.pop()?;
+            if self.drivers.epoch_raise().is_some() && to_drivers(&effect) {
+                self.out.metrics.commands_withheld += 1;
+                continue;
+            }
+            return Some(effect);
+        }
     }
 
     /// When the caller should next send `Input::Tick`, if anything is waiting on time.
@@ -789,6 +808,15 @@ impl Core {
         self.mode = Mode::Exited;
         self.ingest.abandon();
         self.out.push(Effect::Exit(reason));
+    }
+}
+
+/// Whether `effect` is a message to a driver (a command or an announcement).
+fn to_drivers(effect: &Effect) -> bool {
+    match effect {
+        Effect::SendCommand { .. } => true,
+        Effect::Publish { subject, .. } => crate::wire::parse_cmd_subject(subject).is_some(),
+        _ => false,
     }
 }
 

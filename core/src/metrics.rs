@@ -51,6 +51,9 @@ pub struct Metrics {
     pub driver_hellos_unknown: u64,
     pub driver_hellos_ahead: u64,
     pub driver_reannouncements: u64,
+    /// Messages to drivers (commands, announcements) withheld while the store raised the
+    /// epoch past a driver's (issue 25 item 3); the next core sends the commands again.
+    pub commands_withheld: u64,
     /// Driver instances now connecting, connected and ready (a gauge, as
     /// `DriverState::ALL` orders them).
     pub drivers: [u64; 3],

@@ -157,7 +157,7 @@ fn an_instance_behind_the_epoch_is_announced_to_again() {
 }
 
 #[test]
-fn unknown_and_ahead_hellos_are_counted_and_change_nothing() {
+fn unknown_hellos_change_nothing_and_one_ahead_asks_for_an_epoch_raise() {
     let mut core = core();
     // An instance no point is assigned to, and a known instance under the wrong host.
     for (host, instance) in [("plant-a", "ghost"), ("plant-c", "modbus-1")] {
@@ -177,7 +177,9 @@ fn unknown_and_ahead_hellos_are_counted_and_change_nothing() {
             hello: hello("opc-1", 6),
         },
     );
-    assert!(drain(&mut core).is_empty());
+    // ... or this core's epoch repeats one the driver saw (issue 25 item 3): the store is
+    // asked to raise the recorded epoch past it, fenced on this core's.
+    assert_eq!(drain(&mut core), [Effect::RaiseEpoch { epoch: 5, floor: 6 }]);
     let m = core.metrics();
     assert_eq!(
         (m.driver_hellos, m.driver_hellos_unknown, m.driver_hellos_ahead),

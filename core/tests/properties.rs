@@ -255,7 +255,8 @@ impl World {
                 | Effect::Reprocess(_)
                 | Effect::ReprocessReply { .. }
                 | Effect::SendCommand { .. }
-                | Effect::CheckEpoch => {}
+                | Effect::CheckEpoch
+                | Effect::RaiseEpoch { .. } => {}
                 Effect::Exit(reason) => panic!("unexpected exit: {reason:?}"),
             }
         }

@@ -19,10 +19,18 @@
 //! is written to the next generation's log, the head is switched to it, and the old log is
 //! deleted: a crash at any point leaves a head that names a complete log.
 //!
-//! A message that was accepted by the stream is never queued: only [`BusError::StreamFull`]
-//! (rejected, not stored) sends a message here. A publish whose ack timed out on every retry
-//! is returned as an error, not queued, because it may have been stored; queueing it could
-//! store it twice once the duplicate window has passed.
+//! A site cut off from the bus (issue 25 item 2; core runtime spec, "Geographic split"): a
+//! publish the bus could not take — the connection is down, or the stream never acknowledged
+//! it after every retry ([`BusError::is_unreachable`]) — is queued too, and so is everything
+//! published after it until the link is back: [`QueuedPublisher`] then stops trying the stream
+//! for [`QueuedPublisher::relink_probe_interval_ms`] at a time (each try can take the
+//! publisher's whole retry span) and queues straight to disk; on the first try that goes
+//! through, the queue replays oldest first, every message with its own message id, before
+//! anything new. A publish whose ack was lost may already be in the stream; its replay comes
+//! later than the stream's duplicate window can catch, gets a new `ingested_at`, and is
+//! recognised by the store instead: a commit refuses a late row whose three-column key is
+//! already stored ([`sentinel_ports::LATE_DUPLICATE_AFTER_MS`]). Messages the stream accepted
+//! are never queued; a refusal (permissions) or any other error is returned, not queued.
 
 use std::collections::VecDeque;
 use std::fs::{self, File, OpenOptions};
@@ -373,10 +381,20 @@ pub enum Published {
     Queued,
 }
 
+/// How long [`QueuedPublisher`] queues without trying the stream after the bus was found
+/// unreachable: one try can take the publisher's whole retry span (37 s by default), which a
+/// driver polling every few seconds must not pay on every reading.
+pub const RELINK_PROBE_INTERVAL_MS: u64 = 5_000;
+
 /// A publisher with the disk queue behind it.
 pub struct QueuedPublisher<S: ObservationSink> {
     sink: S,
     queue: DiskQueue,
+    /// Until when the stream is not tried: the bus was unreachable at the last try.
+    unreachable_until: Option<Micros>,
+    relink_probe_interval_ms: u64,
+    /// Times the bus was found unreachable since this publisher was made.
+    unreachable_total: u64,
     /// Observations [`QueuedPublisher::publish`] could not hand to the stream since this
     /// publisher was made: queued (the stream was full, or refused the older ones still
     /// queued ahead) or failed with an error.
@@ -388,8 +406,46 @@ impl<S: ObservationSink> QueuedPublisher<S> {
         QueuedPublisher {
             sink,
             queue,
+            unreachable_until: None,
+            relink_probe_interval_ms: RELINK_PROBE_INTERVAL_MS,
+            unreachable_total: 0,
             publish_failures: 0,
         }
+    }
+
+    /// Sets how long the stream is left untried after it was found unreachable (default
+    /// [`RELINK_PROBE_INTERVAL_MS`]).
+    pub fn set_relink_probe_interval_ms(&mut self, interval_ms: u64) {
+        self.relink_probe_interval_ms = interval_ms;
+    }
+
+    pub fn relink_probe_interval_ms(&self) -> u64 {
+        self.relink_probe_interval_ms
+    }
+
+    /// Whether the stream is being left untried at `now` (the bus was unreachable).
+    pub fn is_cut_off(&self, now: Micros) -> bool {
+        self.unreachable_until.is_some_and(|until| now < until)
+    }
+
+    /// Times the bus was found unreachable since this publisher was made.
+    pub fn unreachable_total(&self) -> u64 {
+        self.unreachable_total
+    }
+
+    /// The bus could not take a publish tried at `now`, `tried` ago: leave it untried for the
+    /// probe interval from when the try ended (a try can take the publisher's whole retry span).
+    fn cut_off(&mut self, now: Micros, tried: tokio::time::Instant, error: &BusError) {
+        self.unreachable_total = self.unreachable_total.saturating_add(1);
+        let interval_ms = i64::try_from(self.relink_probe_interval_ms).unwrap_or(i64::MAX);
+        let tried_ms = i64::try_from(tried.elapsed().as_millis()).unwrap_or(i64::MAX);
+        self.unreachable_until = Some(now.add_ms(tried_ms.saturating_add(interval_ms)));
+        tracing::warn!(
+            %error,
+            queued = self.queue.len(),
+            probe_in_ms = self.relink_probe_interval_ms,
+            "the bus is unreachable; queueing to disk"
+        );
     }
 
     pub fn queue(&self) -> &DiskQueue {
@@ -428,7 +484,8 @@ impl<S: ObservationSink> QueuedPublisher<S> {
         now: Micros,
     ) -> Result<Published, BusError> {
         self.drain(now).await?;
-        if self.queue.is_empty() {
+        if self.queue.is_empty() && !self.is_cut_off(now) {
+            let tried = tokio::time::Instant::now();
             match self
                 .sink
                 .publish_observation(subject, msg_id, payload.clone())
@@ -436,6 +493,9 @@ impl<S: ObservationSink> QueuedPublisher<S> {
             {
                 Ok(ack) => return Ok(Published::Stream(ack)),
                 Err(BusError::StreamFull) => {}
+                // It may have been stored (a lost ack): queued with its message id all the
+                // same; a late copy is recognised by the store.
+                Err(error) if error.is_unreachable() => self.cut_off(now, tried, &error),
                 Err(other) => return Err(other),
             }
         }
@@ -538,12 +598,17 @@ impl<S: ObservationSink> QueuedPublisher<S> {
         .await
     }
 
-    /// Publishes queued messages, oldest first, until the queue is empty or the stream is
-    /// full again. Returns how many reached the stream.
+    /// Publishes queued messages, oldest first, until the queue is empty, the stream is full
+    /// again or the bus is unreachable (then it is left untried for the probe interval; not
+    /// tried at all while it is). Returns how many reached the stream.
     pub async fn drain(&mut self, now: Micros) -> Result<u64, BusError> {
         self.queue.enforce_bounds(now).map_err(queue_error)?;
+        if self.is_cut_off(now) {
+            return Ok(0);
+        }
         let mut sent = 0;
         while let Some(message) = self.queue.front().map_err(queue_error)? {
+            let tried = tokio::time::Instant::now();
             match self
                 .sink
                 .publish_observation(&message.subject, &message.msg_id, message.payload)
@@ -551,11 +616,19 @@ impl<S: ObservationSink> QueuedPublisher<S> {
             {
                 Ok(_) => {
                     self.queue.pop_front().map_err(queue_error)?;
+                    self.unreachable_until = None;
                     sent += 1;
                 }
                 Err(BusError::StreamFull) => break,
+                Err(error) if error.is_unreachable() => {
+                    self.cut_off(now, tried, &error);
+                    break;
+                }
                 Err(other) => return Err(other),
             }
+        }
+        if sent > 0 {
+            tracing::info!(sent, queued = self.queue.len(), "replayed queued observations");
         }
         Ok(sent)
     }
@@ -586,6 +659,137 @@ mod tests {
             bytes_max: 64 << 20,
             age_max_ms: 3_600_000,
         }
+    }
+
+    /// A sink the test cuts off and reconnects: while down every publish is unacknowledged.
+    #[derive(Default)]
+    struct Link {
+        down: std::sync::atomic::AtomicBool,
+        refuse: std::sync::atomic::AtomicBool,
+        tries: std::sync::atomic::AtomicU64,
+        stored: std::sync::Mutex<Vec<String>>,
+    }
+
+    impl ObservationSink for &Link {
+        async fn publish_observation(
+            &self,
+            subject: &str,
+            msg_id: &str,
+            _payload: Bytes,
+        ) -> Result<PublishAck, BusError> {
+            use std::sync::atomic::Ordering::SeqCst;
+            self.tries.fetch_add(1, SeqCst);
+            if self.refuse.load(SeqCst) {
+                return Err(BusError::PermissionDenied {
+                    operation: "publish",
+                    subject: subject.to_owned(),
+                });
+            }
+            if self.down.load(SeqCst) {
+                return Err(BusError::Unacknowledged(format!(
+                    "publish on {subject} not acknowledged"
+                )));
+            }
+            let mut stored = self.stored.lock().expect("lock");
+            stored.push(msg_id.to_owned());
+            Ok(PublishAck {
+                seq: stored.len() as u64,
+                duplicate: false,
+            })
+        }
+    }
+
+    /// Issue 25 item 2: a lost link queues what the bus could not take and everything after
+    /// it, tries the stream only once per probe interval, and replays in order when it is back.
+    #[tokio::test]
+    async fn a_cut_off_link_queues_then_replays_in_order() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let dir = temp_dir("cut-off");
+        let link = Link::default();
+        let mut publisher = QueuedPublisher::new(&link, DiskQueue::open(config(&dir)).expect("open"));
+        let subject = "obs.plant-a.modbus-1";
+        let publish = |i: u64| (format!("modbus-1:1:{i}"), Bytes::from(format!("{{\"n\":{i}}}")));
+        let (id, payload) = publish(1);
+        assert!(matches!(
+            publisher.publish(subject, &id, payload, T0).await,
+            Ok(Published::Stream(_))
+        ));
+
+        link.down.store(true, SeqCst);
+        let (id, payload) = publish(2);
+        assert_eq!(
+            publisher
+                .publish(subject, &id, payload, T0)
+                .await
+                .expect("queued"),
+            Published::Queued
+        );
+        assert!(publisher.is_cut_off(T0));
+        let tries = link.tries.load(SeqCst);
+        // Inside the probe interval the stream is not tried at all.
+        let (id, payload) = publish(3);
+        assert_eq!(
+            publisher
+                .publish(subject, &id, payload, T0.add_ms(1_000))
+                .await
+                .expect("queued"),
+            Published::Queued
+        );
+        assert_eq!(link.tries.load(SeqCst), tries, "not tried while cut off");
+        // After it, one try (the oldest queued), which fails: still queued, cut off again.
+        let after_probe = T0.add_ms(RELINK_PROBE_INTERVAL_MS as i64);
+        let (id, payload) = publish(4);
+        assert_eq!(
+            publisher
+                .publish(subject, &id, payload, after_probe)
+                .await
+                .expect("queued"),
+            Published::Queued
+        );
+        assert_eq!(link.tries.load(SeqCst), tries + 1, "one probe");
+        assert_eq!(publisher.queue().len(), 3);
+        assert_eq!(publisher.unreachable_total(), 2);
+
+        // The link is back: the queue replays oldest first, then the new one goes through.
+        link.down.store(false, SeqCst);
+        let (id, payload) = publish(5);
+        assert!(matches!(
+            publisher
+                .publish(
+                    subject,
+                    &id,
+                    payload,
+                    after_probe.add_ms(RELINK_PROBE_INTERVAL_MS as i64)
+                )
+                .await,
+            Ok(Published::Stream(_))
+        ));
+        assert!(publisher.queue().is_empty());
+        assert_eq!(
+            *link.stored.lock().expect("lock"),
+            [
+                "modbus-1:1:1",
+                "modbus-1:1:2",
+                "modbus-1:1:3",
+                "modbus-1:1:4",
+                "modbus-1:1:5"
+            ]
+        );
+        assert_eq!(publisher.publish_failures(), 3);
+
+        // A refusal is no lost link: returned, not queued.
+        link.refuse.store(true, SeqCst);
+        let (id, payload) = publish(6);
+        let refused = publisher
+            .publish(subject, &id, payload, after_probe.add_ms(20_000))
+            .await
+            .expect_err("refused");
+        assert_eq!(
+            refused.to_string(),
+            "the bus refused to let this principal publish on obs.plant-a.modbus-1: not permitted"
+        );
+        assert!(publisher.queue().is_empty());
+        let _ = fs::remove_dir_all(&dir);
     }
 
     fn temp_dir(name: &str) -> PathBuf {

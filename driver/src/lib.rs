@@ -282,7 +282,7 @@ impl ObservationPublisher {
                 return Ok(ack);
             }
             if started.elapsed() >= retry_for {
-                return Err(BusError::Other(format!(
+                return Err(BusError::Unacknowledged(format!(
                     "publish on {subject} not acknowledged after {attempt} attempts over {} ms",
                     started.elapsed().as_millis()
                 )));

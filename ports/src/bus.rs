@@ -29,8 +29,22 @@ pub enum BusError {
         operation: &'static str,
         subject: String,
     },
+    /// A publish the stream never acknowledged, after every retry: it may or may not have
+    /// been stored (the ack, not the publish, may be what was lost). Transient: the driver
+    /// library queues the observation to disk and replays it with the same message id
+    /// (issue 25 item 2).
+    #[error("bus: {0}")]
+    Unacknowledged(String),
     #[error("bus: {0}")]
     Other(String),
+}
+
+impl BusError {
+    /// Whether the bus may take the same publish later: it could not be reached, or did not
+    /// answer in time. A full stream, a refusal and anything else are not.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(self, BusError::Connection(_) | BusError::Unacknowledged(_))
+    }
 }
 
 /// What a stream answers to an accepted publish.

@@ -24,5 +24,8 @@ pub use store::maintenance::*;
 pub use store::records::*;
 pub use store::retention::*;
 pub use store::rollups::*;
-pub use store::{CommitError, Lease, Store, StoreError};
+pub use store::{
+    CommitError, EPOCH_MAX, LATE_DUPLICATE_AFTER_MS, LATE_DUPLICATE_LOOKBACK_MS, Lease, Store, StoreError,
+    epoch_floor_too_high,
+};
 pub use tag_table::TagTable;

@@ -25,7 +25,7 @@ use std::time::Duration;
 use sentinel_core::partitions::PartitionsOutcome;
 use sentinel_core::retention::RetentionOutcome;
 use sentinel_core::rollup::RollupStepOutcome;
-use sentinel_core::{Core, Effect, ExitReason, Input, Metrics, Micros};
+use sentinel_core::{Core, Effect, EpochRaise, ExitReason, Input, Metrics, Micros};
 use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tracing::{debug, error, info, warn};
@@ -280,6 +280,14 @@ where
                                     .await;
                             Input::ReprocessFinished(finished)
                         });
+                        continue;
+                    }
+                    Effect::RaiseEpoch { epoch, floor } => {
+                        // On the loop, not off it: the answer is the next thing the core hears,
+                        // before a commit that the raise fenced can report its refusal (so the
+                        // exit says why: raised, not fenced by a newer core).
+                        let raise = raise_epoch(&store, epoch, floor, &telemetry).await;
+                        core.handle(clock.now(), Input::EpochRaised(raise));
                         continue;
                     }
                     other => other,
@@ -614,6 +622,44 @@ async fn observation_publish_loop<B: Bus>(
     }
 }
 
+/// `Effect::RaiseEpoch` (issue 25 item 3): a driver's hello showed an epoch above this core's.
+async fn raise_epoch<S: Store>(
+    store: &S,
+    epoch: u32,
+    floor: u32,
+    telemetry: &Option<Telemetry>,
+) -> EpochRaise {
+    match store.raise_epoch(epoch, floor).await {
+        Ok(raised) => {
+            warn!(
+                epoch,
+                floor,
+                raised,
+                "a driver has seen a higher core epoch than this one (a failover lost epoch increments?); \
+                 the recorded epoch was raised past it"
+            );
+            EpochRaise::Raised { epoch: raised }
+        }
+        Err(StoreError::Fenced { epoch, current }) => {
+            warn!(
+                epoch,
+                current, "a driver has seen a higher core epoch; a newer core holds the lock"
+            );
+            if let Some(t) = telemetry {
+                t.store_error(StoreOp::Control, Some(&StoreError::Fenced { epoch, current }));
+            }
+            EpochRaise::Fenced
+        }
+        Err(e) => {
+            error!(error = %e, epoch, floor, "raising the core epoch past a driver's failed");
+            if let Some(t) = telemetry {
+                t.store_error(StoreOp::Control, Some(&e));
+            }
+            EpochRaise::Failed
+        }
+    }
+}
+
 /// The store work the core asks for beside ingest, run off the loop: its answers come back as
 /// inputs.
 #[derive(Default)]
@@ -767,6 +813,13 @@ async fn execute<B: Bus, S: Store>(
                     }
                 }
             });
+        }
+        Effect::RaiseEpoch { epoch, floor } => {
+            // The loop answers it before it gets here (`raise_epoch`).
+            error!(
+                epoch,
+                floor, "an epoch raise reached the effect executor; ignored"
+            );
         }
         Effect::CheckEpoch => {
             // Off the loop: one short read.

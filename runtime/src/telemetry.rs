@@ -92,7 +92,7 @@ fn bus_kind(error: Option<&BusError>) -> usize {
         Some(BusError::Connection(_)) => 0,
         Some(BusError::StreamFull) => 1,
         Some(BusError::PermissionDenied { .. }) => 2,
-        None => 3,
+        None | Some(BusError::Unacknowledged(_)) => 3,
         Some(BusError::Other(_)) => 4,
     }
 }

@@ -634,6 +634,11 @@ impl Store for SimStore {
         self.world.store.recorded_epoch().await
     }
 
+    async fn raise_epoch(&self, epoch: u32, floor: u32) -> Result<u32, StoreError> {
+        self.enter(None).await?;
+        self.world.store.raise_epoch(epoch, floor).await
+    }
+
     async fn load_unanswered_commands(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
         self.enter(None).await?;
         self.world.store.load_unanswered_commands().await

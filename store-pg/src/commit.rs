@@ -68,6 +68,34 @@ macro_rules! insert_class {
     };
 }
 
+/// [`insert_class`] with the late-duplicate check (issue 25 item 2,
+/// [`sentinel_ports::LATE_DUPLICATE_AFTER_MS`]): a row late by more than `$31` µs
+/// (`ingested_at − observed_at`) is skipped when its three-column key is already in the table
+/// with an earlier `ingested_at` at or after `observed_at − $32` µs. The probe is the unique
+/// index's prefix plus a range on its last column, in the partitions of that range only.
+macro_rules! insert_class_checked {
+    ($table:literal, $class:literal, $tail:literal) => {
+        concat!(
+            "INSERT INTO ",
+            $table,
+            " (",
+            observation_columns!(),
+            ", applied) SELECT ",
+            observation_columns!(),
+            ", $30::bigint FROM src WHERE class = ",
+            $class,
+            " AND NOT (src.ingested_at - src.observed_at > $31::bigint * interval '1 microsecond' \
+               AND EXISTS (SELECT 1 FROM ",
+            $table,
+            " o WHERE o.driver_instance = src.driver_instance AND o.source_epoch = src.source_epoch \
+               AND o.source_seq = src.source_seq \
+               AND o.ingested_at >= src.observed_at - $32::bigint * interval '1 microsecond' \
+               AND o.ingested_at < src.ingested_at))",
+            $tail
+        )
+    };
+}
+
 /// The quarantine entries (`$22`–`$29`), fenced by the same `allowed`.
 macro_rules! insert_quarantine {
     ($tail:literal) => {
@@ -82,25 +110,26 @@ macro_rules! insert_quarantine {
     };
 }
 
-/// The redelivery-safe form: what the unique index refuses is skipped, and RETURNING keys
-/// (`kind = 0`), quarantine sequences (`kind = 1`) and the current epoch (`kind = 2`) come
-/// back in one result.
+/// The redelivery-safe form: what the unique index refuses, and a late copy of a stored key
+/// (`insert_class_checked`, `$31` and `$32`), is skipped, and RETURNING keys (`kind = 0`),
+/// quarantine sequences (`kind = 1`) and the current epoch (`kind = 2`) come back in one
+/// result.
 pub(crate) const COMMIT_BATCH: &str = concat!(
     fenced_source!(),
     ", m AS (",
-    insert_class!(
+    insert_class_checked!(
         "observation_measurement",
         "0",
         " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
     ),
     "), s AS (",
-    insert_class!(
+    insert_class_checked!(
         "observation_state",
         "1",
         " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
     ),
     "), d AS (",
-    insert_class!(
+    insert_class_checked!(
         "observation_diagnostic",
         "2",
         " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
@@ -148,6 +177,12 @@ impl PgStore {
         let quarantine = QuarantineColumns::new(&batch.quarantine)?;
         let (inserted, quarantine_inserted) = match self.config.commit_insert {
             CommitInsert::OnConflict => self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?,
+            // A late row may be a late copy of a stored key (issue 25 item 2): only the
+            // ON CONFLICT form checks, and reports exactly what it inserted.
+            CommitInsert::Optimistic if self.has_late_row(batch) => {
+                self.commit_late_checked.fetch_add(1, Ordering::Relaxed);
+                self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?
+            }
             CommitInsert::Optimistic => match self.commit_plain(batch, epoch, &rows, &quarantine).await? {
                 Some(report) => report,
                 None => {
@@ -171,6 +206,16 @@ impl PgStore {
             "batch committed"
         );
         Ok((inserted, quarantine_inserted))
+    }
+
+    /// Whether a row of `batch` arrived late enough to be checked against the stored keys
+    /// ([`PgStoreConfig::late_duplicate_after_ms`](crate::PgStoreConfig)).
+    fn has_late_row(&self, batch: &Batch) -> bool {
+        let late_after_us = self.config.late_duplicate_after_ms.saturating_mul(1_000);
+        batch
+            .rows
+            .iter()
+            .any(|row| row.ingested_at.0.saturating_sub(row.observed_at.0) > late_after_us)
     }
 
     /// `COMMIT_BATCH_PLAIN`. `Ok(None)` when the unique index refused the statement: it was
@@ -251,6 +296,8 @@ impl PgStore {
             rows,
             quarantine,
         )
+        .bind(self.config.late_duplicate_after_ms.saturating_mul(1_000))
+        .bind(self.config.late_duplicate_lookback_ms.saturating_mul(1_000))
         .fetch_all(&self.pool)
         .await
         .map_err(db_error("committing the batch"))?;

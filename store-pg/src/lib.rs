@@ -91,6 +91,13 @@ pub struct PgStoreConfig {
     pub partition_days_ahead: u32,
     /// How a batch is inserted; both forms are fenced and report the same RETURNING set.
     pub commit_insert: CommitInsert,
+    /// The late-duplicate check (issue 25 item 2, [`sentinel_ports::LATE_DUPLICATE_AFTER_MS`]):
+    /// a row whose `ingested_at − observed_at` exceeds this is checked against the stored
+    /// three-column keys. At most the stream's duplicate window minus how far a device clock
+    /// may run ahead of the bus's; a deployment with a shorter window sets it lower.
+    pub late_duplicate_after_ms: i64,
+    /// How far before a late row's `observed_at` its earlier copy is looked for.
+    pub late_duplicate_lookback_ms: i64,
 }
 
 /// How [`PgStore`] inserts a batch (issue 13). Both are one fenced statement per attempt and
@@ -127,6 +134,8 @@ impl Default for PgStoreConfig {
             checkpoint_rows_max: 1 << 20,
             partition_days_ahead: 3,
             commit_insert: CommitInsert::Optimistic,
+            late_duplicate_after_ms: sentinel_ports::LATE_DUPLICATE_AFTER_MS,
+            late_duplicate_lookback_ms: sentinel_ports::LATE_DUPLICATE_LOOKBACK_MS,
         }
     }
 }
@@ -145,6 +154,8 @@ pub struct PgStore {
     ensured_days: Arc<Mutex<BTreeSet<i64>>>,
     /// Optimistic commits the unique index refused, each then committed with ON CONFLICT.
     commit_fallbacks: Arc<AtomicU64>,
+    /// Batches with a late row, committed with the late-duplicate check (issue 25 item 2).
+    commit_late_checked: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -241,6 +252,16 @@ impl PgStore {
     /// qualifies is used for the pool and the lock session; every pooled connection checks
     /// again that its session qualifies, so a host that became a standby is never written to.
     pub async fn connect(database_url: &str, config: PgStoreConfig) -> Result<PgStore, StoreError> {
+        for (name, value) in [
+            ("late_duplicate_after_ms", config.late_duplicate_after_ms),
+            ("late_duplicate_lookback_ms", config.late_duplicate_lookback_ms),
+        ] {
+            if value < 0 {
+                return Err(StoreError::Other(format!(
+                    "{name} must not be negative, got {value}"
+                )));
+            }
+        }
         let hosts = HostList::parse(database_url)?;
         let configure = |options: PgConnectOptions| {
             options.application_name("sentinel").options([
@@ -294,6 +315,7 @@ impl PgStore {
             config: Arc::new(config),
             ensured_days: Default::default(),
             commit_fallbacks: Default::default(),
+            commit_late_checked: Default::default(),
         })
     }
 
@@ -311,5 +333,11 @@ impl PgStore {
     /// committed with `ON CONFLICT DO NOTHING`). For the benchmark and the tests.
     pub fn commit_fallbacks(&self) -> u64 {
         self.commit_fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// How many batches held a row late enough to be checked against the stored keys and
+    /// were committed with the late-duplicate check (issue 25 item 2). For the tests.
+    pub fn commit_late_checked(&self) -> u64 {
+        self.commit_late_checked.load(Ordering::Relaxed)
     }
 }

@@ -150,6 +150,11 @@ pub(crate) const ACQUIRE_EPOCH: &str = "WITH bumped AS (UPDATE core_epoch SET ep
        SELECT epoch, now(), pg_backend_pid(), app FROM named RETURNING epoch) \
      SELECT epoch FROM recorded";
 
+/// The raise of issue 25 item 3, fenced: no row comes back when `$1` is no longer the
+/// recorded epoch.
+pub(crate) const RAISE_EPOCH: &str = "UPDATE core_epoch SET epoch = GREATEST(epoch, $2::integer) WHERE singleton AND epoch = $1::integer \
+     RETURNING epoch";
+
 /// The session holding the single-writer lock in this database (advisory locks are per
 /// database, and pg_locks shows every database's), with what pg_stat_activity says about it.
 pub(crate) const LOCK_HOLDER: &str = "SELECT l.pid, a.application_name, a.backend_start FROM pg_locks l \
@@ -261,6 +266,40 @@ impl PgStore {
             .await
             .map_err(db_error("reading the core epoch"))?;
         u32::try_from(epoch).map_err(|_| StoreError::Other(format!("negative core epoch {epoch}")))
+    }
+
+    /// [`sentinel_ports::Store::raise_epoch`]: one statement, the row locked `FOR UPDATE` (so
+    /// it waits for every commit holding the fence `FOR SHARE`, as an acquisition does), raised
+    /// only while it still holds `epoch`. When it does not, the current epoch is read to name
+    /// it in the refusal.
+    pub(crate) async fn raise_epoch_inner(&self, epoch: u32, floor: u32) -> Result<u32, StoreError> {
+        if floor > sentinel_ports::EPOCH_MAX {
+            return Err(sentinel_ports::epoch_floor_too_high(floor));
+        }
+        let mine = crate::epoch_to_db(epoch)?;
+        let floor_db = crate::epoch_to_db(floor)?;
+        let raised: Option<i32> = sqlx::query_scalar(RAISE_EPOCH)
+            .bind(mine)
+            .bind(floor_db)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error("raising the core epoch"))?;
+        match raised {
+            Some(raised) => {
+                let raised = u32::try_from(raised)
+                    .map_err(|_| StoreError::Other(format!("negative core epoch {raised}")))?;
+                debug_assert_eq!(
+                    raised,
+                    epoch.max(floor),
+                    "GREATEST of the held epoch and the floor"
+                );
+                Ok(raised)
+            }
+            None => Err(StoreError::Fenced {
+                epoch,
+                current: self.current_epoch().await?,
+            }),
+        }
     }
 
     /// The session holding the single-writer lock, `None` when it is free.

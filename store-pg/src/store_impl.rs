@@ -103,6 +103,10 @@ impl Store for PgStore {
         self.current_epoch().await
     }
 
+    async fn raise_epoch(&self, epoch: u32, floor: u32) -> Result<u32, StoreError> {
+        self.raise_epoch_inner(epoch, floor).await
+    }
+
     async fn load_unanswered_commands(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
         self.load_unanswered_commands_inner().await
     }

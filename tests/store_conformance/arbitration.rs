@@ -411,3 +411,57 @@ pub async fn the_recorded_epoch_is_the_newest_acquisitions<B: Backend>(b: &B) {
         "the newer acquisition's"
     );
 }
+
+/// Issue 25 item 3: raising the recorded epoch past a driver's is fenced on the caller's epoch,
+/// never lowers it, refuses a floor the store cannot record, and makes the next acquisition
+/// take an epoch above the floor; once raised, the raiser's own writes are fenced.
+pub async fn the_epoch_is_raised_fenced_past_a_drivers<B: Backend>(b: &B) {
+    let lease = b.store().acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    assert_eq!(
+        b.store().raise_epoch(epoch, epoch).await.expect("a floor equal"),
+        epoch,
+        "a floor not above the recorded epoch changes nothing"
+    );
+    match b.store().raise_epoch(epoch + 1, epoch + 9).await {
+        Err(StoreError::Fenced { epoch: e, current }) => assert_eq!((e, current), (epoch + 1, epoch)),
+        other => panic!("a raise from an epoch not recorded is fenced, got {other:?}"),
+    }
+    let too_high = b
+        .store()
+        .raise_epoch(epoch, sentinel_ports::EPOCH_MAX + 1)
+        .await
+        .expect_err("a floor above the integer column");
+    assert_eq!(
+        too_high.to_string(),
+        format!(
+            "store: epoch floor {} is above the highest epoch a store records ({})",
+            sentinel_ports::EPOCH_MAX + 1,
+            sentinel_ports::EPOCH_MAX
+        )
+    );
+    assert_eq!(
+        b.store().recorded_epoch().await.expect("read"),
+        epoch,
+        "refusals change nothing"
+    );
+    assert_eq!(
+        b.store().raise_epoch(epoch, epoch + 5).await.expect("raise"),
+        epoch + 5
+    );
+    assert_eq!(b.store().recorded_epoch().await.expect("read"), epoch + 5);
+    let event = issued(
+        "ahu1.mode",
+        epoch,
+        at("2026-12-01T10:00:00Z"),
+        &CommandValue::Number(1.0),
+    );
+    match b.store().write_control_events(epoch, vec![event]).await {
+        Err(StoreError::Fenced { current, .. }) => assert_eq!(current, epoch + 5),
+        other => panic!("the raiser's own writes are fenced once raised, got {other:?}"),
+    }
+    b.release(lease).await;
+    let next = b.store().acquire().await.expect("acquire again");
+    assert_eq!(next.epoch(), epoch + 6, "the next acquisition is above the floor");
+    b.release(next).await;
+}

@@ -24,8 +24,19 @@
 //! Driver Contract's part (not in `spec/`; DESIGN.md §2 lists the subjects): a hello whose
 //! highest epoch is below this core's gets the announcement again, so a driver that restarted
 //! or missed it learns the epoch before this core's first command to it. A hello above this
-//! core's epoch means a newer core has announced itself; it is counted and logged by the
-//! runtime, and the lock check is what stops this core.
+//! core's epoch means either a newer core has announced itself, or this core's epoch repeats
+//! one the drivers have already seen: a failover of the database that lost its last commits
+//! (asynchronous replication, a cancelled synchronous wait) can lose epoch increments too
+//! (issue 25 item 3). Either way this core must not command with its epoch. It asks the store
+//! to raise the recorded epoch to the hello's, fenced on its own (`Effect::RaiseEpoch`, once):
+//! refused, a newer core holds the lock and this one exits fenced; raised, this core is fenced
+//! from now on and exits ([`crate::ExitReason::EPOCH_RAISED`]) so that its supervisor starts
+//! the next, whose acquisition takes an epoch above every one the drivers have seen. Until
+//! then nothing is commanded: the router withholds every message to the drivers (the commands
+//! stay unanswered in the control log, and the next core's outbox sends them again under its
+//! epoch). Why an exit rather than an epoch changed in place: every write in flight (commits,
+//! checkpoints, control events, maintenance) carries the old epoch under an equality fence,
+//! and a restart is the one place the epoch already changes safely.
 //!
 //! Takes `DriverHello` and each RETURNING row (the point's instance may become ready). Emits
 //! `Publish` of the announcement again, to an instance whose hello showed it had not seen
@@ -149,6 +160,9 @@ pub struct Drivers {
     current_from: Micros,
     epoch: u32,
     registry_version: i32,
+    /// The floor this core asked the store to raise the recorded epoch to, once asked
+    /// (issue 25 item 3): from then on it commands nothing.
+    epoch_raise: Option<u32>,
 }
 
 impl Drivers {
@@ -209,7 +223,14 @@ impl Drivers {
             current_from: now,
             epoch,
             registry_version: registry.version,
+            epoch_raise: None,
         }
+    }
+
+    /// The floor asked of the store once a known instance's hello showed an epoch above this
+    /// core's; while set, nothing may be sent to the drivers.
+    pub fn epoch_raise(&self) -> Option<u32> {
+        self.epoch_raise
     }
 
     /// Restart step 7: one announcement per instance, in `(host, instance)` order.
@@ -277,24 +298,42 @@ impl Drivers {
     }
 
     /// A hello, counted by its outcome; an instance that has not seen this core's epoch is
-    /// sent the announcement again.
-    pub(crate) fn hello(&mut self, host: &str, hello: &DriverHello, now: Micros, out: &mut Out) {
+    /// sent the announcement again; one that has seen a higher epoch makes this core ask the
+    /// store to raise the recorded epoch to it (once). Returns whether the hello was ahead.
+    pub(crate) fn hello(&mut self, host: &str, hello: &DriverHello, now: Micros, out: &mut Out) -> bool {
         out.metrics.driver_hellos += 1;
         if let Some(slot) = self.slot(host, &hello.driver_instance) {
             self.views[slot].last_hello_at = Some(now);
         }
-        match self.on_hello(host, hello) {
-            HelloOutcome::Current => {}
+        let ahead = match self.on_hello(host, hello) {
+            HelloOutcome::Current => false,
             HelloOutcome::Reannounce(Announcement { subject, payload }) => {
                 out.metrics.driver_reannouncements += 1;
                 out.push(Effect::Publish { subject, payload });
+                false
             }
-            // A newer core has announced itself to this driver, so this one has been replaced;
-            // the lock check stops it. Until then the driver refuses its commands anyway.
-            HelloOutcome::Ahead => out.metrics.driver_hellos_ahead += 1,
-            HelloOutcome::Unknown => out.metrics.driver_hellos_unknown += 1,
-        }
+            // A newer core announced itself to this driver, or this core's epoch repeats one
+            // the driver saw before a lossy failover: the store tells which, when asked to
+            // raise the recorded epoch past it, fenced on this core's.
+            HelloOutcome::Ahead => {
+                out.metrics.driver_hellos_ahead += 1;
+                if self.epoch_raise.is_none() {
+                    debug_assert!(hello.highest_epoch_seen > self.epoch);
+                    self.epoch_raise = Some(hello.highest_epoch_seen);
+                    out.push(Effect::RaiseEpoch {
+                        epoch: self.epoch,
+                        floor: hello.highest_epoch_seen,
+                    });
+                }
+                true
+            }
+            HelloOutcome::Unknown => {
+                out.metrics.driver_hellos_unknown += 1;
+                false
+            }
+        };
         self.gauge(&mut out.metrics);
+        ahead
     }
 
     /// Every instance, in `(host, driver_instance)` order (bounded by the registry).
@@ -406,7 +445,14 @@ mod tests {
         );
         drivers.hello(HOST, &hello(EPOCH + 1), T0, &mut out);
         drivers.hello("plant-z", &hello(EPOCH), T0, &mut out);
-        assert!(drain(&mut out).is_empty());
+        assert_eq!(
+            drain(&mut out),
+            [Effect::RaiseEpoch {
+                epoch: EPOCH,
+                floor: EPOCH + 1
+            }],
+            "a hello ahead asks the store to raise the recorded epoch past it"
+        );
         let m = &out.metrics;
         assert_eq!(
             (
@@ -418,5 +464,28 @@ mod tests {
             (3, 1, 1, 1)
         );
         assert_eq!(m.drivers, [1, 0, 0]);
+    }
+
+    /// Issue 25 item 3: the raise is asked once, for the first hello ahead; an unknown
+    /// instance's word moves nothing.
+    #[test]
+    fn the_epoch_raise_is_asked_once_and_only_for_a_known_instance() {
+        let ctx = ctx();
+        let mut out = Out::default();
+        let mut drivers = Drivers::new(&ctx.registry, SELF_HOST, EPOCH, T0);
+        assert!(!drivers.hello("plant-z", &hello(EPOCH + 9), T0, &mut out));
+        assert!(drain(&mut out).is_empty());
+        assert_eq!(drivers.epoch_raise(), None);
+        assert!(drivers.hello(HOST, &hello(EPOCH + 5), T0, &mut out));
+        assert!(drivers.hello(HOST, &hello(EPOCH + 7), T0, &mut out));
+        assert_eq!(
+            drain(&mut out),
+            [Effect::RaiseEpoch {
+                epoch: EPOCH,
+                floor: EPOCH + 5
+            }]
+        );
+        assert_eq!(drivers.epoch_raise(), Some(EPOCH + 5));
+        assert_eq!(out.metrics.driver_hellos_ahead, 2);
     }
 }

@@ -367,6 +367,7 @@ impl Harness {
                     assert!(after_commit, "Publish {subject:?} not in answer to a Committed");
                 }
                 Effect::CheckEpoch => panic!("an epoch check without a command"),
+                Effect::RaiseEpoch { .. } => panic!("an epoch raise without a driver's hello"),
                 Effect::SendCommand { subject, .. } => {
                     panic!("a command {subject:?} without a request");
                 }

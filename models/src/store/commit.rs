@@ -48,6 +48,9 @@ impl MemoryStore {
                 row.key.source_seq,
                 row.ingested_at,
             );
+            if late_duplicate(&table.keys, row) {
+                continue;
+            }
             if table.keys.insert(key) {
                 table.rows.push(row.clone());
                 table.applied.push(Some(batch.applied()));
@@ -85,4 +88,27 @@ impl MemoryStore {
             quarantine_inserted,
         })
     }
+}
+
+/// The late-duplicate check ([`sentinel_ports::LATE_DUPLICATE_AFTER_MS`], issue 25 item 2):
+/// `row` arrived late and its three-column key is already stored with an earlier `ingested_at`
+/// inside the lookback.
+fn late_duplicate(keys: &BTreeSet<super::UniqueKey>, row: &sentinel_core::ObsRow) -> bool {
+    let late_after_us = sentinel_ports::LATE_DUPLICATE_AFTER_MS * 1_000;
+    if row.ingested_at.0.saturating_sub(row.observed_at.0) <= late_after_us {
+        return false;
+    }
+    let from = Micros(
+        row.observed_at
+            .0
+            .saturating_sub(sentinel_ports::LATE_DUPLICATE_LOOKBACK_MS * 1_000),
+    );
+    if from >= row.ingested_at {
+        return false;
+    }
+    let instance = row.key.driver_instance.clone();
+    let (epoch, seq) = (row.key.source_epoch, row.key.source_seq);
+    keys.range((instance.clone(), epoch, seq, from)..(instance, epoch, seq, row.ingested_at))
+        .next()
+        .is_some()
 }

@@ -463,6 +463,16 @@ impl Store for MemoryStore {
         Ok(self.current_epoch())
     }
 
+    async fn raise_epoch(&self, epoch: u32, floor: u32) -> Result<u32, StoreError> {
+        if floor > sentinel_ports::EPOCH_MAX {
+            return Err(sentinel_ports::epoch_floor_too_high(floor));
+        }
+        let mut model = lock(&self.model);
+        model.fence(epoch)?;
+        model.epoch = model.epoch.max(floor);
+        Ok(model.epoch)
+    }
+
     async fn load_unanswered_commands(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
         self.load_unanswered_commands_inner().await
     }

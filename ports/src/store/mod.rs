@@ -25,6 +25,38 @@ use records::{RegistryLoad, StartupStep, StoredControlEvent, StoredDesired, Stor
 use retention::{Partition, PartitionsAhead, RetentionCutoffs, RetentionRun};
 use rollups::{RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark};
 
+/// The late-duplicate check (issue 25 item 2), the defaults. A driver cut off from the bus
+/// queues its readings on disk and replays them when the link returns, each with its message
+/// id; one whose ack was lost before the cut may already be in the stream, and when it comes
+/// back after the stream's duplicate window (2 min) the stream stores it again with a new
+/// `ingested_at`, which the four-column unique index does not catch. So a commit also refuses a
+/// row whose `(driver_instance, source_epoch, source_seq)` is already stored with an earlier
+/// `ingested_at` at or after `observed_at − LATE_DUPLICATE_LOOKBACK_MS`, but checks only rows
+/// that arrived late: `ingested_at − observed_at` above `LATE_DUPLICATE_AFTER_MS`. A copy the
+/// window let through arrived more than the window after its first copy, which arrived after
+/// the observation was made, so every such copy is late by more than the window minus how far
+/// the device's clock runs ahead of the bus's: half the default window leaves a minute for
+/// that. The lookback is the core's `observed_future_max_ms` default: a first copy is stored
+/// at most that long before its `observed_at`. Fresh rows (nearly all) pay nothing; a late one
+/// costs one probe of the unique index per daily partition in its lookback range. A row the
+/// check refuses is reported as not inserted, as a unique-index conflict is: no transition, no
+/// projection update, no derived reading.
+pub const LATE_DUPLICATE_AFTER_MS: i64 = 60_000;
+/// See [`LATE_DUPLICATE_AFTER_MS`].
+pub const LATE_DUPLICATE_LOOKBACK_MS: i64 = 300_000;
+
+/// The highest epoch a store records (PostgreSQL's `core_epoch.epoch` is an `integer`), so
+/// [`Store::raise_epoch`] refuses a floor above it: a driver's word cannot make the next
+/// acquisition overflow.
+pub const EPOCH_MAX: u32 = i32::MAX as u32 - 1;
+
+/// [`Store::raise_epoch`]'s refusal of a floor above [`EPOCH_MAX`].
+pub fn epoch_floor_too_high(floor: u32) -> StoreError {
+    StoreError::Other(format!(
+        "epoch floor {floor} is above the highest epoch a store records ({EPOCH_MAX})"
+    ))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     /// Another session holds the single-writer lock.
@@ -133,6 +165,15 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// The epoch recorded now (the newest acquisition's): how a core checks a driver's
     /// `stale_epoch` answer (issue 21 item 4) against the store rather than the driver's word.
     fn recorded_epoch(&self) -> impl Future<Output = Result<u32, StoreError>> + Send;
+
+    /// Raises the recorded epoch to `floor` (issue 25 item 3: a driver has seen an epoch
+    /// this store no longer records, after a failover that lost the last commits), fenced on
+    /// `epoch` like every write: refused with [`StoreError::Fenced`] when `epoch` is not the
+    /// recorded one. Returns the epoch recorded afterwards (`floor`, or `epoch` when `floor`
+    /// is not above it). Once it is raised, every later write fenced on `epoch` is refused:
+    /// the caller stops, and the next acquisition takes `floor + 1`. A `floor` beyond
+    /// [`EPOCH_MAX`] is refused.
+    fn raise_epoch(&self, epoch: u32, floor: u32) -> impl Future<Output = Result<u32, StoreError>> + Send;
 
     /// The outbox at restart (issue 21 item 3): for each `point_desired` row, in point order and
     /// at most [`records::POINT_DESIRED_LOAD_MAX`], its point's newest `command_issued` event,
