@@ -1,14 +1,15 @@
 //! `sentinel registry plan DIR`: the declared load of a registry against the installation's
 //! capacity (sensor paradigm, "Write-budget sizing"; core runtime spec, "Buffer sizing"), and
-//! the admission flags `registry check` and `registry plan` share. The arithmetic is
+//! the admission flags `registry check` and `registry plan` share; with each driver host's disk
+//! queue through a cut-off (issue 25 item 2 leftover). The arithmetic is
 //! `sentinel_core::registry::plan`; this file parses flags and prints.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use sentinel_core::registry::plan::{
-    Admission, INGEST_BUDGET_OBS_S_DEFAULT, OUTAGE_S_DEFAULT, Plan, STREAM_MAX_BYTES_DEFAULT,
-    STREAM_MAX_MSGS_DEFAULT,
+    Admission, DISK_QUEUE_AGE_MAX_S_DEFAULT, DISK_QUEUE_BYTES_MAX_DEFAULT, DISK_QUEUE_RECORD_BYTES_ESTIMATE,
+    INGEST_BUDGET_OBS_S_DEFAULT, OUTAGE_S_DEFAULT, Plan, STREAM_MAX_BYTES_DEFAULT, STREAM_MAX_MSGS_DEFAULT,
 };
 use sentinel_runtime::registry_dir;
 
@@ -106,6 +107,36 @@ fn text(dir: &Path, plan: &Plan) -> String {
         a.stream_max_bytes,
         if plan.stream_fits { "fits" } else { "TOO SMALL" }
     );
+    if plan.driver_queues.is_empty() {
+        let _ = writeln!(out, "driver disk queues: no driver hosts");
+    } else {
+        let _ = writeln!(
+            out,
+            "driver disk queues through a {} s cut-off at ~{DISK_QUEUE_RECORD_BYTES_ESTIMATE} bytes a reading \
+             (default bounds {DISK_QUEUE_BYTES_MAX_DEFAULT} bytes, {DISK_QUEUE_AGE_MAX_S_DEFAULT} s):",
+            a.outage_s
+        );
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>7} {:>12} {:>14} {:>16} bounds",
+            "host", "points", "peak obs/s", "readings", "bytes"
+        );
+        for q in &plan.driver_queues {
+            let _ = writeln!(
+                out,
+                "  {:<20} {:>7} {:>12.2} {:>14} {:>16} {}",
+                q.host,
+                q.points,
+                q.peak_obs_s,
+                q.outage_readings_needed,
+                q.outage_bytes_needed,
+                if q.fits_default_bounds { "fit" } else { "TOO SMALL" }
+            );
+        }
+        for warning in &plan.driver_queue_warnings {
+            let _ = writeln!(out, "{warning}");
+        }
+    }
     if plan.writable.is_empty() {
         let _ = writeln!(out, "writable points: none");
     } else {

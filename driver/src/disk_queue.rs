@@ -61,6 +61,20 @@ pub struct DiskQueueConfig {
     pub age_max_ms: u64,
 }
 
+impl DiskQueueConfig {
+    /// The default bounds `sentinel registry plan` sizes each driver host's queue against
+    /// ([`sentinel_core::registry::plan::DISK_QUEUE_BYTES_MAX_DEFAULT`], a day's age): set
+    /// larger ones on a host whose plan line says so.
+    pub fn with_default_bounds(dir: PathBuf) -> DiskQueueConfig {
+        use sentinel_core::registry::plan::{DISK_QUEUE_AGE_MAX_S_DEFAULT, DISK_QUEUE_BYTES_MAX_DEFAULT};
+        DiskQueueConfig {
+            dir,
+            bytes_max: DISK_QUEUE_BYTES_MAX_DEFAULT,
+            age_max_ms: DISK_QUEUE_AGE_MAX_S_DEFAULT * 1000,
+        }
+    }
+}
+
 /// One queued observation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueuedMessage {

@@ -711,6 +711,46 @@ mod tests {
         assert!(plan.load.outage_msgs_needed > without.load.outage_msgs_needed);
     }
 
+    /// `registry plan` sizes each driver host's disk queue for a cut-off of the outage: a host
+    /// at 80 obs/s queues 1,152,000 readings, 288,000,000 bytes in four hours, above the default
+    /// 256 MiB, and is named in a warning; the plan still passes (a warning, not a refusal), and
+    /// the core's own host has no queue.
+    #[test]
+    fn plan_dir_sizes_each_driver_hosts_disk_queue_and_warns_past_the_default_bound() {
+        let scratch = Scratch::sample("plan-queues");
+        scratch.write(
+            "hosts/site-b.toml",
+            "host = \"site-b\"\n\
+             [[point]]\nid = \"pump9.pressure\"\ndevice = \"pump9\"\nkind = \"number\"\n\
+             driver_instance = \"modbus-pump\"\nunit = \"V\"\nrange = { min = 0.0, max = 300.0 }\n\
+             deadband = 1.0\nretention = \"measurement\"\nagg_safe = true\nfreshness_s = 60\n\
+             archetype = \"polled\"\npeak_rate_hz = 80.0\nevent_policy = \"never\"\nrow_bytes = 96\n",
+        );
+        let plan = plan_dir(&scratch.0, &Admission::default()).expect("passes its checks");
+        let hosts: Vec<&str> = plan.driver_queues.iter().map(|q| q.host.as_str()).collect();
+        assert_eq!(hosts, ["ahu-east", "electrical", "plant-a", "site-b"]);
+        let site_b = plan.driver_queues.last().expect("site-b");
+        assert_eq!(
+            (
+                site_b.points,
+                site_b.outage_readings_needed,
+                site_b.outage_bytes_needed,
+                site_b.fits_default_bounds
+            ),
+            (1, 1_152_000, 288_000_000, false)
+        );
+        assert!(plan.driver_queues[..3].iter().all(|q| q.fits_default_bounds));
+        assert_eq!(
+            plan.driver_queue_warnings,
+            [
+                "warning: driver host site-b queues 1152000 readings / 288000000 bytes in a 14400 s \
+              cut-off at 80.00 obs/s, more than its disk queue's default bounds hold: configure its \
+              bytes_max to at least 288000000 (default 268435456)"
+            ]
+        );
+        assert!(plan.within_budget && plan.stream_fits);
+    }
+
     #[test]
     fn plan_dir_lists_derived_points_inputs_first_and_check_names_a_cycle() {
         let scratch = Scratch::sample("plan");

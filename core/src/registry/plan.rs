@@ -8,12 +8,19 @@
 //! `sentinel registry plan` prints ([`Plan`]). The admission checks refuse a registry whose
 //! declared load does not fit; this module only counts.
 //!
+//! Also the driver disk queues a cut-off site rides an outage on (issue 25 item 2 leftover;
+//! docs/deploy.md, "What a cut-off site does"): per driver host, its declared peak rate and the
+//! readings and bytes its queue holds after `outage_s` with no bus ([`HostQueue`]), against the
+//! queue's default bounds ([`DISK_QUEUE_BYTES_MAX_DEFAULT`], [`DISK_QUEUE_AGE_MAX_S_DEFAULT`]).
+//! A host whose need exceeds them is a warning naming the figure to configure, not a refusal:
+//! the bounds are each driver host's own configuration, which the core never sees.
+//!
 //! Every rate here is a declared peak, so every figure is an upper bound: a registry that fits
 //! at its peaks fits.
 
 use serde::Serialize;
 
-use super::descriptor::{Descriptor, RetentionClass};
+use super::descriptor::{Descriptor, RetentionClass, SELF_HOST};
 use super::graph;
 use super::health;
 
@@ -36,6 +43,14 @@ pub const STREAM_MAX_BYTES_DEFAULT: u64 = 4 * 1024 * 1024 * 1024;
 /// `row_bytes` is its size in PostgreSQL, not on the bus.
 pub const STREAM_MESSAGE_BYTES_ESTIMATE: u64 = 512;
 const SECONDS_PER_DAY: f64 = 86_400.0;
+/// What one reading costs in a driver's disk queue: the record's 20-byte header plus subject,
+/// message id and JSON envelope (docs/deploy.md: "about 250 bytes a record on disk").
+pub const DISK_QUEUE_RECORD_BYTES_ESTIMATE: u64 = 250;
+/// The driver disk queue's default byte bound (`DiskQueueConfig::with_default_bounds` in the
+/// driver library): a four-hour cut at up to 74 obs/s on one host.
+pub const DISK_QUEUE_BYTES_MAX_DEFAULT: u64 = 256 * 1024 * 1024;
+/// The driver disk queue's default age bound: a day, six times the default outage.
+pub const DISK_QUEUE_AGE_MAX_S_DEFAULT: u64 = 24 * 3600;
 
 /// The installation's capacity that admission checks a registry against.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -119,6 +134,93 @@ impl DeclaredLoad {
     }
 }
 
+/// One driver host's disk queue through an outage with no bus (a cut-off site).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HostQueue {
+    pub host: String,
+    pub points: usize,
+    /// The sum of its points' declared peak rates.
+    pub peak_obs_s: f64,
+    /// Readings and bytes queued on its disk after the outage at that rate.
+    pub outage_readings_needed: u64,
+    pub outage_bytes_needed: u64,
+    /// The outage is within the default age bound and the bytes within the default byte bound.
+    pub fits_default_bounds: bool,
+}
+
+impl HostQueue {
+    /// Per driver host (every host but the core's own, [`SELF_HOST`]), sorted by name, from
+    /// `(host, peak_rate_hz)` per point. Rates that are not positive and finite count as zero,
+    /// as in [`DeclaredLoad::of`].
+    pub fn per_host<'a>(points: impl IntoIterator<Item = (&'a str, f64)>, outage_s: u64) -> Vec<HostQueue> {
+        let mut hosts: std::collections::BTreeMap<&str, (usize, f64)> = std::collections::BTreeMap::new();
+        let mut points_counted = 0_usize;
+        for (host, rate) in points {
+            points_counted += 1;
+            if host == SELF_HOST {
+                continue;
+            }
+            let rate = if rate.is_finite() && rate > 0.0 { rate } else { 0.0 };
+            let entry = hosts.entry(host).or_default();
+            entry.0 += 1;
+            entry.1 += rate;
+        }
+        assert!(
+            hosts.len() <= points_counted,
+            "a host is named by one of its points"
+        );
+        hosts
+            .into_iter()
+            .map(|(host, (points, peak_obs_s))| {
+                // Whole readings, rounded up, as the stream's messages are.
+                let readings = (peak_obs_s * outage_s as f64 - 1e-6).ceil().max(0.0) as u64;
+                let bytes = readings.saturating_mul(DISK_QUEUE_RECORD_BYTES_ESTIMATE);
+                HostQueue {
+                    host: host.to_owned(),
+                    points,
+                    peak_obs_s,
+                    outage_readings_needed: readings,
+                    outage_bytes_needed: bytes,
+                    fits_default_bounds: bytes <= DISK_QUEUE_BYTES_MAX_DEFAULT
+                        && outage_s <= DISK_QUEUE_AGE_MAX_S_DEFAULT,
+                }
+            })
+            .collect()
+    }
+
+    /// One line naming the host and the bound to configure, when the defaults do not hold the
+    /// outage.
+    pub fn warning(&self, outage_s: u64) -> Option<String> {
+        if self.fits_default_bounds {
+            return None;
+        }
+        let mut configure = Vec::new();
+        if self.outage_bytes_needed > DISK_QUEUE_BYTES_MAX_DEFAULT {
+            configure.push(format!(
+                "bytes_max to at least {} (default {DISK_QUEUE_BYTES_MAX_DEFAULT})",
+                self.outage_bytes_needed
+            ));
+        }
+        if outage_s > DISK_QUEUE_AGE_MAX_S_DEFAULT {
+            configure.push(format!(
+                "age_max_ms to at least {} (default {})",
+                outage_s.saturating_mul(1000),
+                DISK_QUEUE_AGE_MAX_S_DEFAULT * 1000
+            ));
+        }
+        assert!(!configure.is_empty(), "a host that does not fit exceeds a bound");
+        Some(format!(
+            "warning: driver host {} queues {} readings / {} bytes in a {outage_s} s cut-off at {:.2} obs/s, \
+             more than its disk queue's default bounds hold: configure its {}",
+            self.host,
+            self.outage_readings_needed,
+            self.outage_bytes_needed,
+            self.peak_obs_s,
+            configure.join(" and ")
+        ))
+    }
+}
+
 /// One derived point in the plan.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PlannedDerived {
@@ -139,6 +241,10 @@ pub struct Plan {
     pub load: DeclaredLoad,
     pub within_budget: bool,
     pub stream_fits: bool,
+    /// Each driver host's disk queue through the outage, by host name.
+    pub driver_queues: Vec<HostQueue>,
+    /// One line per host whose queue the default bounds do not hold.
+    pub driver_queue_warnings: Vec<String>,
     /// Derived points, each after every derived point it reads.
     pub derived_in_dependency_order: Vec<PlannedDerived>,
     /// Points with a `writable` section, sorted: the points commands may go to.
@@ -182,12 +288,24 @@ impl Plan {
             .map(|d| d.id.clone())
             .collect();
         writable.sort();
+        let driver_queues = HostQueue::per_host(
+            descriptors
+                .iter()
+                .map(|d| (d.assignment.host.as_str(), d.manifest.peak_rate_hz)),
+            admission.outage_s,
+        );
+        let driver_queue_warnings = driver_queues
+            .iter()
+            .filter_map(|q| q.warning(admission.outage_s))
+            .collect();
         Plan {
             points: descriptors.len(),
             health_points: descriptors.iter().filter(|d| health::is_generated(d)).count(),
             writable,
             within_budget: load.total_peak_obs_s <= admission.ingest_budget_obs_s,
             stream_fits: load.stream_fits(admission),
+            driver_queues,
+            driver_queue_warnings,
             admission: admission.clone(),
             load,
             derived_in_dependency_order,
@@ -254,5 +372,90 @@ mod tests {
         assert_eq!(at(500.0).outage_msgs_needed, 7_200_000);
         assert!(at(500.0).stream_fits(&Admission::default()));
         assert!(!at(560.0).stream_fits(&Admission::default()));
+    }
+
+    /// Per driver host: 1.5 obs/s for four hours is 21,600 readings, 5,400,000 bytes at 250 B,
+    /// inside the default 256 MiB; 80 obs/s is 1,152,000 readings, 288,000,000 bytes, above it.
+    /// The core's own points (host `sentinel`) are not on any driver's disk.
+    #[test]
+    fn each_driver_hosts_queue_through_a_cut_off_against_the_default_bounds() {
+        let mut descriptors = vec![
+            point("a", RetentionClass::Measurement, 1.0, 100),
+            point("b", RetentionClass::Diagnostic, 0.5, 100),
+            point("c", RetentionClass::Measurement, 80.0, 100),
+            point("d", RetentionClass::Measurement, 0.1, 100),
+            point("e", RetentionClass::Measurement, 1.6, 100),
+            point("sentinel.core.x", RetentionClass::Diagnostic, 50.0, 100),
+        ];
+        let hosts = ["plant-a", "plant-a", "plant-b", "plant-c", "plant-c", SELF_HOST];
+        for (d, host) in descriptors.iter_mut().zip(hosts) {
+            d.assignment.host = host.to_owned();
+        }
+        let plan = Plan::of(&descriptors, &Admission::default());
+        let figures: Vec<(&str, usize, u64, u64, bool)> = plan
+            .driver_queues
+            .iter()
+            .map(|q| {
+                (
+                    q.host.as_str(),
+                    q.points,
+                    q.outage_readings_needed,
+                    q.outage_bytes_needed,
+                    q.fits_default_bounds,
+                )
+            })
+            .collect();
+        assert_eq!(
+            figures,
+            [
+                ("plant-a", 2, 21_600, 5_400_000, true),
+                ("plant-b", 1, 1_152_000, 288_000_000, false),
+                // 0.1 + 1.6 is not 1.7 exactly; the readings are still 1.7 x 14,400.
+                ("plant-c", 2, 24_480, 6_120_000, true),
+            ]
+        );
+        assert!((plan.driver_queues[0].peak_obs_s - 1.5).abs() < 1e-12);
+        assert_eq!(
+            plan.driver_queue_warnings,
+            [
+                "warning: driver host plant-b queues 1152000 readings / 288000000 bytes in a 14400 s \
+              cut-off at 80.00 obs/s, more than its disk queue's default bounds hold: configure its \
+              bytes_max to at least 288000000 (default 268435456)"
+            ]
+        );
+        // A warning, not a refusal: the plan of the same registry is otherwise as before.
+        assert!(plan.within_budget && plan.stream_fits);
+    }
+
+    /// An outage longer than the default age bound (a day) drops readings by age whatever
+    /// the bytes: the warning names the age to configure, and the bytes too when both are over.
+    #[test]
+    fn an_outage_past_the_default_age_bound_names_the_age_to_configure() {
+        let queues = HostQueue::per_host([("plant-a", 1.0), ("plant-b", 10.0)], 100_000);
+        assert_eq!(
+            queues
+                .iter()
+                .map(|q| (
+                    q.outage_readings_needed,
+                    q.outage_bytes_needed,
+                    q.fits_default_bounds
+                ))
+                .collect::<Vec<_>>(),
+            [(100_000, 25_000_000, false), (1_000_000, 250_000_000, false)]
+        );
+        assert_eq!(
+            queues[0].warning(100_000).expect("over the age bound"),
+            "warning: driver host plant-a queues 100000 readings / 25000000 bytes in a 100000 s \
+             cut-off at 1.00 obs/s, more than its disk queue's default bounds hold: configure its \
+             age_max_ms to at least 100000000 (default 86400000)"
+        );
+        let both = HostQueue::per_host([("plant-c", 20.0)], 100_000);
+        assert_eq!(both[0].outage_bytes_needed, 500_000_000);
+        assert!(both[0].warning(100_000).expect("over both").ends_with(
+            "configure its bytes_max to at least 500000000 (default 268435456) and \
+                     age_max_ms to at least 100000000 (default 86400000)"
+        ));
+        let exactly = HostQueue::per_host([("plant-d", 1.0)], DISK_QUEUE_AGE_MAX_S_DEFAULT);
+        assert!(exactly[0].fits_default_bounds && exactly[0].warning(DISK_QUEUE_AGE_MAX_S_DEFAULT).is_none());
     }
 }
