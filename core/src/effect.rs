@@ -168,6 +168,8 @@ pub enum Deadline {
     Claims,
     /// A command's answer is due.
     Commands,
+    /// A driver instance falls silent, or an availability window ends.
+    Drivers,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

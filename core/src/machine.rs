@@ -452,6 +452,7 @@ impl Core {
             );
             consider(self.claims.next_deadline(), Deadline::Claims);
             consider(self.commands.next_deadline(), Deadline::Commands);
+            consider(self.drivers.next_deadline(), Deadline::Drivers);
         }
         earliest
     }
@@ -565,7 +566,7 @@ impl Core {
                 continue;
             };
             self.projection.apply_row(row, ctx, out);
-            self.drivers.row_committed(row, &mut out.metrics);
+            self.drivers.row_committed(row, ctx.now, out);
             let deadline = self.projection.freshness_deadline(row.point);
             self.watchdog.rearm(row.point, deadline);
         }
@@ -701,7 +702,8 @@ impl Core {
                 ControlDetail::CommandRefused { .. }
                 | ControlDetail::CommandResult { .. }
                 | ControlDetail::ClaimSet { .. }
-                | ControlDetail::ClaimReleased { .. } => {}
+                | ControlDetail::ClaimReleased { .. }
+                | ControlDetail::Availability { .. } => {}
             }
         }
         self.projection.checkpoint_quality_changes(ctx, out);
@@ -730,6 +732,8 @@ impl Core {
             let claims = &self.claims;
             let wins = |point, value: &serde_json::Value| still_desired(claims, point, value);
             self.commands.expire(wins, ctx, out);
+            let suppressed = self.watchdog.suppressed(ctx.now);
+            self.drivers.on_tick(suppressed, ctx, out);
         }
         if self.ingest.flush_due(&self.ctx) {
             self.flush();

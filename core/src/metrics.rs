@@ -51,9 +51,14 @@ pub struct Metrics {
     pub driver_hellos_unknown: u64,
     pub driver_hellos_ahead: u64,
     pub driver_reannouncements: u64,
-    /// Driver instances now connecting, connected and ready (a gauge, as
+    /// Driver instances now connecting, connected, ready and lost (a gauge, as
     /// `DriverState::ALL` orders them).
-    pub drivers: [u64; 3],
+    pub drivers: [u64; 4],
+    /// `availability` control events written (issue 21 item 8).
+    pub availability_events: u64,
+    /// Driver state changes past an instance's rate bound, folded into a later
+    /// `availability` event instead of written (`parts/drivers.rs`).
+    pub availability_coalesced: u64,
     /// The last lag reading from the durable consumer: messages not yet delivered (the
     /// delivered-and-unacked count joins them only in the high-lag judgement).
     pub lag_pending: u64,

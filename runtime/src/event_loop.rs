@@ -477,11 +477,12 @@ where
             }
             _ = progress.tick() => {
                 let m = core.metrics();
-                let [drivers_connecting, drivers_connected, drivers_ready] = m.drivers;
+                let [drivers_connecting, drivers_connected, drivers_ready, drivers_lost] = m.drivers;
                 info!(
                     drivers_connecting,
                     drivers_connected,
                     drivers_ready,
+                    drivers_lost,
                     delivered = m.delivered,
                     rows = m.rows_inserted.iter().sum::<u64>(),
                     quarantined = m.quarantined_total(),
