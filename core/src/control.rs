@@ -345,6 +345,42 @@ pub struct CommandRequest {
     /// Release this principal's claim on the point instead of setting one (`value` is ignored).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub release: bool,
+    /// Where the core answers ([`RequestAnswer`]): the request's reply subject, taken from the
+    /// bus, never from the body. `None`: nobody waits for an answer.
+    #[serde(skip)]
+    pub reply_to: Option<String>,
+    /// The claim's band; `None` is `operator`. Never from the body (`serde(skip)`): the bus
+    /// decoder cannot set it, so every request from the bus is an operator's. Only code in the
+    /// core's process can — the rules engine, once it exists, and until then the runtime's
+    /// test-only hook (feature `failpoints`, `runtime/src/failpoint.rs`), which no release
+    /// build has.
+    #[serde(skip)]
+    pub band: Option<Band>,
+}
+
+/// The core's answer to a command request with a reply subject (issue 21 item 10), sent once
+/// the request's control event committed: `accepted` (its `claim_set` or `claim_released` is on
+/// the record; the command, if the value moved, goes out after it) or `refused` with the
+/// one-line reason (its `command_refused`, or, for a request that could not be put on the
+/// record, only the answer). `seq` is the event's, when one was written.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct RequestAnswer {
+    pub command_id: String,
+    /// `accepted` or `refused`.
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<i64>,
+}
+
+pub const ANSWER_ACCEPTED: &str = "accepted";
+pub const ANSWER_REFUSED: &str = "refused";
+
+impl RequestAnswer {
+    pub fn to_bytes(&self) -> bytes::Bytes {
+        serde_json::to_vec(self).unwrap_or_default().into()
+    }
 }
 
 /// An operator claim holds this long unless the request says (issue 21 item 2: one hour).

@@ -146,6 +146,9 @@ pub enum Effect {
     Reprocess(crate::reprocess_request::ReprocessJob),
     /// Answer a reprocess request at its reply address.
     ReprocessReply { reply_to: String, payload: Bytes },
+    /// Answer a command request at its reply address (a [`crate::control::RequestAnswer`]),
+    /// once its control event committed.
+    RequestAnswer { reply_to: String, payload: Bytes },
     /// Stop the process with this code.
     Exit(ExitReason),
 }

@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use crate::arbitration::{Band, Claim, Desired, DesiredRow};
+use crate::arbitration::{Claim, Desired, DesiredRow};
 use crate::config::Config;
 use crate::control::{
     CONTROL_EVENTS_PER_WRITE_MAX, ControlDetail, ControlEvent, ControlReport, IssuedCommand,
@@ -581,6 +581,7 @@ impl Core {
         let (ctx, out) = (&self.ctx, &mut self.out);
         match admitted {
             Admitted::Claim {
+                band,
                 point,
                 value,
                 principal,
@@ -589,7 +590,7 @@ impl Core {
             } => {
                 let claim = Claim {
                     holder: principal.clone(),
-                    band: Band::Operator,
+                    band,
                     priority: 0,
                     value,
                     since: ctx.now,
@@ -676,6 +677,7 @@ impl Core {
         );
         let (ctx, out) = (&self.ctx, &mut self.out);
         for (event, &seq) in report.events.iter().zip(&report.seqs) {
+            self.commands.answer(event, seq, out);
             match &event.detail {
                 ControlDetail::QualityChanged { from, to, reason, .. } => {
                     // The watchdog writes these only for points it watches.

@@ -473,6 +473,8 @@ where
                 if matches!(message, Inbound::CommandReply { .. }) {
                     crate::failpoint::hit(crate::failpoint::COMMAND_ANSWER_NOT_RECORDED);
                 }
+                #[cfg(feature = "failpoints")]
+                let message = crate::failpoint::test_band(message);
                 message.into()
             }
             _ = progress.tick() => {
@@ -855,6 +857,14 @@ async fn execute<B: Bus, S: Store>(
                     }
                 }
             });
+        }
+        Effect::RequestAnswer { reply_to, payload } => {
+            if let Err(e) = bus.publish(reply_to, payload).await {
+                warn!(error = %e, "command request answer publish failed");
+                if let Some(t) = telemetry {
+                    t.bus_error(BusOp::Publish, Some(&e));
+                }
+            }
         }
         Effect::ReprocessReply { reply_to, payload } => {
             if let Err(e) = bus.publish(reply_to, payload).await {

@@ -131,7 +131,7 @@ impl PgStore {
     }
 }
 
-fn stored_control_event(row: &sqlx::postgres::PgRow) -> Result<StoredControlEvent, StoreError> {
+pub(crate) fn stored_control_event(row: &sqlx::postgres::PgRow) -> Result<StoredControlEvent, StoreError> {
     Ok(StoredControlEvent {
         seq: row
             .try_get("seq")
