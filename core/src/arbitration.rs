@@ -168,6 +168,9 @@ pub struct PointArbiter {
     min_hold: MinHold,
     claims: BTreeMap<Arc<str>, Claim>,
     desired: Desired,
+    /// A claim was set or released on this arbiter since it was built. A restored row with no
+    /// claim and no change since is left as it is (see [`Self::hold_deadline`]).
+    touched: bool,
 }
 
 impl PointArbiter {
@@ -177,6 +180,7 @@ impl PointArbiter {
         PointArbiter {
             relinquish_default,
             min_hold: MinHold::default(),
+            touched: false,
             claims: BTreeMap::new(),
             desired: restored.unwrap_or(Desired {
                 value: None,
@@ -209,6 +213,7 @@ impl PointArbiter {
             ));
         }
         let now = claim.since;
+        self.touched = true;
         self.claims.insert(claim.holder.clone(), claim);
         Ok(self.resolve(now))
     }
@@ -216,6 +221,7 @@ impl PointArbiter {
     /// Releases `holder`'s claim; `None` when it holds none.
     pub fn release(&mut self, holder: &str, now: Micros) -> Option<Change> {
         self.claims.remove(holder)?;
+        self.touched = true;
         Some(self.resolve(now))
     }
 
@@ -261,8 +267,13 @@ impl PointArbiter {
 
     /// When a change a minimum on/off hold keeps back is due: the hold's end, while the claims
     /// ask for another value than the point has. The claims part's `Tick` then calls
-    /// [`Self::settle`].
+    /// [`Self::settle`]. Not for a restored row that holds no claim and saw no change since:
+    /// its claims were not restored with it (issue 21 item 6), so "no claim" there means
+    /// "unknown", and a restart must not send the point to its relinquish default.
     pub fn hold_deadline(&self) -> Option<Micros> {
+        if self.claims.is_empty() && !self.touched {
+            return None;
+        }
         let end = self.hold_end()?;
         let (_, value) = self.wanted();
         (value != self.desired.value).then_some(end)
@@ -545,6 +556,11 @@ mod tests {
                 min_on_s: Some(60),
                 min_off_s: None,
             });
+        assert_eq!(
+            point.hold_deadline(),
+            None,
+            "restored without its claims: nothing to settle"
+        );
         let held = point.set(switch("ana", Band::Operator, false, 130)).expect("set");
         assert_eq!(held.held_until, Some(Micros(160 * S)), "from the persisted since");
         let off = point.settle(Micros(160 * S)).expect("ended");
