@@ -301,6 +301,8 @@ async fn a_real_prometheus_scrapes_every_documented_metric_with_the_traffic_s_va
             for_s: None,
             release: false,
             principal: String::new(),
+            reply_to: None,
+            band: None,
         };
         operator
             .publish(

@@ -60,6 +60,11 @@ pub enum ControlKind {
     /// A point's history moved to the class table of its new retention class (payload: from,
     /// to, rows, observed range). Written by the store in the move's transaction.
     ClassMoved,
+    /// A driver instance's state changed as this core sees it (issue 21 item 8; ingest spec,
+    /// "Two logs": availability among the control events): `point_id` NULL, `subject_key`
+    /// `<host>.<driver_instance>`, payload from, to, reason and how many changes this one
+    /// coalesces (the drivers part bounds the rate).
+    Availability,
 }
 
 impl ControlKind {
@@ -75,6 +80,7 @@ impl ControlKind {
             ControlKind::Reprocess => "reprocess",
             ControlKind::RetentionDrop => "retention_drop",
             ControlKind::ClassMoved => "class_moved",
+            ControlKind::Availability => "availability",
         }
     }
 }
@@ -132,6 +138,24 @@ pub enum ControlDetail {
         /// `released` (its holder asked) or `expired` (its `until` passed).
         why: &'static str,
     },
+    Availability {
+        host: Arc<str>,
+        driver_instance: Arc<str>,
+        /// The state last written for the instance (`connecting` for the first).
+        from: &'static str,
+        to: &'static str,
+        /// Why, in a fixed phrase (the drivers part names them).
+        reason: &'static str,
+        /// Changes folded into this one because the instance changed state faster than its
+        /// bound allows (0: none; the payload's `coalesced`).
+        coalesced: u32,
+    },
+}
+
+/// A driver instance's `subject_key` in `control_event`: `<host>.<driver_instance>` (both are
+/// subject tokens, so the dot separates them unambiguously).
+pub fn subject_key(host: &str, driver_instance: &str) -> String {
+    format!("{host}.{driver_instance}")
 }
 
 /// Why a claim was released (`ClaimReleased::why`).
@@ -146,7 +170,8 @@ pub const PRINCIPAL_ARBITRATION: &str = "core:arbitration";
 pub struct ControlEvent {
     pub occurred_at: Micros,
     /// The point in the writing core's registry; `None` only for a refused request naming a
-    /// point the registry does not hold (its `point_id` is then the id the request gave).
+    /// point the registry does not hold (its `point_id` is then the id the request gave), and
+    /// for an event about no point (an availability change: `point_id` empty, stored NULL).
     pub point: Option<PointIdx>,
     pub point_id: Arc<str>,
     /// Who caused it: `core:watchdog`, or the principal that requested a command.
@@ -166,6 +191,26 @@ impl ControlEvent {
             ControlDetail::CommandTimeout { .. } => ControlKind::CommandTimeout,
             ControlDetail::ClaimSet { .. } => ControlKind::ClaimSet,
             ControlDetail::ClaimReleased { .. } => ControlKind::ClaimReleased,
+            ControlDetail::Availability { .. } => ControlKind::Availability,
+        }
+    }
+
+    /// The `point_id` column: `None` for an event about no point (an availability change,
+    /// whose `point_id` field is empty).
+    pub fn point_column(&self) -> Option<&str> {
+        (!self.point_id.is_empty()).then_some(&*self.point_id)
+    }
+
+    /// The `subject_key` column: the driver instance (`<host>.<driver_instance>`) an
+    /// availability change is about; `None` for every other kind.
+    pub fn subject_key(&self) -> Option<String> {
+        match &self.detail {
+            ControlDetail::Availability {
+                host,
+                driver_instance,
+                ..
+            } => Some(subject_key(host, driver_instance)),
+            _ => None,
         }
     }
 
@@ -235,6 +280,14 @@ impl ControlEvent {
                 holder,
                 why,
             } => serde_json::json!({ "command_id": command_id, "holder": &**holder, "why": why }).to_string(),
+            ControlDetail::Availability {
+                from,
+                to,
+                reason,
+                coalesced,
+                ..
+            } => serde_json::json!({ "from": from, "to": to, "reason": reason, "coalesced": coalesced })
+                .to_string(),
         }
     }
 }
@@ -292,6 +345,42 @@ pub struct CommandRequest {
     /// Release this principal's claim on the point instead of setting one (`value` is ignored).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub release: bool,
+    /// Where the core answers ([`RequestAnswer`]): the request's reply subject, taken from the
+    /// bus, never from the body. `None`: nobody waits for an answer.
+    #[serde(skip)]
+    pub reply_to: Option<String>,
+    /// The claim's band; `None` is `operator`. Never from the body (`serde(skip)`): the bus
+    /// decoder cannot set it, so every request from the bus is an operator's. Only code in the
+    /// core's process can — the rules engine, once it exists, and until then the runtime's
+    /// test-only hook (feature `failpoints`, `runtime/src/failpoint.rs`), which no release
+    /// build has.
+    #[serde(skip)]
+    pub band: Option<Band>,
+}
+
+/// The core's answer to a command request with a reply subject (issue 21 item 10), sent once
+/// the request's control event committed: `accepted` (its `claim_set` or `claim_released` is on
+/// the record; the command, if the value moved, goes out after it) or `refused` with the
+/// one-line reason (its `command_refused`, or, for a request that could not be put on the
+/// record, only the answer). `seq` is the event's, when one was written.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct RequestAnswer {
+    pub command_id: String,
+    /// `accepted` or `refused`.
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<i64>,
+}
+
+pub const ANSWER_ACCEPTED: &str = "accepted";
+pub const ANSWER_REFUSED: &str = "refused";
+
+impl RequestAnswer {
+    pub fn to_bytes(&self) -> bytes::Bytes {
+        serde_json::to_vec(self).unwrap_or_default().into()
+    }
 }
 
 /// An operator claim holds this long unless the request says (issue 21 item 2: one hour).

@@ -23,7 +23,7 @@
 
 use std::sync::Arc;
 
-use crate::arbitration::{Band, Claim, Desired, DesiredRow};
+use crate::arbitration::{Claim, Desired, DesiredRow};
 use crate::config::Config;
 use crate::control::{
     CONTROL_EVENTS_PER_WRITE_MAX, ControlDetail, ControlEvent, ControlReport, IssuedCommand,
@@ -471,6 +471,7 @@ impl Core {
             );
             consider(self.claims.next_deadline(), Deadline::Claims);
             consider(self.commands.next_deadline(), Deadline::Commands);
+            consider(self.drivers.next_deadline(), Deadline::Drivers);
         }
         earliest
     }
@@ -584,7 +585,7 @@ impl Core {
                 continue;
             };
             self.projection.apply_row(row, ctx, out);
-            self.drivers.row_committed(row, &mut out.metrics);
+            self.drivers.row_committed(row, ctx.now, out);
             let deadline = self.projection.freshness_deadline(row.point);
             self.watchdog.rearm(row.point, deadline);
         }
@@ -599,6 +600,7 @@ impl Core {
         let (ctx, out) = (&self.ctx, &mut self.out);
         match admitted {
             Admitted::Claim {
+                band,
                 point,
                 value,
                 principal,
@@ -607,7 +609,7 @@ impl Core {
             } => {
                 let claim = Claim {
                     holder: principal.clone(),
-                    band: Band::Operator,
+                    band,
                     priority: 0,
                     value,
                     since: ctx.now,
@@ -694,6 +696,7 @@ impl Core {
         );
         let (ctx, out) = (&self.ctx, &mut self.out);
         for (event, &seq) in report.events.iter().zip(&report.seqs) {
+            self.commands.answer(event, seq, out);
             match &event.detail {
                 ControlDetail::QualityChanged { from, to, reason, .. } => {
                     // The watchdog writes these only for points it watches.
@@ -720,7 +723,8 @@ impl Core {
                 ControlDetail::CommandRefused { .. }
                 | ControlDetail::CommandResult { .. }
                 | ControlDetail::ClaimSet { .. }
-                | ControlDetail::ClaimReleased { .. } => {}
+                | ControlDetail::ClaimReleased { .. }
+                | ControlDetail::Availability { .. } => {}
             }
         }
         self.projection.checkpoint_quality_changes(ctx, out);
@@ -749,6 +753,8 @@ impl Core {
             let claims = &self.claims;
             let wins = |point, value: &serde_json::Value| still_desired(claims, point, value);
             self.commands.expire(wins, ctx, out);
+            let suppressed = self.watchdog.suppressed(ctx.now);
+            self.drivers.on_tick(suppressed, ctx, out);
         }
         if self.ingest.flush_due(&self.ctx) {
             self.flush();

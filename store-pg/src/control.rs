@@ -11,10 +11,10 @@ use crate::{PgStore, db_error, epoch_to_db, fence, from_odt, to_odt};
 /// outer ORDER BY returns them in that order.
 pub(crate) const INSERT_CONTROL_EVENTS: &str = "\
 WITH ins AS ( \
-  INSERT INTO control_event (occurred_at, kind, point_id, principal, core_epoch, payload, registry_version) \
-  SELECT o, k, p, pr, $5, pl::jsonb, rv \
-  FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::text[], $6::text[], $7::int[]) \
-       WITH ORDINALITY AS t(o, k, p, pr, pl, rv, ord) \
+  INSERT INTO control_event (occurred_at, kind, point_id, subject_key, principal, core_epoch, payload, registry_version) \
+  SELECT o, k, p, sk, pr, $5, pl::jsonb, rv \
+  FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::text[], $6::text[], $7::int[], $8::text[]) \
+       WITH ORDINALITY AS t(o, k, p, pr, pl, rv, sk, ord) \
   ORDER BY ord \
   RETURNING seq) \
 SELECT seq FROM ins ORDER BY seq";
@@ -38,10 +38,12 @@ pub(crate) async fn insert_control_events(
     let mut principals = Vec::with_capacity(n);
     let mut payloads = Vec::with_capacity(n);
     let mut versions = Vec::with_capacity(n);
+    let mut subject_keys = Vec::with_capacity(n);
     for event in events {
         occurred.push(to_odt(event.occurred_at)?);
         kinds.push(event.kind().as_str());
-        points.push(&*event.point_id);
+        points.push(event.point_column());
+        subject_keys.push(event.subject_key());
         principals.push(&*event.principal);
         payloads.push(event.payload_json());
         versions.push(event.registry_version);
@@ -54,6 +56,7 @@ pub(crate) async fn insert_control_events(
         .bind(epoch_db)
         .bind(payloads)
         .bind(versions)
+        .bind(subject_keys)
         .fetch_all(&mut **tx)
         .await
         .map_err(db_error(context))
@@ -128,7 +131,7 @@ impl PgStore {
     }
 }
 
-fn stored_control_event(row: &sqlx::postgres::PgRow) -> Result<StoredControlEvent, StoreError> {
+pub(crate) fn stored_control_event(row: &sqlx::postgres::PgRow) -> Result<StoredControlEvent, StoreError> {
     Ok(StoredControlEvent {
         seq: row
             .try_get("seq")

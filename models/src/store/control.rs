@@ -15,7 +15,7 @@ fn append(model: &mut Model, events: Vec<ControlEvent>) -> Vec<i64> {
             seq,
             occurred_at: event.occurred_at,
             kind: event.kind().as_str().to_owned(),
-            point_id: Some(event.point_id.to_string()),
+            point_id: event.point_column().map(str::to_owned),
             principal: event.principal.to_string(),
             core_epoch: event.core_epoch,
             payload: event.payload_json(),
