@@ -103,12 +103,15 @@ pub struct Desired {
     pub since: Micros,
 }
 
-/// A `point_desired` row as the resolver writes it: the point and its desired value. The store
-/// adds the writing epoch and the control event the row reflects.
+/// A `point_desired` row as the resolver writes it: the point, its desired value, and the
+/// point's open claims after the change (the snapshot a restart restores them from; issue 21
+/// item 6). The store adds the writing epoch and the control event the row reflects.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DesiredRow {
     pub point_id: Arc<str>,
     pub desired: Desired,
+    /// Every open claim on the point, in holder order (at most [`CLAIMS_PER_POINT_MAX`]).
+    pub claims: Vec<Claim>,
 }
 
 /// What one change of a point's claims did to its desired value.
@@ -147,6 +150,25 @@ impl PointArbiter {
         }
     }
 
+    /// A point as a restart finds it in `point_desired`: its desired value and its open claims
+    /// (at most [`CLAIMS_PER_POINT_MAX`] are kept, one per holder, the newest holder's last).
+    /// Nothing is resolved again: what was written is what holds.
+    pub fn restored(
+        relinquish_default: Option<CommandValue>,
+        desired: Desired,
+        claims: impl IntoIterator<Item = Claim>,
+    ) -> PointArbiter {
+        let mut arbiter = PointArbiter::new(relinquish_default, Some(desired));
+        for claim in claims {
+            if arbiter.claims.len() >= CLAIMS_PER_POINT_MAX && !arbiter.claims.contains_key(&claim.holder) {
+                continue;
+            }
+            arbiter.claims.insert(claim.holder.clone(), claim);
+        }
+        debug_assert!(arbiter.claims.len() <= CLAIMS_PER_POINT_MAX);
+        arbiter
+    }
+
     pub fn desired(&self) -> &Desired {
         &self.desired
     }
@@ -180,8 +202,8 @@ impl PointArbiter {
     }
 
     /// Releases every claim whose `until` is at or before `now`, one change each, in holder
-    /// order.
-    pub fn expire(&mut self, now: Micros) -> Vec<(Arc<str>, Change)> {
+    /// order, each with the claims still open right after it.
+    pub fn expire(&mut self, now: Micros) -> Vec<(Arc<str>, Change, Vec<Claim>)> {
         let lapsed: Vec<Arc<str>> = self
             .claims
             .values()
@@ -192,7 +214,7 @@ impl PointArbiter {
             .into_iter()
             .filter_map(|holder| {
                 let change = self.release(&holder, now)?;
-                Some((holder, change))
+                Some((holder, change, self.claims.values().cloned().collect()))
             })
             .collect()
     }

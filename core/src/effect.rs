@@ -168,6 +168,8 @@ pub enum Deadline {
     Claims,
     /// A command's answer is due.
     Commands,
+    /// An applied command's verification is due.
+    Verification,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -55,8 +55,11 @@ impl Claims {
         Claims { points, lapses: 0 }
     }
 
-    /// Restart: the desired values as last written. Rows for points that are no longer
-    /// writable in this registry are skipped. Returns how many were restored.
+    /// Restart: the desired values and the open claims as last written (each row is the
+    /// snapshot its arbitration wrote with the claim's control event, so nothing after it in
+    /// the log changes them). Rows for points that are no longer writable in this registry are
+    /// skipped. A claim whose `until` passed while the core was down lapses at the next
+    /// [`Self::expire`] (restart step 6). Returns how many points were restored.
     pub fn restore(&mut self, registry: &Registry, rows: impl IntoIterator<Item = DesiredRow>) -> usize {
         let mut restored = 0;
         for row in rows {
@@ -68,7 +71,7 @@ impl Claims {
             };
             self.points.insert(
                 idx,
-                PointArbiter::new(writable.relinquish_default.clone(), Some(row.desired)),
+                PointArbiter::restored(writable.relinquish_default.clone(), row.desired, row.claims),
             );
             restored += 1;
         }
@@ -109,7 +112,8 @@ impl Claims {
             until: claim.until,
         };
         let change = arbiter.set(claim)?;
-        emit(point, event, change, &asker, ctx, out);
+        let open = arbiter.claims().cloned().collect();
+        emit(point, event, change, open, &asker, ctx, out);
         Ok(())
     }
 
@@ -122,10 +126,13 @@ impl Claims {
         ctx: &Ctx,
         out: &mut Out,
     ) -> Result<(), String> {
-        let change = self
+        let (change, open) = self
             .points
             .get_mut(&point)
-            .and_then(|arbiter| arbiter.release(holder, ctx.now))
+            .and_then(|arbiter| {
+                let change = arbiter.release(holder, ctx.now)?;
+                Some((change, arbiter.claims().cloned().collect()))
+            })
             .ok_or_else(|| {
                 format!(
                     "{holder:?} holds no claim on point {:?}",
@@ -137,8 +144,16 @@ impl Claims {
             holder: holder.into(),
             why: RELEASED_BY_HOLDER,
         };
-        emit(point, event, change, &asker, ctx, out);
+        emit(point, event, change, open, &asker, ctx, out);
         Ok(())
+    }
+
+    /// How many claims lapse by themselves (have an `until`).
+    pub fn expiries_armed(&self) -> usize {
+        self.points
+            .values()
+            .map(|a| a.claims().filter(|c| c.until.is_some()).count())
+            .sum()
     }
 
     /// The earliest lapse of any claim.
@@ -152,7 +167,7 @@ impl Claims {
             return;
         }
         for (&point, arbiter) in &mut self.points {
-            for (holder, change) in arbiter.expire(ctx.now) {
+            for (holder, change, open) in arbiter.expire(ctx.now) {
                 self.lapses += 1;
                 let asker = Asker {
                     principal: PRINCIPAL_ARBITRATION.into(),
@@ -163,7 +178,7 @@ impl Claims {
                     holder,
                     why: RELEASED_EXPIRED,
                 };
-                emit(point, event, change, &asker, ctx, out);
+                emit(point, event, change, open, &asker, ctx, out);
             }
         }
     }
@@ -175,6 +190,7 @@ fn emit(
     point: PointIdx,
     claim_event: ControlDetail,
     change: Change,
+    claims: Vec<Claim>,
     asker: &Asker,
     ctx: &Ctx,
     out: &mut Out,
@@ -213,6 +229,7 @@ fn emit(
         desired: vec![DesiredRow {
             point_id,
             desired: change.desired,
+            claims,
         }],
     });
 }
@@ -382,6 +399,76 @@ mod tests {
         );
     }
 
+    /// Restart (issue 21 item 6): the open claims come back with the desired value, so a
+    /// newer override's release returns to the restored claim, not the relinquish default, and
+    /// a restored claim still lapses at its `until`. Every row written carries the point's
+    /// open claims after the change: the snapshot the next restart restores.
+    #[test]
+    fn restored_claims_keep_winning_and_lapse_at_their_until() {
+        let mut ctx = writable_ctx();
+        let temp = ctx.registry.resolve("plant.temp").expect("fixture");
+        let ana = claim("ana", Band::Operator, 21.0, T0, Some(T0.add_ms(10_000)));
+        let rule = claim("rule:a", Band::Automation, 18.0, T0, None);
+        let mut claims = Claims::new(&ctx.registry);
+        claims.restore(
+            &ctx.registry,
+            [DesiredRow {
+                point_id: "plant.temp".into(),
+                desired: Desired {
+                    value: Some(CommandValue::Number(21.0)),
+                    winner: Some(ana.clone()),
+                    since: T0,
+                },
+                claims: vec![ana.clone(), rule.clone()],
+            }],
+        );
+        assert_eq!(claims.claims(temp).count(), 2);
+        assert_eq!(claims.next_deadline(), Some(T0.add_ms(10_000)));
+        let mut out = Out::default();
+        ctx.now = T0.add_ms(1_000);
+        claims
+            .set(
+                temp,
+                claim("bob", Band::Operator, 25.0, ctx.now, None),
+                asker("op-1", "bob"),
+                &ctx,
+                &mut out,
+            )
+            .expect("set");
+        let effects = drain(&mut out);
+        let [Effect::Arbitrate { desired, .. }] = &effects[..] else {
+            panic!("one arbitration write: {effects:?}");
+        };
+        let holders: Vec<&str> = desired[0].claims.iter().map(|c| &*c.holder).collect();
+        assert_eq!(
+            holders,
+            ["ana", "bob", "rule:a"],
+            "the row carries every open claim"
+        );
+        claims
+            .release(temp, "bob", asker("op-2", "bob"), &ctx, &mut out)
+            .expect("held");
+        assert_eq!(
+            written(&mut out),
+            (
+                vec!["claim_released", "command_issued"],
+                Some(CommandValue::Number(21.0))
+            ),
+            "back to ana's restored claim"
+        );
+        ctx.now = T0.add_ms(10_000);
+        claims.expire(&ctx, &mut out);
+        let effects = drain(&mut out);
+        let [Effect::Arbitrate { events, desired, .. }] = &effects[..] else {
+            panic!("one lapse: {effects:?}");
+        };
+        assert!(
+            matches!(&events[0].detail, ControlDetail::ClaimReleased { why: "expired", holder, .. } if &**holder == "ana")
+        );
+        assert_eq!(desired[0].desired.value, Some(CommandValue::Number(18.0)));
+        assert_eq!(desired[0].claims, [rule]);
+    }
+
     #[test]
     fn a_restored_desired_value_is_not_commanded_again() {
         let ctx = writable_ctx();
@@ -397,6 +484,7 @@ mod tests {
                         winner: None,
                         since: T0,
                     },
+                    claims: Vec::new(),
                 },
                 DesiredRow {
                     point_id: "plant.flow".into(),
@@ -405,6 +493,7 @@ mod tests {
                         winner: None,
                         since: T0,
                     },
+                    claims: Vec::new(),
                 },
             ],
         );
