@@ -182,6 +182,10 @@ impl Verification {
     /// newest command opens its verification — verified at once when the point's `current`
     /// row already shows it; `rejected` marks the point diverged. An answer to an older
     /// command changes nothing.
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "one result's fields, the point's current state, plus the context and the queue"
+    )]
     pub fn on_result(
         &mut self,
         point: PointIdx,
