@@ -6,8 +6,11 @@
 //! The bus arrives as a connector, called only once the store phase has succeeded: a core that
 //! cannot take the lock returns `LockHeld` having opened no connection to the bus at all.
 //!
-//! Then restart steps 4–8 (control-event replay and the desired values of writable points from
-//! `point_desired`, derived windows, durable timers, drivers, warmup), each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
+//! Then restart steps 4–8 (each point's newest control event; the desired values, open claims
+//! and open verifications of writable points from their snapshot, never the log from its
+//! start; derived windows; durable timers, the claims' expiries and the verifications included,
+//! those that came due while the core was down decided on the log's evidence; drivers; warmup),
+//! each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
 //! command requests) and announces this core's epoch to every driver instance the registry
 //! names, so each raises its epoch floor at the takeover rather than at this core's first
 //! command to it.
