@@ -34,6 +34,8 @@ mod arbitration;
 #[path = "store_conformance/class_change.rs"]
 mod class_change;
 use arbitration::{
+    control_heads_are_each_points_newest_event, open_claims_round_trip_with_point_desired,
+    open_verifications_are_each_points_newest_applied_command_without_a_verdict,
     point_desired_is_written_with_its_claim_fenced_and_read_back, the_epoch_is_raised_fenced_past_a_drivers,
     the_recorded_epoch_is_the_newest_acquisitions,
     unanswered_commands_are_each_points_newest_without_a_result,
@@ -283,6 +285,9 @@ conformance!(
     unanswered_commands_are_each_points_newest_without_a_result,
     the_recorded_epoch_is_the_newest_acquisitions,
     the_epoch_is_raised_fenced_past_a_drivers,
+    open_claims_round_trip_with_point_desired,
+    open_verifications_are_each_points_newest_applied_command_without_a_verdict,
+    control_heads_are_each_points_newest_event,
 );
 
 on_conflict_form!(

@@ -118,12 +118,15 @@ pub struct Desired {
     pub since: Micros,
 }
 
-/// A `point_desired` row as the resolver writes it: the point and its desired value. The store
-/// adds the writing epoch and the control event the row reflects.
+/// A `point_desired` row as the resolver writes it: the point, its desired value, and the
+/// point's open claims after the change (the snapshot a restart restores them from; issue 21
+/// item 6). The store adds the writing epoch and the control event the row reflects.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DesiredRow {
     pub point_id: Arc<str>,
     pub desired: Desired,
+    /// Every open claim on the point, in holder order (at most [`CLAIMS_PER_POINT_MAX`]).
+    pub claims: Vec<Claim>,
 }
 
 /// What one change of a point's claims did to its desired value.
@@ -196,6 +199,28 @@ impl PointArbiter {
         self
     }
 
+    /// A point as a restart finds it in `point_desired`: its desired value and its open claims
+    /// (at most [`CLAIMS_PER_POINT_MAX`] are kept, one per holder, the newest holder's last).
+    /// Nothing is resolved again: what was written is what holds.
+    pub fn restored(
+        relinquish_default: Option<CommandValue>,
+        desired: Desired,
+        claims: impl IntoIterator<Item = Claim>,
+    ) -> PointArbiter {
+        let mut arbiter = PointArbiter::new(relinquish_default, Some(desired));
+        // Its claims come with it, so "no claim" is known, not a gap in what was restored: a
+        // hold that kept a change back when the core stopped settles when it ends.
+        arbiter.touched = true;
+        for claim in claims {
+            if arbiter.claims.len() >= CLAIMS_PER_POINT_MAX && !arbiter.claims.contains_key(&claim.holder) {
+                continue;
+            }
+            arbiter.claims.insert(claim.holder.clone(), claim);
+        }
+        debug_assert!(arbiter.claims.len() <= CLAIMS_PER_POINT_MAX);
+        arbiter
+    }
+
     pub fn desired(&self) -> &Desired {
         &self.desired
     }
@@ -231,8 +256,8 @@ impl PointArbiter {
     }
 
     /// Releases every claim whose `until` is at or before `now`, one change each, in holder
-    /// order.
-    pub fn expire(&mut self, now: Micros) -> Vec<(Arc<str>, Change)> {
+    /// order, each with the claims still open right after it.
+    pub fn expire(&mut self, now: Micros) -> Vec<(Arc<str>, Change, Vec<Claim>)> {
         let lapsed: Vec<Arc<str>> = self
             .claims
             .values()
@@ -243,7 +268,7 @@ impl PointArbiter {
             .into_iter()
             .filter_map(|holder| {
                 let change = self.release(&holder, now)?;
-                Some((holder, change))
+                Some((holder, change, self.claims.values().cloned().collect()))
             })
             .collect()
     }
@@ -267,9 +292,10 @@ impl PointArbiter {
 
     /// When a change a minimum on/off hold keeps back is due: the hold's end, while the claims
     /// ask for another value than the point has. The claims part's `Tick` then calls
-    /// [`Self::settle`]. Not for a restored row that holds no claim and saw no change since:
-    /// its claims were not restored with it (issue 21 item 6), so "no claim" there means
-    /// "unknown", and a restart must not send the point to its relinquish default.
+    /// [`Self::settle`]. Not for a point made with [`Self::new`] from a desired value alone
+    /// that holds no claim and saw no change since: "no claim" there means "unknown", and it
+    /// must not be sent to its relinquish default. A restart restores the claims with the row
+    /// ([`Self::restored`], issue 21 item 6), so it settles.
     pub fn hold_deadline(&self) -> Option<Micros> {
         if self.claims.is_empty() && !self.touched {
             return None;

@@ -43,6 +43,14 @@ pub enum ControlKind {
     /// `command_issued`, which send timed out, and whether it is sent again: only while its
     /// value is still its point's desired value).
     CommandTimeout,
+    /// An applied command's point reached its desired value within `verify_s` (payload:
+    /// command id, the seq of the `command_result` that started the verification, and the
+    /// `observed_at` of the live row that showed it). Written by the verification part.
+    CommandVerified,
+    /// An applied command's point did not reach its desired value within `verify_s` (time
+    /// with ingest lag high not counted), or the core was down when that came due and the log
+    /// holds no row that shows it (payload: command id, the result's seq, the deadline).
+    CommandDiverged,
     /// A claim was set or replaced on a writable point (payload: holder, band, priority,
     /// value, until). Written with the `point_desired` row it produces, in one transaction.
     ClaimSet,
@@ -75,6 +83,8 @@ impl ControlKind {
             ControlKind::CommandRefused => "command_refused",
             ControlKind::CommandResult => "command_result",
             ControlKind::CommandTimeout => "command_timeout",
+            ControlKind::CommandVerified => "command_verified",
+            ControlKind::CommandDiverged => "command_diverged",
             ControlKind::ClaimSet => "claim_set",
             ControlKind::ClaimReleased => "claim_released",
             ControlKind::Reprocess => "reprocess",
@@ -121,6 +131,20 @@ pub enum ControlDetail {
         attempt: u32,
         /// Whether the command goes out again once this event commits.
         resend: bool,
+    },
+    CommandVerified {
+        command_id: String,
+        /// The `command_result` (outcome `applied`) that started the verification.
+        result_seq: i64,
+        /// The `observed_at` of the committed live row within tolerance.
+        evidence_at: Micros,
+    },
+    CommandDiverged {
+        command_id: String,
+        result_seq: i64,
+        /// When the verification came due (the result's time plus `verify_s`, plus any time
+        /// it was paused while ingest lag was high).
+        deadline: Micros,
     },
     ClaimSet {
         /// The request that set it.
@@ -189,6 +213,8 @@ impl ControlEvent {
             ControlDetail::CommandRefused { .. } => ControlKind::CommandRefused,
             ControlDetail::CommandResult { .. } => ControlKind::CommandResult,
             ControlDetail::CommandTimeout { .. } => ControlKind::CommandTimeout,
+            ControlDetail::CommandVerified { .. } => ControlKind::CommandVerified,
+            ControlDetail::CommandDiverged { .. } => ControlKind::CommandDiverged,
             ControlDetail::ClaimSet { .. } => ControlKind::ClaimSet,
             ControlDetail::ClaimReleased { .. } => ControlKind::ClaimReleased,
             ControlDetail::Availability { .. } => ControlKind::Availability,
@@ -259,6 +285,26 @@ impl ControlEvent {
                 "resend": resend,
             })
             .to_string(),
+            ControlDetail::CommandVerified {
+                command_id,
+                result_seq,
+                evidence_at,
+            } => serde_json::json!({
+                "command_id": command_id,
+                "result_seq": result_seq,
+                "evidence_at": evidence_at.to_rfc3339(),
+            })
+            .to_string(),
+            ControlDetail::CommandDiverged {
+                command_id,
+                result_seq,
+                deadline,
+            } => serde_json::json!({
+                "command_id": command_id,
+                "result_seq": result_seq,
+                "deadline": deadline.to_rfc3339(),
+            })
+            .to_string(),
             ControlDetail::ClaimSet {
                 command_id,
                 holder,
@@ -315,6 +361,49 @@ impl IssuedCommand {
             principal: principal.to_owned(),
             command_id: payload.get("command_id")?.as_str()?.to_owned(),
             value: payload.get("value")?.clone(),
+        })
+    }
+}
+
+/// An open verification as the log holds it, read back at restart (issue 21 items 5 and 6:
+/// `Store::load_open_verifications`): a point's newest `command_issued` and the `applied`
+/// `command_result` that answered it, with no `command_verified` or `command_diverged` after.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenVerification {
+    pub point_id: String,
+    pub command_id: String,
+    /// The commanded value (the `command_issued` payload's).
+    pub value: serde_json::Value,
+    /// When the command was issued: the first moment a row could show it.
+    pub issued_at: Micros,
+    /// The `command_result` event's seq and time: the timer runs from `applied_at`.
+    pub result_seq: i64,
+    pub applied_at: Micros,
+}
+
+impl OpenVerification {
+    /// From the two stored events' columns; `None` unless the issued payload names a command
+    /// and a value, and the result payload names the same command.
+    pub fn from_stored(
+        point_id: &str,
+        issued: (Micros, &str),
+        result: (i64, Micros, &str),
+    ) -> Option<OpenVerification> {
+        let issued_payload: serde_json::Value = serde_json::from_str(issued.1).ok()?;
+        let result_payload: serde_json::Value = serde_json::from_str(result.2).ok()?;
+        let command_id = issued_payload.get("command_id")?.as_str()?;
+        if result_payload.get("command_id")?.as_str()? != command_id
+            || result_payload.get("outcome")?.as_str()? != "applied"
+        {
+            return None;
+        }
+        Some(OpenVerification {
+            point_id: point_id.to_owned(),
+            command_id: command_id.to_owned(),
+            value: issued_payload.get("value")?.clone(),
+            issued_at: issued.0,
+            result_seq: result.0,
+            applied_at: result.1,
         })
     }
 }

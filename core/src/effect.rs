@@ -190,6 +190,8 @@ pub enum Deadline {
     Commands,
     /// A driver instance falls silent, or an availability window ends.
     Drivers,
+    /// An applied command's verification is due.
+    Verification,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

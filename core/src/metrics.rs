@@ -86,6 +86,11 @@ pub struct Metrics {
     /// `stale_epoch` answers the store did not bear out (no newer epoch recorded): suspicious,
     /// like a `wrong_instance` message.
     pub stale_epoch_suspicious: u64,
+    /// Applied commands whose point's live rows came within tolerance in time
+    /// (`command_verified` written; issue 21 item 5).
+    pub commands_verified: u64,
+    /// Applied commands whose point did not (`command_diverged` written).
+    pub commands_diverged: u64,
 }
 
 /// The outcomes of a claim, as the `outcome` label of `sentinel_claims_total`: its

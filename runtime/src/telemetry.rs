@@ -521,6 +521,14 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
         ],
     )?;
     f.counter(
+        "sentinel_command_verifications",
+        "Verifications of applied commands, by outcome: verified (the point's live rows came within tolerance within verify_s) or diverged",
+        &[
+            (&[("outcome", "verified")], m.commands_verified),
+            (&[("outcome", "diverged")], m.commands_diverged),
+        ],
+    )?;
+    f.counter(
         "sentinel_command_answers",
         "Drivers' answers to commands: recorded as command_result, or ignored (another epoch, a command not awaited, a mismatched id)",
         &[

@@ -77,8 +77,11 @@ impl Claims {
         }
     }
 
-    /// Restart: the desired values as last written. Rows for points that are no longer
-    /// writable in this registry are skipped. Returns how many were restored.
+    /// Restart: the desired values and the open claims as last written (each row is the
+    /// snapshot its arbitration wrote with the claim's control event, so nothing after it in
+    /// the log changes them). Rows for points that are no longer writable in this registry are
+    /// skipped. A claim whose `until` passed while the core was down lapses at the next
+    /// [`Self::expire`] (restart step 6). Returns how many points were restored.
     pub fn restore(&mut self, registry: &Registry, rows: impl IntoIterator<Item = DesiredRow>) -> usize {
         let mut restored = 0;
         for row in rows {
@@ -88,7 +91,14 @@ impl Claims {
             let Some(writable) = registry.point(idx).descriptor.writable.as_ref() else {
                 continue;
             };
-            self.points.insert(idx, arbiter(writable, Some(row.desired)));
+            self.points.insert(
+                idx,
+                PointArbiter::restored(writable.relinquish_default.clone(), row.desired, row.claims)
+                    .with_min_hold(MinHold {
+                        min_on_s: writable.min_on_s,
+                        min_off_s: writable.min_off_s,
+                    }),
+            );
             restored += 1;
         }
         restored
@@ -128,7 +138,8 @@ impl Claims {
             until: claim.until,
         };
         let change = arbiter.set(claim)?;
-        emit(point, Some(event), change, &asker, ctx, out);
+        let open = arbiter.claims().cloned().collect();
+        emit(point, Some(event), change, open, &asker, ctx, out);
         Ok(())
     }
 
@@ -141,10 +152,13 @@ impl Claims {
         ctx: &Ctx,
         out: &mut Out,
     ) -> Result<(), String> {
-        let change = self
+        let (change, open) = self
             .points
             .get_mut(&point)
-            .and_then(|arbiter| arbiter.release(holder, ctx.now))
+            .and_then(|arbiter| {
+                let change = arbiter.release(holder, ctx.now)?;
+                Some((change, arbiter.claims().cloned().collect()))
+            })
             .ok_or_else(|| {
                 format!(
                     "{holder:?} holds no claim on point {:?}",
@@ -156,8 +170,16 @@ impl Claims {
             holder: holder.into(),
             why: RELEASED_BY_HOLDER,
         };
-        emit(point, Some(event), change, &asker, ctx, out);
+        emit(point, Some(event), change, open, &asker, ctx, out);
         Ok(())
+    }
+
+    /// How many claims lapse by themselves (have an `until`).
+    pub fn expiries_armed(&self) -> usize {
+        self.points
+            .values()
+            .map(|a| a.claims().filter(|c| c.until.is_some()).count())
+            .sum()
     }
 
     /// The earliest lapse of any claim, or end of a hold that keeps a change back.
@@ -176,7 +198,7 @@ impl Claims {
             return;
         }
         for (&point, arbiter) in &mut self.points {
-            for (holder, change) in arbiter.expire(ctx.now) {
+            for (holder, change, open) in arbiter.expire(ctx.now) {
                 self.lapses += 1;
                 let asker = Asker {
                     principal: PRINCIPAL_ARBITRATION.into(),
@@ -187,7 +209,7 @@ impl Claims {
                     holder,
                     why: RELEASED_EXPIRED,
                 };
-                emit(point, Some(event), change, &asker, ctx, out);
+                emit(point, Some(event), change, open, &asker, ctx, out);
             }
         }
         for (&point, arbiter) in &mut self.points {
@@ -199,7 +221,8 @@ impl Claims {
                 principal: PRINCIPAL_ARBITRATION.into(),
                 command_id: format!("hold-{}-{}", ctx.epoch, self.holds_ended),
             };
-            emit(point, None, change, &asker, ctx, out);
+            let open = arbiter.claims().cloned().collect();
+            emit(point, None, change, open, &asker, ctx, out);
         }
     }
 }
@@ -210,6 +233,7 @@ fn emit(
     point: PointIdx,
     claim_event: Option<ControlDetail>,
     change: Change,
+    claims: Vec<Claim>,
     asker: &Asker,
     ctx: &Ctx,
     out: &mut Out,
@@ -253,6 +277,7 @@ fn emit(
         desired: vec![DesiredRow {
             point_id,
             desired: change.desired,
+            claims,
         }],
     });
 }
@@ -422,6 +447,76 @@ mod tests {
         );
     }
 
+    /// Restart (issue 21 item 6): the open claims come back with the desired value, so a
+    /// newer override's release returns to the restored claim, not the relinquish default, and
+    /// a restored claim still lapses at its `until`. Every row written carries the point's
+    /// open claims after the change: the snapshot the next restart restores.
+    #[test]
+    fn restored_claims_keep_winning_and_lapse_at_their_until() {
+        let mut ctx = writable_ctx();
+        let temp = ctx.registry.resolve("plant.temp").expect("fixture");
+        let ana = claim("ana", Band::Operator, 21.0, T0, Some(T0.add_ms(10_000)));
+        let rule = claim("rule:a", Band::Automation, 18.0, T0, None);
+        let mut claims = Claims::new(&ctx.registry);
+        claims.restore(
+            &ctx.registry,
+            [DesiredRow {
+                point_id: "plant.temp".into(),
+                desired: Desired {
+                    value: Some(CommandValue::Number(21.0)),
+                    winner: Some(ana.clone()),
+                    since: T0,
+                },
+                claims: vec![ana.clone(), rule.clone()],
+            }],
+        );
+        assert_eq!(claims.claims(temp).count(), 2);
+        assert_eq!(claims.next_deadline(), Some(T0.add_ms(10_000)));
+        let mut out = Out::default();
+        ctx.now = T0.add_ms(1_000);
+        claims
+            .set(
+                temp,
+                claim("bob", Band::Operator, 25.0, ctx.now, None),
+                asker("op-1", "bob"),
+                &ctx,
+                &mut out,
+            )
+            .expect("set");
+        let effects = drain(&mut out);
+        let [Effect::Arbitrate { desired, .. }] = &effects[..] else {
+            panic!("one arbitration write: {effects:?}");
+        };
+        let holders: Vec<&str> = desired[0].claims.iter().map(|c| &*c.holder).collect();
+        assert_eq!(
+            holders,
+            ["ana", "bob", "rule:a"],
+            "the row carries every open claim"
+        );
+        claims
+            .release(temp, "bob", asker("op-2", "bob"), &ctx, &mut out)
+            .expect("held");
+        assert_eq!(
+            written(&mut out),
+            (
+                vec!["claim_released", "command_issued"],
+                Some(CommandValue::Number(21.0))
+            ),
+            "back to ana's restored claim"
+        );
+        ctx.now = T0.add_ms(10_000);
+        claims.expire(&ctx, &mut out);
+        let effects = drain(&mut out);
+        let [Effect::Arbitrate { events, desired, .. }] = &effects[..] else {
+            panic!("one lapse: {effects:?}");
+        };
+        assert!(
+            matches!(&events[0].detail, ControlDetail::ClaimReleased { why: "expired", holder, .. } if &**holder == "ana")
+        );
+        assert_eq!(desired[0].desired.value, Some(CommandValue::Number(18.0)));
+        assert_eq!(desired[0].claims, [rule]);
+    }
+
     #[test]
     fn a_restored_desired_value_is_not_commanded_again() {
         let ctx = writable_ctx();
@@ -437,6 +532,7 @@ mod tests {
                         winner: None,
                         since: T0,
                     },
+                    claims: Vec::new(),
                 },
                 DesiredRow {
                     point_id: "plant.flow".into(),
@@ -445,6 +541,7 @@ mod tests {
                         winner: None,
                         since: T0,
                     },
+                    claims: Vec::new(),
                 },
             ],
         );
