@@ -213,6 +213,8 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
                 for_s: None,
                 release: false,
                 principal: "mallory".into(),
+                reply_to: None,
+                band: None,
             })
             .expect("encode"),
         )

@@ -324,6 +324,8 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
             release: false,
             // Not believed: the core records the principal the subject names.
             principal: "someone-else".to_owned(),
+            reply_to: None,
+            band: None,
         })
         .expect("encode")
     };

@@ -112,6 +112,8 @@ fn request(id: &str, value: f64) -> Vec<u8> {
         for_s: None,
         release: false,
         principal: String::new(),
+        reply_to: None,
+        band: None,
     })
     .expect("encode")
 }

@@ -301,6 +301,8 @@ async fn a_real_prometheus_scrapes_every_documented_metric_with_the_traffic_s_va
             for_s: None,
             release: false,
             principal: String::new(),
+            reply_to: None,
+            band: None,
         };
         operator
             .publish(
@@ -320,6 +322,15 @@ async fn a_real_prometheus_scrapes_every_documented_metric_with_the_traffic_s_va
     }
     assert_eq!(value(r#"sentinel_claims_total{outcome="released"}"#).await, 0.0);
     assert_eq!(value(r#"sentinel_claims_total{outcome="expired"}"#).await, 0.0);
+    // No driver answers here, so nothing is verified or diverged; both outcomes are exported.
+    assert_eq!(
+        value(r#"sentinel_command_verifications_total{outcome="verified"}"#).await,
+        0.0
+    );
+    assert_eq!(
+        value(r#"sentinel_command_verifications_total{outcome="diverged"}"#).await,
+        0.0
+    );
 
     // The rules load against the live series, and the security signal fires.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(SCRAPED_WITHIN_S);

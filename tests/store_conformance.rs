@@ -34,6 +34,8 @@ mod arbitration;
 #[path = "store_conformance/class_change.rs"]
 mod class_change;
 use arbitration::{
+    control_heads_are_each_points_newest_event, open_claims_round_trip_with_point_desired,
+    open_verifications_are_each_points_newest_applied_command_without_a_verdict,
     point_desired_is_written_with_its_claim_fenced_and_read_back, the_epoch_is_raised_fenced_past_a_drivers,
     the_recorded_epoch_is_the_newest_acquisitions,
     unanswered_commands_are_each_points_newest_without_a_result,
@@ -283,6 +285,9 @@ conformance!(
     unanswered_commands_are_each_points_newest_without_a_result,
     the_recorded_epoch_is_the_newest_acquisitions,
     the_epoch_is_raised_fenced_past_a_drivers,
+    open_claims_round_trip_with_point_desired,
+    open_verifications_are_each_points_newest_applied_command_without_a_verdict,
+    control_heads_are_each_points_newest_event,
 );
 
 on_conflict_form!(
@@ -1790,7 +1795,27 @@ async fn control_events_are_sequenced_fenced_and_carry_the_epoch<B: Backend>(b: 
     );
     let third = b
         .store()
-        .write_control_events(new.epoch(), vec![control_event("c", new.epoch(), t.add_ms(2))])
+        .write_control_events(
+            new.epoch(),
+            vec![
+                control_event("c", new.epoch(), t.add_ms(2)),
+                // Issue 21 item 8: a driver instance's availability is about no point.
+                ControlEvent {
+                    point: None,
+                    point_id: "".into(),
+                    principal: "core:drivers".into(),
+                    detail: sentinel_core::ControlDetail::Availability {
+                        host: "plant-a".into(),
+                        driver_instance: "modbus-1".into(),
+                        from: "ready",
+                        to: "lost",
+                        reason: "silent",
+                        coalesced: 0,
+                    },
+                    ..control_event("", new.epoch(), t.add_ms(3))
+                },
+            ],
+        )
         .await
         .expect("write");
 
@@ -1805,8 +1830,14 @@ async fn control_events_are_sequenced_fenced_and_carry_the_epoch<B: Backend>(b: 
             (Some("a"), old_epoch, "quality_changed"),
             (Some("b"), old_epoch, "quality_changed"),
             (Some("c"), new.epoch(), "quality_changed"),
+            (None, new.epoch(), "availability"),
         ],
         "nothing from the fenced or mis-stamped writes"
+    );
+    let availability: serde_json::Value = serde_json::from_str(&all[3].payload).expect("payload is JSON");
+    assert_eq!(
+        availability,
+        serde_json::json!({"from": "ready", "to": "lost", "reason": "silent", "coalesced": 0})
     );
     assert_eq!(all[0].principal, "core:watchdog");
     assert_eq!(all[0].occurred_at, t);

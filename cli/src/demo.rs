@@ -40,8 +40,8 @@ pub struct DemoSummary {
     pub quarantined: Vec<(QuarantineReason, u64)>,
     pub rows_bad: u64,
     pub transitions: u64,
-    /// Driver instances connecting, connected and ready when the core stopped.
-    pub drivers: [u64; 3],
+    /// Driver instances connecting, connected, ready and lost when the core stopped.
+    pub drivers: [u64; 4],
     pub exit_code: i32,
 }
 
@@ -211,10 +211,10 @@ impl std::fmt::Display for DemoSummary {
             writeln!(f, "    {:<27} {count}", reason.as_str())?;
         }
         writeln!(f, "  transitions published         {}", self.transitions)?;
-        let [connecting, connected, ready] = self.drivers;
+        let [connecting, connected, ready, lost] = self.drivers;
         writeln!(
             f,
-            "  driver instances              {ready} ready, {connected} connected, {connecting} connecting"
+            "  driver instances              {ready} ready, {connected} connected, {connecting} connecting, {lost} lost"
         )?;
         write!(f, "  core exit code                {}", self.exit_code)
     }

@@ -5,12 +5,15 @@
 //! (`migrate`, `db grants`), `registry.rs` (`registry check|load|nats-config`), `plan.rs`
 //! (`registry plan`), `rollup.rs`, `retention.rs`, `reprocess/` (under the lock, or asking the
 //! running core over the bus: `reprocess/over_bus.rs`), `reinterpret.rs`, `history.rs` and
-//! `status.rs`. What several of them share — connection flags, tuning, the "lock held" exit —
+//! `status.rs`; the command plane's `command.rs` (`command set|release`, over the bus),
+//! `desired.rs` and `why.rs` (reads of the database). What several of them share — connection flags, tuning, the "lock held" exit —
 //! is `args.rs`, below them all, so no subcommand file imports this one.
 
 mod args;
+mod command;
 mod db;
 mod demo;
+mod desired;
 mod history;
 mod metrics_http;
 mod plan;
@@ -21,6 +24,7 @@ mod retention;
 mod rollup;
 mod run;
 mod status;
+mod why;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -212,6 +216,31 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Ask the running core for an operator claim on a writable point, or its release
+    /// (over the bus as --principal; waits for the core's answer: exit 12 refused, 13 no answer).
+    #[command(name = "command")]
+    Claim {
+        #[command(subcommand)]
+        command: CommandCommand,
+    },
+    /// Each writable point's desired value, the claim that wins, every open claim, the newest
+    /// observation and the last verification (reads the database).
+    Desired {
+        /// Only this point.
+        point: Option<String>,
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long)]
+        json: bool,
+    },
+    /// The chain behind a command: its claim, principal and every control event naming its id.
+    Why {
+        command_id: String,
+        #[command(flatten)]
+        db: DbArgs,
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the schema version, epoch, lock holder, consumer lag, quarantine and row counts,
     /// last cold start. Reads only: never migrates, never takes the lock.
     Status {
@@ -278,6 +307,26 @@ enum RegistryCommand {
         /// Where to write the block; stdout when absent.
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum CommandCommand {
+    /// Claim VALUE on POINT (true/false, a number in the point's unit, or a codebook member)
+    /// for --for (default one hour; at most a week; 90, 15m, 2h, 1d).
+    Set {
+        point: String,
+        value: String,
+        #[arg(long = "for", value_parser = command::parse_duration_s)]
+        for_s: Option<u64>,
+        #[command(flatten)]
+        ask: command::AskArgs,
+    },
+    /// Release --principal's claim on POINT.
+    Release {
+        point: String,
+        #[command(flatten)]
+        ask: command::AskArgs,
     },
 }
 
@@ -467,6 +516,20 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Status { db, nats, json } => status::status(db, nats, json).await,
+        Command::Claim {
+            command:
+                CommandCommand::Set {
+                    point,
+                    value,
+                    for_s,
+                    ask,
+                },
+        } => command::run(&point, command::Ask::Set { value, for_s }, &ask).await,
+        Command::Claim {
+            command: CommandCommand::Release { point, ask },
+        } => command::run(&point, command::Ask::Release, &ask).await,
+        Command::Desired { point, db, json } => desired::run(&db.database_url, point.as_deref(), json).await,
+        Command::Why { command_id, db, json } => why::run(&db.database_url, &command_id, json).await,
         Command::Retention {
             db,
             horizons,

@@ -247,6 +247,7 @@ fn arbitrate(registry: &Registry, ops: Vec<Op>) -> ArbitrationPass {
             let row = DesiredRow {
                 point_id: registry.point(idx).id.clone(),
                 desired: change.desired,
+                claims: Vec::new(),
             };
             std::hint::black_box(row);
             rows += 1;
@@ -265,7 +266,7 @@ fn arbitrate(registry: &Registry, ops: Vec<Op>) -> ArbitrationPass {
                 record(idx, change.expect("held"));
             }
             Op::Expire(idx, now) => {
-                for (_, change) in arbiters.get_mut(&idx).expect("writable").expire(now) {
+                for (_, change, _) in arbiters.get_mut(&idx).expect("writable").expire(now) {
                     record(idx, change);
                 }
             }

@@ -43,6 +43,14 @@ pub enum ControlKind {
     /// `command_issued`, which send timed out, and whether it is sent again: only while its
     /// value is still its point's desired value).
     CommandTimeout,
+    /// An applied command's point reached its desired value within `verify_s` (payload:
+    /// command id, the seq of the `command_result` that started the verification, and the
+    /// `observed_at` of the live row that showed it). Written by the verification part.
+    CommandVerified,
+    /// An applied command's point did not reach its desired value within `verify_s` (time
+    /// with ingest lag high not counted), or the core was down when that came due and the log
+    /// holds no row that shows it (payload: command id, the result's seq, the deadline).
+    CommandDiverged,
     /// A claim was set or replaced on a writable point (payload: holder, band, priority,
     /// value, until). Written with the `point_desired` row it produces, in one transaction.
     ClaimSet,
@@ -60,6 +68,11 @@ pub enum ControlKind {
     /// A point's history moved to the class table of its new retention class (payload: from,
     /// to, rows, observed range). Written by the store in the move's transaction.
     ClassMoved,
+    /// A driver instance's state changed as this core sees it (issue 21 item 8; ingest spec,
+    /// "Two logs": availability among the control events): `point_id` NULL, `subject_key`
+    /// `<host>.<driver_instance>`, payload from, to, reason and how many changes this one
+    /// coalesces (the drivers part bounds the rate).
+    Availability,
 }
 
 impl ControlKind {
@@ -70,11 +83,14 @@ impl ControlKind {
             ControlKind::CommandRefused => "command_refused",
             ControlKind::CommandResult => "command_result",
             ControlKind::CommandTimeout => "command_timeout",
+            ControlKind::CommandVerified => "command_verified",
+            ControlKind::CommandDiverged => "command_diverged",
             ControlKind::ClaimSet => "claim_set",
             ControlKind::ClaimReleased => "claim_released",
             ControlKind::Reprocess => "reprocess",
             ControlKind::RetentionDrop => "retention_drop",
             ControlKind::ClassMoved => "class_moved",
+            ControlKind::Availability => "availability",
         }
     }
 }
@@ -116,6 +132,20 @@ pub enum ControlDetail {
         /// Whether the command goes out again once this event commits.
         resend: bool,
     },
+    CommandVerified {
+        command_id: String,
+        /// The `command_result` (outcome `applied`) that started the verification.
+        result_seq: i64,
+        /// The `observed_at` of the committed live row within tolerance.
+        evidence_at: Micros,
+    },
+    CommandDiverged {
+        command_id: String,
+        result_seq: i64,
+        /// When the verification came due (the result's time plus `verify_s`, plus any time
+        /// it was paused while ingest lag was high).
+        deadline: Micros,
+    },
     ClaimSet {
         /// The request that set it.
         command_id: String,
@@ -132,6 +162,24 @@ pub enum ControlDetail {
         /// `released` (its holder asked) or `expired` (its `until` passed).
         why: &'static str,
     },
+    Availability {
+        host: Arc<str>,
+        driver_instance: Arc<str>,
+        /// The state last written for the instance (`connecting` for the first).
+        from: &'static str,
+        to: &'static str,
+        /// Why, in a fixed phrase (the drivers part names them).
+        reason: &'static str,
+        /// Changes folded into this one because the instance changed state faster than its
+        /// bound allows (0: none; the payload's `coalesced`).
+        coalesced: u32,
+    },
+}
+
+/// A driver instance's `subject_key` in `control_event`: `<host>.<driver_instance>` (both are
+/// subject tokens, so the dot separates them unambiguously).
+pub fn subject_key(host: &str, driver_instance: &str) -> String {
+    format!("{host}.{driver_instance}")
 }
 
 /// Why a claim was released (`ClaimReleased::why`).
@@ -146,7 +194,8 @@ pub const PRINCIPAL_ARBITRATION: &str = "core:arbitration";
 pub struct ControlEvent {
     pub occurred_at: Micros,
     /// The point in the writing core's registry; `None` only for a refused request naming a
-    /// point the registry does not hold (its `point_id` is then the id the request gave).
+    /// point the registry does not hold (its `point_id` is then the id the request gave), and
+    /// for an event about no point (an availability change: `point_id` empty, stored NULL).
     pub point: Option<PointIdx>,
     pub point_id: Arc<str>,
     /// Who caused it: `core:watchdog`, or the principal that requested a command.
@@ -164,8 +213,30 @@ impl ControlEvent {
             ControlDetail::CommandRefused { .. } => ControlKind::CommandRefused,
             ControlDetail::CommandResult { .. } => ControlKind::CommandResult,
             ControlDetail::CommandTimeout { .. } => ControlKind::CommandTimeout,
+            ControlDetail::CommandVerified { .. } => ControlKind::CommandVerified,
+            ControlDetail::CommandDiverged { .. } => ControlKind::CommandDiverged,
             ControlDetail::ClaimSet { .. } => ControlKind::ClaimSet,
             ControlDetail::ClaimReleased { .. } => ControlKind::ClaimReleased,
+            ControlDetail::Availability { .. } => ControlKind::Availability,
+        }
+    }
+
+    /// The `point_id` column: `None` for an event about no point (an availability change,
+    /// whose `point_id` field is empty).
+    pub fn point_column(&self) -> Option<&str> {
+        (!self.point_id.is_empty()).then_some(&*self.point_id)
+    }
+
+    /// The `subject_key` column: the driver instance (`<host>.<driver_instance>`) an
+    /// availability change is about; `None` for every other kind.
+    pub fn subject_key(&self) -> Option<String> {
+        match &self.detail {
+            ControlDetail::Availability {
+                host,
+                driver_instance,
+                ..
+            } => Some(subject_key(host, driver_instance)),
+            _ => None,
         }
     }
 
@@ -214,6 +285,26 @@ impl ControlEvent {
                 "resend": resend,
             })
             .to_string(),
+            ControlDetail::CommandVerified {
+                command_id,
+                result_seq,
+                evidence_at,
+            } => serde_json::json!({
+                "command_id": command_id,
+                "result_seq": result_seq,
+                "evidence_at": evidence_at.to_rfc3339(),
+            })
+            .to_string(),
+            ControlDetail::CommandDiverged {
+                command_id,
+                result_seq,
+                deadline,
+            } => serde_json::json!({
+                "command_id": command_id,
+                "result_seq": result_seq,
+                "deadline": deadline.to_rfc3339(),
+            })
+            .to_string(),
             ControlDetail::ClaimSet {
                 command_id,
                 holder,
@@ -235,6 +326,14 @@ impl ControlEvent {
                 holder,
                 why,
             } => serde_json::json!({ "command_id": command_id, "holder": &**holder, "why": why }).to_string(),
+            ControlDetail::Availability {
+                from,
+                to,
+                reason,
+                coalesced,
+                ..
+            } => serde_json::json!({ "from": from, "to": to, "reason": reason, "coalesced": coalesced })
+                .to_string(),
         }
     }
 }
@@ -266,6 +365,49 @@ impl IssuedCommand {
     }
 }
 
+/// An open verification as the log holds it, read back at restart (issue 21 items 5 and 6:
+/// `Store::load_open_verifications`): a point's newest `command_issued` and the `applied`
+/// `command_result` that answered it, with no `command_verified` or `command_diverged` after.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OpenVerification {
+    pub point_id: String,
+    pub command_id: String,
+    /// The commanded value (the `command_issued` payload's).
+    pub value: serde_json::Value,
+    /// When the command was issued: the first moment a row could show it.
+    pub issued_at: Micros,
+    /// The `command_result` event's seq and time: the timer runs from `applied_at`.
+    pub result_seq: i64,
+    pub applied_at: Micros,
+}
+
+impl OpenVerification {
+    /// From the two stored events' columns; `None` unless the issued payload names a command
+    /// and a value, and the result payload names the same command.
+    pub fn from_stored(
+        point_id: &str,
+        issued: (Micros, &str),
+        result: (i64, Micros, &str),
+    ) -> Option<OpenVerification> {
+        let issued_payload: serde_json::Value = serde_json::from_str(issued.1).ok()?;
+        let result_payload: serde_json::Value = serde_json::from_str(result.2).ok()?;
+        let command_id = issued_payload.get("command_id")?.as_str()?;
+        if result_payload.get("command_id")?.as_str()? != command_id
+            || result_payload.get("outcome")?.as_str()? != "applied"
+        {
+            return None;
+        }
+        Some(OpenVerification {
+            point_id: point_id.to_owned(),
+            command_id: command_id.to_owned(),
+            value: issued_payload.get("value")?.clone(),
+            issued_at: issued.0,
+            result_seq: result.0,
+            applied_at: result.1,
+        })
+    }
+}
+
 /// A request to command a point, from an operator or (later) a rule. Validated by the core;
 /// see [`crate::Core::handle`] with `Input::CommandRequested`.
 #[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
@@ -292,6 +434,42 @@ pub struct CommandRequest {
     /// Release this principal's claim on the point instead of setting one (`value` is ignored).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub release: bool,
+    /// Where the core answers ([`RequestAnswer`]): the request's reply subject, taken from the
+    /// bus, never from the body. `None`: nobody waits for an answer.
+    #[serde(skip)]
+    pub reply_to: Option<String>,
+    /// The claim's band; `None` is `operator`. Never from the body (`serde(skip)`): the bus
+    /// decoder cannot set it, so every request from the bus is an operator's. Only code in the
+    /// core's process can — the rules engine, once it exists, and until then the runtime's
+    /// test-only hook (feature `failpoints`, `runtime/src/failpoint.rs`), which no release
+    /// build has.
+    #[serde(skip)]
+    pub band: Option<Band>,
+}
+
+/// The core's answer to a command request with a reply subject (issue 21 item 10), sent once
+/// the request's control event committed: `accepted` (its `claim_set` or `claim_released` is on
+/// the record; the command, if the value moved, goes out after it) or `refused` with the
+/// one-line reason (its `command_refused`, or, for a request that could not be put on the
+/// record, only the answer). `seq` is the event's, when one was written.
+#[derive(Clone, Debug, PartialEq, serde::Deserialize, serde::Serialize)]
+pub struct RequestAnswer {
+    pub command_id: String,
+    /// `accepted` or `refused`.
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<i64>,
+}
+
+pub const ANSWER_ACCEPTED: &str = "accepted";
+pub const ANSWER_REFUSED: &str = "refused";
+
+impl RequestAnswer {
+    pub fn to_bytes(&self) -> bytes::Bytes {
+        serde_json::to_vec(self).unwrap_or_default().into()
+    }
 }
 
 /// An operator claim holds this long unless the request says (issue 21 item 2: one hour).

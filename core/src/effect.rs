@@ -163,6 +163,9 @@ pub enum Effect {
     Reprocess(crate::reprocess_request::ReprocessJob),
     /// Answer a reprocess request at its reply address.
     ReprocessReply { reply_to: String, payload: Bytes },
+    /// Answer a command request at its reply address (a [`crate::control::RequestAnswer`]),
+    /// once its control event committed.
+    RequestAnswer { reply_to: String, payload: Bytes },
     /// Stop the process with this code.
     Exit(ExitReason),
 }
@@ -185,6 +188,10 @@ pub enum Deadline {
     Claims,
     /// A command's answer is due.
     Commands,
+    /// A driver instance falls silent, or an availability window ends.
+    Drivers,
+    /// An applied command's verification is due.
+    Verification,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -76,10 +76,12 @@ pub mod state;
 pub mod time;
 pub mod wire;
 
-pub use parts::{drivers, self_points};
+pub use parts::{drivers, self_points, verification};
 
 pub use config::Config;
-pub use control::{CommandRequest, ControlDetail, ControlEvent, ControlKind, ControlReport, IssuedCommand};
+pub use control::{
+    CommandRequest, ControlDetail, ControlEvent, ControlKind, ControlReport, IssuedCommand, OpenVerification,
+};
 pub use delivery::{Delivery, DeliveryTag};
 pub use effect::{Deadline, Effect, EpochRaise, ExitReason, Input};
 pub use gap::GapReason;

@@ -23,10 +23,10 @@
 
 use std::sync::Arc;
 
-use crate::arbitration::{Band, Claim, Desired, DesiredRow};
+use crate::arbitration::{Claim, Desired, DesiredRow};
 use crate::config::Config;
 use crate::control::{
-    CONTROL_EVENTS_PER_WRITE_MAX, ControlDetail, ControlEvent, ControlReport, IssuedCommand,
+    CONTROL_EVENTS_PER_WRITE_MAX, ControlDetail, ControlEvent, ControlReport, IssuedCommand, OpenVerification,
 };
 use crate::delivery::Delivery;
 use crate::derived::{WindowRequest, WindowRow};
@@ -43,6 +43,7 @@ use crate::parts::ingest::{Applied, Ingest};
 use crate::parts::maintenance::Maintenance;
 use crate::parts::projection::Projector;
 use crate::parts::self_points::{SELF_HOST, SelfPoints};
+use crate::parts::verification::{Convergence, OverdueVerification, Verification};
 use crate::parts::watchdog::Watchdog;
 use crate::planted::PlantedBug;
 use crate::registry::Registry;
@@ -75,6 +76,7 @@ pub struct Core {
     watchdog: Watchdog,
     commands: Commands,
     claims: Claims,
+    verification: Verification,
     drivers: Drivers,
     derived: DerivedPoints,
     maintenance: Maintenance,
@@ -108,6 +110,7 @@ impl Core {
             watchdog: Watchdog::new(registry.len(), now.add_ms(config.startup_grace_ms)),
             commands: Commands::default(),
             claims: Claims::new(registry),
+            verification: Verification::new(registry, now),
             drivers: Drivers::new(registry, SELF_HOST, epoch, now),
             derived: DerivedPoints::new(registry),
             maintenance: Maintenance::new(config, now),
@@ -252,6 +255,49 @@ impl Core {
             });
         }
         resent
+    }
+
+    /// Restart step 4, the open verifications (issue 21 items 5 and 6): each point's newest
+    /// `command_issued` answered `applied` with no verdict after it
+    /// (`Store::load_open_verifications`), its deadline `applied_at + verify_s` again. Returns
+    /// how many were restored.
+    pub fn restore_verifications(&mut self, opens: impl IntoIterator<Item = OpenVerification>) -> usize {
+        self.verification.restore(opens, &self.ctx.registry)
+    }
+
+    /// Restart step 6, the command plane's durable timers: claims whose `until` passed while
+    /// the core was down are released as expired now (queued, written once the loop runs), and
+    /// the verifications that came due meanwhile are returned, for the runtime to read each
+    /// one's committed rows and hand them to [`Self::resolve_overdue_verification`]. Returns
+    /// (claims still open with an expiry armed, overdue verifications).
+    pub fn rehydrate_command_timers(&mut self) -> (usize, Vec<OverdueVerification>) {
+        if self.mode != Mode::Running {
+            return (0, Vec::new());
+        }
+        self.claims.expire(&self.ctx, &mut self.out);
+        let armed = self.claims.expiries_armed();
+        (armed, self.verification.overdue(&self.ctx.registry, self.ctx.now))
+    }
+
+    /// Restart step 6, one overdue verification decided on the log's evidence: the point's
+    /// committed rows observed in its window, `(observed_at, quality, value)`.
+    pub fn resolve_overdue_verification(
+        &mut self,
+        point_id: &str,
+        rows: impl IntoIterator<Item = (Micros, Quality, Option<crate::log::CanonicalValue>)>,
+    ) {
+        self.verification
+            .resolve_overdue(point_id, rows, &self.ctx, &mut self.out);
+    }
+
+    /// A writable point's convergence, as its self-point reports it.
+    pub fn convergence(&self, point_id: &str) -> Option<Convergence> {
+        self.verification.state(self.ctx.registry.resolve(point_id)?)
+    }
+
+    /// How many applied commands await their verification.
+    pub fn verifications_open(&self) -> usize {
+        self.verification.open_count()
     }
 
     /// A writable point's desired value, as the resolver last chose it.
@@ -471,6 +517,8 @@ impl Core {
             );
             consider(self.claims.next_deadline(), Deadline::Claims);
             consider(self.commands.next_deadline(), Deadline::Commands);
+            consider(self.drivers.next_deadline(), Deadline::Drivers);
+            consider(self.verification.next_deadline(), Deadline::Verification);
         }
         earliest
     }
@@ -584,9 +632,10 @@ impl Core {
                 continue;
             };
             self.projection.apply_row(row, ctx, out);
-            self.drivers.row_committed(row, &mut out.metrics);
+            self.drivers.row_committed(row, ctx.now, out);
             let deadline = self.projection.freshness_deadline(row.point);
             self.watchdog.rearm(row.point, deadline);
+            self.verification.on_row(row, ctx, out);
         }
         self.derived
             .on_committed(&applied.batch, &applied.inserted, ctx, out);
@@ -599,6 +648,7 @@ impl Core {
         let (ctx, out) = (&self.ctx, &mut self.out);
         match admitted {
             Admitted::Claim {
+                band,
                 point,
                 value,
                 principal,
@@ -607,7 +657,7 @@ impl Core {
             } => {
                 let claim = Claim {
                     holder: principal.clone(),
-                    band: Band::Operator,
+                    band,
                     priority: 0,
                     value,
                     since: ctx.now,
@@ -694,6 +744,7 @@ impl Core {
         );
         let (ctx, out) = (&self.ctx, &mut self.out);
         for (event, &seq) in report.events.iter().zip(&report.seqs) {
+            self.commands.answer(event, seq, out);
             match &event.detail {
                 ControlDetail::QualityChanged { from, to, reason, .. } => {
                     // The watchdog writes these only for points it watches.
@@ -705,7 +756,20 @@ impl Core {
                         .apply_quality_event(point, event, *from, *to, *reason, seq, rearmed, ctx, out);
                 }
                 ControlDetail::CommandIssued { command_id, value } => {
+                    if let Some(point) = event.point {
+                        self.verification
+                            .on_issued(point, command_id, value, event.occurred_at);
+                    }
                     self.commands.on_issued(event, seq, command_id, value, ctx, out)
+                }
+                ControlDetail::CommandResult {
+                    command_id, outcome, ..
+                } => {
+                    if let Some(point) = event.point {
+                        let current = self.projection.state(point);
+                        self.verification
+                            .on_result(point, command_id, *outcome, seq, current, ctx, out);
+                    }
                 }
                 // On the record; nothing was sent and nothing follows. A claim's change took
                 // effect in the claims part when it was emitted.
@@ -718,9 +782,11 @@ impl Core {
                     .commands
                     .on_timeout_committed(*issued_seq, command_id, *resend, ctx, out),
                 ControlDetail::CommandRefused { .. }
-                | ControlDetail::CommandResult { .. }
+                | ControlDetail::CommandVerified { .. }
+                | ControlDetail::CommandDiverged { .. }
                 | ControlDetail::ClaimSet { .. }
-                | ControlDetail::ClaimReleased { .. } => {}
+                | ControlDetail::ClaimReleased { .. }
+                | ControlDetail::Availability { .. } => {}
             }
         }
         self.projection.checkpoint_quality_changes(ctx, out);
@@ -741,14 +807,26 @@ impl Core {
                 queue_depth: v.queue_depth,
                 queue_drops: v.queue_drops,
             });
-            let health = self.health.take_due(ctx.now, instances, self.projection.view());
+            // The writable points' convergence points are generated health points too, due with
+            // the others.
+            let health_due = self.health.next_deadline().is_some_and(|at| ctx.now >= at);
+            let mut health = self.health.take_due(ctx.now, instances, self.projection.view());
+            if health_due {
+                health.extend(self.verification.readings(&ctx.registry));
+            }
             self.self_points.publish_health(health, ctx, out);
             let pipeline_full = self.ingest.pipeline_full(&ctx.config);
             self.maintenance.on_tick(pipeline_full, ctx, out);
             self.claims.expire(ctx, out);
+            // Paused exactly while the watchdog holds staleness back.
+            self.verification
+                .set_suppressed(self.watchdog.suppressed(ctx.now), ctx.now);
+            self.verification.expire(ctx, out);
             let claims = &self.claims;
             let wins = |point, value: &serde_json::Value| still_desired(claims, point, value);
             self.commands.expire(wins, ctx, out);
+            let suppressed = self.watchdog.suppressed(ctx.now);
+            self.drivers.on_tick(suppressed, ctx, out);
         }
         if self.ingest.flush_due(&self.ctx) {
             self.flush();

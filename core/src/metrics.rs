@@ -54,9 +54,14 @@ pub struct Metrics {
     /// Messages to drivers (commands, announcements) withheld while the store raised the
     /// epoch past a driver's (issue 25 item 3); the next core sends the commands again.
     pub commands_withheld: u64,
-    /// Driver instances now connecting, connected and ready (a gauge, as
+    /// Driver instances now connecting, connected, ready and lost (a gauge, as
     /// `DriverState::ALL` orders them).
-    pub drivers: [u64; 3],
+    pub drivers: [u64; 4],
+    /// `availability` control events written (issue 21 item 8).
+    pub availability_events: u64,
+    /// Driver state changes past an instance's rate bound, folded into a later
+    /// `availability` event instead of written (`parts/drivers.rs`).
+    pub availability_coalesced: u64,
     /// The last lag reading from the durable consumer: messages not yet delivered (the
     /// delivered-and-unacked count joins them only in the high-lag judgement).
     pub lag_pending: u64,
@@ -81,6 +86,11 @@ pub struct Metrics {
     /// `stale_epoch` answers the store did not bear out (no newer epoch recorded): suspicious,
     /// like a `wrong_instance` message.
     pub stale_epoch_suspicious: u64,
+    /// Applied commands whose point's live rows came within tolerance in time
+    /// (`command_verified` written; issue 21 item 5).
+    pub commands_verified: u64,
+    /// Applied commands whose point did not (`command_diverged` written).
+    pub commands_diverged: u64,
 }
 
 /// The outcomes of a claim, as the `outcome` label of `sentinel_claims_total`: its

@@ -134,14 +134,14 @@ proptest! {
                         .collect();
                     lapsing.sort();
                     prop_assert_eq!(
-                        lapsed.iter().map(|(h, _)| h.to_string()).collect::<Vec<_>>(),
+                        lapsed.iter().map(|(h, _, _)| h.to_string()).collect::<Vec<_>>(),
                         lapsing.clone()
                     );
                     for holder in lapsing {
                         reference.claims.retain(|c| c.0 != holder);
                         commands += usize::from(reference.settle());
                     }
-                    prop_assert_eq!(lapsed.iter().filter(|(_, c)| c.command.is_some()).count(), commands);
+                    prop_assert_eq!(lapsed.iter().filter(|(_, c, _)| c.command.is_some()).count(), commands);
                 }
             }
             prop_assert_eq!(number(&arbiter.desired().value), reference.desired);

@@ -17,6 +17,8 @@ fn request(command_id: &str, principal: &str, value: serde_json::Value) -> Comma
         for_s: None,
         release: false,
         principal: principal.into(),
+        reply_to: None,
+        band: None,
     }
 }
 

@@ -20,6 +20,7 @@ fn desired(point: &str, value: &str) -> DesiredRow {
             winner: None,
             since: T0,
         },
+        claims: Vec::new(),
     }
 }
 

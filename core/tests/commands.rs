@@ -60,6 +60,8 @@ fn request(point: &str, principal: &str) -> CommandRequest {
         for_s: None,
         release: false,
         principal: principal.into(),
+        reply_to: None,
+        band: None,
     }
 }
 
@@ -398,4 +400,116 @@ fn requests_without_a_principal_are_only_counted() {
     core.handle(T0, Input::CommandRequested(request("plant.pump", "")));
     assert!(drain(&mut core).is_empty());
     assert_eq!(core.metrics().commands_refused, 1);
+}
+
+/// The answer a request's asker gets (issue 21 item 10), from the effects.
+fn answers(effects: &[Effect]) -> Vec<(String, sentinel_core::control::RequestAnswer)> {
+    effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::RequestAnswer { reply_to, payload } => Some((
+                reply_to.clone(),
+                serde_json::from_slice(payload).expect("an answer"),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A request with a reply subject is answered once its event commits: `accepted` for its
+/// claim, `refused` with the recorded reason; one that cannot be recorded is refused at once;
+/// a request without a reply subject gets nothing. A request's band (never from the bus) makes
+/// an automation claim the operator's overrides.
+#[test]
+fn requests_are_answered_once_their_event_commits() {
+    use sentinel_core::control::RequestAnswer;
+    let mut core = core();
+    let mut auto = request("plant.temp", "rule-test");
+    auto.command_id = "a-1".into();
+    auto.value = serde_json::json!(60);
+    auto.band = Some(Band::Automation);
+    auto.reply_to = Some("_INBOX_rule-test.1".into());
+    core.handle(T0, Input::CommandRequested(auto));
+    let (events, _) = arbitration(&drain(&mut core));
+    assert!(
+        matches!(
+            &events[0].detail,
+            ControlDetail::ClaimSet {
+                band: Band::Automation,
+                ..
+            }
+        ),
+        "{:?}",
+        events[0]
+    );
+    core.handle(
+        T0,
+        Input::ControlCommitted(ControlReport {
+            events,
+            seqs: vec![7, 8],
+        }),
+    );
+    assert_eq!(
+        answers(&drain(&mut core)),
+        [(
+            "_INBOX_rule-test.1".to_owned(),
+            RequestAnswer {
+                command_id: "a-1".into(),
+                outcome: "accepted".into(),
+                reason: None,
+                seq: Some(7),
+            }
+        )]
+    );
+
+    let mut op = request("plant.temp", "ana");
+    op.command_id = "op-1".into();
+    op.value = serde_json::json!(21);
+    op.reply_to = Some("_INBOX_ana.1".into());
+    core.handle(T0, Input::CommandRequested(op));
+    let (events, desired) = arbitration(&drain(&mut core));
+    assert_eq!(desired, Some(CommandValue::Number(21.0)), "the operator wins");
+    commit(&mut core, events);
+
+    let mut refused = request("plant.flow", "ana");
+    refused.command_id = "op-2".into();
+    refused.reply_to = Some("_INBOX_ana.2".into());
+    core.handle(T0, Input::CommandRequested(refused));
+    let effects = drain(&mut core);
+    assert!(answers(&effects).is_empty(), "not before its event commits");
+    let [Effect::Control { events, .. }] = effects.as_slice() else {
+        panic!("a refusal: {effects:?}");
+    };
+    core.handle(
+        T0,
+        Input::ControlCommitted(ControlReport {
+            events: events.clone(),
+            seqs: vec![11],
+        }),
+    );
+    assert_eq!(
+        answers(&drain(&mut core)),
+        [(
+            "_INBOX_ana.2".to_owned(),
+            RequestAnswer {
+                command_id: "op-2".into(),
+                outcome: "refused".into(),
+                reason: Some("point \"plant.flow\" is not in registry version 7".into()),
+                seq: Some(11),
+            }
+        )]
+    );
+
+    let mut nameless = request("plant.temp", "ana");
+    nameless.command_id = String::new();
+    nameless.reply_to = Some("_INBOX_ana.3".into());
+    core.handle(T0, Input::CommandRequested(nameless));
+    let answered = answers(&drain(&mut core));
+    assert_eq!(
+        answered[0].1.reason.as_deref(),
+        Some(
+            "a request needs a command id of 1 to 128 bytes, a principal of 1 to 256 bytes and a point id of at most 128 bytes"
+        )
+    );
+    assert_eq!(answered[0].1.outcome, "refused");
 }

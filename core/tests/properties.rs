@@ -254,6 +254,7 @@ impl World {
                 | Effect::EnsurePartitions(_)
                 | Effect::Reprocess(_)
                 | Effect::ReprocessReply { .. }
+                | Effect::RequestAnswer { .. }
                 | Effect::SendCommand { .. }
                 | Effect::CheckEpoch
                 | Effect::RaiseEpoch { .. } => {}

@@ -11,6 +11,11 @@
 //!    epoch seen and the ids of the commands applied (before answering), so a command the core
 //!    re-sends after this driver restarted is answered without being applied twice.
 //!
+//! Once a command is applied the device reports the commanded value (as a setpoint reads
+//! back), so the core's verification (issue 21 item 5) reports it converged. With
+//! `--ignore-commands` it answers `applied` and keeps reporting what it did: a device that does
+//! not follow, which the core reports as `command_diverged` after the point's `verify_s`.
+//!
 //! Against the sample registry and an open server (no authorization block):
 //!
 //! ```sh
@@ -63,6 +68,9 @@ struct Args {
     password_file: Option<PathBuf>,
     #[arg(long, conflicts_with = "user")]
     nkey_seed_file: Option<PathBuf>,
+    /// Answer commands `applied` but do not follow them (to see verification diverge).
+    #[arg(long)]
+    ignore_commands: bool,
 }
 
 /// What survives a restart, as the intake has it now.
@@ -116,7 +124,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let publisher = ObservationPublisher::on(&connection, PublisherConfig::default())?;
     let subject = obs_subject(&args.host, &args.instance);
     let mut ticker = tokio::time::interval(Duration::from_millis(args.interval_ms));
-    let mut offset = 0.0_f64;
+    // The commanded value the device holds, once one was applied and followed.
+    let mut commanded: Option<f64> = None;
     let mut seq = 0u64;
     println!(
         "{principal}/{}: source epoch {source_epoch}, publishing {}",
@@ -126,7 +135,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokio::select! {
             _ = ticker.tick() => {
                 seq += 1;
-                let value = 150.0 + offset + 10.0 * (seq as f64 / 10.0).sin();
+                let value = commanded.unwrap_or_else(|| 150.0 + 10.0 * (seq as f64 / 10.0).sin());
                 let mut envelope =
                     EnvelopeOut::new(&args.point, &args.instance, source_epoch, seq, now(), serde_json::json!(value));
                 envelope.unit = args.unit.clone();
@@ -146,7 +155,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                     let outcome = if command.point_id != args.point {
                         Err(NotApplied::UnknownPoint)
                     } else if let Some(v) = command.value.as_f64() {
-                        offset = v;
+                        if !args.ignore_commands {
+                            commanded = Some(v);
+                        }
                         Ok(())
                     } else {
                         Err(NotApplied::OutOfRange)

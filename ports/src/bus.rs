@@ -132,6 +132,7 @@ impl Inbound {
             let mut request: CommandRequest =
                 serde_json::from_slice(payload).map_err(|_| "not a command request")?;
             request.principal = principal.to_owned();
+            request.reply_to = reply.map(str::to_owned);
             return Ok(Inbound::CommandRequest(request));
         }
         if let Some(principal) = request_principal(subject, REPROCESS_REQUEST_SUBJECT) {

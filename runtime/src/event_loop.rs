@@ -481,15 +481,18 @@ where
                 if matches!(message, Inbound::CommandReply { .. }) {
                     crate::failpoint::hit(crate::failpoint::COMMAND_ANSWER_NOT_RECORDED);
                 }
+                #[cfg(feature = "failpoints")]
+                let message = crate::failpoint::test_band(message);
                 message.into()
             }
             _ = progress.tick() => {
                 let m = core.metrics();
-                let [drivers_connecting, drivers_connected, drivers_ready] = m.drivers;
+                let [drivers_connecting, drivers_connected, drivers_ready, drivers_lost] = m.drivers;
                 info!(
                     drivers_connecting,
                     drivers_connected,
                     drivers_ready,
+                    drivers_lost,
                     delivered = m.delivered,
                     rows = m.rows_inserted.iter().sum::<u64>(),
                     quarantined = m.quarantined_total(),
@@ -907,6 +910,14 @@ async fn execute<B: Bus, S: Store>(
                     }
                 }
             });
+        }
+        Effect::RequestAnswer { reply_to, payload } => {
+            if let Err(e) = bus.publish(reply_to, payload).await {
+                warn!(error = %e, "command request answer publish failed");
+                if let Some(t) = telemetry {
+                    t.bus_error(BusOp::Publish, Some(&e));
+                }
+            }
         }
         Effect::ReprocessReply { reply_to, payload } => {
             if let Err(e) = bus.publish(reply_to, payload).await {

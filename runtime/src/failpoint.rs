@@ -18,6 +18,28 @@ pub const COMMAND_COMMITTED_NOT_SENT: &str = "command_committed_not_sent";
 /// successor sees it unanswered and sends it again.
 pub const COMMAND_ANSWER_NOT_RECORDED: &str = "command_answer_not_recorded";
 
+/// Test-only, until the rules engine exists (issue 21, "What it must show": an automation
+/// claim beside an operator's): a command request from the principal this variable names
+/// becomes an `automation`-band claim instead of an operator's. Compiled only with this
+/// module's feature, like the failpoints, so no release build can be told to do it; the bus
+/// never can (`CommandRequest::band` is not read from a request's body).
+pub const AUTOMATION_PRINCIPAL_ENV: &str = "SENTINEL_TEST_AUTOMATION_PRINCIPAL";
+
+/// Marks a command request from [`AUTOMATION_PRINCIPAL_ENV`]'s principal as an automation
+/// claim; every other message passes unchanged.
+pub fn test_band(message: sentinel_ports::Inbound) -> sentinel_ports::Inbound {
+    match message {
+        sentinel_ports::Inbound::CommandRequest(mut request)
+            if std::env::var(AUTOMATION_PRINCIPAL_ENV)
+                .is_ok_and(|p| !p.is_empty() && p == request.principal) =>
+        {
+            request.band = Some(sentinel_core::arbitration::Band::Automation);
+            sentinel_ports::Inbound::CommandRequest(request)
+        }
+        other => other,
+    }
+}
+
 /// Aborts the process if [`ENV`] names `name`.
 pub fn hit(name: &str) {
     if std::env::var(ENV).is_ok_and(|set| set == name) {

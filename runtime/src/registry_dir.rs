@@ -678,36 +678,55 @@ mod tests {
         let plan = plan_dir(&sample_dir(), &Admission::default()).expect("the sample checks");
         let generated: Vec<&Descriptor> = all
             .iter()
-            .filter(|d| d.id.starts_with("sentinel.host.") || d.id.starts_with("sentinel.device."))
+            .filter(|d| {
+                d.id.starts_with("sentinel.host.")
+                    || d.id.starts_with("sentinel.device.")
+                    || d.id.starts_with("sentinel.point.")
+            })
             .collect();
-        assert_eq!(generated.len(), 27);
+        assert_eq!(generated.len(), 31);
         let hosts = generated
             .iter()
             .filter(|d| d.id.starts_with("sentinel.host."))
             .count();
         assert_eq!(hosts, 15, "plant-a, electrical, ahu-east");
+        let convergence: Vec<&str> = generated
+            .iter()
+            .filter(|d| d.id.starts_with("sentinel.point."))
+            .map(|d| d.id.as_str())
+            .collect();
+        assert_eq!(
+            convergence,
+            [
+                "sentinel.point.ahu1.mode.convergence",
+                "sentinel.point.ahu1.occupied.convergence",
+                "sentinel.point.ahu1.supply_temp_setpoint.convergence",
+                "sentinel.point.boiler1.setpoint.convergence",
+            ],
+            "one per writable point"
+        );
         let declared: Vec<Descriptor> = all
             .iter()
             .filter(|d| !generated.iter().any(|g| g.id == d.id))
             .cloned()
             .collect();
         let without = Plan::of(&declared, &Admission::default());
-        assert_eq!(plan.points, without.points + 27);
+        assert_eq!(plan.points, without.points + 31);
         assert_eq!(plan.points, all.len());
-        assert_eq!((plan.health_points, without.health_points), (27, 0));
+        assert_eq!((plan.health_points, without.health_points), (31, 0));
         let class = |p: &Plan| p.load.classes[RetentionClass::Diagnostic.index()].clone();
         let (with_d, without_d) = (class(&plan), class(&without));
-        assert_eq!(with_d.points, without_d.points + 27);
+        assert_eq!(with_d.points, without_d.points + 31);
         assert!(
-            (with_d.peak_obs_s - without_d.peak_obs_s - 2.7).abs() < 1e-9,
+            (with_d.peak_obs_s - without_d.peak_obs_s - 3.1).abs() < 1e-9,
             "{with_d:?}"
         );
-        assert!((with_d.rows_per_day - without_d.rows_per_day - 2.7 * 86_400.0).abs() < 1e-6);
+        assert!((with_d.rows_per_day - without_d.rows_per_day - 3.1 * 86_400.0).abs() < 1e-6);
         assert!(
-            (with_d.bytes_per_day - without_d.bytes_per_day - 2.7 * 86_400.0 * 96.0).abs() < 1e-3,
+            (with_d.bytes_per_day - without_d.bytes_per_day - 3.1 * 86_400.0 * 96.0).abs() < 1e-3,
             "{with_d:?}"
         );
-        assert!((plan.load.total_peak_obs_s - without.load.total_peak_obs_s - 2.7).abs() < 1e-9);
+        assert!((plan.load.total_peak_obs_s - without.load.total_peak_obs_s - 3.1).abs() < 1e-9);
         assert!(plan.load.outage_msgs_needed > without.load.outage_msgs_needed);
     }
 

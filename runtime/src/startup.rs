@@ -6,8 +6,11 @@
 //! The bus arrives as a connector, called only once the store phase has succeeded: a core that
 //! cannot take the lock returns `LockHeld` having opened no connection to the bus at all.
 //!
-//! Then restart steps 4–8 (control-event replay and the desired values of writable points from
-//! `point_desired`, derived windows, durable timers, drivers, warmup), each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
+//! Then restart steps 4–8 (each point's newest control event; the desired values, open claims
+//! and open verifications of writable points from their snapshot, never the log from its
+//! start; derived windows; durable timers, the claims' expiries and the verifications included,
+//! those that came due while the core was down decided on the log's evidence; drivers; warmup),
+//! each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
 //! command requests) and announces this core's epoch to every driver instance the registry
 //! names, so each raises its epoch floor at the takeover rather than at this core's first
 //! command to it.
@@ -29,9 +32,7 @@ use tracing::{info, warn};
 use crate::notify::Notifier;
 use crate::registry_dir;
 use sentinel_ports::clock::Clock;
-use sentinel_ports::{
-    Bus, BusError, CONTROL_EVENTS_LOAD_MAX, Inbound, Lease, StartupStep, Store, StoreError,
-};
+use sentinel_ports::{Bus, BusError, Inbound, Lease, StartupStep, Store, StoreError};
 
 /// How long each startup step took, in the order they ran.
 #[derive(Clone, Debug, Default)]
@@ -104,28 +105,16 @@ pub fn already_connected<B: Bus>(
     move || std::future::ready(Ok(bus))
 }
 
-/// Restart step 4: reads the control log from the core's lowest watermark to its end, in pages
-/// of at most `page_max` events, and replays each page. Returns `(read, replayed)`.
-async fn replay_control_log<S: Store>(
-    store: &S,
-    core: &mut Core,
-    page_max: usize,
-) -> Result<(usize, usize), StoreError> {
-    assert!(page_max > 0 && page_max <= CONTROL_EVENTS_LOAD_MAX);
-    let (mut after_seq, mut read, mut replayed) = (core.control_watermark(), 0, 0);
-    loop {
-        let page = store.load_control_events(after_seq, page_max).await?;
-        debug_assert!(page.len() <= page_max && page.windows(2).all(|w| w[0].seq < w[1].seq));
-        read += page.len();
-        replayed += core.replay_control_events(
-            page.iter()
-                .filter_map(|e| e.point_id.as_deref().map(|point| (point, e.seq))),
-        );
-        match page.last() {
-            Some(last) if page.len() == page_max => after_seq = last.seq,
-            _ => return Ok((read, replayed)),
-        }
-    }
+/// Restart step 4: each point's newest control event (`Store::load_control_heads`, one index
+/// probe per point) advances its watermark, so the next checkpoint records how far the log
+/// goes. Never a read of the log itself: its cost does not grow with the log. Returns
+/// `(points with events, points advanced)`.
+async fn replay_control_heads<S: Store>(store: &S, core: &mut Core) -> Result<(usize, usize), StoreError> {
+    let point_ids: Vec<String> = core.registry().points().map(|(_, p)| p.id.to_string()).collect();
+    let heads = store.load_control_heads(point_ids).await?;
+    debug_assert!(heads.len() <= core.registry().len());
+    let advanced = core.replay_control_events(heads.iter().map(|(point, seq)| (point.as_str(), *seq)));
+    Ok((heads.len(), advanced))
 }
 
 /// Runs the startup sequence. `registry_dir`, when given, is loaded into the store first (a
@@ -226,19 +215,25 @@ where
     let consumer = bus.bind().await?;
     timings.record("bind_consumer", step);
 
-    // Restart step 4: the control log above each point's watermark.
+    // Restart step 4: each point's newest control event (its head, not the log from the
+    // lowest watermark: the log is kept forever).
     notify.startup_step("replay_control_events");
     let step = Instant::now();
-    let (read, replayed) = replay_control_log(store, &mut core, CONTROL_EVENTS_LOAD_MAX).await?;
+    let (read, replayed) = replay_control_heads(store, &mut core).await?;
     timings.record("replay_control_events", step);
-    info!(read, replayed, "control events replayed");
+    info!(points = read, replayed, "control log heads replayed");
 
-    // The command plane's desired values as last written (issue 21 item 2), so a claim for the
-    // value a point already has issues no command. (Open claims are not restored yet: a
-    // restart drops them, and each point keeps its desired value until a new claim.)
+    // Restart step 4, the command plane (issue 21 items 2, 5 and 6), from its snapshot: the
+    // desired values and the open claims as last written with their control events
+    // (`point_desired`), so a claim for the value a point already has issues no command and an
+    // operator's override outlives the restart; and the open verifications (each point's
+    // newest command answered `applied` with no verdict yet). Each read is a few index probes
+    // per writable point, however long the log.
     let step = Instant::now();
     let rows = store.load_point_desired().await?;
     let restored = core.restore_desired(rows.into_iter().map(|stored| stored.row));
+    let opens = store.load_open_verifications().await?;
+    let verifications = core.restore_verifications(opens);
     // The outbox (issue 21 item 3): a command committed but never answered, still its
     // point's desired value, is issued again with its id under this epoch (queued: written
     // once the loop runs, after the announcements of step 7, and published once written). A
@@ -255,9 +250,10 @@ where
     timings.record("restore_desired", step);
     info!(
         restored,
+        verifications,
         unanswered = unanswered.len(),
         resent,
-        "desired values restored"
+        "desired values, claims and verifications restored"
     );
 
     // Restart step 5: the derived points' windows, from the class tables, in one query per
@@ -300,12 +296,38 @@ where
         "derived windows rehydrated"
     );
 
-    // Restart step 6: freshness deadlines from the restored projection.
+    // Restart step 6: freshness deadlines from the restored projection; the command plane's
+    // durable timers from what step 4 restored (issue 21 item 6): claims whose `until` passed
+    // while the core was down are released as expired (written once the loop runs), and
+    // verifications that came due meanwhile are decided now on the log's evidence, the
+    // point's committed rows observed in their window (one bounded read each) — none is
+    // dropped.
     notify.startup_step("rehydrate_timers");
     let step = Instant::now();
     let armed = core.rehydrate_timers();
+    let (claim_expiries, overdue) = core.rehydrate_command_timers();
+    for due in &overdue {
+        let rows = store
+            .load_history(
+                &due.point_id,
+                due.class,
+                due.from,
+                sentinel_core::Micros(due.to.0.saturating_add(1)),
+                sentinel_core::verification::OVERDUE_EVIDENCE_ROWS_MAX,
+            )
+            .await?;
+        core.resolve_overdue_verification(
+            &due.point_id,
+            rows.into_iter().map(|r| (r.observed_at, r.quality, r.value)),
+        );
+    }
     timings.record("rehydrate_timers", step);
-    info!(armed, "freshness deadlines armed");
+    info!(
+        armed,
+        claim_expiries,
+        overdue_verifications = overdue.len(),
+        "freshness deadlines and command timers armed"
+    );
 
     // Restart step 7: driver processes run on the driver hosts and reconnect by themselves;
     // what this core starts is their relationship with it. Each instance hears this core's
@@ -362,40 +384,40 @@ mod tests {
     use sentinel_ports::clock::SystemClock;
 
     #[tokio::test]
-    async fn the_control_log_is_replayed_to_its_end_page_by_page() {
+    async fn step_4_reads_each_point_s_newest_control_event_not_the_log() {
         let registry = Arc::new(
             Registry::compile(
                 1,
                 "sha".into(),
                 "hash".into(),
-                vec![Descriptor::new(
-                    "p",
-                    Kind::Number,
-                    RetentionClass::Measurement,
-                    "h",
-                    "i",
-                )],
+                ["p", "q", "r"]
+                    .into_iter()
+                    .map(|id| Descriptor::new(id, Kind::Number, RetentionClass::Measurement, "h", "i"))
+                    .collect(),
             )
             .expect("registry"),
         );
         let store = MemoryStore::new("OBS", Arc::new(SystemClock));
         let lease = store.acquire().await.expect("lock");
         let epoch = lease.epoch();
-        let events: Vec<ControlEvent> = (0..5)
-            .map(|i| ControlEvent {
-                occurred_at: Micros(i),
-                point: registry.resolve("p"),
-                point_id: "p".into(),
-                principal: "core:watchdog".into(),
-                core_epoch: epoch,
-                registry_version: 1,
-                detail: ControlDetail::QualityChanged {
-                    from: Quality::Live,
-                    to: Quality::Stale,
-                    reason: sentinel_core::GapReason::Freshness,
-                    deadline: Micros(i),
-                },
-            })
+        let event = |point: &str, i: i64| ControlEvent {
+            occurred_at: Micros(i),
+            point: registry.resolve(point),
+            point_id: point.into(),
+            principal: "core:watchdog".into(),
+            core_epoch: epoch,
+            registry_version: 1,
+            detail: ControlDetail::QualityChanged {
+                from: Quality::Live,
+                to: Quality::Stale,
+                reason: sentinel_core::GapReason::Freshness,
+                deadline: Micros(i),
+            },
+        };
+        // p at seqs 1..=4, q at 5; r has none; an unknown point at 6.
+        let events = (0..4)
+            .map(|i| event("p", i))
+            .chain([event("q", 4), event("gone", 5)])
             .collect();
         store.write_control_events(epoch, events).await.expect("write");
         let mut core = Core::new(
@@ -407,8 +429,12 @@ mod tests {
         )
         .expect("core");
 
-        let (read, replayed) = replay_control_log(&store, &mut core, 2).await.expect("replay");
-        assert_eq!((read, replayed), (5, 5), "three pages: 2, 2 and 1");
-        assert_eq!(core.point_state("p").and_then(|s| s.watermark_seq), Some(5));
+        let (read, replayed) = replay_control_heads(&store, &mut core).await.expect("replay");
+        assert_eq!((read, replayed), (2, 2), "p and q have events, r none");
+        let watermark = |id: &str| core.point_state(id).and_then(|s| s.watermark_seq);
+        assert_eq!(
+            (watermark("p"), watermark("q"), watermark("r")),
+            (Some(4), Some(5), None)
+        );
     }
 }

@@ -521,6 +521,14 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
         ],
     )?;
     f.counter(
+        "sentinel_command_verifications",
+        "Verifications of applied commands, by outcome: verified (the point's live rows came within tolerance within verify_s) or diverged",
+        &[
+            (&[("outcome", "verified")], m.commands_verified),
+            (&[("outcome", "diverged")], m.commands_diverged),
+        ],
+    )?;
+    f.counter(
         "sentinel_command_answers",
         "Drivers' answers to commands: recorded as command_result, or ignored (another epoch, a command not awaited, a mismatched id)",
         &[
@@ -564,14 +572,23 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
             (&[("outcome", "newer_core")], m.driver_hellos_ahead),
         ],
     )?;
-    let states = ["connecting", "connected", "ready"];
+    f.counter(
+        "sentinel_driver_availability",
+        "Driver state changes, by outcome (written as availability control events, or coalesced past an instance's rate bound)",
+        &[
+            (&[("outcome", "written")], m.availability_events),
+            (&[("outcome", "coalesced")], m.availability_coalesced),
+        ],
+    )?;
+    let states = ["connecting", "connected", "ready", "lost"];
     f.gauge(
         "sentinel_drivers",
-        "Driver instances by state (connecting, connected, ready)",
+        "Driver instances by state (connecting, connected, ready, lost)",
         &[
             (&[("state", states[0])], m.drivers[0] as f64),
             (&[("state", states[1])], m.drivers[1] as f64),
             (&[("state", states[2])], m.drivers[2] as f64),
+            (&[("state", states[3])], m.drivers[3] as f64),
         ],
     )?;
     let qualities: Vec<_> = Quality::ALL.iter().map(|q| [("quality", q.as_str())]).collect();

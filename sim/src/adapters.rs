@@ -644,6 +644,16 @@ impl Store for SimStore {
         self.world.store.load_unanswered_commands().await
     }
 
+    async fn load_open_verifications(&self) -> Result<Vec<sentinel_core::OpenVerification>, StoreError> {
+        self.enter(None).await?;
+        self.world.store.load_open_verifications().await
+    }
+
+    async fn load_control_heads(&self, point_ids: Vec<String>) -> Result<Vec<(String, i64)>, StoreError> {
+        self.enter(None).await?;
+        self.world.store.load_control_heads(point_ids).await
+    }
+
     async fn load_control_events(
         &self,
         after_seq: i64,

@@ -634,6 +634,8 @@ fn request_command(
             for_s: None,
             release: false,
             principal: "operator:sim".into(),
+            reply_to: None,
+            band: None,
         }))
         .is_ok()
     {

@@ -11,10 +11,10 @@ use crate::{PgStore, db_error, epoch_to_db, fence, from_odt, to_odt};
 /// outer ORDER BY returns them in that order.
 pub(crate) const INSERT_CONTROL_EVENTS: &str = "\
 WITH ins AS ( \
-  INSERT INTO control_event (occurred_at, kind, point_id, principal, core_epoch, payload, registry_version) \
-  SELECT o, k, p, pr, $5, pl::jsonb, rv \
-  FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::text[], $6::text[], $7::int[]) \
-       WITH ORDINALITY AS t(o, k, p, pr, pl, rv, ord) \
+  INSERT INTO control_event (occurred_at, kind, point_id, subject_key, principal, core_epoch, payload, registry_version) \
+  SELECT o, k, p, sk, pr, $5, pl::jsonb, rv \
+  FROM UNNEST($1::timestamptz[], $2::text[], $3::text[], $4::text[], $6::text[], $7::int[], $8::text[]) \
+       WITH ORDINALITY AS t(o, k, p, pr, pl, rv, sk, ord) \
   ORDER BY ord \
   RETURNING seq) \
 SELECT seq FROM ins ORDER BY seq";
@@ -38,10 +38,12 @@ pub(crate) async fn insert_control_events(
     let mut principals = Vec::with_capacity(n);
     let mut payloads = Vec::with_capacity(n);
     let mut versions = Vec::with_capacity(n);
+    let mut subject_keys = Vec::with_capacity(n);
     for event in events {
         occurred.push(to_odt(event.occurred_at)?);
         kinds.push(event.kind().as_str());
-        points.push(&*event.point_id);
+        points.push(event.point_column());
+        subject_keys.push(event.subject_key());
         principals.push(&*event.principal);
         payloads.push(event.payload_json());
         versions.push(event.registry_version);
@@ -54,6 +56,7 @@ pub(crate) async fn insert_control_events(
         .bind(epoch_db)
         .bind(payloads)
         .bind(versions)
+        .bind(subject_keys)
         .fetch_all(&mut **tx)
         .await
         .map_err(db_error(context))
@@ -128,7 +131,82 @@ impl PgStore {
     }
 }
 
-fn stored_control_event(row: &sqlx::postgres::PgRow) -> Result<StoredControlEvent, StoreError> {
+impl PgStore {
+    /// The open verifications at restart: per `point_desired` row its point's newest
+    /// `command_issued`, the first `applied` `command_result` for that id after it, and no
+    /// verdict for that id after the result. Served by the partial indexes of migrations 0009
+    /// and 0010: a few probes per writable point however long the log.
+    pub(crate) async fn load_open_verifications_inner(
+        &self,
+    ) -> Result<Vec<sentinel_core::OpenVerification>, StoreError> {
+        let limit = i64::try_from(sentinel_ports::POINT_DESIRED_LOAD_MAX).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT d.point_id, c.occurred_at AS issued_at, c.payload::text AS issued_payload, \
+             r.seq AS result_seq, r.occurred_at AS applied_at, r.payload::text AS result_payload \
+             FROM point_desired d CROSS JOIN LATERAL ( \
+               SELECT seq, occurred_at, payload FROM control_event e \
+               WHERE e.kind = 'command_issued' AND e.point_id = d.point_id \
+               ORDER BY e.seq DESC LIMIT 1) c \
+             CROSS JOIN LATERAL ( \
+               SELECT seq, occurred_at, payload FROM control_event e \
+               WHERE e.kind = 'command_result' AND e.point_id = d.point_id AND e.seq > c.seq \
+                 AND e.payload->>'command_id' = c.payload->>'command_id' \
+                 AND e.payload->>'outcome' = 'applied' \
+               ORDER BY e.seq LIMIT 1) r \
+             WHERE NOT EXISTS ( \
+               SELECT 1 FROM control_event v \
+               WHERE v.kind IN ('command_verified', 'command_diverged') AND v.point_id = d.point_id \
+                 AND v.seq > r.seq AND v.payload->>'command_id' = c.payload->>'command_id') \
+             ORDER BY d.point_id LIMIT $1",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error("loading open verifications"))?;
+        let mut open = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let get = |what: &'static str| db_error(what);
+            let point_id: String = row.try_get("point_id").map_err(get("reading point_id"))?;
+            let issued_payload: String = row
+                .try_get("issued_payload")
+                .map_err(get("reading the command's payload"))?;
+            let result_payload: String = row
+                .try_get("result_payload")
+                .map_err(get("reading the result's payload"))?;
+            let issued_at = from_odt(row.try_get("issued_at").map_err(get("reading issued_at"))?);
+            let applied_at = from_odt(row.try_get("applied_at").map_err(get("reading applied_at"))?);
+            let result_seq: i64 = row.try_get("result_seq").map_err(get("reading result_seq"))?;
+            open.extend(sentinel_core::OpenVerification::from_stored(
+                &point_id,
+                (issued_at, &issued_payload),
+                (result_seq, applied_at, &result_payload),
+            ));
+        }
+        Ok(open)
+    }
+
+    /// Each named point's newest control-event seq: one probe of `control_event_by_point`
+    /// (migration 0010) per point.
+    pub(crate) async fn load_control_heads_inner(
+        &self,
+        mut point_ids: Vec<String>,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        point_ids.truncate(sentinel_ports::POINT_DESIRED_LOAD_MAX);
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT w.p, h.seq FROM UNNEST($1::text[]) WITH ORDINALITY AS w(p, ord) \
+             CROSS JOIN LATERAL ( \
+               SELECT seq FROM control_event e WHERE e.point_id = w.p ORDER BY e.seq DESC LIMIT 1) h \
+             ORDER BY w.ord",
+        )
+        .bind(&point_ids)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db_error("loading the control log's heads"))?;
+        Ok(rows)
+    }
+}
+
+pub(crate) fn stored_control_event(row: &sqlx::postgres::PgRow) -> Result<StoredControlEvent, StoreError> {
     Ok(StoredControlEvent {
         seq: row
             .try_get("seq")

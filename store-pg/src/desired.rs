@@ -3,6 +3,7 @@
 //! read back at restart.
 
 use sentinel_core::ControlEvent;
+use sentinel_core::Micros;
 use sentinel_core::arbitration::{Band, Claim, Desired, DesiredRow};
 use sentinel_core::registry::CommandValue;
 use sentinel_ports::{StoreError, StoredDesired};
@@ -13,11 +14,12 @@ use crate::{PgStore, db_error, epoch_to_db, fence, from_odt, to_odt};
 
 const UPSERT_DESIRED: &str = "\
 INSERT INTO point_desired (point_id, value, winner_holder, winner_band, winner_priority, \
-  winner_since, winner_until, since, core_epoch, control_seq) \
-SELECT p, v::jsonb, h, b, pr, ws, wu, s, $9, $10 \
+  winner_since, winner_until, since, core_epoch, control_seq, claims) \
+SELECT p, v::jsonb, h, b, pr, ws, wu, s, $9, $10, c::jsonb \
 FROM UNNEST($1::text[], $2::text[], $3::text[], $4::text[], $5::smallint[], $6::timestamptz[], \
-            $7::timestamptz[], $8::timestamptz[]) AS t(p, v, h, b, pr, ws, wu, s) \
-ON CONFLICT (point_id) DO UPDATE SET value = EXCLUDED.value, winner_holder = EXCLUDED.winner_holder, \
+            $7::timestamptz[], $8::timestamptz[], $11::text[]) AS t(p, v, h, b, pr, ws, wu, s, c) \
+ON CONFLICT (point_id) DO UPDATE SET value = EXCLUDED.value, claims = EXCLUDED.claims, \
+  winner_holder = EXCLUDED.winner_holder, \
   winner_band = EXCLUDED.winner_band, winner_priority = EXCLUDED.winner_priority, \
   winner_since = EXCLUDED.winner_since, winner_until = EXCLUDED.winner_until, \
   since = EXCLUDED.since, core_epoch = EXCLUDED.core_epoch, control_seq = EXCLUDED.control_seq";
@@ -25,6 +27,55 @@ ON CONFLICT (point_id) DO UPDATE SET value = EXCLUDED.value, winner_holder = EXC
 /// A value as its JSON text (a bare number, bool or string).
 fn value_text(value: &CommandValue) -> String {
     value.to_json().to_string()
+}
+
+/// A point's open claims as the `claims` column holds them (migration 0010): times in UTC µs.
+fn claims_text(claims: &[Claim]) -> String {
+    serde_json::Value::Array(
+        claims
+            .iter()
+            .map(|c| {
+                serde_json::json!({
+                    "holder": &*c.holder,
+                    "band": c.band.as_str(),
+                    "priority": c.priority,
+                    "value": c.value.to_json(),
+                    "since_us": c.since.0,
+                    "until_us": c.until.map(|u| u.0),
+                })
+            })
+            .collect(),
+    )
+    .to_string()
+}
+
+/// The `claims` column read back; an entry that does not parse is an error naming the point.
+fn claims_from_text(point_id: &str, text: &str) -> Result<Vec<Claim>, StoreError> {
+    let bad = |what: &str| StoreError::Other(format!("point_desired of {point_id:?}: a claim {what}"));
+    let entries: Vec<serde_json::Value> =
+        serde_json::from_str(text).map_err(|_| bad("list that does not parse"))?;
+    entries
+        .iter()
+        .map(|c| {
+            Ok(Claim {
+                holder: c["holder"]
+                    .as_str()
+                    .ok_or_else(|| bad("without a holder"))?
+                    .into(),
+                band: c["band"]
+                    .as_str()
+                    .and_then(Band::parse)
+                    .ok_or_else(|| bad("with an unknown band"))?,
+                priority: c["priority"]
+                    .as_u64()
+                    .and_then(|p| u8::try_from(p).ok())
+                    .ok_or_else(|| bad("without a priority"))?,
+                value: CommandValue::from_json(&c["value"]).ok_or_else(|| bad("without a value"))?,
+                since: Micros(c["since_us"].as_i64().ok_or_else(|| bad("without since_us"))?),
+                until: c["until_us"].as_i64().map(Micros),
+            })
+        })
+        .collect()
 }
 
 impl PgStore {
@@ -61,7 +112,9 @@ impl PgStore {
             let mut winner_since = Vec::with_capacity(n);
             let mut winner_until = Vec::with_capacity(n);
             let mut since = Vec::with_capacity(n);
+            let mut claims = Vec::with_capacity(n);
             for row in &desired {
+                claims.push(claims_text(&row.claims));
                 let d = &row.desired;
                 point_ids.push(&*row.point_id);
                 values.push(d.value.as_ref().map(value_text));
@@ -83,6 +136,7 @@ impl PgStore {
                 .bind(since)
                 .bind(epoch_db)
                 .bind(control_seq)
+                .bind(claims)
                 .execute(&mut *tx)
                 .await
                 .map_err(db_error("upserting point_desired"))?;
@@ -103,7 +157,7 @@ impl PgStore {
         let limit = i64::try_from(sentinel_ports::POINT_DESIRED_LOAD_MAX).unwrap_or(i64::MAX);
         let rows = sqlx::query(
             "SELECT point_id, value::text AS value, winner_holder, winner_band, winner_priority, \
-             winner_since, winner_until, since, core_epoch, control_seq \
+             winner_since, winner_until, since, core_epoch, control_seq, claims::text AS claims \
              FROM point_desired ORDER BY point_id LIMIT $1",
         )
         .bind(limit)
@@ -156,8 +210,11 @@ impl PgStore {
                         })
                     }
                 };
+                let claims: String = row.try_get("claims").map_err(get("reading claims"))?;
+                let claims = claims_from_text(&point_id, &claims)?;
                 Ok(StoredDesired {
                     row: DesiredRow {
+                        claims,
                         point_id: point_id.as_str().into(),
                         desired: Desired {
                             value,

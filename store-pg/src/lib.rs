@@ -30,6 +30,7 @@
 
 mod class_change;
 mod cold_start;
+mod command_log;
 mod commit;
 mod control;
 mod desired;

@@ -165,7 +165,7 @@ async fn measure(topology: Topology, messages: usize) -> Measured {
         .expect("publisher");
     let cpu_before = cpu_seconds();
     let started_at = Instant::now();
-    let mut accepted = 0u64;
+    let (mut accepted, mut duplicates) = (0u64, 0u64);
     let mut remaining = messages;
     while remaining > 0 {
         let n = remaining.min(PUBLISH_CHUNK);
@@ -181,6 +181,7 @@ async fn measure(topology: Topology, messages: usize) -> Measured {
             .await
             .expect("publish");
         accepted += report.stored;
+        duplicates += report.duplicates;
     }
     let publish_secs = started_at.elapsed().as_secs_f64();
     let deadline = Instant::now() + Duration::from_secs(DRAIN_TIMEOUT_S);
@@ -223,10 +224,11 @@ async fn measure(topology: Topology, messages: usize) -> Measured {
         "{}: every accepted message is a row or a quarantine entry",
         topology.label()
     );
+    // The fleet re-sends some messages with their id, as drivers retry: the stream drops those.
     assert_eq!(
-        accepted,
+        accepted + duplicates,
         messages as u64,
-        "{}: the bus accepted every publish",
+        "{}: the bus answered every publish",
         topology.label()
     );
     drop(conn);

@@ -46,6 +46,7 @@ fn row(point: &str, value: Option<CommandValue>, winner: Option<Claim>, since: M
     DesiredRow {
         point_id: point.into(),
         desired: Desired { value, winner, since },
+        claims: Vec::new(),
     }
 }
 
@@ -464,4 +465,243 @@ pub async fn the_epoch_is_raised_fenced_past_a_drivers<B: Backend>(b: &B) {
     let next = b.store().acquire().await.expect("acquire again");
     assert_eq!(next.epoch(), epoch + 6, "the next acquisition is above the floor");
     b.release(next).await;
+}
+
+/// Restart's snapshot of open claims (issue 21 item 6): each `point_desired` row carries the
+/// point's open claims as the arbitration wrote them, every field read back as written (a
+/// claim without an `until`, every value kind, priorities), and a later write replaces them.
+pub async fn open_claims_round_trip_with_point_desired<B: Backend>(b: &B) {
+    let t = at("2026-12-01T10:00:00Z");
+    let lease = b.store().acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    let claim = |holder: &str, band: Band, priority: u8, value: CommandValue, until: Option<Micros>| Claim {
+        holder: holder.into(),
+        band,
+        priority,
+        value,
+        since: t.add_ms(i64::from(priority)),
+        until,
+    };
+    let ana = claim(
+        "ana",
+        Band::Operator,
+        0,
+        CommandValue::Number(21.5),
+        Some(t.add_ms(3_600_000)),
+    );
+    let rule = claim(
+        "rule:frost",
+        Band::Safety,
+        7,
+        CommandValue::Member("heat".into()),
+        None,
+    );
+    let lock = claim("rule:door", Band::Interlock, 255, CommandValue::Bool(false), None);
+    let mut first = row(
+        "ahu1.mode",
+        Some(CommandValue::Number(21.5)),
+        Some(ana.clone()),
+        t,
+    );
+    first.claims = vec![ana.clone(), lock.clone(), rule.clone()];
+    let mut other = row("boiler1.setpoint", None, None, t);
+    other.claims = Vec::new();
+    b.store()
+        .write_arbitration(
+            epoch,
+            vec![claim_event(
+                "ahu1.mode",
+                epoch,
+                t,
+                "ana",
+                CommandValue::Number(21.5),
+            )],
+            vec![first.clone(), other.clone()],
+        )
+        .await
+        .expect("arbitration write");
+    let rows: Vec<DesiredRow> = b
+        .store()
+        .load_point_desired()
+        .await
+        .expect("load")
+        .into_iter()
+        .map(|s| s.row)
+        .collect();
+    assert_eq!(rows, [first.clone(), other]);
+
+    // Ana's claim released: the row's claims are the rest.
+    let mut second = row(
+        "ahu1.mode",
+        Some(CommandValue::Bool(false)),
+        Some(lock.clone()),
+        t.add_ms(5),
+    );
+    second.claims = vec![lock, rule];
+    b.store()
+        .write_arbitration(
+            epoch,
+            vec![claim_event(
+                "ahu1.mode",
+                epoch,
+                t.add_ms(5),
+                "ana",
+                CommandValue::Number(0.0),
+            )],
+            vec![second.clone()],
+        )
+        .await
+        .expect("arbitration write");
+    let rows = b.store().load_point_desired().await.expect("load");
+    assert_eq!(rows[0].row, second);
+}
+
+fn result(
+    point: &str,
+    epoch: u32,
+    at: Micros,
+    id: &str,
+    outcome: sentinel_core::wire::CommandOutcome,
+) -> ControlEvent {
+    ControlEvent {
+        detail: ControlDetail::CommandResult {
+            command_id: id.into(),
+            outcome,
+            reason: (outcome == sentinel_core::wire::CommandOutcome::Rejected).then_some("device_error"),
+        },
+        ..answer(point, epoch, at, id)
+    }
+}
+
+fn verdict(point: &str, epoch: u32, at: Micros, id: &str, verified: bool) -> ControlEvent {
+    let detail = if verified {
+        ControlDetail::CommandVerified {
+            command_id: id.into(),
+            result_seq: 1,
+            evidence_at: at,
+        }
+    } else {
+        ControlDetail::CommandDiverged {
+            command_id: id.into(),
+            result_seq: 1,
+            deadline: at,
+        }
+    };
+    ControlEvent {
+        principal: "core:verification".into(),
+        detail,
+        ..answer(point, epoch, at, id)
+    }
+}
+
+/// Restart's open verifications (issue 21 items 5 and 6): per `point_desired` row, its newest
+/// command when an `applied` result for it follows and no verdict for it follows that: with the
+/// command's value, the issue time, and the result's seq and time. A rejected command, a
+/// command answered for another id, one with a verdict, one superseded by a newer command and
+/// one of a point without a row are not open.
+pub async fn open_verifications_are_each_points_newest_applied_command_without_a_verdict<B: Backend>(b: &B) {
+    use sentinel_core::wire::CommandOutcome::{Applied, Rejected};
+    let t = at("2026-12-01T10:00:00Z");
+    let lease = b.store().acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    let store = b.store();
+    assert!(store.load_open_verifications().await.expect("load").is_empty());
+    let on = CommandValue::Number(21.0);
+    let write = |point: &'static str, id: &'static str, ms: i64| {
+        let value = on.clone();
+        async move {
+            store
+                .write_arbitration(
+                    epoch,
+                    vec![
+                        claim_event(point, epoch, t.add_ms(ms), "ana", value.clone()),
+                        command(point, epoch, t.add_ms(ms), id, &value),
+                    ],
+                    vec![row(point, Some(value), None, t.add_ms(ms))],
+                )
+                .await
+                .expect("arbitration write");
+        }
+    };
+    let record = |events: Vec<ControlEvent>| async move {
+        store
+            .write_control_events(epoch, events)
+            .await
+            .expect("control write")
+    };
+    // a: applied, open. b: rejected. c: applied then verified. d: applied, then superseded by
+    // a newer command not yet answered. e: answered for another id. f: no point_desired row.
+    for (point, id, ms) in [
+        ("a.sp", "c-a", 0),
+        ("b.sp", "c-b", 1),
+        ("c.sp", "c-c", 2),
+        ("d.sp", "c-d", 3),
+        ("e.sp", "c-e", 4),
+    ] {
+        write(point, id, ms).await;
+    }
+    record(vec![command("f.sp", epoch, t.add_ms(5), "c-f", &on)]).await;
+    let seqs = record(vec![
+        result("a.sp", epoch, t.add_ms(10), "c-a", Applied),
+        result("b.sp", epoch, t.add_ms(11), "c-b", Rejected),
+        result("c.sp", epoch, t.add_ms(12), "c-c", Applied),
+        result("d.sp", epoch, t.add_ms(13), "c-d", Applied),
+        result("e.sp", epoch, t.add_ms(14), "c-x", Applied),
+        result("f.sp", epoch, t.add_ms(15), "c-f", Applied),
+    ])
+    .await;
+    record(vec![verdict("c.sp", epoch, t.add_ms(20), "c-c", true)]).await;
+    write("d.sp", "c-d2", 21).await;
+    let open = store.load_open_verifications().await.expect("load");
+    assert_eq!(
+        open,
+        [sentinel_core::OpenVerification {
+            point_id: "a.sp".into(),
+            command_id: "c-a".into(),
+            value: serde_json::json!(21.0),
+            issued_at: t,
+            result_seq: seqs[0],
+            applied_at: t.add_ms(10),
+        }]
+    );
+    // A verdict for another command of the point closes nothing; a diverged one closes it.
+    record(vec![verdict("a.sp", epoch, t.add_ms(30), "c-zz", false)]).await;
+    assert_eq!(store.load_open_verifications().await.expect("load").len(), 1);
+    record(vec![verdict("a.sp", epoch, t.add_ms(31), "c-a", false)]).await;
+    assert!(store.load_open_verifications().await.expect("load").is_empty());
+}
+
+/// Restart step 4's heads (issue 21 item 6): each named point's newest control-event seq, in
+/// the order asked, none for a point without events.
+pub async fn control_heads_are_each_points_newest_event<B: Backend>(b: &B) {
+    let t = at("2026-12-01T10:00:00Z");
+    let lease = b.store().acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    let on = CommandValue::Number(1.0);
+    let seqs = b
+        .store()
+        .write_control_events(
+            epoch,
+            vec![
+                command("p", epoch, t, "1", &on),
+                command("q", epoch, t, "2", &on),
+                command("p", epoch, t, "3", &on),
+                command("r", epoch, t, "4", &on),
+            ],
+        )
+        .await
+        .expect("write");
+    let heads = b
+        .store()
+        .load_control_heads(vec!["r".into(), "none".into(), "p".into(), "q".into()])
+        .await
+        .expect("heads");
+    assert_eq!(
+        heads,
+        [
+            ("r".to_owned(), seqs[3]),
+            ("p".to_owned(), seqs[2]),
+            ("q".to_owned(), seqs[1])
+        ]
+    );
 }

@@ -13,13 +13,21 @@
 //! runtime writes control events one at a time in order and a failed write stops the core, so
 //! what this part holds is what the log will hold.
 //!
+//! Minimum on/off (issue 21 items 1 and 2; `arbitration.rs`, "Minimum on/off"): each arbiter
+//! knows its point's `min_on_s`/`min_off_s`. A change held back is still written (its claim
+//! event and the unchanged `point_desired` row); when the hold ends, `Tick` resolves the point
+//! again and, if the value moves, writes one `command_issued` (id `hold-<epoch>-<n>`, on behalf
+//! of the winning claim's holder) with the new row. The deadline is computed from the
+//! persisted row's value and `since`, so it needs no timer of its own to survive a restart.
+//!
 //! Takes the commands part's admitted requests (claims and releases, from the router), `Tick`
-//! (lapses), and the restored `point_desired` rows at startup. Emits `Arbitrate`.
+//! (lapses and the ends of holds), and the restored `point_desired` rows at startup. Emits
+//! `Arbitrate`.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::arbitration::{Change, Claim, Desired, DesiredRow, PointArbiter};
+use crate::arbitration::{Change, Claim, Desired, DesiredRow, MinHold, PointArbiter};
 use crate::control::{
     ControlDetail, ControlEvent, PRINCIPAL_ARBITRATION, RELEASED_BY_HOLDER, RELEASED_EXPIRED,
 };
@@ -34,6 +42,16 @@ pub(crate) struct Claims {
     points: BTreeMap<PointIdx, PointArbiter>,
     /// Lapses issue commands too; their ids are `lapse-<epoch>-<n>`.
     lapses: u64,
+    /// So do the ends of minimum on/off holds: `hold-<epoch>-<n>`.
+    holds_ended: u64,
+}
+
+/// A writable point's arbiter, nothing claimed, its desired value as restored.
+fn arbiter(writable: &crate::registry::Writable, restored: Option<Desired>) -> PointArbiter {
+    PointArbiter::new(writable.relinquish_default.clone(), restored).with_min_hold(MinHold {
+        min_on_s: writable.min_on_s,
+        min_off_s: writable.min_off_s,
+    })
 }
 
 /// Who asks for a claim change, and under which request id.
@@ -49,14 +67,21 @@ impl Claims {
             .points()
             .filter_map(|(idx, point)| {
                 let writable = point.descriptor.writable.as_ref()?;
-                Some((idx, PointArbiter::new(writable.relinquish_default.clone(), None)))
+                Some((idx, arbiter(writable, None)))
             })
             .collect();
-        Claims { points, lapses: 0 }
+        Claims {
+            points,
+            lapses: 0,
+            holds_ended: 0,
+        }
     }
 
-    /// Restart: the desired values as last written. Rows for points that are no longer
-    /// writable in this registry are skipped. Returns how many were restored.
+    /// Restart: the desired values and the open claims as last written (each row is the
+    /// snapshot its arbitration wrote with the claim's control event, so nothing after it in
+    /// the log changes them). Rows for points that are no longer writable in this registry are
+    /// skipped. A claim whose `until` passed while the core was down lapses at the next
+    /// [`Self::expire`] (restart step 6). Returns how many points were restored.
     pub fn restore(&mut self, registry: &Registry, rows: impl IntoIterator<Item = DesiredRow>) -> usize {
         let mut restored = 0;
         for row in rows {
@@ -68,7 +93,11 @@ impl Claims {
             };
             self.points.insert(
                 idx,
-                PointArbiter::new(writable.relinquish_default.clone(), Some(row.desired)),
+                PointArbiter::restored(writable.relinquish_default.clone(), row.desired, row.claims)
+                    .with_min_hold(MinHold {
+                        min_on_s: writable.min_on_s,
+                        min_off_s: writable.min_off_s,
+                    }),
             );
             restored += 1;
         }
@@ -109,7 +138,8 @@ impl Claims {
             until: claim.until,
         };
         let change = arbiter.set(claim)?;
-        emit(point, event, change, &asker, ctx, out);
+        let open = arbiter.claims().cloned().collect();
+        emit(point, Some(event), change, open, &asker, ctx, out);
         Ok(())
     }
 
@@ -122,10 +152,13 @@ impl Claims {
         ctx: &Ctx,
         out: &mut Out,
     ) -> Result<(), String> {
-        let change = self
+        let (change, open) = self
             .points
             .get_mut(&point)
-            .and_then(|arbiter| arbiter.release(holder, ctx.now))
+            .and_then(|arbiter| {
+                let change = arbiter.release(holder, ctx.now)?;
+                Some((change, arbiter.claims().cloned().collect()))
+            })
             .ok_or_else(|| {
                 format!(
                     "{holder:?} holds no claim on point {:?}",
@@ -137,22 +170,35 @@ impl Claims {
             holder: holder.into(),
             why: RELEASED_BY_HOLDER,
         };
-        emit(point, event, change, &asker, ctx, out);
+        emit(point, Some(event), change, open, &asker, ctx, out);
         Ok(())
     }
 
-    /// The earliest lapse of any claim.
-    pub fn next_deadline(&self) -> Option<Micros> {
-        self.points.values().filter_map(PointArbiter::next_expiry).min()
+    /// How many claims lapse by themselves (have an `until`).
+    pub fn expiries_armed(&self) -> usize {
+        self.points
+            .values()
+            .map(|a| a.claims().filter(|c| c.until.is_some()).count())
+            .sum()
     }
 
-    /// Releases every claim whose `until` has passed, in point and holder order.
+    /// The earliest lapse of any claim, or end of a hold that keeps a change back.
+    pub fn next_deadline(&self) -> Option<Micros> {
+        self.points
+            .values()
+            .flat_map(|arbiter| [arbiter.next_expiry(), arbiter.hold_deadline()])
+            .flatten()
+            .min()
+    }
+
+    /// Releases every claim whose `until` has passed, in point and holder order; then each
+    /// point whose hold ended with a change kept back is resolved again.
     pub fn expire(&mut self, ctx: &Ctx, out: &mut Out) {
         if self.next_deadline().is_none_or(|at| at > ctx.now) {
             return;
         }
         for (&point, arbiter) in &mut self.points {
-            for (holder, change) in arbiter.expire(ctx.now) {
+            for (holder, change, open) in arbiter.expire(ctx.now) {
                 self.lapses += 1;
                 let asker = Asker {
                     principal: PRINCIPAL_ARBITRATION.into(),
@@ -163,23 +209,38 @@ impl Claims {
                     holder,
                     why: RELEASED_EXPIRED,
                 };
-                emit(point, event, change, &asker, ctx, out);
+                emit(point, Some(event), change, open, &asker, ctx, out);
             }
+        }
+        for (&point, arbiter) in &mut self.points {
+            let Some(change) = arbiter.settle(ctx.now) else {
+                continue;
+            };
+            self.holds_ended += 1;
+            let asker = Asker {
+                principal: PRINCIPAL_ARBITRATION.into(),
+                command_id: format!("hold-{}-{}", ctx.epoch, self.holds_ended),
+            };
+            let open = arbiter.claims().cloned().collect();
+            emit(point, None, change, open, &asker, ctx, out);
         }
     }
 }
 
-/// One change on the record: the claim's event, the command when the value moved, and the
-/// `point_desired` row, in one write.
+/// One change on the record: the claim's event (none for the end of a hold), the command when
+/// the value moved, and the `point_desired` row, in one write.
 fn emit(
     point: PointIdx,
-    claim_event: ControlDetail,
+    claim_event: Option<ControlDetail>,
     change: Change,
+    claims: Vec<Claim>,
     asker: &Asker,
     ctx: &Ctx,
     out: &mut Out,
 ) {
-    out.metrics.count_claim(&claim_event);
+    if let Some(claim_event) = &claim_event {
+        out.metrics.count_claim(claim_event);
+    }
     let point_id = ctx.registry.point(point).id.clone();
     let event = |principal: Arc<str>, detail: ControlDetail| ControlEvent {
         occurred_at: ctx.now,
@@ -190,7 +251,10 @@ fn emit(
         registry_version: ctx.registry.version,
         detail,
     };
-    let mut events = vec![event(asker.principal.clone(), claim_event)];
+    let mut events: Vec<ControlEvent> = claim_event
+        .into_iter()
+        .map(|detail| event(asker.principal.clone(), detail))
+        .collect();
     if let Some(value) = &change.command {
         // The command speaks for the claim that won; with none left, for whoever released.
         let principal = change
@@ -213,6 +277,7 @@ fn emit(
         desired: vec![DesiredRow {
             point_id,
             desired: change.desired,
+            claims,
         }],
     });
 }
@@ -382,6 +447,76 @@ mod tests {
         );
     }
 
+    /// Restart (issue 21 item 6): the open claims come back with the desired value, so a
+    /// newer override's release returns to the restored claim, not the relinquish default, and
+    /// a restored claim still lapses at its `until`. Every row written carries the point's
+    /// open claims after the change: the snapshot the next restart restores.
+    #[test]
+    fn restored_claims_keep_winning_and_lapse_at_their_until() {
+        let mut ctx = writable_ctx();
+        let temp = ctx.registry.resolve("plant.temp").expect("fixture");
+        let ana = claim("ana", Band::Operator, 21.0, T0, Some(T0.add_ms(10_000)));
+        let rule = claim("rule:a", Band::Automation, 18.0, T0, None);
+        let mut claims = Claims::new(&ctx.registry);
+        claims.restore(
+            &ctx.registry,
+            [DesiredRow {
+                point_id: "plant.temp".into(),
+                desired: Desired {
+                    value: Some(CommandValue::Number(21.0)),
+                    winner: Some(ana.clone()),
+                    since: T0,
+                },
+                claims: vec![ana.clone(), rule.clone()],
+            }],
+        );
+        assert_eq!(claims.claims(temp).count(), 2);
+        assert_eq!(claims.next_deadline(), Some(T0.add_ms(10_000)));
+        let mut out = Out::default();
+        ctx.now = T0.add_ms(1_000);
+        claims
+            .set(
+                temp,
+                claim("bob", Band::Operator, 25.0, ctx.now, None),
+                asker("op-1", "bob"),
+                &ctx,
+                &mut out,
+            )
+            .expect("set");
+        let effects = drain(&mut out);
+        let [Effect::Arbitrate { desired, .. }] = &effects[..] else {
+            panic!("one arbitration write: {effects:?}");
+        };
+        let holders: Vec<&str> = desired[0].claims.iter().map(|c| &*c.holder).collect();
+        assert_eq!(
+            holders,
+            ["ana", "bob", "rule:a"],
+            "the row carries every open claim"
+        );
+        claims
+            .release(temp, "bob", asker("op-2", "bob"), &ctx, &mut out)
+            .expect("held");
+        assert_eq!(
+            written(&mut out),
+            (
+                vec!["claim_released", "command_issued"],
+                Some(CommandValue::Number(21.0))
+            ),
+            "back to ana's restored claim"
+        );
+        ctx.now = T0.add_ms(10_000);
+        claims.expire(&ctx, &mut out);
+        let effects = drain(&mut out);
+        let [Effect::Arbitrate { events, desired, .. }] = &effects[..] else {
+            panic!("one lapse: {effects:?}");
+        };
+        assert!(
+            matches!(&events[0].detail, ControlDetail::ClaimReleased { why: "expired", holder, .. } if &**holder == "ana")
+        );
+        assert_eq!(desired[0].desired.value, Some(CommandValue::Number(18.0)));
+        assert_eq!(desired[0].claims, [rule]);
+    }
+
     #[test]
     fn a_restored_desired_value_is_not_commanded_again() {
         let ctx = writable_ctx();
@@ -397,6 +532,7 @@ mod tests {
                         winner: None,
                         since: T0,
                     },
+                    claims: Vec::new(),
                 },
                 DesiredRow {
                     point_id: "plant.flow".into(),
@@ -405,6 +541,7 @@ mod tests {
                         winner: None,
                         since: T0,
                     },
+                    claims: Vec::new(),
                 },
             ],
         );
@@ -423,5 +560,94 @@ mod tests {
             written(&mut out),
             (vec!["claim_set"], Some(CommandValue::Number(21.0)))
         );
+    }
+
+    #[test]
+    fn a_held_change_is_written_then_commanded_once_when_the_hold_ends() {
+        let mut ctx = ctx();
+        let descriptors: Vec<_> = ctx
+            .registry
+            .points()
+            .map(|(_, p)| {
+                let mut d = p.descriptor.clone();
+                if d.id == "plant.flow" {
+                    d.kind = crate::registry::Kind::Bool;
+                    d.writable = Some(Writable {
+                        relinquish_default: Some(CommandValue::Bool(false)),
+                        verify_s: 60,
+                        tolerance: 0.0,
+                        min_on_s: Some(600),
+                        min_off_s: None,
+                    });
+                }
+                d
+            })
+            .collect();
+        ctx.registry =
+            Arc::new(Registry::compile(3, "sha".into(), "hash".into(), descriptors).expect("compiles"));
+        let pump = ctx.registry.resolve("plant.flow").expect("fixture");
+        let mut claims = Claims::new(&ctx.registry);
+        let mut out = Out::default();
+        let switch = |holder: &str, band, on: bool, since: Micros| Claim {
+            holder: holder.into(),
+            band,
+            priority: 0,
+            value: CommandValue::Bool(on),
+            since,
+            until: None,
+        };
+        claims
+            .set(
+                pump,
+                switch("rule:a", Band::Automation, true, T0),
+                asker("a-1", "rule:a"),
+                &ctx,
+                &mut out,
+            )
+            .expect("set");
+        assert_eq!(
+            written(&mut out),
+            (
+                vec!["claim_set", "command_issued"],
+                Some(CommandValue::Bool(true))
+            )
+        );
+        ctx.now = T0.add_ms(60_000);
+        claims
+            .set(
+                pump,
+                switch("ana", Band::Operator, false, ctx.now),
+                asker("op-1", "ana"),
+                &ctx,
+                &mut out,
+            )
+            .expect("set");
+        assert_eq!(
+            written(&mut out),
+            (vec!["claim_set"], Some(CommandValue::Bool(true))),
+            "the claim is on the record, the value holds"
+        );
+        assert_eq!(claims.next_deadline(), Some(T0.add_ms(600_000)));
+        ctx.now = T0.add_ms(599_999);
+        claims.expire(&ctx, &mut out);
+        assert!(drain(&mut out).is_empty(), "the hold has not ended");
+        ctx.now = T0.add_ms(600_000);
+        claims.expire(&ctx, &mut out);
+        let effects = drain(&mut out);
+        let [Effect::Arbitrate { events, desired, .. }] = &effects[..] else {
+            panic!("one write at the hold's end: {effects:?}");
+        };
+        assert_eq!(events.len(), 1, "{events:?}");
+        assert!(
+            matches!(&events[0].detail, ControlDetail::CommandIssued { command_id, value } if command_id == "hold-5-1" && *value == serde_json::json!(false))
+        );
+        assert_eq!(&*events[0].principal, "ana", "on behalf of the winning claim");
+        assert_eq!(
+            (desired[0].desired.value.clone(), desired[0].desired.since),
+            (Some(CommandValue::Bool(false)), T0.add_ms(600_000))
+        );
+        assert_eq!(claims.next_deadline(), None);
+        claims.expire(&ctx, &mut out);
+        assert!(drain(&mut out).is_empty(), "exactly one command");
     }
 }

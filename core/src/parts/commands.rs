@@ -38,6 +38,12 @@
 //! newer one is recorded there; a host cannot stop the estate's automation by answering
 //! `stale_epoch`. Otherwise the answer is written and counted as suspicious.
 //!
+//! Answers (issue 21 item 10): a request that came with a reply subject is answered once its
+//! control event commits — `accepted` for its `claim_set`/`claim_released`, `refused` with the
+//! reason for its `command_refused` — or at once, `refused`, when it cannot be put on the
+//! record. At most [`ANSWERS_PENDING_MAX`] answers wait for their event; past that the oldest
+//! asker is not answered (its CLI times out; the log still has the event).
+//!
 //! Takes `CommandRequested` (handing the router an [`Admitted`] claim or release), the claims
 //! part's refusals, `command_issued` and `command_timeout` events in `ControlCommitted`,
 //! drivers' hellos (their contract), `CommandAnswered` and `Tick`.
@@ -46,12 +52,14 @@
 //! `command_issued` (or a re-sending `command_timeout`) commits, `SendCommand` of the command
 //! on `cmd.<host>.<driver_instance>`, stamped with the core's epoch, with its reply subject.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
 use std::sync::Arc;
 
+use crate::arbitration::Band;
 use crate::control::{
-    CLAIM_FOR_S_DEFAULT, CLAIM_FOR_S_MAX, COMMAND_ID_BYTES_MAX, COMMAND_VALUE_BYTES_MAX,
-    CONTROL_EVENTS_PER_WRITE_MAX, CommandRequest, ControlDetail, ControlEvent, PRINCIPAL_BYTES_MAX,
+    ANSWER_ACCEPTED, ANSWER_REFUSED, CLAIM_FOR_S_DEFAULT, CLAIM_FOR_S_MAX, COMMAND_ID_BYTES_MAX,
+    COMMAND_VALUE_BYTES_MAX, CONTROL_EVENTS_PER_WRITE_MAX, CommandRequest, ControlDetail, ControlEvent,
+    PRINCIPAL_BYTES_MAX, RequestAnswer,
 };
 use crate::effect::Effect;
 use crate::registry::check::POINT_ID_BYTES_MAX;
@@ -76,6 +84,10 @@ pub const ANSWER_TIMEOUT_MS: i64 = 10_000;
 /// a driver down for hours is asked every five minutes, not flooded.
 pub const ANSWER_WAIT_MAX_MS: i64 = 300_000;
 
+/// Most requests waiting for their control event to commit before they are answered; a
+/// control write is one round trip, so this is far more than arrive in one.
+pub const ANSWERS_PENDING_MAX: usize = 1_000;
+
 /// The wait after the `attempt`-th send (1 for the first).
 pub fn answer_wait_ms(attempt: u32) -> i64 {
     let doublings = attempt.saturating_sub(1).min(16);
@@ -95,6 +107,16 @@ pub(crate) struct Commands {
     /// The `stale_epoch` answers' `command_result` events, written once the store says this
     /// core was not replaced (at most one per awaited command).
     stale_answers: Vec<ControlEvent>,
+    /// Requests to answer once their control event commits, oldest first.
+    answers_pending: VecDeque<PendingAnswer>,
+}
+
+/// A request whose asker waits for the answer.
+#[derive(Debug)]
+struct PendingAnswer {
+    principal: Arc<str>,
+    command_id: String,
+    reply_to: String,
 }
 
 /// A command sent, waiting for its driver's answer: enough to send it again.
@@ -122,8 +144,10 @@ struct Refusal {
 /// A request the commands part admitted, for the router to hand to the claims part.
 #[derive(Debug, PartialEq)]
 pub(crate) enum Admitted {
-    /// An operator claim: `value` on `point` for `for_s` seconds, held by `principal`.
+    /// A claim: `value` on `point` for `for_s` seconds, held by `principal`, in `band`
+    /// (`operator` for every request from the bus).
     Claim {
+        band: Band,
         point: PointIdx,
         value: CommandValue,
         principal: Arc<str>,
@@ -144,7 +168,7 @@ impl Commands {
     /// counted).
     pub fn on_request(
         &mut self,
-        request: CommandRequest,
+        mut request: CommandRequest,
         running: bool,
         ctx: &Ctx,
         out: &mut Out,
@@ -154,10 +178,42 @@ impl Commands {
             && !request.principal.is_empty()
             && request.principal.len() <= PRINCIPAL_BYTES_MAX
             && request.point_id.len() <= POINT_ID_BYTES_MAX;
+        let reply_to = request.reply_to.take();
         if !running || !recordable {
             out.metrics.commands_refused += 1;
+            if let Some(reply_to) = reply_to {
+                let reason = if running {
+                    format!(
+                        "a request needs a command id of 1 to {COMMAND_ID_BYTES_MAX} bytes, a principal of 1 to \
+                         {PRINCIPAL_BYTES_MAX} bytes and a point id of at most {POINT_ID_BYTES_MAX} bytes"
+                    )
+                } else {
+                    "the core is stopping".to_owned()
+                };
+                let answer = RequestAnswer {
+                    command_id: request.command_id.chars().take(COMMAND_ID_BYTES_MAX).collect(),
+                    outcome: ANSWER_REFUSED.to_owned(),
+                    reason: Some(reason),
+                    seq: None,
+                };
+                out.push(Effect::RequestAnswer {
+                    reply_to,
+                    payload: answer.to_bytes(),
+                });
+            }
             return None;
         }
+        if let Some(reply_to) = reply_to {
+            if self.answers_pending.len() >= ANSWERS_PENDING_MAX {
+                self.answers_pending.pop_front();
+            }
+            self.answers_pending.push_back(PendingAnswer {
+                principal: request.principal.as_str().into(),
+                command_id: request.command_id.clone(),
+                reply_to,
+            });
+        }
+        debug_assert!(self.answers_pending.len() <= ANSWERS_PENDING_MAX);
         match admit(&request, ctx) {
             Ok(admitted) => Some(admitted),
             Err(refusal) => {
@@ -179,6 +235,40 @@ impl Commands {
                 None
             }
         }
+    }
+
+    /// A control event committed at `seq`: if it is a request's claim change or refusal and
+    /// its asker waits, the answer goes out.
+    pub fn answer(&mut self, event: &ControlEvent, seq: i64, out: &mut Out) {
+        let (command_id, outcome, reason) = match &event.detail {
+            ControlDetail::ClaimSet { command_id, .. } | ControlDetail::ClaimReleased { command_id, .. } => {
+                (command_id, ANSWER_ACCEPTED, None)
+            }
+            ControlDetail::CommandRefused {
+                command_id, reason, ..
+            } => (command_id, ANSWER_REFUSED, Some(reason.clone())),
+            _ => return,
+        };
+        let Some(at) = self
+            .answers_pending
+            .iter()
+            .position(|p| p.command_id == *command_id && p.principal == event.principal)
+        else {
+            return;
+        };
+        let Some(pending) = self.answers_pending.remove(at) else {
+            return;
+        };
+        let answer = RequestAnswer {
+            command_id: pending.command_id,
+            outcome: outcome.to_owned(),
+            reason,
+            seq: Some(seq),
+        };
+        out.push(Effect::RequestAnswer {
+            reply_to: pending.reply_to,
+            payload: answer.to_bytes(),
+        });
     }
 
     /// An admitted request the claims part could not carry out (a release with no claim, a
@@ -561,6 +651,7 @@ fn admit(request: &CommandRequest, ctx: &Ctx) -> Result<Admitted, Refusal> {
     match descriptor.command_refusal(&value, request.unit.as_deref()) {
         Some(reason) => Err(refuse(reason)),
         None => Ok(Admitted::Claim {
+            band: request.band.unwrap_or(Band::Operator),
             point: idx,
             value,
             principal,
@@ -592,6 +683,8 @@ mod tests {
             principal: principal.into(),
             for_s: None,
             release: false,
+            reply_to: None,
+            band: None,
         }
     }
 
@@ -632,6 +725,7 @@ mod tests {
         assert_eq!(
             admitted,
             Some(Admitted::Claim {
+                band: Band::Operator,
                 point: temp,
                 value: CommandValue::Number(21.5),
                 principal: "ana".into(),

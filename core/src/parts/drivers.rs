@@ -18,6 +18,25 @@
 //!   make a point `live` (Watchdog & Derived Points, the recovery rule). The test is
 //!   deliberately coarser than that rule's per-point freshness: it asks whether the instance
 //!   is delivering now, not whether each of its points is current.
+//! - **lost**: connected or ready, and silent — no hello and no committed row observed after
+//!   this core started — for [`LOST_AFTER_SILENT_MS`] (drivers say hello only when they start
+//!   or hear an announcement, so their data is what says they are alive). Not while the
+//!   watchdog's suppression holds (startup grace or high ingest lag: a slow core must not call
+//!   a healthy driver lost; the silence is counted again from then). A lost instance is ready
+//!   again with its next current row, connected again with a hello.
+//!
+//! **Availability** (issue 21 item 8): every change of an instance's state is an
+//! `availability` control event (`point_id` NULL, `subject_key` `<host>.<driver_instance>`,
+//! payload from, to, reason), written through the ordered control-event path
+//! (`Effect::Control`), except the first `connecting` of each instance at startup (implied by
+//! the core's start, `core_start`). The rate is bounded per instance: at most
+//! [`AVAILABILITY_EVENTS_PER_WINDOW`] events per [`AVAILABILITY_WINDOW_MS`]; a change past that
+//! is counted (`Metrics::availability_coalesced`) and not written, and when the window ends one
+//! event goes from the state last written to the state now, its `coalesced` saying how many
+//! changes it folds in (none when the instance flapped back to the state last written: the
+//! count then rides on its next event). So a flapping instance writes at most
+//! [`AVAILABILITY_EVENTS_PER_WINDOW`] + 1 events a window, and the log's last word on every
+//! instance is its state at most one window ago.
 //!
 //! Driver processes run on the driver hosts and are not started by the core; what the core
 //! "starts" is their relationship with this incarnation. The smallest real version of the
@@ -38,9 +57,10 @@
 //! checkpoints, control events, maintenance) carries the old epoch under an equality fence,
 //! and a restart is the one place the epoch already changes safely.
 //!
-//! Takes `DriverHello` and each RETURNING row (the point's instance may become ready). Emits
-//! `Publish` of the announcement again, to an instance whose hello showed it had not seen
-//! this core's epoch; the first announcements go out through [`crate::Core::start_drivers`].
+//! Takes `DriverHello`, each RETURNING row (the point's instance may become ready) and `Tick`
+//! (silence, and the availability windows). Emits `Publish` of the announcement again, to an
+//! instance whose hello showed it had not seen this core's epoch (the first announcements go
+//! out through [`crate::Core::start_drivers`]), and `Control` (`availability`).
 //! Keeps the `drivers` gauge of [`crate::Metrics`].
 
 use std::collections::BTreeMap;
@@ -48,6 +68,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
+use crate::control::{ControlDetail, ControlEvent};
 use crate::effect::Effect;
 use crate::log::ObsRow;
 use crate::log::Quality;
@@ -59,21 +80,66 @@ use crate::wire::{
     queue_drops_point,
 };
 
-use super::context::Out;
+use super::context::{Ctx, Out};
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DriverState {
     Connecting,
     Connected,
     Ready,
+    Lost,
 }
 
 impl DriverState {
-    pub const ALL: [DriverState; 3] = [
+    pub const ALL: [DriverState; 4] = [
         DriverState::Connecting,
         DriverState::Connected,
         DriverState::Ready,
+        DriverState::Lost,
     ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DriverState::Connecting => "connecting",
+            DriverState::Connected => "connected",
+            DriverState::Ready => "ready",
+            DriverState::Lost => "lost",
+        }
+    }
+}
+
+/// A connected or ready instance with no hello and no current committed row for this long is
+/// lost: five minutes, past any poll interval a registry declares today and past a NATS
+/// reconnect, short enough that an operator hears of a dead driver host before its points'
+/// own freshness deadlines pile up.
+pub const LOST_AFTER_SILENT_MS: i64 = 300_000;
+/// At most this many `availability` events per instance per [`AVAILABILITY_WINDOW_MS`]; the
+/// rest are coalesced (module docs).
+pub const AVAILABILITY_EVENTS_PER_WINDOW: u32 = 4;
+pub const AVAILABILITY_WINDOW_MS: i64 = 60_000;
+
+/// The principal of availability events.
+pub const PRINCIPAL_DRIVERS: &str = "core:drivers";
+
+/// Why an instance changed state (the `reason` of its `availability` event).
+pub const REASON_HELLO: &str = "hello";
+pub const REASON_HELLO_BEHIND: &str = "hello_without_this_epoch";
+pub const REASON_CURRENT_DATA: &str = "current_data_committed";
+pub const REASON_SILENT: &str = "silent";
+pub const REASON_COALESCED: &str = "coalesced";
+
+/// One instance's availability record: what was last written and the rate window.
+#[derive(Clone, Debug)]
+struct Availability {
+    /// The state the log last recorded (`connecting` before any event: the start).
+    written: DriverState,
+    window_start: Micros,
+    written_in_window: u32,
+    /// Changes not written since the last event.
+    coalesced: u32,
+    /// The last hello, or the last committed row observed after this core started, by the
+    /// core's clock (silence is counted from here).
+    heard_at: Micros,
 }
 
 /// One driver instance as this core sees it.
@@ -152,6 +218,8 @@ impl InstanceFigure {
 #[derive(Debug)]
 pub struct Drivers {
     views: Vec<DriverView>,
+    /// Per slot of `views`, its availability record.
+    availability: Vec<Availability>,
     /// Per point, its instance's slot in `views` ([`NO_SLOT`] for the core's own points).
     slot_of_point: Vec<u32>,
     /// Per point, which of its instance's driver-library self-points it is, if any.
@@ -216,8 +284,19 @@ impl Drivers {
                 .iter()
                 .all(|&s| s == NO_SLOT || (s as usize) < views.len())
         );
+        let availability = vec![
+            Availability {
+                written: DriverState::Connecting,
+                window_start: now,
+                written_in_window: 0,
+                coalesced: 0,
+                heard_at: now,
+            };
+            views.len()
+        ];
         Drivers {
             views,
+            availability,
             slot_of_point,
             figure_of_point,
             current_from: now,
@@ -250,8 +329,9 @@ impl Drivers {
         }
     }
 
-    /// A driver's hello from `drv.<host>.<driver_instance>`.
-    pub fn on_hello(&mut self, host: &str, hello: &DriverHello) -> HelloOutcome {
+    /// A driver's hello from `drv.<host>.<driver_instance>`, at `now`; a change of state is
+    /// written as an `availability` event into `out`.
+    fn on_hello(&mut self, host: &str, hello: &DriverHello, now: Micros, out: &mut Out) -> HelloOutcome {
         let Some(slot) = self.slot(host, &hello.driver_instance) else {
             return HelloOutcome::Unknown;
         };
@@ -259,32 +339,145 @@ impl Drivers {
             return HelloOutcome::Ahead;
         }
         self.views[slot].source_epoch = Some(hello.source_epoch);
+        self.availability[slot].heard_at = now;
         if hello.highest_epoch_seen < self.epoch {
             // A driver that restarted without our epoch, or missed the announcement. It is
             // connecting again until it answers at this epoch.
-            self.views[slot].state = DriverState::Connecting;
+            self.transition(slot, DriverState::Connecting, REASON_HELLO_BEHIND, now, out);
             return HelloOutcome::Reannounce(self.announcement(&self.views[slot]));
         }
-        if self.views[slot].state == DriverState::Connecting {
-            self.views[slot].state = DriverState::Connected;
+        if matches!(
+            self.views[slot].state,
+            DriverState::Connecting | DriverState::Lost
+        ) {
+            self.transition(slot, DriverState::Connected, REASON_HELLO, now, out);
         }
         HelloOutcome::Current
     }
 
-    /// A row of `point` observed at `observed_at` committed. Returns whether this made its
-    /// instance `ready`. Called for every committed row, so it only indexes.
-    pub fn on_row(&mut self, point: PointIdx, observed_at: Micros) -> bool {
+    /// A row of `point` observed at `observed_at` committed at `now`. Returns whether this made
+    /// its instance `ready` (from connected, or back from lost). Called for every committed
+    /// row, so it only indexes.
+    fn on_row(&mut self, point: PointIdx, observed_at: Micros, now: Micros, out: &mut Out) -> bool {
         let Some(&slot) = self.slot_of_point.get(point.0 as usize) else {
             return false;
         };
-        if slot == NO_SLOT
-            || observed_at < self.current_from
-            || self.views[slot as usize].state != DriverState::Connected
-        {
+        if slot == NO_SLOT || observed_at < self.current_from {
             return false;
         }
-        self.views[slot as usize].state = DriverState::Ready;
+        let slot = slot as usize;
+        self.availability[slot].heard_at = now;
+        if !matches!(self.views[slot].state, DriverState::Connected | DriverState::Lost) {
+            return false;
+        }
+        self.transition(slot, DriverState::Ready, REASON_CURRENT_DATA, now, out);
         true
+    }
+
+    /// Moves instance `slot` to `to` for `reason`, writing its `availability` event unless the
+    /// instance is past its rate bound this window (then it is coalesced; module docs).
+    fn transition(&mut self, slot: usize, to: DriverState, reason: &'static str, now: Micros, out: &mut Out) {
+        if self.views[slot].state == to {
+            return;
+        }
+        self.views[slot].state = to;
+        let record = &mut self.availability[slot];
+        if record.window_start.add_ms(AVAILABILITY_WINDOW_MS) <= now {
+            record.window_start = now;
+            record.written_in_window = 0;
+        }
+        if record.written_in_window >= AVAILABILITY_EVENTS_PER_WINDOW {
+            record.coalesced = record.coalesced.saturating_add(1);
+            out.metrics.availability_coalesced += 1;
+            return;
+        }
+        self.write_availability(slot, reason, now, out);
+    }
+
+    /// Writes instance `slot`'s `availability` event: from the state last written to its
+    /// state now, folding in the changes coalesced since.
+    fn write_availability(&mut self, slot: usize, reason: &'static str, now: Micros, out: &mut Out) {
+        let view = &self.views[slot];
+        let record = &mut self.availability[slot];
+        debug_assert_ne!(
+            record.written, view.state,
+            "an availability event changes the state"
+        );
+        debug_assert!(record.written_in_window < AVAILABILITY_EVENTS_PER_WINDOW);
+        let event = ControlEvent {
+            occurred_at: now,
+            point: None,
+            point_id: "".into(),
+            principal: PRINCIPAL_DRIVERS.into(),
+            core_epoch: self.epoch,
+            registry_version: self.registry_version,
+            detail: ControlDetail::Availability {
+                host: view.host.clone(),
+                driver_instance: view.driver_instance.clone(),
+                from: record.written.as_str(),
+                to: view.state.as_str(),
+                reason,
+                coalesced: record.coalesced,
+            },
+        };
+        record.written = view.state;
+        record.written_in_window += 1;
+        record.coalesced = 0;
+        out.metrics.availability_events += 1;
+        out.metrics.control_events += 1;
+        out.push(Effect::Control {
+            epoch: self.epoch,
+            events: vec![event],
+        });
+    }
+
+    /// When the next instance falls silent, or the next coalescing window with changes left
+    /// unwritten ends.
+    pub fn next_deadline(&self) -> Option<Micros> {
+        self.views
+            .iter()
+            .zip(&self.availability)
+            .filter_map(|(view, record)| {
+                let silent = matches!(view.state, DriverState::Connected | DriverState::Ready)
+                    .then(|| record.heard_at.add_ms(LOST_AFTER_SILENT_MS));
+                let window = (record.written != view.state)
+                    .then(|| record.window_start.add_ms(AVAILABILITY_WINDOW_MS));
+                silent.into_iter().chain(window).min()
+            })
+            .min()
+    }
+
+    /// Time passed: instances silent past [`LOST_AFTER_SILENT_MS`] are lost (unless
+    /// `suppressed`: then their silence counts again from now), and each instance whose window
+    /// ended with its state not yet written gets its coalesced event.
+    pub(crate) fn on_tick(&mut self, suppressed: bool, ctx: &Ctx, out: &mut Out) {
+        let now = ctx.now;
+        let mut changed = false;
+        for slot in 0..self.views.len() {
+            let state = self.views[slot].state;
+            let record = &mut self.availability[slot];
+            if matches!(state, DriverState::Connected | DriverState::Ready)
+                && record.heard_at.add_ms(LOST_AFTER_SILENT_MS) <= now
+            {
+                if suppressed {
+                    record.heard_at = now;
+                } else {
+                    self.transition(slot, DriverState::Lost, REASON_SILENT, now, out);
+                    changed = true;
+                }
+            }
+            let record = &mut self.availability[slot];
+            if record.written != self.views[slot].state
+                && record.window_start.add_ms(AVAILABILITY_WINDOW_MS) <= now
+            {
+                record.window_start = now;
+                record.written_in_window = 0;
+                self.write_availability(slot, REASON_COALESCED, now, out);
+            }
+        }
+        if changed {
+            self.gauge(&mut out.metrics);
+        }
     }
 
     /// How many instances are in `state` (one pass over the instances, which the registry
@@ -305,7 +498,7 @@ impl Drivers {
         if let Some(slot) = self.slot(host, &hello.driver_instance) {
             self.views[slot].last_hello_at = Some(now);
         }
-        let ahead = match self.on_hello(host, hello) {
+        let ahead = match self.on_hello(host, hello, now, out) {
             HelloOutcome::Current => false,
             HelloOutcome::Reannounce(Announcement { subject, payload }) => {
                 out.metrics.driver_reannouncements += 1;
@@ -341,12 +534,13 @@ impl Drivers {
         &self.views
     }
 
-    /// A RETURNING row: its instance's last commit (and a driver-library count, for its
-    /// `queue_drops`, `queue_depth` or `publish_failures` point) moves, and it may now be ready.
-    pub(crate) fn row_committed(&mut self, row: &ObsRow, metrics: &mut Metrics) {
+    /// A RETURNING row, committed at `now`: its instance's last commit (and a driver-library
+    /// count, for its `queue_drops`, `queue_depth` or `publish_failures` point) moves, and it
+    /// may now be ready.
+    pub(crate) fn row_committed(&mut self, row: &ObsRow, now: Micros, out: &mut Out) {
         self.note_row(row);
-        if self.on_row(row.point, row.observed_at) {
-            self.gauge(metrics);
+        if self.on_row(row.point, row.observed_at, now, out) {
+            self.gauge(&mut out.metrics);
         }
     }
 
@@ -407,6 +601,28 @@ mod tests {
         }
     }
 
+    /// The `availability` events among `effects`: (from, to, reason, coalesced).
+    fn availability(effects: &[Effect]) -> Vec<(&'static str, &'static str, &'static str, u32)> {
+        effects
+            .iter()
+            .filter_map(|e| match e {
+                Effect::Control { events, .. } => Some(events),
+                _ => None,
+            })
+            .flatten()
+            .filter_map(|e| match &e.detail {
+                ControlDetail::Availability {
+                    from,
+                    to,
+                    reason,
+                    coalesced,
+                    ..
+                } => Some((*from, *to, *reason, *coalesced)),
+                _ => None,
+            })
+            .collect()
+    }
+
     #[test]
     fn an_instance_goes_connecting_connected_ready_and_the_gauge_follows() {
         let ctx = ctx();
@@ -414,22 +630,141 @@ mod tests {
         let mut drivers = Drivers::new(&ctx.registry, SELF_HOST, EPOCH, T0);
         assert_eq!(drivers.announcements().len(), 1, "the core's own host is skipped");
         drivers.gauge(&mut out.metrics);
-        assert_eq!(out.metrics.drivers, [1, 0, 0]);
+        assert_eq!(out.metrics.drivers, [1, 0, 0, 0]);
         drivers.hello(HOST, &hello(EPOCH), T0, &mut out);
-        assert_eq!(out.metrics.drivers, [0, 1, 0]);
+        assert_eq!(out.metrics.drivers, [0, 1, 0, 0]);
         // Backlog observed before this core started does not make it ready.
-        drivers.row_committed(&row(&ctx, "plant.temp", 1, 1.0, T0.add_ms(-1)), &mut out.metrics);
-        assert_eq!(out.metrics.drivers, [0, 1, 0]);
+        drivers.row_committed(&row(&ctx, "plant.temp", 1, 1.0, T0.add_ms(-1)), T0, &mut out);
+        assert_eq!(out.metrics.drivers, [0, 1, 0, 0]);
         let current = row(&ctx, "plant.temp", 2, 1.0, T0);
-        drivers.row_committed(&current, &mut out.metrics);
-        assert_eq!(out.metrics.drivers, [0, 0, 1]);
+        drivers.row_committed(&current, T0, &mut out);
+        assert_eq!(out.metrics.drivers, [0, 0, 1, 0]);
         assert_eq!(drivers.views()[0].last_committed_at, Some(current.ingested_at));
         assert_eq!(
             drivers.views()[0].queue_drops,
             None,
             "plant.temp is no queue_drops point"
         );
+        let effects = drain(&mut out);
+        assert_eq!(
+            availability(&effects),
+            vec![
+                ("connecting", "connected", REASON_HELLO, 0),
+                ("connected", "ready", REASON_CURRENT_DATA, 0)
+            ],
+            "each change is on the record, the startup's connecting is not"
+        );
+        let Effect::Control { events, .. } = &effects[0] else {
+            panic!("{effects:?}");
+        };
+        assert_eq!(
+            (
+                events[0].point_column(),
+                events[0].subject_key().as_deref(),
+                &*events[0].principal
+            ),
+            (None, Some("plant-a.modbus-1"), PRINCIPAL_DRIVERS),
+            "about no point, keyed by the instance"
+        );
+        assert_eq!(
+            events[0].payload_json(),
+            r#"{"coalesced":0,"from":"connecting","reason":"hello","to":"connected"}"#
+        );
+    }
+
+    #[test]
+    fn a_silent_instance_is_lost_unless_suppressed_and_its_data_brings_it_back() {
+        let mut ctx = ctx();
+        let mut out = Out::default();
+        let mut drivers = Drivers::new(&ctx.registry, SELF_HOST, EPOCH, T0);
+        drivers.hello(HOST, &hello(EPOCH), T0, &mut out);
+        drivers.row_committed(&row(&ctx, "plant.temp", 1, 1.0, T0), T0.add_ms(1_000), &mut out);
+        drain(&mut out);
+        assert_eq!(
+            drivers.next_deadline(),
+            Some(T0.add_ms(1_000 + LOST_AFTER_SILENT_MS))
+        );
+        ctx.now = T0.add_ms(LOST_AFTER_SILENT_MS);
+        drivers.on_tick(false, &ctx, &mut out);
+        assert!(drain(&mut out).is_empty(), "not yet silent long enough");
+        // While the watchdog's suppression holds, silence is not judged: it counts from now.
+        ctx.now = T0.add_ms(1_000 + LOST_AFTER_SILENT_MS);
+        drivers.on_tick(true, &ctx, &mut out);
         assert!(drain(&mut out).is_empty());
+        assert_eq!(out.metrics.drivers, [0, 0, 1, 0]);
+        assert_eq!(
+            drivers.next_deadline(),
+            Some(ctx.now.add_ms(LOST_AFTER_SILENT_MS))
+        );
+        ctx.now = ctx.now.add_ms(LOST_AFTER_SILENT_MS);
+        drivers.on_tick(false, &ctx, &mut out);
+        assert_eq!(
+            availability(&drain(&mut out)),
+            vec![("ready", "lost", REASON_SILENT, 0)]
+        );
+        assert_eq!(out.metrics.drivers, [0, 0, 0, 1]);
+        assert_eq!(drivers.next_deadline(), None, "a lost instance has nothing due");
+        // Its next current row: ready again.
+        let back = row(&ctx, "plant.temp", 2, 1.0, ctx.now);
+        drivers.row_committed(&back, ctx.now, &mut out);
+        assert_eq!(
+            availability(&drain(&mut out)),
+            vec![("lost", "ready", REASON_CURRENT_DATA, 0)]
+        );
+        assert_eq!(out.metrics.drivers, [0, 0, 1, 0]);
+    }
+
+    #[test]
+    fn a_flapping_instance_writes_a_bounded_number_of_events_and_its_last_state() {
+        let mut ctx = ctx();
+        let mut out = Out::default();
+        let mut drivers = Drivers::new(&ctx.registry, SELF_HOST, EPOCH, T0);
+        // Restarting without this epoch, then answering at it: connected, connecting, ...
+        for n in 0..10 {
+            let at = T0.add_ms(n * 100);
+            drivers.hello(HOST, &hello(EPOCH - 1), at, &mut out);
+            drivers.hello(HOST, &hello(EPOCH), at.add_ms(50), &mut out);
+        }
+        let written = availability(&drain(&mut out));
+        assert_eq!(
+            written.len(),
+            AVAILABILITY_EVENTS_PER_WINDOW as usize,
+            "{written:?}"
+        );
+        // 19 changes (the first hello behind changes nothing: it is connecting already).
+        assert_eq!(out.metrics.availability_coalesced, 19 - 4);
+        assert_eq!(out.metrics.availability_events, 4);
+        // The last written was `connected` → `connecting`; the instance is connected now. When
+        // the window ends, one event catches the log up, with the count it folds in.
+        assert_eq!(drivers.next_deadline(), Some(T0.add_ms(AVAILABILITY_WINDOW_MS)));
+        ctx.now = T0.add_ms(AVAILABILITY_WINDOW_MS);
+        drivers.on_tick(false, &ctx, &mut out);
+        assert_eq!(
+            availability(&drain(&mut out)),
+            vec![("connecting", "connected", REASON_COALESCED, 15)]
+        );
+        // That event opened a new window. A flap that ends back at the state last written
+        // writes nothing at the window's end; its count rides on the next event.
+        for _ in 0..2 {
+            drivers.hello(HOST, &hello(EPOCH - 1), ctx.now, &mut out);
+            drivers.hello(HOST, &hello(EPOCH), ctx.now, &mut out);
+        }
+        drivers.hello(HOST, &hello(EPOCH - 1), ctx.now, &mut out);
+        assert_eq!(
+            availability(&drain(&mut out)).last(),
+            Some(&("connected", "connecting", REASON_HELLO_BEHIND, 0)),
+            "three more written in the window"
+        );
+        assert_eq!(drivers.count(DriverState::Connecting), 1);
+        ctx.now = ctx.now.add_ms(AVAILABILITY_WINDOW_MS);
+        assert_eq!(drivers.next_deadline(), None, "nothing left to write");
+        drivers.on_tick(false, &ctx, &mut out);
+        assert!(availability(&drain(&mut out)).is_empty());
+        drivers.hello(HOST, &hello(EPOCH), ctx.now, &mut out);
+        assert_eq!(
+            availability(&drain(&mut out)),
+            vec![("connecting", "connected", REASON_HELLO, 2)]
+        );
     }
 
     #[test]
@@ -463,7 +798,7 @@ mod tests {
             ),
             (3, 1, 1, 1)
         );
-        assert_eq!(m.drivers, [1, 0, 0]);
+        assert_eq!(m.drivers, [1, 0, 0, 0]);
     }
 
     /// Issue 25 item 3: the raise is asked once, for the first hello ahead; an unknown

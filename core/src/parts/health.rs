@@ -328,7 +328,7 @@ mod tests {
         drops.point = registry
             .resolve("plant-a.modbus-2.queue_drops")
             .expect("declared");
-        drivers.row_committed(&drops, &mut out.metrics);
+        drivers.row_committed(&drops, T0.add_ms(15_000), &mut out);
         // The driver library's other counts, each instance's last reading summed per host.
         for (n, (id, count)) in [
             ("plant-a.modbus-1.queue_depth", 30.0),
@@ -341,7 +341,7 @@ mod tests {
         {
             let mut reading = row(&ctx, "plant.temp", 2 + n as u64, count, T0.add_ms(15_000));
             reading.point = registry.resolve(id).expect("declared");
-            drivers.row_committed(&reading, &mut out.metrics);
+            drivers.row_committed(&reading, T0.add_ms(15_000), &mut out);
         }
 
         let due = health.take_due(T0.add_ms(20_000), facts(&drivers), &projection);

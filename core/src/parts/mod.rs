@@ -8,6 +8,8 @@
 //! - [`watchdog`]: freshness deadlines and their `quality_changed` events;
 //! - [`commands`]: command requests (admission, refusals) and publishing committed commands;
 //! - [`claims`]: claims on writable points, the resolver, `point_desired`;
+//! - [`verification`]: applied commands' verification timers and each writable point's
+//!   convergence;
 //! - [`drivers`]: the driver instances' states and the epoch announcement;
 //! - [`derived`]: derived points, and the readings held back at restart;
 //! - [`maintenance`]: rollup and retention schedules, the reprocess slot, "ingest behind";
@@ -25,4 +27,5 @@ pub(crate) mod ingest;
 pub(crate) mod maintenance;
 pub(crate) mod projection;
 pub mod self_points;
+pub mod verification;
 pub(crate) mod watchdog;

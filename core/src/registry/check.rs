@@ -1340,6 +1340,55 @@ bar = { quantity = "pressure", factor = 100.0 }
         assert_eq!(report.issues.len(), 1);
     }
 
+    /// Every writable point gets its generated convergence self-point (issue 21 item 5); one
+    /// whose id is too long for it is refused with the exact message.
+    #[test]
+    fn a_writable_point_gets_a_convergence_point_unless_its_id_is_too_long_for_one() {
+        let writable = ("writable", Some("{ verify_s = 30, tolerance = 0.5 }"));
+        let files = |id: &str| {
+            vec![
+                ("units.toml".to_owned(), UNITS.to_owned()),
+                ("codebooks.toml".to_owned(), CODEBOOKS.to_owned()),
+                (
+                    "hosts/plant-a.toml".to_owned(),
+                    host_file("plant-a", &[point(&[("id", Some(&format!("{id:?}"))), writable])]),
+                ),
+            ]
+        };
+        let loaded = source::load(&files("boiler.temp")).expect("loads");
+        let convergence = loaded
+            .iter()
+            .find(|d| d.id == "sentinel.point.boiler.temp.convergence")
+            .expect("generated");
+        assert_eq!(
+            (
+                convergence.assignment.host.as_str(),
+                convergence.retention,
+                convergence.range.map(|r| (r.min, r.max)),
+                convergence.unit.as_deref(),
+            ),
+            (
+                "sentinel",
+                crate::RetentionClass::Diagnostic,
+                Some((-1.0, 1.0)),
+                None
+            )
+        );
+        assert!(super::super::health::is_generated(convergence));
+
+        let long = format!("b.{}", "x".repeat(POINT_ID_BYTES_MAX - 2));
+        assert_eq!(long.len(), POINT_ID_BYTES_MAX, "a valid point id at the bound");
+        let report = source::load(&files(&long)).expect_err("refused");
+        let messages: Vec<&str> = report.issues.iter().map(|i| i.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [format!(
+                "writable point {long:?}: its convergence point \"sentinel.point.{long}.convergence\" \
+                 would be 155 bytes, over the 128-byte point id bound; shorten the point's id"
+            )]
+        );
+    }
+
     /// Each refusal of a `writable` section, with its exact message, on the number base point
     /// (range 0 to 120 degC) or the kind the override makes it.
     #[test]

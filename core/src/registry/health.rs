@@ -23,6 +23,11 @@
 //! | `sentinel.host.<host>.disk_queue_drops` | count | sum of the instances' last `queue_drops` readings |
 //! | `sentinel.device.<device>.last_reading_age` | s | since the newest `observed_at` of any of the device's points |
 //! | `sentinel.device.<device>.non_live_share` | percent | share of the device's points whose current quality is not `live` |
+//! | `sentinel.point.<point>.convergence` | — | one per writable point (issue 21 item 5): 1 converged (the last command verified, or none outstanding since the core started), 0 pending (a command issued and not yet verified), -1 diverged (the last command diverged, or was rejected) |
+//!
+//! A writable point whose id is too long for its convergence point's id
+//! ([`CONVERGENCE_POINT_ID_PREFIX`] + id + [`CONVERGENCE_POINT_ID_SUFFIX`] within
+//! `POINT_ID_BYTES_MAX`) is refused by the loader (`source.rs`).
 
 use std::collections::BTreeSet;
 
@@ -112,11 +117,21 @@ pub fn device_point(device: &str, figure: DeviceFigure) -> String {
     format!("{SELF_HOST}.device.{device}.{}", figure.as_str())
 }
 
+/// What a writable point's convergence point id starts and ends with.
+pub const CONVERGENCE_POINT_ID_PREFIX: &str = "sentinel.point.";
+pub const CONVERGENCE_POINT_ID_SUFFIX: &str = ".convergence";
+
+/// `sentinel.point.<point>.convergence`: a writable point's convergence self-point.
+pub fn convergence_point(point_id: &str) -> String {
+    format!("{CONVERGENCE_POINT_ID_PREFIX}{point_id}{CONVERGENCE_POINT_ID_SUFFIX}")
+}
+
 /// Whether `d` is one of the generated health points (by its id and the core's host).
 pub fn is_generated(d: &Descriptor) -> bool {
     d.assignment.host == SELF_HOST
         && (d.id.starts_with(&format!("{SELF_HOST}.host."))
-            || d.id.starts_with(&format!("{SELF_HOST}.device.")))
+            || d.id.starts_with(&format!("{SELF_HOST}.device."))
+            || d.id.starts_with(CONVERGENCE_POINT_ID_PREFIX))
 }
 
 /// The driver hosts (every host with a point, except the core's own) and the devices the
@@ -145,6 +160,9 @@ pub fn generate(declared: &[Descriptor]) -> Vec<Descriptor> {
             out.push(health_descriptor(device_point(device, figure), figure.unit()));
         }
     }
+    for writable in declared.iter().filter(|d| d.writable.is_some()) {
+        out.push(health_descriptor(convergence_point(&writable.id), "code"));
+    }
     out.sort_by(|a, b| a.id.cmp(&b.id));
     out
 }
@@ -157,9 +175,11 @@ fn health_descriptor(id: String, unit: &str) -> Descriptor {
         SELF_HOST,
         SELF_INSTANCE,
     );
-    d.unit = Some(unit.to_owned());
+    // A convergence code has no unit: -1, 0 or 1.
+    d.unit = (unit != "code").then(|| unit.to_owned());
     d.range = Some(match unit {
         "percent" => Range { min: 0.0, max: 100.0 },
+        "code" => Range { min: -1.0, max: 1.0 },
         // Ages up to ten years, counts up to 10^12: bounds, not expectations.
         "s" => Range {
             min: 0.0,

@@ -164,6 +164,23 @@ fn check_generated(
             ),
         ));
     }
+    for g in generated
+        .iter()
+        .filter(|g| g.id.len() > check::POINT_ID_BYTES_MAX)
+    {
+        issues.push(RegistryIssue::file(
+            FOLDER,
+            format!(
+                "writable point {:?}: its convergence point {:?} would be {} bytes, over the {}-byte \
+                 point id bound; shorten the point's id",
+                g.id.trim_start_matches(health::CONVERGENCE_POINT_ID_PREFIX)
+                    .trim_end_matches(health::CONVERGENCE_POINT_ID_SUFFIX),
+                g.id,
+                g.id.len(),
+                check::POINT_ID_BYTES_MAX
+            ),
+        ));
+    }
     let load = DeclaredLoad::of(
         declared
             .iter()

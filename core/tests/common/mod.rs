@@ -154,6 +154,8 @@ pub fn request_and_commit(
             for_s: None,
             release: false,
             principal: "operator:alice".into(),
+            reply_to: None,
+            band: None,
         }),
     );
     let effects = drain(core);

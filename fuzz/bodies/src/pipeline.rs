@@ -391,7 +391,7 @@ impl Harness {
                     // comes, it is fenced like every write.
                     assert_eq!(epoch, EPOCH, "arbitration write on the wrong epoch");
                 }
-                Effect::Reprocess(_) | Effect::ReprocessReply { .. } => {
+                Effect::Reprocess(_) | Effect::ReprocessReply { .. } | Effect::RequestAnswer { .. } => {
                     // Only in answer to a reprocess request, which this body never sends.
                     panic!("reprocess effect without a request: {effect:?}");
                 }

@@ -15,7 +15,7 @@ fn append(model: &mut Model, events: Vec<ControlEvent>) -> Vec<i64> {
             seq,
             occurred_at: event.occurred_at,
             kind: event.kind().as_str().to_owned(),
-            point_id: Some(event.point_id.to_string()),
+            point_id: event.point_column().map(str::to_owned),
             principal: event.principal.to_string(),
             core_epoch: event.core_epoch,
             payload: event.payload_json(),
@@ -115,6 +115,81 @@ impl MemoryStore {
             }
         }
         Ok(unanswered)
+    }
+
+    /// As the SQL: per `point_desired` row, its point's newest `command_issued` when an
+    /// `applied` `command_result` for that id follows it and no verdict for that id follows
+    /// the result.
+    pub(super) async fn load_open_verifications_inner(
+        &self,
+    ) -> Result<Vec<sentinel_core::OpenVerification>, StoreError> {
+        let model = lock(&self.model);
+        let payload = |event: &StoredControlEvent| {
+            serde_json::from_str::<serde_json::Value>(&event.payload).unwrap_or_default()
+        };
+        let mut open = Vec::new();
+        for point_id in model
+            .point_desired
+            .keys()
+            .take(sentinel_ports::POINT_DESIRED_LOAD_MAX)
+        {
+            let of_point = |kinds: &[&str], e: &StoredControlEvent| {
+                kinds.contains(&e.kind.as_str()) && e.point_id.as_deref() == Some(&**point_id)
+            };
+            let Some(issued) = model
+                .control_events
+                .iter()
+                .rev()
+                .find(|e| of_point(&["command_issued"], e))
+            else {
+                continue;
+            };
+            let id = payload(issued)["command_id"].clone();
+            let Some(result) = model.control_events.iter().find(|e| {
+                e.seq > issued.seq
+                    && of_point(&["command_result"], e)
+                    && payload(e)["command_id"] == id
+                    && payload(e)["outcome"] == "applied"
+            }) else {
+                continue;
+            };
+            let decided = model.control_events.iter().any(|e| {
+                e.seq > result.seq
+                    && of_point(&["command_verified", "command_diverged"], e)
+                    && payload(e)["command_id"] == id
+            });
+            if decided {
+                continue;
+            }
+            open.extend(sentinel_core::OpenVerification::from_stored(
+                point_id,
+                (issued.occurred_at, &issued.payload),
+                (result.seq, result.occurred_at, &result.payload),
+            ));
+        }
+        Ok(open)
+    }
+
+    /// As the SQL: each named point's newest control-event seq, in the order given.
+    pub(super) async fn load_control_heads_inner(
+        &self,
+        point_ids: Vec<String>,
+    ) -> Result<Vec<(String, i64)>, StoreError> {
+        let model = lock(&self.model);
+        let mut heads = std::collections::HashMap::new();
+        for event in &model.control_events {
+            if let Some(point_id) = event.point_id.as_deref() {
+                heads.insert(point_id, event.seq);
+            }
+        }
+        Ok(point_ids
+            .into_iter()
+            .take(sentinel_ports::POINT_DESIRED_LOAD_MAX)
+            .filter_map(|point_id| {
+                let head = *heads.get(point_id.as_str())?;
+                Some((point_id, head))
+            })
+            .collect())
     }
 
     pub(super) async fn load_control_events_inner(

@@ -477,6 +477,14 @@ impl Store for MemoryStore {
         self.load_unanswered_commands_inner().await
     }
 
+    async fn load_open_verifications(&self) -> Result<Vec<sentinel_core::OpenVerification>, StoreError> {
+        self.load_open_verifications_inner().await
+    }
+
+    async fn load_control_heads(&self, point_ids: Vec<String>) -> Result<Vec<(String, i64)>, StoreError> {
+        self.load_control_heads_inner(point_ids).await
+    }
+
     async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
         self.record_cold_start_inner(epoch, steps).await
     }

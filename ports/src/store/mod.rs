@@ -184,6 +184,24 @@ pub trait Store: Clone + Send + Sync + 'static {
         &self,
     ) -> impl Future<Output = Result<Vec<StoredControlEvent>, StoreError>> + Send;
 
+    /// Restart step 4, the open verifications (issue 21 items 5 and 6): for each
+    /// `point_desired` row, in point order and at most [`records::POINT_DESIRED_LOAD_MAX`], its
+    /// point's newest `command_issued` when a `command_result` with outcome `applied` for that
+    /// command id follows it and no `command_verified` or `command_diverged` for that id follows
+    /// the result. A few index probes per writable point however long the log (migration 0010).
+    fn load_open_verifications(
+        &self,
+    ) -> impl Future<Output = Result<Vec<sentinel_core::OpenVerification>, StoreError>> + Send;
+
+    /// Restart step 4, the control log's heads (issue 21 item 6): for each of `point_ids` that
+    /// has any control event, the seq of its newest, in the order given (at most
+    /// [`records::POINT_DESIRED_LOAD_MAX`] points). One index probe per point (migration 0010),
+    /// so the replay costs the same for a log of a thousand events or a billion.
+    fn load_control_heads(
+        &self,
+        point_ids: Vec<String>,
+    ) -> impl Future<Output = Result<Vec<(String, i64)>, StoreError>> + Send;
+
     /// Control events with `seq > after_seq`, ascending, at most `limit` (restart step 4).
     fn load_control_events(
         &self,
