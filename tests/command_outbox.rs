@@ -18,12 +18,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sentinel_core::CommandRequest;
 use sentinel_core::wire::command_request_subject;
 use sentinel_driver::commands::{CommandIntake, Received};
 use sentinel_driver::state::DriverState;
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
-use sentinel_tests::harness::{Env, pg, spawn_core, terminate, wait_exit, wait_ready};
+use sentinel_tests::harness::{Env, command_request, pg, spawn_core, terminate, wait_exit, wait_ready};
 use tokio::task::JoinHandle;
 
 const HOST: &str = "plant-a";
@@ -104,18 +103,7 @@ async fn start_driver(env: &Env, state_file: &Path, applies: Arc<Mutex<Vec<Strin
 }
 
 fn request(id: &str, value: f64) -> Vec<u8> {
-    serde_json::to_vec(&CommandRequest {
-        command_id: id.to_owned(),
-        point_id: POINT.to_owned(),
-        value: serde_json::json!(value),
-        unit: None,
-        for_s: None,
-        release: false,
-        principal: String::new(),
-        reply_to: None,
-        band: None,
-    })
-    .expect("encode")
+    command_request(id, POINT, value)
 }
 
 /// `(kind, core_epoch, command_id, outcome)` of every command event, in log order.

@@ -6,28 +6,16 @@
 
 use std::time::Duration;
 
-use sentinel_core::CommandRequest;
 use sentinel_core::wire::{CommandOutcome, CommandReply, command_request_subject};
 use sentinel_driver::commands::{CommandIntake, Received};
-use sentinel_tests::harness::{Env, pg, spawn_core, terminate, wait_exit, wait_ready};
+use sentinel_tests::harness::{Env, command_request, pg, spawn_core, terminate, wait_exit, wait_ready};
 
 const HOST: &str = "plant-a";
 /// The instance of the sample registry's writable `boiler1.setpoint`.
 const INSTANCE: &str = "modbus-boiler";
 
 fn request(id: &str, value: f64) -> Vec<u8> {
-    serde_json::to_vec(&CommandRequest {
-        command_id: id.to_owned(),
-        point_id: "boiler1.setpoint".to_owned(),
-        value: serde_json::json!(value),
-        unit: None,
-        for_s: None,
-        release: false,
-        principal: String::new(),
-        reply_to: None,
-        band: None,
-    })
-    .expect("encode")
+    command_request(id, "boiler1.setpoint", value)
 }
 
 /// The next admitted command and its reply subject (announcements are taken on the way).

@@ -11,11 +11,10 @@
 
 use std::time::Duration;
 
-use sentinel_core::CommandRequest;
 use sentinel_core::wire::command_request_subject;
 use sentinel_driver::commands::CommandIntake;
 use sentinel_driver::state::DriverState;
-use sentinel_tests::harness::{Env, pg, spawn_core, terminate, wait_exit, wait_ready};
+use sentinel_tests::harness::{Env, command_request, pg, spawn_core, terminate, wait_exit, wait_ready};
 
 const HOST: &str = "plant-a";
 /// The instance of the sample registry's writable `boiler1.setpoint`.
@@ -23,18 +22,7 @@ const INSTANCE: &str = "modbus-boiler";
 const FLOOR: u32 = 6;
 
 fn request(id: &str, value: f64) -> Vec<u8> {
-    serde_json::to_vec(&CommandRequest {
-        command_id: id.to_owned(),
-        point_id: "boiler1.setpoint".to_owned(),
-        value: serde_json::json!(value),
-        unit: None,
-        for_s: None,
-        release: false,
-        principal: String::new(),
-        reply_to: None,
-        band: None,
-    })
-    .expect("encode")
+    command_request(id, "boiler1.setpoint", value)
 }
 
 /// `(core_epoch, command_id, outcome)` of every `command_result`.

@@ -19,7 +19,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use sentinel_tests::bin::workspace_root;
-use sentinel_tests::harness::{Env, Transitions, now, terminate, wait_drained};
+use sentinel_tests::harness::{Env, Transitions, command_request, now, terminate, wait_drained};
 use sentinel_tests::prometheus::{OperatorTraffic, PrometheusServer, ScrapedCore, publish_operator_traffic};
 use sentinel_tests::traffic;
 
@@ -293,21 +293,10 @@ async fn a_real_prometheus_scrapes_every_documented_metric_with_the_traffic_s_va
         ("m-1", "boiler1.flow_temp", 60.0),
         ("m-2", "boiler1.setpoint", 65.0),
     ] {
-        let request = sentinel_core::CommandRequest {
-            command_id: id.to_owned(),
-            point_id: point.to_owned(),
-            value: serde_json::json!(value),
-            unit: None,
-            for_s: None,
-            release: false,
-            principal: String::new(),
-            reply_to: None,
-            band: None,
-        };
         operator
             .publish(
                 sentinel_core::wire::command_request_subject("metrics-test"),
-                serde_json::to_vec(&request).expect("encode").into(),
+                command_request(id, point, value).into(),
             )
             .await
             .expect("request");

@@ -204,16 +204,24 @@ impl HostDriver {
     }
 
     /// One publish attempt. False when the stream is full, or is between leaders and did not
-    /// take it.
+    /// take it. While the stream has no leader (the `stream_leader_change` site) a publish is
+    /// mostly refused ("no responders", a timeout) and queued as on a full stream; sometimes it
+    /// lands but its ack is lost in the election, and the driver library retries it with the
+    /// same message id, which the stream must drop as a duplicate.
     fn publish_once(&mut self, message: &Outgoing) -> bool {
-        if self.world.leader_changing() {
-            return self.publish_during_election(message);
+        let election = self.world.leader_changing();
+        let now = self.world.now();
+        if election && !self.world.lock().rng.chance(ELECTION_LANDS_P) {
+            self.world.lock().trace.event(
+                now,
+                format_args!("{} no stream leader for {}", self.host, message.msg_id),
+            );
+            return false;
         }
         let result =
             self.world
                 .bus
                 .publish_observation(&message.subject, &message.msg_id, message.payload.clone());
-        let now = self.world.now();
         let mut inner = self.world.lock();
         match result {
             Ok(ack) if ack.duplicate => {
@@ -228,10 +236,20 @@ impl HostDriver {
                 inner
                     .checker
                     .on_accepted(ack.seq, message.key.clone(), message.observation.clone(), now);
+                let lost = if election {
+                    " (ack lost in the election)"
+                } else {
+                    ""
+                };
                 inner.trace.event(
                     now,
-                    format_args!("{} pub seq {} {}", self.host, ack.seq, message.msg_id),
+                    format_args!("{} pub seq {} {}{lost}", self.host, ack.seq, message.msg_id),
                 );
+                if election {
+                    let delay_ms = inner.rng.between(ELECTION_RETRY_MS.0, ELECTION_RETRY_MS.1) as i64;
+                    drop(inner);
+                    self.retries.push((now.add_ms(delay_ms), now, message.clone()));
+                }
                 true
             }
             Err(BusError::StreamFull) => {
@@ -243,52 +261,6 @@ impl HostDriver {
             }
             Err(e) => {
                 // The model only refuses subjects outside `obs.>`, which drivers never use.
-                inner.checker.fail(2, now, format!("driver publish refused: {e}"));
-                true
-            }
-        }
-    }
-
-    /// A publish while the stream has no leader (the `stream_leader_change` site): mostly
-    /// refused ("no responders", a timeout), and then queued as on a full stream; sometimes it
-    /// lands but its ack is lost in the election, and the driver library retries it with the
-    /// same message id, which the stream must drop as a duplicate (true: not queued).
-    fn publish_during_election(&mut self, message: &Outgoing) -> bool {
-        let now = self.world.now();
-        if !self.world.lock().rng.chance(ELECTION_LANDS_P) {
-            self.world.lock().trace.event(
-                now,
-                format_args!("{} no stream leader for {}", self.host, message.msg_id),
-            );
-            return false;
-        }
-        let result =
-            self.world
-                .bus
-                .publish_observation(&message.subject, &message.msg_id, message.payload.clone());
-        let mut inner = self.world.lock();
-        match result {
-            Ok(ack) if !ack.duplicate => {
-                inner.driver_landed += 1;
-                inner
-                    .checker
-                    .on_accepted(ack.seq, message.key.clone(), message.observation.clone(), now);
-                inner.trace.event(
-                    now,
-                    format_args!(
-                        "{} pub seq {} {} (ack lost in the election)",
-                        self.host, ack.seq, message.msg_id
-                    ),
-                );
-                let delay_ms = inner.rng.between(ELECTION_RETRY_MS.0, ELECTION_RETRY_MS.1) as i64;
-                drop(inner);
-                self.retries.push((now.add_ms(delay_ms), now, message.clone()));
-                true
-            }
-            // A retry that landed again, or the stream was full: as outside an election.
-            Ok(_) => true,
-            Err(BusError::StreamFull) => false,
-            Err(e) => {
                 inner.checker.fail(2, now, format!("driver publish refused: {e}"));
                 true
             }

@@ -35,6 +35,7 @@ use sentinel_ports::clock::{Clock, SystemClock};
 use sentinel_ports::{Bus, Lease, Store, StoreError};
 use sentinel_runtime::startup::{self, StartError};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
+use sentinel_tests::bench::{arg, flag, load_average};
 use sentinel_tests::harness::{InProcessCore, bus_with_stream};
 use sentinel_tests::nats::NatsServer;
 use sentinel_tests::pg::TestDb;
@@ -55,25 +56,6 @@ const DERIVED: usize = 1_000;
 const RATE_PER_S: i64 = 500;
 /// The sliding windows derived points take in turn.
 const WINDOWS_S: [u32; 4] = [60, 300, 900, 3_600];
-
-fn arg(name: &str, default: u64) -> u64 {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn flag(name: &str) -> bool {
-    std::env::args().any(|a| a == name)
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
-}
 
 /// The fleet with its last [`DERIVED`] points made derived: point `3000 + j` computes
 /// `DerivedOp::ALL[j % 8]` over window `WINDOWS_S[(j / 8) % 4]`, reading the `j`-th number
@@ -368,7 +350,7 @@ async fn build_history(nats: &NatsServer, hours: u64) -> (TestDb, PgStore, NatsB
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let hours = arg("--hours", 24);
+    let hours = arg("--hours", 24u64);
     let nats = NatsServer::start().await;
     // `--reuse-db URL`: measure over a database an earlier run kept (`--keep-db`), migrated
     // by this binary's startup, instead of building the history again (a day takes minutes).

@@ -580,6 +580,24 @@ pub async fn terminate(mut child: Child) {
     assert!(status.success(), "orderly stop exits 0, got {status}");
 }
 
+/// The body of an operator's request for a claim setting `point_id` to `value` (one hour, the
+/// default), as `sentinel command set` publishes it on `sentinel.command.request.<principal>`:
+/// no principal in the body, the core takes it from the subject.
+pub fn command_request(command_id: &str, point_id: &str, value: f64) -> Vec<u8> {
+    serde_json::to_vec(&sentinel_core::CommandRequest {
+        command_id: command_id.to_owned(),
+        point_id: point_id.to_owned(),
+        value: serde_json::json!(value),
+        unit: None,
+        for_s: None,
+        release: false,
+        principal: String::new(),
+        reply_to: None,
+        band: None,
+    })
+    .expect("a request encodes")
+}
+
 /// The wall clock, as the cores read it.
 pub fn now() -> Micros {
     SystemClock.now()
