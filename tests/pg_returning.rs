@@ -384,14 +384,20 @@ async fn the_ingest_time_is_part_of_the_key_the_ordinals_follow<B: Backend>(b: &
     let epoch = lease.epoch();
     let first = row(M, "drv-a", 1, 1);
     commit_and_check(b, batch(1, epoch, vec![first.clone()], vec![]), &[true], 0).await;
-    // The same message key at other ingest times (a re-publish past the duplicate window) is
-    // another row under the 4-column index; only the one at the committed time conflicts.
+    // The same message key at another ingest time close to its observation is another row
+    // under the 4-column index; only the one at the committed time conflicts. A copy of the
+    // stored key ingested a day after its observation is a late duplicate (a replay whose ack
+    // was lost, issue 25 item 2): not inserted, no ordinal. The same key observed a day later
+    // is a new observation and a new row.
     let mut later = first.clone();
     later.ingested_at = Micros(first.ingested_at.0 + 5);
+    let mut late_copy = first.clone();
+    late_copy.ingested_at = Micros(first.ingested_at.0 + DAY_US);
     let mut next_day = first.clone();
     next_day.ingested_at = Micros(first.ingested_at.0 + DAY_US);
-    let rows = vec![later.clone(), first.clone(), next_day.clone()];
-    commit_and_check(b, batch(2, epoch, rows, vec![]), &[true, false, true], 0).await;
+    next_day.observed_at = Micros(first.observed_at.0 + DAY_US);
+    let rows = vec![later.clone(), first.clone(), late_copy, next_day.clone()];
+    commit_and_check(b, batch(2, epoch, rows, vec![]), &[true, false, false, true], 0).await;
     all_stored(b, &[first, later, next_day]).await;
     assert_eq!(b.counts().await.get(M), 3);
 }
