@@ -393,9 +393,11 @@ async fn the_ingest_time_is_part_of_the_key_the_ordinals_follow<B: Backend>(b: &
     later.ingested_at = Micros(first.ingested_at.0 + 5);
     let mut late_copy = first.clone();
     late_copy.ingested_at = Micros(first.ingested_at.0 + DAY_US);
+    // (At another ingest time than the late copy's: one batch never holds two rows with one
+    // 4-column key, whose RETURNING could not tell them apart.)
     let mut next_day = first.clone();
-    next_day.ingested_at = Micros(first.ingested_at.0 + DAY_US);
-    next_day.observed_at = Micros(first.observed_at.0 + DAY_US);
+    next_day.ingested_at = Micros(first.ingested_at.0 + DAY_US + 7);
+    next_day.observed_at = Micros(first.observed_at.0 + DAY_US + 7);
     let rows = vec![later.clone(), first.clone(), late_copy, next_day.clone()];
     commit_and_check(b, batch(2, epoch, rows, vec![]), &[true, false, false, true], 0).await;
     all_stored(b, &[first, later, next_day]).await;
