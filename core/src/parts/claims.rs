@@ -291,27 +291,13 @@ mod tests {
 
     /// The fixture's context with `plant.temp` writable, relinquished to 20.
     fn writable_ctx() -> Ctx {
-        let mut ctx = ctx();
-        let descriptors: Vec<_> = ctx
-            .registry
-            .points()
-            .map(|(_, p)| {
-                let mut d = p.descriptor.clone();
-                if d.id == "plant.temp" {
-                    d.writable = Some(Writable {
-                        relinquish_default: Some(CommandValue::Number(20.0)),
-                        verify_s: 60,
-                        tolerance: 0.5,
-                        min_on_s: None,
-                        min_off_s: None,
-                    });
-                }
-                d
-            })
-            .collect();
-        ctx.registry =
-            Arc::new(Registry::compile(3, "sha".into(), "hash".into(), descriptors).expect("compiles"));
-        ctx
+        crate::parts::context::testing::writable_ctx(Writable {
+            relinquish_default: Some(CommandValue::Number(20.0)),
+            verify_s: 60,
+            tolerance: 0.5,
+            min_on_s: None,
+            min_off_s: None,
+        })
     }
 
     fn claim(holder: &str, band: Band, value: f64, since: Micros, until: Option<Micros>) -> Claim {

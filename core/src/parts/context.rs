@@ -144,6 +144,27 @@ pub(crate) mod testing {
         }
     }
 
+    /// The fixture's context with `plant.temp` made writable as `writable` says (the
+    /// command-plane parts' tests: claims, verification).
+    pub fn writable_ctx(writable: crate::registry::Writable) -> Ctx {
+        let mut ctx = ctx();
+        let descriptors: Vec<_> = ctx
+            .registry
+            .points()
+            .map(|(_, p)| {
+                let mut d = p.descriptor.clone();
+                if d.id == "plant.temp" {
+                    d.writable = Some(writable.clone());
+                }
+                d
+            })
+            .collect();
+        ctx.registry = std::sync::Arc::new(
+            Registry::compile(3, "sha".into(), "hash".into(), descriptors).expect("compiles"),
+        );
+        ctx
+    }
+
     pub fn drain(out: &mut Out) -> Vec<Effect> {
         std::iter::from_fn(|| out.pop()).collect()
     }

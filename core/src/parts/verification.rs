@@ -511,33 +511,18 @@ fn verdict(point: PointIdx, detail: ControlDetail, ctx: &Ctx) -> ControlEvent {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::parts::context::testing::{T0, ctx, drain, row};
+    use crate::parts::context::testing::{T0, drain, row};
     use crate::registry::Writable;
-    use std::sync::Arc;
 
     /// The fixture's context with `plant.temp` writable: verify within 60 s, tolerance 0.5.
     fn writable_ctx() -> Ctx {
-        let mut ctx = ctx();
-        let descriptors: Vec<_> = ctx
-            .registry
-            .points()
-            .map(|(_, p)| {
-                let mut d = p.descriptor.clone();
-                if d.id == "plant.temp" {
-                    d.writable = Some(Writable {
-                        relinquish_default: None,
-                        verify_s: 60,
-                        tolerance: 0.5,
-                        min_on_s: None,
-                        min_off_s: None,
-                    });
-                }
-                d
-            })
-            .collect();
-        ctx.registry =
-            Arc::new(Registry::compile(3, "sha".into(), "hash".into(), descriptors).expect("compiles"));
-        ctx
+        crate::parts::context::testing::writable_ctx(Writable {
+            relinquish_default: None,
+            verify_s: 60,
+            tolerance: 0.5,
+            min_on_s: None,
+            min_off_s: None,
+        })
     }
 
     fn temp(ctx: &Ctx) -> PointIdx {
