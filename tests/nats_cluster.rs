@@ -20,10 +20,11 @@ use std::time::Duration;
 
 use sentinel_bus_nats::{NatsBus, NatsBusConfig};
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
-use sentinel_ports::Bus;
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
-use sentinel_tests::harness::{Transitions, assert_exactly_once, bus_with_stream, committed, now};
+use sentinel_tests::harness::{
+    Transitions, assert_exactly_once, bus_with_stream, now, wait_store_drained_checking,
+};
 use sentinel_tests::nats_cluster::NatsCluster;
 use sentinel_tests::pg::TestDb;
 use sentinel_tests::traffic::{self, Expected, Traffic};
@@ -325,29 +326,13 @@ async fn wait_drained(
     core: &mut CoreProcess,
     log: &PathBuf,
 ) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(WAIT_S);
-    loop {
+    wait_store_drained_checking(store, bus, expected, WAIT_S, || {
         if let Ok(Some(status)) = core.0.try_wait() {
             panic!(
                 "the core exited ({status}) instead of surviving the elections; its log:\n{}",
                 std::fs::read_to_string(log).unwrap_or_default()
             );
         }
-        let done = committed(store).await;
-        let lag = bus.lag().await.unwrap_or_default();
-        if done == expected.accepted() && lag.pending == 0 && lag.ack_pending == 0 {
-            return;
-        }
-        assert!(
-            done <= expected.accepted(),
-            "more committed ({done}) than accepted ({})",
-            expected.accepted()
-        );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not drained within {WAIT_S} s: {done}/{} committed, {lag:?}",
-            expected.accepted()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
 }

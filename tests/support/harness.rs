@@ -349,8 +349,21 @@ pub async fn wait_drained(env: &Env, expected: &Expected) {
 /// accepted message committed and nothing pending within `timeout_s`, never more committed
 /// than accepted.
 pub async fn wait_store_drained(store: &PgStore, bus: &NatsBus, expected: &Expected, timeout_s: u64) {
+    wait_store_drained_checking(store, bus, expected, timeout_s, || {}).await;
+}
+
+/// [`wait_store_drained`], calling `check` before every poll (a test that must also see its
+/// core process stay up, say, panics there).
+pub async fn wait_store_drained_checking(
+    store: &PgStore,
+    bus: &NatsBus,
+    expected: &Expected,
+    timeout_s: u64,
+    mut check: impl FnMut(),
+) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout_s);
     loop {
+        check();
         let done = committed(store).await;
         let lag = bus.lag().await.unwrap_or_default();
         if done == expected.accepted() && lag.pending == 0 && lag.ack_pending == 0 {
