@@ -22,9 +22,8 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sentinel_driver::commands::{CommandIntake, Received};
-use sentinel_driver::state::DriverState;
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
+use sentinel_tests::driver;
 use sentinel_tests::harness::{Env, pg, terminate, wait_ready};
 use tokio::task::JoinHandle;
 
@@ -91,60 +90,20 @@ async fn accepted(env: &Env, args: &[&str]) -> String {
     answer["command_id"].as_str().expect("an id").to_owned()
 }
 
-/// A driver instance applying every admitted command (recorded as (id, value)), persisting,
-/// then answering; and publishing one reading of the point per applied value.
+/// The test's driver instance, recording every command it applies (id, value) in `applies`.
 async fn start_driver(
     env: &Env,
     state_file: &Path,
     applies: Arc<Mutex<Vec<(String, f64)>>>,
 ) -> JoinHandle<()> {
-    let mut state = DriverState::load(state_file).expect("the state file");
-    state.source_epoch += 1;
-    state.save(state_file).expect("persist the source epoch");
-    let client = async_nats::connect(env.nats.url())
-        .await
-        .expect("driver connects");
-    let mut intake = CommandIntake::subscribe(
-        client,
-        HOST,
-        INSTANCE,
-        state.source_epoch,
-        state.highest_epoch_seen,
-    )
-    .await
-    .expect("subscribe");
-    intake.restore_applied(state.applied);
-    let state_file = state_file.to_owned();
-    let source_epoch = state.source_epoch;
-    tokio::spawn(async move {
-        while let Some(received) = intake.next().await {
-            let received = received.expect("intake");
-            if let Some(command) = received.admitted() {
-                let value = command.value.as_f64().expect("a number");
-                applies
-                    .lock()
-                    .expect("lock")
-                    .push((command.command_id.clone(), value));
-                intake.mark_applied(&command.command_id);
-                DriverState {
-                    source_epoch,
-                    highest_epoch_seen: intake.highest_seen(),
-                    applied: intake.applied_ids(),
-                }
-                .save(&state_file)
-                .expect("persist");
-                intake.answer(&received, Ok(())).await.expect("answer");
-            } else if let Received::CoreStarted { .. } = received {
-                DriverState {
-                    source_epoch,
-                    highest_epoch_seen: intake.highest_seen(),
-                    applied: intake.applied_ids(),
-                }
-                .save(&state_file)
-                .expect("persist");
-            }
-        }
+    driver::start_driver(&env.nats.url(), HOST, INSTANCE, state_file, move |command| {
+        let value = command.value.as_f64().expect("a number");
+        applies
+            .lock()
+            .expect("lock")
+            .push((command.command_id.clone(), value));
     })
+    .await
 }
 
 fn state_file() -> PathBuf {

@@ -19,9 +19,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sentinel_core::wire::command_request_subject;
-use sentinel_driver::commands::{CommandIntake, Received};
-use sentinel_driver::state::DriverState;
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
+use sentinel_tests::driver;
 use sentinel_tests::harness::{Env, command_request, pg, spawn_core, terminate, wait_exit, wait_ready};
 use tokio::task::JoinHandle;
 
@@ -56,50 +55,12 @@ fn spawn_core_failing_at(env: &Env, failpoint: &str) -> Child {
         .expect("spawn sentinel run")
 }
 
-/// A driver instance: starts from its state file (a new source epoch, the persisted floor and
-/// applied ids), applies every admitted command (counted in `applies`), persists, then
-/// answers.
+/// The test's driver instance, counting every command it applies in `applies`.
 async fn start_driver(env: &Env, state_file: &Path, applies: Arc<Mutex<Vec<String>>>) -> JoinHandle<()> {
-    let mut state = DriverState::load(state_file).expect("the state file");
-    state.source_epoch += 1;
-    state.save(state_file).expect("persist the source epoch");
-    let client = async_nats::connect(env.nats.url())
-        .await
-        .expect("driver connects");
-    let mut intake = CommandIntake::subscribe(
-        client,
-        HOST,
-        INSTANCE,
-        state.source_epoch,
-        state.highest_epoch_seen,
-    )
-    .await
-    .expect("subscribe");
-    intake.restore_applied(state.applied);
-    let state_file = state_file.to_owned();
-    let source_epoch = state.source_epoch;
-    tokio::spawn(async move {
-        let save = |intake: &CommandIntake| {
-            DriverState {
-                source_epoch,
-                highest_epoch_seen: intake.highest_seen(),
-                applied: intake.applied_ids(),
-            }
-            .save(&state_file)
-            .expect("persist")
-        };
-        while let Some(received) = intake.next().await {
-            let received = received.expect("intake");
-            if let Some(command) = received.admitted() {
-                applies.lock().expect("lock").push(command.command_id.clone());
-                intake.mark_applied(&command.command_id);
-                save(&intake);
-                intake.answer(&received, Ok(())).await.expect("answer");
-            } else if let Received::CoreStarted { .. } = received {
-                save(&intake);
-            }
-        }
+    driver::start_driver(&env.nats.url(), HOST, INSTANCE, state_file, move |command| {
+        applies.lock().expect("lock").push(command.command_id.clone())
     })
+    .await
 }
 
 fn request(id: &str, value: f64) -> Vec<u8> {
