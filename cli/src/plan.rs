@@ -137,6 +137,29 @@ fn text(dir: &Path, plan: &Plan) -> String {
             let _ = writeln!(out, "{warning}");
         }
     }
+    if !plan.site_queues.is_empty() {
+        let _ = writeln!(
+            out,
+            "sites (their hosts' queues summed: what a leaf node there buffers):"
+        );
+        let _ = writeln!(
+            out,
+            "  {:<20} {:>6} {:>13} {:>12} {:>14} {:>16}",
+            "site", "hosts", "partitionable", "peak obs/s", "readings", "bytes"
+        );
+        for s in &plan.site_queues {
+            let _ = writeln!(
+                out,
+                "  {:<20} {:>6} {:>13} {:>12.2} {:>14} {:>16}",
+                s.site,
+                s.hosts,
+                if s.partitionable { "yes" } else { "no" },
+                s.peak_obs_s,
+                s.outage_readings_needed,
+                s.outage_bytes_needed
+            );
+        }
+    }
     if plan.writable.is_empty() {
         let _ = writeln!(out, "writable points: none");
     } else {

@@ -20,6 +20,10 @@
 //! of the winning claim's holder) with the new row. The deadline is computed from the
 //! persisted row's value and `since`, so it needs no timer of its own to survive a restart.
 //!
+//! Sites (core runtime spec, "Geographic split"; issue 22 item 6): an `interlock` claim on a
+//! point whose host stands at a partitionable site is refused here, from any holder, with one
+//! line naming the point, the host and the site: this is the one gate every claim passes.
+//!
 //! Takes the commands part's admitted requests (claims and releases, from the router), `Tick`
 //! (lapses and the ends of holds), and the restored `point_desired` rows at startup. Emits
 //! `Arbitrate`.
@@ -27,7 +31,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use crate::arbitration::{Change, Claim, Desired, DesiredRow, MinHold, PointArbiter};
+use crate::arbitration::{Band, Change, Claim, Desired, DesiredRow, MinHold, PointArbiter};
 use crate::control::{
     ControlDetail, ControlEvent, PRINCIPAL_ARBITRATION, RELEASED_BY_HOLDER, RELEASED_EXPIRED,
 };
@@ -129,6 +133,18 @@ impl Claims {
                 &*ctx.registry.point(point).id
             ));
         };
+        // Core runtime spec, "Geographic split": protection at a site that can be cut off from
+        // the core must hold at the site, never through a round trip to the core.
+        let descriptor = &ctx.registry.point(point).descriptor;
+        if claim.band == Band::Interlock
+            && let Some(site) = descriptor.partitionable_site()
+        {
+            return Err(format!(
+                "an interlock claim on point {:?} is refused: its host {:?} is at partitionable site {site:?}, \
+                 where an interlock must hold locally, not through the core",
+                descriptor.id, descriptor.assignment.host
+            ));
+        }
         let event = ControlDetail::ClaimSet {
             command_id: asker.command_id.clone(),
             holder: claim.holder.clone(),
@@ -328,6 +344,88 @@ mod tests {
             events.iter().map(|e| e.kind().as_str()).collect(),
             desired[0].desired.value.clone(),
         )
+    }
+
+    /// `writable_ctx` with `plant.temp`'s host placed at `site`.
+    fn ctx_at_site(site: crate::registry::Site) -> Ctx {
+        let mut ctx = writable_ctx();
+        let descriptors: Vec<_> = ctx
+            .registry
+            .points()
+            .map(|(_, p)| {
+                let mut d = p.descriptor.clone();
+                if d.id == "plant.temp" {
+                    d.assignment.site = Some(site.clone());
+                }
+                d
+            })
+            .collect();
+        ctx.registry =
+            Arc::new(Registry::compile(3, "sha".into(), "hash".into(), descriptors).expect("compiles"));
+        ctx
+    }
+
+    #[test]
+    fn an_interlock_claim_at_a_partitionable_site_is_refused_from_any_holder() {
+        let ctx = ctx_at_site(crate::registry::Site {
+            name: "barn".into(),
+            partitionable: true,
+        });
+        let temp = ctx.registry.resolve("plant.temp").expect("fixture");
+        let host = ctx.registry.point(temp).descriptor.assignment.host.clone();
+        let mut claims = Claims::new(&ctx.registry);
+        let mut out = Out::default();
+        for holder in ["rule:frost", "ana", "sentinel"] {
+            let refused = claims
+                .set(
+                    temp,
+                    claim(holder, Band::Interlock, 5.0, T0, None),
+                    asker("i-1", holder),
+                    &ctx,
+                    &mut out,
+                )
+                .expect_err("refused");
+            assert_eq!(
+                refused,
+                format!(
+                    "an interlock claim on point \"plant.temp\" is refused: its host {host:?} is at \
+                     partitionable site \"barn\", where an interlock must hold locally, not through the core"
+                )
+            );
+        }
+        assert!(drain(&mut out).is_empty(), "a refused claim writes nothing here");
+        // The other bands are not protection: they stand at any site.
+        claims
+            .set(
+                temp,
+                claim("rule:frost", Band::Safety, 5.0, T0, None),
+                asker("s-1", "rule:frost"),
+                &ctx,
+                &mut out,
+            )
+            .expect("a safety claim is not refused");
+        assert_eq!(written(&mut out).1, Some(CommandValue::Number(5.0)));
+    }
+
+    #[test]
+    fn an_interlock_claim_at_a_site_that_cannot_be_cut_off_stands() {
+        let ctx = ctx_at_site(crate::registry::Site {
+            name: "plant-room".into(),
+            partitionable: false,
+        });
+        let temp = ctx.registry.resolve("plant.temp").expect("fixture");
+        let mut claims = Claims::new(&ctx.registry);
+        let mut out = Out::default();
+        claims
+            .set(
+                temp,
+                claim("rule:frost", Band::Interlock, 5.0, T0, None),
+                asker("i-1", "rule:frost"),
+                &ctx,
+                &mut out,
+            )
+            .expect("an interlock at a site that cannot be cut off");
+        assert_eq!(written(&mut out).1, Some(CommandValue::Number(5.0)));
     }
 
     #[test]

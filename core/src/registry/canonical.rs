@@ -8,7 +8,8 @@
 //! snapshots in this module pin it.
 //!
 //! Canonical JSON: compact, object keys sorted by byte order at every level, `None` written as
-//! `null` (every field always present), strings escaped as `serde_json` escapes them, and
+//! `null` (every field always present, except the assignment's `site`, added after hashes were
+//! in use and omitted when unset so a registry without sites keeps its hashes), strings escaped as `serde_json` escapes them, and
 //! numbers normalised so that equal values print equally: an integer-valued float within ±2⁵³
 //! prints as an integer (`1.0` and `1` both become `1`, `-0.0` becomes `0`), any other float
 //! prints as the shortest decimal that reads back to the same `f64`. Non-finite floats cannot
@@ -241,6 +242,7 @@ mod tests {
             assignment: Assignment {
                 host: "plant-a".into(),
                 driver_instance: "modbus-1".into(),
+                site: None,
             },
             freshness_s: 60,
             manifest: Manifest {
@@ -485,7 +487,7 @@ mod tests {
                 deadband,
                 retention: RetentionClass::State,
                 agg_safe,
-                assignment: Assignment { host: "h".into(), driver_instance: "i".into() },
+                assignment: Assignment { host: "h".into(), driver_instance: "i".into(), site: None },
                 freshness_s,
                 manifest: Manifest {
                     archetype: Archetype::Model,

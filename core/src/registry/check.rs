@@ -58,8 +58,10 @@ pub fn check_with(folder: &SourceFolder, admission: &Admission) -> Vec<RegistryI
     let (vocabulary, mut issues) = Vocabulary::merge(folder);
     check_vocabulary(folder, &vocabulary, &mut issues);
     check_folder_points(folder, &mut issues);
+    check_host_sites(folder, &mut issues);
     for file in &folder.files {
         check_file(file, &vocabulary, &mut issues);
+        check_sites(file, &vocabulary, &mut issues);
     }
     super::admission::check_registry(folder, admission, &mut issues);
     issues
@@ -257,6 +259,85 @@ fn check_folder_points(folder: &SourceFolder, issues: &mut Vec<RegistryIssue>) {
             }
         }
     }
+}
+
+/// A file's `[sites]` declarations and its own `site = "..."` (core runtime spec, "Geographic
+/// split"): names are subject tokens, `partitionable` is said explicitly, a named site is
+/// declared somewhere in the folder, and the core's own host is never at a partitionable site
+/// (the core cannot be cut off from itself).
+fn check_sites(file: &SourceFile, vocabulary: &Vocabulary, issues: &mut Vec<RegistryIssue>) {
+    for (name, site) in &file.sites {
+        if !is_token(name) {
+            issues.push(RegistryIssue::file(
+                &file.path,
+                format!("site {name:?} is not a token: {TOKEN_RULE}, at most {NAME_BYTES_MAX} bytes"),
+            ));
+        }
+        if site.partitionable.is_none() {
+            issues.push(RegistryIssue::file(
+                &file.path,
+                format!(
+                    "site {name:?} does not say whether it is partitionable: add `partitionable = true` \
+                     or `partitionable = false`"
+                ),
+            ));
+        }
+    }
+    let Some(site) = &file.site else {
+        return;
+    };
+    if file.host.is_none() {
+        issues.push(RegistryIssue::file(
+            &file.path,
+            format!("site {site:?} is named, but the file has no `host = \"...\"` to place there"),
+        ));
+    }
+    match vocabulary.sites.get(site) {
+        None => issues.push(RegistryIssue::file(
+            &file.path,
+            format!("unknown site {site:?}: declare it in a `[sites.{site}]` section"),
+        )),
+        Some(declared)
+            if declared.value.partitionable == Some(true) && file.host.as_deref() == Some(SELF_HOST) =>
+        {
+            issues.push(RegistryIssue::file(
+                &file.path,
+                format!("host \"{SELF_HOST}\" (the core's own) cannot stand at partitionable site {site:?}"),
+            ))
+        }
+        Some(_) => {}
+    }
+}
+
+/// A host split over several files stands at one site: every file of the host names the same
+/// site, or none of them does.
+fn check_host_sites(folder: &SourceFolder, issues: &mut Vec<RegistryIssue>) {
+    // host → (site, file) of the first file naming the host.
+    let mut hosts: BTreeMap<&str, (Option<&str>, &str)> = BTreeMap::new();
+    for file in &folder.files {
+        let Some(host) = file.host.as_deref() else {
+            continue;
+        };
+        let site = file.site.as_deref();
+        match hosts.get(host) {
+            Some((first_site, first_file)) if *first_site != site => issues.push(RegistryIssue::file(
+                &file.path,
+                format!(
+                    "host {host:?} is at site {} here but at site {} in {first_file}; a host stands at one site",
+                    site_label(site),
+                    site_label(*first_site)
+                ),
+            )),
+            Some(_) => {}
+            None => {
+                hosts.insert(host, (site, &file.path));
+            }
+        }
+    }
+}
+
+fn site_label(site: Option<&str>) -> String {
+    site.map_or_else(|| "(none)".to_owned(), |s| format!("{s:?}"))
 }
 
 fn check_file(file: &SourceFile, vocabulary: &Vocabulary, issues: &mut Vec<RegistryIssue>) {
@@ -721,6 +802,134 @@ bar = { quantity = "pressure", factor = 100.0 }
     #[test]
     fn the_base_fixture_passes() {
         assert_eq!(one_point(&[]), vec![]);
+    }
+
+    const SITES: &str = "[sites.barn]\npartitionable = true\n[sites.plant-room]\npartitionable = false\n";
+
+    /// The issues of the base point's host placed at `site`, with `SITES` declared.
+    fn at_site(site: &str) -> Vec<String> {
+        let text = format!("site = \"{site}\"\n{}", host_file("plant-a", &[point(&[])]));
+        run(&[("sites.toml", SITES.to_owned()), ("hosts/plant-a.toml", text)])
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn a_host_at_a_declared_site_passes_and_its_points_carry_the_site() {
+        assert_eq!(at_site("barn"), Vec::<String>::new());
+        let files = [
+            ("units.toml".to_owned(), UNITS.to_owned()),
+            ("sites.toml".to_owned(), SITES.to_owned()),
+            (
+                "hosts/plant-a.toml".to_owned(),
+                format!("site = \"barn\"\n{}", host_file("plant-a", &[point(&[])])),
+            ),
+        ];
+        let (folder, issues) = parse(&files);
+        assert!(issues.is_empty(), "{issues:?}");
+        let descriptors = source::resolve(&folder).expect("resolves");
+        assert_eq!(descriptors[0].partitionable_site(), Some("barn"));
+        assert_eq!(
+            descriptors[0].assignment.site,
+            Some(crate::registry::Site {
+                name: "barn".into(),
+                partitionable: true
+            })
+        );
+    }
+
+    #[test]
+    fn a_site_that_is_not_declared_is_refused() {
+        assert_eq!(
+            at_site("shed"),
+            [r#"hosts/plant-a.toml: unknown site "shed": declare it in a `[sites.shed]` section"#]
+        );
+    }
+
+    #[test]
+    fn a_site_must_say_whether_it_is_partitionable() {
+        let issues: Vec<String> = run(&[("sites.toml", "[sites.barn]\n".to_owned())])
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            issues,
+            [
+                r#"sites.toml: site "barn" does not say whether it is partitionable: add `partitionable = true` or `partitionable = false`"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_site_name_is_a_token() {
+        let issues: Vec<String> = run(&[(
+            "sites.toml",
+            "[sites.\"far barn\"]\npartitionable = true\n".to_owned(),
+        )])
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        assert_eq!(
+            issues,
+            [format!(
+                r#"sites.toml: site "far barn" is not a token: {TOKEN_RULE}, at most {NAME_BYTES_MAX} bytes"#
+            )]
+        );
+    }
+
+    #[test]
+    fn a_site_without_a_host_is_refused() {
+        let issues: Vec<String> = run(&[("sites.toml", format!("site = \"barn\"\n{SITES}"))])
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            issues,
+            [r#"sites.toml: site "barn" is named, but the file has no `host = "..."` to place there"#]
+        );
+    }
+
+    #[test]
+    fn a_host_stands_at_one_site() {
+        let issues: Vec<String> = run(&[
+            ("sites.toml", SITES.to_owned()),
+            (
+                "hosts/plant-a.toml",
+                format!("site = \"barn\"\n{}", host_file("plant-a", &[point(&[])])),
+            ),
+            (
+                "hosts/plant-a-more.toml",
+                format!(
+                    "site = \"plant-room\"\n{}",
+                    host_file("plant-a", &[point(&[("id", Some("\"boiler.other\""))])])
+                ),
+            ),
+        ])
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+        assert_eq!(
+            issues,
+            [
+                r#"hosts/plant-a.toml: host "plant-a" is at site "barn" here but at site "plant-room" in hosts/plant-a-more.toml; a host stands at one site"#
+            ]
+        );
+    }
+
+    #[test]
+    fn the_cores_own_host_cannot_be_cut_off_from_the_core() {
+        let text = format!("site = \"barn\"\nhost = \"{SELF_HOST}\"\n");
+        let issues: Vec<String> = run(&[("sites.toml", SITES.to_owned()), ("hosts/sentinel.toml", text)])
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            issues,
+            [
+                r#"hosts/sentinel.toml: host "sentinel" (the core's own) cannot stand at partitionable site "barn""#
+            ]
+        );
     }
 
     #[test]

@@ -85,12 +85,40 @@ pub const SELF_HOST: &str = "sentinel";
 /// The driver instance of the core's self-points, under [`SELF_HOST`].
 pub const SELF_INSTANCE: &str = "core";
 
-/// Which driver host and instance may publish this point (stage 5).
+/// Which driver host and instance may publish this point (stage 5), and the site the host is
+/// at.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(deny_unknown_fields)]
 pub struct Assignment {
     pub host: String,
     pub driver_instance: String,
+    /// The host's site, when its file names one (`site = "..."`). Omitted from the canonical
+    /// form when unset, so a registry without sites keeps the hashes it had before sites
+    /// existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub site: Option<Site>,
+}
+
+/// A site as a point's descriptor carries it: where its host stands (core runtime spec,
+/// "Geographic split").
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct Site {
+    pub name: String,
+    /// The site can be cut off from the core (a remote building behind one link): no interlock
+    /// may depend on a round trip through the core there.
+    pub partitionable: bool,
+}
+
+impl Descriptor {
+    /// The partitionable site this point's host stands at, if it does.
+    pub fn partitionable_site(&self) -> Option<&str> {
+        self.assignment
+            .site
+            .as_ref()
+            .filter(|site| site.partitionable)
+            .map(|site| site.name.as_str())
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
@@ -411,6 +439,7 @@ impl Descriptor {
             assignment: Assignment {
                 host: host.to_owned(),
                 driver_instance: driver_instance.to_owned(),
+                site: None,
             },
             freshness_s: 60,
             manifest: Manifest {

@@ -115,6 +115,15 @@ pub struct SourceUnit {
     pub offset: f64,
 }
 
+/// One `[sites.<name>]` entry as written: whether the site can be cut off from the core
+/// (core runtime spec, "Geographic split"). `partitionable` is required: an interlock is
+/// allowed only at a site that says it is not, never by omission.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSite {
+    pub partitionable: Option<bool>,
+}
+
 /// One `[[point]]` entry as written. Every field is optional here so that a missing field is
 /// reported by the admission checks, alongside everything else wrong with the same point,
 /// rather than aborting the point at the first gap.
@@ -192,6 +201,10 @@ impl LocatedPoint {
 pub struct SourceFile {
     pub path: String,
     pub host: Option<String>,
+    /// The site the file's host stands at (`site = "..."`), one of the folder's `[sites]`.
+    pub site: Option<String>,
+    /// Site name → its declaration.
+    pub sites: BTreeMap<String, SourceSite>,
     /// Quantity name → its canonical unit.
     pub quantities: BTreeMap<String, String>,
     pub units: BTreeMap<String, SourceUnit>,
@@ -210,6 +223,9 @@ pub struct SourceFolder {
 #[serde(deny_unknown_fields)]
 struct RawFile {
     host: Option<String>,
+    site: Option<String>,
+    #[serde(default)]
+    sites: BTreeMap<String, SourceSite>,
     #[serde(default)]
     quantities: BTreeMap<String, String>,
     #[serde(default)]
@@ -280,6 +296,8 @@ fn parse_file(path: &str, text: &str, issues: &mut Vec<RegistryIssue>) -> Option
     Some(SourceFile {
         path: path.to_owned(),
         host: raw.host,
+        site: raw.site,
+        sites: raw.sites,
         quantities: raw.quantities,
         units: raw.units,
         codebooks: raw.codebooks,
@@ -310,13 +328,14 @@ pub struct Defined<T> {
     pub value: T,
 }
 
-/// The quantities, units and codebooks of all files merged. The first definition (in path
+/// The quantities, units, codebooks and sites of all files merged. The first definition (in path
 /// order) wins; later ones are reported as duplicates by [`Vocabulary::merge`].
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Vocabulary {
     pub quantities: BTreeMap<String, Defined<String>>,
     pub units: BTreeMap<String, Defined<SourceUnit>>,
     pub codebooks: BTreeMap<String, Defined<BTreeMap<String, String>>>,
+    pub sites: BTreeMap<String, Defined<SourceSite>>,
 }
 
 impl Vocabulary {
@@ -344,6 +363,13 @@ impl Vocabulary {
                 &file.codebooks,
                 &file.path,
                 "codebook",
+                &mut issues,
+            );
+            merge_section(
+                &mut vocabulary.sites,
+                &file.sites,
+                &file.path,
+                "site",
                 &mut issues,
             );
         }

@@ -30,7 +30,7 @@ use rustc_hash::FxHashMap;
 
 pub use descriptor::{
     Archetype, Assignment, CommandValue, Conversion, Derived, DerivedOp, Descriptor, EventPolicy, Kind,
-    Manifest, Range, Reporting, RetentionClass, SELF_HOST, SELF_INSTANCE, Writable, value_refusal,
+    Manifest, Range, Reporting, RetentionClass, SELF_HOST, SELF_INSTANCE, Site, Writable, value_refusal,
 };
 
 /// Index of a point in a compiled [`Registry`]. Stable for that registry only.

@@ -20,7 +20,7 @@
 
 use serde::Serialize;
 
-use super::descriptor::{Descriptor, RetentionClass, SELF_HOST};
+use super::descriptor::{Descriptor, RetentionClass, SELF_HOST, Site};
 use super::graph;
 use super::health;
 
@@ -138,6 +138,8 @@ impl DeclaredLoad {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct HostQueue {
     pub host: String,
+    /// The site the host stands at, if its file names one.
+    pub site: Option<String>,
     pub points: usize,
     /// The sum of its points' declared peak rates.
     pub peak_obs_s: f64,
@@ -177,6 +179,7 @@ impl HostQueue {
                 let bytes = readings.saturating_mul(DISK_QUEUE_RECORD_BYTES_ESTIMATE);
                 HostQueue {
                     host: host.to_owned(),
+                    site: None,
                     points,
                     peak_obs_s,
                     outage_readings_needed: readings,
@@ -221,6 +224,48 @@ impl HostQueue {
     }
 }
 
+/// What one site's hosts queue through the outage together: the disk a leaf node at the
+/// site would need if it buffered for all of them (docs/deploy.md, "A remote site behind a
+/// leaf node"), or the sum of its hosts' own queues.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SiteQueue {
+    pub site: String,
+    pub partitionable: bool,
+    pub hosts: usize,
+    pub peak_obs_s: f64,
+    pub outage_readings_needed: u64,
+    pub outage_bytes_needed: u64,
+}
+
+impl SiteQueue {
+    /// Per named site, sorted by name, from the hosts' queues (each already placed at its
+    /// site) and each site's partitionability. Hosts at no site are not summed.
+    pub fn per_site(queues: &[HostQueue], partitionable: impl Fn(&str) -> bool) -> Vec<SiteQueue> {
+        let mut sites: std::collections::BTreeMap<&str, SiteQueue> = std::collections::BTreeMap::new();
+        for q in queues {
+            let Some(site) = q.site.as_deref() else {
+                continue;
+            };
+            let entry = sites.entry(site).or_insert_with(|| SiteQueue {
+                site: site.to_owned(),
+                partitionable: partitionable(site),
+                hosts: 0,
+                peak_obs_s: 0.0,
+                outage_readings_needed: 0,
+                outage_bytes_needed: 0,
+            });
+            entry.hosts += 1;
+            entry.peak_obs_s += q.peak_obs_s;
+            entry.outage_readings_needed = entry
+                .outage_readings_needed
+                .saturating_add(q.outage_readings_needed);
+            entry.outage_bytes_needed = entry.outage_bytes_needed.saturating_add(q.outage_bytes_needed);
+        }
+        assert!(sites.len() <= queues.len(), "a site is named by one of its hosts");
+        sites.into_values().collect()
+    }
+}
+
 /// One derived point in the plan.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PlannedDerived {
@@ -245,6 +290,8 @@ pub struct Plan {
     pub driver_queues: Vec<HostQueue>,
     /// One line per host whose queue the default bounds do not hold.
     pub driver_queue_warnings: Vec<String>,
+    /// Each named site's hosts' queues summed, by site name.
+    pub site_queues: Vec<SiteQueue>,
     /// Derived points, each after every derived point it reads.
     pub derived_in_dependency_order: Vec<PlannedDerived>,
     /// Points with a `writable` section, sorted: the points commands may go to.
@@ -288,12 +335,23 @@ impl Plan {
             .map(|d| d.id.clone())
             .collect();
         writable.sort();
-        let driver_queues = HostQueue::per_host(
+        let mut driver_queues = HostQueue::per_host(
             descriptors
                 .iter()
                 .map(|d| (d.assignment.host.as_str(), d.manifest.peak_rate_hz)),
             admission.outage_s,
         );
+        // Admission holds every file of a host to one site, so any point of the host names it.
+        let sites: std::collections::BTreeMap<&str, &Site> = descriptors
+            .iter()
+            .filter_map(|d| Some((d.assignment.host.as_str(), d.assignment.site.as_ref()?)))
+            .collect();
+        for q in &mut driver_queues {
+            q.site = sites.get(q.host.as_str()).map(|site| site.name.clone());
+        }
+        let site_queues = SiteQueue::per_site(&driver_queues, |name| {
+            sites.values().any(|site| site.name == name && site.partitionable)
+        });
         let driver_queue_warnings = driver_queues
             .iter()
             .filter_map(|q| q.warning(admission.outage_s))
@@ -306,6 +364,7 @@ impl Plan {
             stream_fits: load.stream_fits(admission),
             driver_queues,
             driver_queue_warnings,
+            site_queues,
             admission: admission.clone(),
             load,
             derived_in_dependency_order,
@@ -425,6 +484,54 @@ mod tests {
         );
         // A warning, not a refusal: the plan of the same registry is otherwise as before.
         assert!(plan.within_budget && plan.stream_fits);
+    }
+
+    #[test]
+    fn a_sites_hosts_queues_are_summed_per_site() {
+        let mut descriptors = vec![
+            point("a", RetentionClass::Measurement, 1.0, 100),
+            point("b", RetentionClass::Measurement, 0.5, 100),
+            point("c", RetentionClass::Measurement, 2.0, 100),
+            point("d", RetentionClass::Measurement, 4.0, 100),
+        ];
+        let placed = [
+            ("barn-1", Some(("barn", true))),
+            ("barn-2", Some(("barn", true))),
+            ("plant-a", Some(("plant-room", false))),
+            ("roaming", None),
+        ];
+        for (d, (host, site)) in descriptors.iter_mut().zip(placed) {
+            d.assignment.host = host.to_owned();
+            d.assignment.site = site.map(|(name, partitionable)| Site {
+                name: name.to_owned(),
+                partitionable,
+            });
+        }
+        let plan = Plan::of(&descriptors, &Admission::default());
+        let sites: Vec<(&str, bool, usize, u64, u64)> = plan
+            .site_queues
+            .iter()
+            .map(|s| {
+                (
+                    s.site.as_str(),
+                    s.partitionable,
+                    s.hosts,
+                    s.outage_readings_needed,
+                    s.outage_bytes_needed,
+                )
+            })
+            .collect();
+        // barn: 1.5 obs/s x 14,400 s; plant-room: 2 obs/s; the host at no site is in no sum.
+        assert_eq!(
+            sites,
+            [
+                ("barn", true, 2, 21_600, 5_400_000),
+                ("plant-room", false, 1, 28_800, 7_200_000)
+            ]
+        );
+        assert_eq!(plan.driver_queues[3].host, "roaming");
+        assert_eq!(plan.driver_queues[3].site, None);
+        assert_eq!(plan.driver_queues[0].site.as_deref(), Some("barn"));
     }
 
     /// An outage longer than the default age bound (a day) drops readings by age whatever

@@ -11,7 +11,7 @@
 //! is authored by people and fuzzed.
 
 use super::check;
-use super::descriptor::{Assignment, Conversion, Descriptor, Manifest, Writable};
+use super::descriptor::{Assignment, Conversion, Descriptor, Manifest, Site, Writable};
 pub use super::folder::{
     Defined, FILE_BYTES_MAX, FILES_MAX, FOLDER, ISSUES_MAX, LocatedPoint, RegistryIssue, RegistryReport,
     SourceFile, SourceFolder, SourcePoint, SourceUnit, SourceWritable, Vocabulary, parse,
@@ -91,6 +91,21 @@ fn resolve_point(
         assignment: Assignment {
             host,
             driver_instance,
+            site: match &file.site {
+                Some(name) => {
+                    let declared = vocabulary
+                        .sites
+                        .get(name)
+                        .ok_or_else(|| format!("unknown site {name:?}"))?;
+                    Some(Site {
+                        name: name.clone(),
+                        partitionable: declared.value.partitionable.ok_or_else(|| {
+                            format!("site {name:?} does not say whether it is partitionable")
+                        })?,
+                    })
+                }
+                None => None,
+            },
         },
         freshness_s: p.freshness_s.ok_or_else(|| missing("freshness_s"))?,
         manifest: Manifest {
