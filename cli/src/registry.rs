@@ -56,13 +56,20 @@ pub async fn check(
 }
 
 /// `sentinel registry load`: stores the folder as a new version when its content is new.
-pub async fn load(dir: &Path, db: &DbArgs, move_class: bool) -> anyhow::Result<ExitCode> {
+/// The folder is checked against `admission`, the installation's configured capacity, as
+/// `registry check` and a starting core check it.
+pub async fn load(
+    dir: &Path,
+    db: &DbArgs,
+    admission: &Admission,
+    move_class: bool,
+) -> anyhow::Result<ExitCode> {
     let store = PgStore::connect(&db.database_url, PgStoreConfig::default()).await?;
     store.require_current_schema().await?;
     if move_class {
-        return load_moving(&store, dir).await;
+        return load_moving(&store, dir, admission).await;
     }
-    let load = match registry_dir::load_dir(&store, dir).await {
+    let load = match registry_dir::load_dir_with(&store, dir, admission).await {
         Ok(load) => load,
         Err(e @ registry_dir::RegistryDirError::ClassChanges(_)) => {
             eprintln!("{e}");
@@ -80,7 +87,11 @@ pub async fn load(dir: &Path, db: &DbArgs, move_class: bool) -> anyhow::Result<E
 
 /// `sentinel registry load --move-class`: under the lock the command takes (exit 10 while a
 /// core runs), store the folder and move every changed point's history.
-async fn load_moving(store: &PgStore, dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+async fn load_moving(
+    store: &PgStore,
+    dir: &std::path::Path,
+    admission: &Admission,
+) -> anyhow::Result<ExitCode> {
     use sentinel_ports::{Lease, Store};
     let lease = match store.acquire().await {
         Ok(lease) => lease,
@@ -95,9 +106,15 @@ async fn load_moving(store: &PgStore, dir: &std::path::Path) -> anyhow::Result<E
     };
     let now = SystemClock.now();
     let started = std::time::Instant::now();
-    let moving =
-        registry_dir::load_dir_moving(store, dir, lease.epoch(), "operator:sentinel-registry-load", now)
-            .await?;
+    let moving = registry_dir::load_dir_moving(
+        store,
+        dir,
+        admission,
+        lease.epoch(),
+        "operator:sentinel-registry-load",
+        now,
+    )
+    .await?;
     store
         .record_cold_start(
             lease.epoch(),
