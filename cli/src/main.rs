@@ -295,6 +295,8 @@ enum RegistryCommand {
         /// event. Takes the single-writer lock (exit 10 while a core runs).
         #[arg(long)]
         move_class: bool,
+        #[command(flatten)]
+        notify: registry::NotifyArgs,
     },
     /// Write the nats-server authorization block for the registry's driver hosts: each may
     /// publish only `obs.<host>.>` and `drv.<host>.>` and subscribe only to `cmd.<host>.>`.
@@ -418,8 +420,14 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             command: RegistryCommand::Plan { dir, admission, json },
         } => plan::run(&dir, &admission.admission(), json),
         Command::Registry {
-            command: RegistryCommand::Load { dir, db, move_class },
-        } => registry::load(&dir, &db, move_class).await,
+            command:
+                RegistryCommand::Load {
+                    dir,
+                    db,
+                    move_class,
+                    notify,
+                },
+        } => registry::load(&dir, &db, move_class, &notify).await,
         Command::Registry {
             command: RegistryCommand::NatsConfig { dir, principals, out },
         } => registry::nats_config(&dir, &principals, out.as_deref()),
