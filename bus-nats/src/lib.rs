@@ -656,8 +656,8 @@ impl Bus for NatsBus {
     async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
         use futures::StreamExt as _;
         use sentinel_core::wire::{
-            COMMAND_REPLY_WILDCARD, COMMAND_REQUEST_WILDCARD, DRIVER_HELLO_WILDCARD,
-            REPROCESS_REQUEST_WILDCARD,
+            ASSIGNMENT_REPLY_WILDCARD, COMMAND_REPLY_WILDCARD, COMMAND_REQUEST_WILDCARD,
+            DRIVER_HELLO_WILDCARD, REGISTRY_LOADED_WILDCARD, REPROCESS_REQUEST_WILDCARD,
         };
         let client = &self.inner.client;
         let subscribe = |subject: &'static str| async move {
@@ -672,10 +672,14 @@ impl Bus for NatsBus {
         let reprocess = subscribe(REPROCESS_REQUEST_WILDCARD).await?;
         // Drivers' answers to this core's commands, below its own inbox.
         let replies = subscribe(COMMAND_REPLY_WILDCARD).await?;
+        // Drivers' acknowledgements of this core's assignments (issue 21 item 7), likewise.
+        let acks = subscribe(ASSIGNMENT_REPLY_WILDCARD).await?;
+        // `sentinel registry load`'s announcements of a new version (issue 21 item 7).
+        let loaded = subscribe(REGISTRY_LOADED_WILDCARD).await?;
         // One stream of all, so the runtime has one channel to read.
         let mut merged = futures::stream::select(
-            futures::stream::select(requests, hellos),
-            futures::stream::select(reprocess, replies),
+            futures::stream::select(requests, futures::stream::select(hellos, loaded)),
+            futures::stream::select(reprocess, futures::stream::select(replies, acks)),
         );
         let (tx, rx) = tokio::sync::mpsc::channel(INBOUND_QUEUED_MAX);
         tokio::spawn(async move {

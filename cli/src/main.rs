@@ -301,6 +301,8 @@ enum RegistryCommand {
         /// event. Takes the single-writer lock (exit 10 while a core runs).
         #[arg(long)]
         move_class: bool,
+        #[command(flatten)]
+        notify: registry::NotifyArgs,
     },
     /// Write the nats-server authorization block for the registry's driver hosts: each may
     /// publish only `obs.<host>.>` and `drv.<host>.>` and subscribe only to `cmd.<host>.>`.
@@ -430,8 +432,9 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     db,
                     admission,
                     move_class,
+                    notify,
                 },
-        } => registry::load(&dir, &db, &admission.validated()?, move_class).await,
+        } => registry::load(&dir, &db, &admission.validated()?, move_class, &notify).await,
         Command::Registry {
             command: RegistryCommand::NatsConfig { dir, principals, out },
         } => registry::nats_config(&dir, &principals, out.as_deref()),

@@ -356,6 +356,10 @@ where
             Err(e) => warn!(error = %e, "announcing the core epoch to a driver instance failed"),
         }
     }
+    // The valve (issue 21 item 7): each instance with a declared poll interval gets its
+    // assignment, recorded as an `assignment` event once the loop runs and published once
+    // recorded (after the announcements above, so its epoch is one the driver has heard).
+    core.start_assignments();
     timings.record("start_drivers", step);
     info!(
         instances,
