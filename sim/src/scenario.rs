@@ -196,6 +196,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let core_config = core_config(&settings);
     let inner = Inner {
         rng,
+        claims_rng: SimRng::new(seed ^ crate::operator::CLAIMS_STREAM),
         trace: Trace::new(options.echo_trace, start),
         checker: Checker::new(CheckerConfig {
             freshness_us: registry.freshness_us.clone(),
@@ -366,7 +367,12 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
 
         if now >= next_command_at {
             next_command_at = now.add_ms(COMMAND_INTERVAL_MS);
-            operator_commands(&world, &command_points, &mut commands_sent);
+            operator_commands(
+                &world,
+                &command_points,
+                &mut commands_sent,
+                !options.dangerous_window,
+            );
         }
         if options.dangerous_window
             && window_holder.is_none()
@@ -600,8 +606,10 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
 }
 
 /// The operator asks every running core to command one point (a core that is not the lock
-/// holder must not get one to a driver: its write is fenced).
-fn operator_commands(world: &World, points: &[CommandPoint], sent: &mut u64) {
+/// holder must not get one to a driver: its write is fenced). With `claims`, each request is
+/// one [`crate::operator::draw_claim`] draws (holders, bands, durations, releases); without
+/// (the dangerous window), every request is `operator:sim`'s claim for the default hour.
+fn operator_commands(world: &World, points: &[CommandPoint], sent: &mut u64, claims: bool) {
     let senders: Vec<(CoreId, tokio::sync::mpsc::Sender<Inbound>)> = world
         .lock()
         .inbound_senders
@@ -612,9 +620,22 @@ fn operator_commands(world: &World, points: &[CommandPoint], sent: &mut u64) {
         *sent += 1;
         let point = world.lock().rng.pick(points).clone();
         let value = point.value(world.between(0, 100));
-        request_command(world, core, &tx, format!("op-{sent}"), point.id, value);
+        let ask = if claims {
+            crate::operator::draw_claim(&mut world.lock().claims_rng)
+        } else {
+            OPERATOR_SIM
+        };
+        request_command(world, core, &tx, format!("op-{sent}"), point.id, value, &ask);
     }
 }
+
+/// The one operator of the dangerous window (and of every request before claims varied).
+const OPERATOR_SIM: crate::operator::ClaimAsk = crate::operator::ClaimAsk {
+    principal: "operator:sim",
+    band: None,
+    for_s: None,
+    release: false,
+};
 
 /// Hands one operator request to `core`'s intake and traces whether it took it.
 fn request_command(
@@ -624,6 +645,7 @@ fn request_command(
     command_id: String,
     point_id: String,
     value: serde_json::Value,
+    ask: &crate::operator::ClaimAsk,
 ) {
     let outcome = if tx
         .try_send(Inbound::CommandRequest(sentinel_core::CommandRequest {
@@ -631,11 +653,12 @@ fn request_command(
             point_id,
             value,
             unit: None,
-            for_s: None,
-            release: false,
-            principal: "operator:sim".into(),
+            for_s: ask.for_s,
+            release: ask.release,
+            principal: ask.principal.into(),
             reply_to: None,
-            band: None,
+            // In-process, as the runtime's test-only hook sets it: never from a bus body.
+            band: ask.band,
         }))
         .is_ok()
     {
@@ -644,8 +667,11 @@ fn request_command(
         "not taken"
     };
     world.trace(format_args!(
-        "operator command {command_id} to {}: {outcome}",
-        core.host()
+        "operator command {command_id} to {}: {} {}{}: {outcome}",
+        core.host(),
+        ask.principal,
+        if ask.release { "release" } else { "claim" },
+        ask.band.map_or(String::new(), |b| format!(" {}", b.as_str())),
     ));
 }
 
@@ -734,7 +760,7 @@ fn ask_for_command(
     if let Some(tx) = sender {
         let point = world.lock().rng.pick(points).clone();
         let value = value.map_or_else(|| point.reserved(), |n| point.value(n));
-        request_command(world, core, &tx, command_id.into(), point.id, value);
+        request_command(world, core, &tx, command_id.into(), point.id, value, &OPERATOR_SIM);
     }
 }
 
