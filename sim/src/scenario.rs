@@ -111,6 +111,13 @@ pub struct Stats {
     pub derived_checked: u64,
     /// Rollup buckets compared with the aggregate of their raw rows (invariant 10).
     pub rollup_buckets_checked: u64,
+    /// Claims the log recorded, arbitration writes compared with the reference arbitration
+    /// (invariant 18), the changes of winning value among them (invariant 12), and the
+    /// verification verdicts judged (invariant 20).
+    pub claims_set: u64,
+    pub arbitrations_checked: u64,
+    pub value_changes_checked: u64,
+    pub verdicts_checked: u64,
 }
 
 impl SeedOutcome {
@@ -207,6 +214,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             lock_loss_bound_us: (settings.lock_check_interval_ms + settings.tick_ms) as i64 * 1_000,
             derived: registry.derived.clone(),
             agg_safe: registry.agg_safe.clone(),
+            writable: registry.writable.clone(),
         }),
         links: cores.iter().map(|&c| (c, Links::default())).collect(),
         incarnations: Default::default(),
@@ -489,6 +497,10 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             events_peak: clock.events_peak(),
             derived_checked: inner.checker.derived.checked,
             rollup_buckets_checked: inner.checker.rollups.checked,
+            claims_set: inner.checker.commands.claims_set,
+            arbitrations_checked: inner.checker.commands.arbitrations_checked,
+            value_changes_checked: inner.checker.commands.changes_checked,
+            verdicts_checked: inner.checker.commands.verdicts_checked,
         },
     }
 }
