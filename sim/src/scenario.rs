@@ -772,7 +772,15 @@ fn ask_for_command(
     if let Some(tx) = sender {
         let point = world.lock().rng.pick(points).clone();
         let value = value.map_or_else(|| point.reserved(), |n| point.value(n));
-        request_command(world, core, &tx, command_id.into(), point.id, value, &OPERATOR_SIM);
+        request_command(
+            world,
+            core,
+            &tx,
+            command_id.into(),
+            point.id,
+            value,
+            &OPERATOR_SIM,
+        );
     }
 }
 

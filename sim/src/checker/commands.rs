@@ -374,10 +374,20 @@ impl CommandModel {
     ) -> Result<(), Broken> {
         let point = &row.point_id;
         let Some(def) = self.writable.get(point) else {
-            return Err((18, format!("a point_desired row for {point}, which no registry declares writable")));
+            return Err((
+                18,
+                format!("a point_desired row for {point}, which no registry declares writable"),
+            ));
         };
-        let Some(now) = events.iter().find(|e| e.point_id == *point).map(|e| e.occurred_at) else {
-            return Err((18, format!("a point_desired row for {point} written with no event about it")));
+        let Some(now) = events
+            .iter()
+            .find(|e| e.point_id == *point)
+            .map(|e| e.occurred_at)
+        else {
+            return Err((
+                18,
+                format!("a point_desired row for {point} written with no event about it"),
+            ));
         };
         self.arbitrations_checked += 1;
         let log = self.points.entry(point.clone()).or_default();
@@ -403,7 +413,9 @@ impl CommandModel {
         if snapshot != open {
             return Err((
                 18,
-                format!("point_desired of {point} snapshots the claims of {snapshot:?}; the log holds {open:?} open"),
+                format!(
+                    "point_desired of {point} snapshots the claims of {snapshot:?}; the log holds {open:?} open"
+                ),
             ));
         }
         let commands: Vec<_> = new_commands
@@ -414,7 +426,9 @@ impl CommandModel {
             if let Some((_, id, value)) = commands.first() {
                 return Err((
                     12,
-                    format!("command {id} ({value}) on {point} without a change of its winning value {expected:?}"),
+                    format!(
+                        "command {id} ({value}) on {point} without a change of its winning value {expected:?}"
+                    ),
                 ));
             }
             return Ok(());
@@ -440,7 +454,10 @@ impl CommandModel {
             ));
         }
         if self.issued.contains_key(id.as_str()) {
-            return Err((12, format!("command id {id} issued again for a new change of {point}")));
+            return Err((
+                12,
+                format!("command id {id} issued again for a new change of {point}"),
+            ));
         }
         log.value = expected;
         log.since = now;
@@ -458,7 +475,12 @@ impl CommandModel {
 
     /// Invariant 12 for a `command_issued` outside an arbitration write: the outbox's re-send
     /// of a command already issued, still the point's desired value.
-    fn check_resent(&mut self, event: &ControlEvent, id: &str, value: &serde_json::Value) -> Result<(), Broken> {
+    fn check_resent(
+        &mut self,
+        event: &ControlEvent,
+        id: &str,
+        value: &serde_json::Value,
+    ) -> Result<(), Broken> {
         let point = &event.point_id;
         let Some(issued) = self.issued.get_mut(id) else {
             return Err((
@@ -480,7 +502,9 @@ impl CommandModel {
             issued.winner_when_written = false;
             return Err((
                 12,
-                format!("command {id} re-sent for {point} = {value}, which is no longer its desired value {current:?}"),
+                format!(
+                    "command {id} re-sent for {point} = {value}, which is no longer its desired value {current:?}"
+                ),
             ));
         }
         Ok(())
@@ -491,7 +515,10 @@ impl CommandModel {
         let Some(issued) = self.issued.get(&command.command_id) else {
             return Err((
                 19,
-                format!("a driver applied command {}, which no arbitration committed", command.command_id),
+                format!(
+                    "a driver applied command {}, which no arbitration committed",
+                    command.command_id
+                ),
             ));
         };
         if *issued.point != *command.point_id || !same_value(&issued.value, &command.value) {
@@ -523,11 +550,12 @@ impl CommandModel {
         result_seq: i64,
     ) -> Result<(&Issued, &AppliedResult, &WritableDef), Broken> {
         let point = &event.point_id;
-        let issued = self
-            .issued
-            .get(id)
-            .filter(|i| i.point == *point)
-            .ok_or_else(|| (20, format!("a verdict on command {id} of {point}, which was never issued for it")))?;
+        let issued = self.issued.get(id).filter(|i| i.point == *point).ok_or_else(|| {
+            (
+                20,
+                format!("a verdict on command {id} of {point}, which was never issued for it"),
+            )
+        })?;
         let result = self
             .applied
             .get(&result_seq)
@@ -545,7 +573,13 @@ impl CommandModel {
         Ok((issued, result, def))
     }
 
-    fn check_verified(&mut self, event: &ControlEvent, id: &str, result_seq: i64, evidence_at: Micros) -> Result<(), Broken> {
+    fn check_verified(
+        &mut self,
+        event: &ControlEvent,
+        id: &str,
+        result_seq: i64,
+        evidence_at: Micros,
+    ) -> Result<(), Broken> {
         let (issued, _, def) = self.verdict_facts(event, id, result_seq)?;
         let target = CommandValue::from_json(&issued.value)
             .ok_or_else(|| (20, format!("command {id} has no scalar value")))?;
@@ -553,9 +587,12 @@ impl CommandModel {
         // is the newest `command_issued` of the id: never before the first).
         let since_issue = evidence_at >= issued.first_at;
         let log = self.points.get(&event.point_id);
-        let evidence = log.into_iter().flat_map(|l| &l.live_rows).any(|(observed_at, _, value)| {
-            *observed_at == evidence_at && within(&target, value, def.tolerance)
-        });
+        let evidence = log
+            .into_iter()
+            .flat_map(|l| &l.live_rows)
+            .any(|(observed_at, _, value)| {
+                *observed_at == evidence_at && within(&target, value, def.tolerance)
+            });
         if !evidence || !since_issue {
             return Err((
                 20,
@@ -570,7 +607,13 @@ impl CommandModel {
         Ok(())
     }
 
-    fn check_diverged(&mut self, event: &ControlEvent, id: &str, result_seq: i64, deadline: Micros) -> Result<(), Broken> {
+    fn check_diverged(
+        &mut self,
+        event: &ControlEvent,
+        id: &str,
+        result_seq: i64,
+        deadline: Micros,
+    ) -> Result<(), Broken> {
         let (issued, result, def) = self.verdict_facts(event, id, result_seq)?;
         let verify_us = i64::from(def.verify_s) * 1_000_000;
         if deadline.0 < result.written_at.0 + verify_us || event.occurred_at < deadline {
@@ -588,14 +631,17 @@ impl CommandModel {
         // verification looks only at rows its core applies (ARCHITECTURE.md, "Not built yet").
         let acquired = self.acquired.get(&event.core_epoch).copied().unwrap_or(Micros(0));
         let log = self.points.get(&event.point_id);
-        let seen = log.into_iter().flat_map(|l| &l.live_rows).find(|(observed_at, committed_at, value)| {
-            *observed_at >= issued.first_at
-                && *observed_at <= deadline
-                && *committed_at > result.committed_at
-                && *committed_at > acquired
-                && committed_at.0 + EVIDENCE_SLACK_US <= event.occurred_at.0
-                && within(&target, value, def.tolerance)
-        });
+        let seen = log
+            .into_iter()
+            .flat_map(|l| &l.live_rows)
+            .find(|(observed_at, committed_at, value)| {
+                *observed_at >= issued.first_at
+                    && *observed_at <= deadline
+                    && *committed_at > result.committed_at
+                    && *committed_at > acquired
+                    && committed_at.0 + EVIDENCE_SLACK_US <= event.occurred_at.0
+                    && within(&target, value, def.tolerance)
+            });
         if let Some((observed_at, committed_at, value)) = seen {
             return Err((
                 20,
@@ -637,16 +683,37 @@ mod tests {
     fn the_reference_ranks_band_then_priority_then_newest_then_holder() {
         let mut log = PointLog::default();
         let now = Micros(100);
-        assert_eq!(log.reference(&def(), now).0, Some(CommandValue::Number(70.0)), "relinquished");
-        log.claims.insert("rule".into(), claim(Band::Automation, 9, 1.0, 50));
+        assert_eq!(
+            log.reference(&def(), now).0,
+            Some(CommandValue::Number(70.0)),
+            "relinquished"
+        );
+        log.claims
+            .insert("rule".into(), claim(Band::Automation, 9, 1.0, 50));
         log.claims.insert("ana".into(), claim(Band::Operator, 0, 2.0, 10));
-        assert_eq!(log.reference(&def(), now).0, Some(CommandValue::Number(2.0)), "band first");
+        assert_eq!(
+            log.reference(&def(), now).0,
+            Some(CommandValue::Number(2.0)),
+            "band first"
+        );
         log.claims.insert("bob".into(), claim(Band::Operator, 1, 3.0, 5));
-        assert_eq!(log.reference(&def(), now).0, Some(CommandValue::Number(3.0)), "then priority");
+        assert_eq!(
+            log.reference(&def(), now).0,
+            Some(CommandValue::Number(3.0)),
+            "then priority"
+        );
         log.claims.insert("cy".into(), claim(Band::Operator, 1, 4.0, 6));
-        assert_eq!(log.reference(&def(), now).0, Some(CommandValue::Number(4.0)), "then newest");
+        assert_eq!(
+            log.reference(&def(), now).0,
+            Some(CommandValue::Number(4.0)),
+            "then newest"
+        );
         log.claims.insert("al".into(), claim(Band::Operator, 1, 5.0, 6));
-        assert_eq!(log.reference(&def(), now).0, Some(CommandValue::Number(5.0)), "then holder");
+        assert_eq!(
+            log.reference(&def(), now).0,
+            Some(CommandValue::Number(5.0)),
+            "then holder"
+        );
         log.claims.insert("z".into(), claim(Band::Safety, 0, 6.0, 0));
         assert_eq!(log.reference(&def(), now).0, Some(CommandValue::Number(6.0)));
         log.claims.insert("zz".into(), claim(Band::Interlock, 0, 7.0, 0));
@@ -675,14 +742,36 @@ mod tests {
             since: Micros(10 * s),
         };
         log.claims.insert("ana".into(), off(Band::Operator));
-        assert_eq!(log.reference(&def, Micros(59 * s)).0, Some(CommandValue::Bool(true)), "held");
-        assert_eq!(log.reference(&def, Micros(60 * s)).0, Some(CommandValue::Bool(false)), "ended");
+        assert_eq!(
+            log.reference(&def, Micros(59 * s)).0,
+            Some(CommandValue::Bool(true)),
+            "held"
+        );
+        assert_eq!(
+            log.reference(&def, Micros(60 * s)).0,
+            Some(CommandValue::Bool(false)),
+            "ended"
+        );
         log.claims.insert("frost".into(), off(Band::Safety));
-        assert_eq!(log.reference(&def, Micros(11 * s)).0, Some(CommandValue::Bool(false)), "broken");
+        assert_eq!(
+            log.reference(&def, Micros(11 * s)).0,
+            Some(CommandValue::Bool(false)),
+            "broken"
+        );
         log.claims.clear();
         log.value = Some(CommandValue::Bool(false));
-        log.claims.insert("ana".into(), OpenClaim { value: CommandValue::Bool(true), ..off(Band::Operator) });
-        assert_eq!(log.reference(&def, Micros(s)).0, Some(CommandValue::Bool(true)), "no min_off_s");
+        log.claims.insert(
+            "ana".into(),
+            OpenClaim {
+                value: CommandValue::Bool(true),
+                ..off(Band::Operator)
+            },
+        );
+        assert_eq!(
+            log.reference(&def, Micros(s)).0,
+            Some(CommandValue::Bool(true)),
+            "no min_off_s"
+        );
     }
 
     fn event(at: i64, detail: ControlDetail) -> ControlEvent {
@@ -752,14 +841,24 @@ mod tests {
         let mut m = model();
         let rule = set("rule", Band::Automation, 60.0, 1);
         let write = [rule.clone(), issued("a-1", 60.0, 1)];
-        assert_eq!(m.on_write(&write, Some(&[row(60.0, &["rule"])]), &[1, 2], Micros(1)), Ok(()));
+        assert_eq!(
+            m.on_write(&write, Some(&[row(60.0, &["rule"])]), &[1, 2], Micros(1)),
+            Ok(())
+        );
         // An operator's newer claim, but the row says the rule still wins: the band was ignored.
         let ana = set("ana", Band::Operator, 65.0, 2);
         let mut wrong = model();
-        wrong.on_write(&write, Some(&[row(60.0, &["rule"])]), &[1, 2], Micros(1)).expect("first");
+        wrong
+            .on_write(&write, Some(&[row(60.0, &["rule"])]), &[1, 2], Micros(1))
+            .expect("first");
         let rule_again = set("rule", Band::Automation, 61.0, 3);
         wrong
-            .on_write(&[ana.clone(), issued("op-1", 65.0, 2)], Some(&[row(65.0, &["ana", "rule"])]), &[3, 4], Micros(2))
+            .on_write(
+                &[ana.clone(), issued("op-1", 65.0, 2)],
+                Some(&[row(65.0, &["ana", "rule"])]),
+                &[3, 4],
+                Micros(2),
+            )
             .expect("the operator wins");
         assert_eq!(
             wrong.on_write(&[rule_again, issued("a-2", 61.0, 3)], Some(&[row(61.0, &["ana", "rule"])]), &[5, 6], Micros(3)),
@@ -784,7 +883,8 @@ mod tests {
     fn a_command_without_a_change_and_a_reused_id_break_12() {
         let mut m = model();
         let write = [set("rule", Band::Automation, 60.0, 1), issued("a-1", 60.0, 1)];
-        m.on_write(&write, Some(&[row(60.0, &["rule"])]), &[1, 2], Micros(1)).expect("first");
+        m.on_write(&write, Some(&[row(60.0, &["rule"])]), &[1, 2], Micros(1))
+            .expect("first");
         assert_eq!(
             m.on_write(
                 &[set("ana", Band::Operator, 60.0, 2), issued("op-1", 60.0, 2)],
@@ -794,11 +894,13 @@ mod tests {
             ),
             Err((
                 12,
-                "command op-1 (60.0) on p without a change of its winning value Some(Number(60.0))".to_owned()
+                "command op-1 (60.0) on p without a change of its winning value Some(Number(60.0))"
+                    .to_owned()
             ))
         );
         let mut m = model();
-        m.on_write(&write, Some(&[row(60.0, &["rule"])]), &[1, 2], Micros(1)).expect("first");
+        m.on_write(&write, Some(&[row(60.0, &["rule"])]), &[1, 2], Micros(1))
+            .expect("first");
         assert_eq!(
             m.on_write(
                 &[set("ana", Band::Operator, 61.0, 2), issued("a-1", 61.0, 2)],
@@ -809,6 +911,9 @@ mod tests {
             Err((12, "command id a-1 issued again for a new change of p".to_owned()))
         );
         // The outbox's re-send of a command still desired is no new change.
-        assert_eq!(m.on_write(&[issued("a-1", 60.0, 5)], None, &[5], Micros(5)), Ok(()));
+        assert_eq!(
+            m.on_write(&[issued("a-1", 60.0, 5)], None, &[5], Micros(5)),
+            Ok(())
+        );
     }
 }
