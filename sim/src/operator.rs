@@ -89,12 +89,15 @@ pub fn draw_claim(rng: &mut SimRng) -> ClaimAsk {
             let principal = *rng.pick(&AUTOMATION);
             set(principal, Some(Band::Automation), Some(rng.between(60, 1_800)))
         }
-        65..85 => ClaimAsk {
-            principal: *rng.pick(&all),
-            band: None,
-            for_s: None,
-            release: true,
-        },
+        65..85 => {
+            let principal = *rng.pick(&all);
+            ClaimAsk {
+                principal,
+                band: None,
+                for_s: None,
+                release: true,
+            }
+        }
         85..95 => set(SAFETY, Some(Band::Safety), Some(rng.between(10, 120))),
         _ => set(INTERLOCK, Some(Band::Interlock), Some(rng.between(10, 60))),
     }
