@@ -22,7 +22,9 @@
 //! The invariants, on every write of the command plane and every command a driver applies:
 //!
 //! - 18: every `point_desired` row committed equals the reference arbitration of the claims
-//!   open in the log with its write (value, and the set of open holders it snapshots);
+//!   open in the log with its write (value, and the set of open holders it snapshots), and no
+//!   claim open then is past its `until` by more than [`LAPSE_SLACK_US`] unless the write is
+//!   itself a lapse (the core writes the lapses of one instant one by one);
 //! - 12: a write that changes the reference's winning value carries exactly one
 //!   `command_issued`, for that value, with an id never issued before; a write that does not
 //!   carries none; a `command_issued` outside an arbitration write (the outbox's re-send after
@@ -52,6 +54,12 @@ use sentinel_core::{CanonicalValue, ControlDetail, ControlEvent, Micros, ObsRow,
 /// the core that wrote it (commits reach the core within a step; a slow commit's report is
 /// what takes longest).
 pub const EVIDENCE_SLACK_US: i64 = 30_000_000;
+
+/// Invariant 18's allowance for a lapse: a claim past its `until` by more than this when its
+/// point is written again should have been released (`expired`) first. The core lapses claims
+/// on its tick, and a restart lapses the ones that passed while it was down before it takes
+/// any request.
+pub const LAPSE_SLACK_US: i64 = 5_000_000;
 
 /// What the reference needs of a writable point's `writable` section.
 #[derive(Clone, Debug, PartialEq)]
@@ -92,6 +100,7 @@ struct OpenClaim {
     priority: u8,
     value: CommandValue,
     since: Micros,
+    until: Option<Micros>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -268,6 +277,7 @@ impl CommandModel {
                     band,
                     priority,
                     value,
+                    until,
                     ..
                 } => {
                     if desired.is_none() {
@@ -288,6 +298,7 @@ impl CommandModel {
                             priority: *priority,
                             value: value.clone(),
                             since: event.occurred_at,
+                            until: *until,
                         },
                     );
                 }
@@ -391,6 +402,26 @@ impl CommandModel {
         };
         self.arbitrations_checked += 1;
         let log = self.points.entry(point.clone()).or_default();
+        // "Live" claims: one past its `until` must have been released (`expired`) by now,
+        // unless this write is itself a lapse (the core writes each lapse of one instant on
+        // its own, in holder order).
+        let lapsing = events.iter().any(|e| {
+            e.point_id == *point && matches!(e.detail, ControlDetail::ClaimReleased { why: "expired", .. })
+        });
+        if let Some((holder, until)) = log
+            .claims
+            .iter()
+            .filter_map(|(h, c)| Some((h, c.until?)))
+            .find(|(_, until)| !lapsing && until.0 + LAPSE_SLACK_US < now.0)
+        {
+            return Err((
+                18,
+                format!(
+                    "the claim of {holder} on {point} lapsed at {} but is still open in the log at {}",
+                    until.0, now.0
+                ),
+            ));
+        }
         let (expected, winner) = log.reference(def, now);
         let winner = winner.cloned();
         if row.desired.value != expected {
@@ -666,6 +697,7 @@ mod tests {
             priority,
             value: CommandValue::Number(value),
             since: Micros(since),
+            until: None,
         }
     }
 
@@ -740,6 +772,7 @@ mod tests {
             priority: 0,
             value: CommandValue::Bool(false),
             since: Micros(10 * s),
+            until: None,
         };
         log.claims.insert("ana".into(), off(Band::Operator));
         assert_eq!(
@@ -915,5 +948,74 @@ mod tests {
             m.on_write(&[issued("a-1", 60.0, 5)], None, &[5], Micros(5)),
             Ok(())
         );
+    }
+
+    #[test]
+    fn a_claim_left_open_past_its_until_breaks_18_unless_the_write_is_a_lapse() {
+        let s = 1_000_000;
+        let mut m = model();
+        let mut timed = set("ana", Band::Operator, 60.0, s);
+        if let ControlDetail::ClaimSet { until, .. } = &mut timed.detail {
+            *until = Some(Micros(10 * s));
+        }
+        let rule = set("rule", Band::Automation, 50.0, s);
+        m.on_write(
+            &[rule, timed, issued("op-1", 60.0, s)],
+            Some(&[row(60.0, &["ana", "rule"])]),
+            &[1, 2, 3],
+            Micros(s),
+        )
+        .expect("first");
+        // Within the allowance, a write may still find it open.
+        let bob = set("bob", Band::Automation, 40.0, 14 * s);
+        m.on_write(
+            &[bob],
+            Some(&[row(60.0, &["ana", "bob", "rule"])]),
+            &[4],
+            Micros(14 * s),
+        )
+        .expect("within LAPSE_SLACK_US");
+        let lapse = event(
+            16 * s,
+            ControlDetail::ClaimReleased {
+                command_id: "lapse-1-1".into(),
+                holder: "bob".into(),
+                why: "expired",
+            },
+        );
+        let mut lapsing = m_clone(&m);
+        lapsing
+            .on_write(
+                &[lapse],
+                Some(&[row(60.0, &["ana", "rule"])]),
+                &[5],
+                Micros(16 * s),
+            )
+            .expect("a lapse of the same instant is written first");
+        let cy = set("cy", Band::Automation, 30.0, 16 * s);
+        assert_eq!(
+            m.on_write(
+                &[cy],
+                Some(&[row(60.0, &["ana", "bob", "cy", "rule"])]),
+                &[5],
+                Micros(16 * s)
+            ),
+            Err((
+                18,
+                "the claim of ana on p lapsed at 10000000 but is still open in the log at 16000000"
+                    .to_owned()
+            ))
+        );
+    }
+
+    fn m_clone(m: &CommandModel) -> CommandModel {
+        CommandModel {
+            writable: m.writable.clone(),
+            points: m.points.clone(),
+            issued: m.issued.clone(),
+            applied: m.applied.clone(),
+            acquired: m.acquired.clone(),
+            ..CommandModel::default()
+        }
     }
 }
