@@ -105,6 +105,15 @@ pub fn winner<'a>(claims: impl IntoIterator<Item = &'a Claim>) -> Option<&'a Cla
     claims.into_iter().max_by(|a, b| rank(a).cmp(&rank(b)))
 }
 
+/// Planted bug only (`PlantedBug::ResolverIgnoresBand`): the winner by priority, then the
+/// newest, then the holder, whatever the band.
+#[cfg(feature = "planted-bugs")]
+fn winner_ignoring_band<'a>(claims: impl IntoIterator<Item = &'a Claim>) -> Option<&'a Claim> {
+    claims
+        .into_iter()
+        .max_by_key(|c| (c.priority, c.since, std::cmp::Reverse(&*c.holder)))
+}
+
 /// A point's desired value, as the resolver last wrote it (the `point_desired` row).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Desired {
@@ -174,6 +183,9 @@ pub struct PointArbiter {
     /// A claim was set or released on this arbiter since it was built. A restored row with no
     /// claim and no change since is left as it is (see [`Self::hold_deadline`]).
     touched: bool,
+    /// Planted bug only: the resolver ignores the band (`PlantedBug::ResolverIgnoresBand`).
+    #[cfg(feature = "planted-bugs")]
+    planted_ignores_band: bool,
 }
 
 impl PointArbiter {
@@ -184,6 +196,8 @@ impl PointArbiter {
             relinquish_default,
             min_hold: MinHold::default(),
             touched: false,
+            #[cfg(feature = "planted-bugs")]
+            planted_ignores_band: false,
             claims: BTreeMap::new(),
             desired: restored.unwrap_or(Desired {
                 value: None,
@@ -223,6 +237,22 @@ impl PointArbiter {
 
     pub fn desired(&self) -> &Desired {
         &self.desired
+    }
+
+    /// Plants (or not) the resolver that ignores the band. Exists only with the
+    /// `planted-bugs` feature, which no production build enables.
+    #[cfg(feature = "planted-bugs")]
+    pub fn plant_ignores_band(&mut self, planted: bool) {
+        self.planted_ignores_band = planted;
+    }
+
+    /// The winning claim, by the rule (or, planted, ignoring the band).
+    fn winning(&self) -> Option<&Claim> {
+        #[cfg(feature = "planted-bugs")]
+        if self.planted_ignores_band {
+            return winner_ignoring_band(self.claims.values());
+        }
+        winner(self.claims.values())
     }
 
     pub fn claims(&self) -> impl Iterator<Item = &Claim> {
@@ -282,7 +312,7 @@ impl PointArbiter {
     /// What the claims ask for now: the winner and its value, or with no claim the relinquish
     /// default, or the value the point has.
     fn wanted(&self) -> (Option<&Claim>, Option<CommandValue>) {
-        let winner = winner(self.claims.values());
+        let winner = self.winning();
         let value = match winner {
             Some(w) => Some(w.value.clone()),
             None => self.relinquish_default.clone().or(self.desired.value.clone()),

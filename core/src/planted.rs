@@ -2,7 +2,8 @@
 //! checker catches each one (simulator issue: "The checker must be able to fail").
 //!
 //! Owns: the list of planted bugs. The switch that turns one on ([`crate::Core::plant`] here,
-//! `MemoryStore::plant` in `sentinel-models`, `EpochGuard::plant` in `sentinel-driver`) only
+//! `MemoryStore::plant` in `sentinel-models`, `EpochGuard::plant` in `sentinel-driver`,
+//! `PointArbiter::plant_ignores_band`, which the claims part calls from the core's) only
 //! exists with the `planted-bugs` feature, which no production build enables; without it a
 //! core, a store or a driver can never carry a planted bug. The runtime's planted bug is read
 //! from the core it runs ([`crate::Core::is_planted`]).
@@ -53,10 +54,15 @@ pub enum PlantedBug {
     /// write is handed to the store, before that write commits (and whether or not it does).
     /// Caught by invariant 6: a driver applies a command no core committed under its epoch.
     PublishBeforeCommit,
+    /// The resolver ignores the band: the winner is the claim of the highest priority, then
+    /// the newest, whatever its band, so an automation claim newer than an operator's wins
+    /// (planted in `arbitration.rs`'s `PointArbiter`, switched on by the claims part). Caught
+    /// by invariant 18: `point_desired` is not the reference arbitration of the open claims.
+    ResolverIgnoresBand,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 12] = [
+    pub const ALL: [PlantedBug; 13] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
@@ -69,6 +75,7 @@ impl PlantedBug {
         PlantedBug::DeriveFromSubmittedBatch,
         PlantedBug::RollupIgnoresLateRows,
         PlantedBug::PublishBeforeCommit,
+        PlantedBug::ResolverIgnoresBand,
     ];
 
     pub fn name(self) -> &'static str {
@@ -85,6 +92,7 @@ impl PlantedBug {
             PlantedBug::DeriveFromSubmittedBatch => "derive-from-submitted-batch",
             PlantedBug::RollupIgnoresLateRows => "rollup-ignores-late-rows",
             PlantedBug::PublishBeforeCommit => "publish-before-commit",
+            PlantedBug::ResolverIgnoresBand => "resolver-ignores-band",
         }
     }
 

@@ -423,6 +423,8 @@ impl SimStore {
                 _ => None,
             })
             .collect();
+        // Invariants 12 and 18–20 judge the write's events and rows as they commit.
+        let written = (events.clone(), desired.clone());
         let seqs = match desired {
             None => self.world.store.write_control_events(epoch, events).await?,
             Some(desired) => self.world.store.write_arbitration(epoch, events, desired).await?,
@@ -432,6 +434,9 @@ impl SimStore {
         inner
             .checker
             .on_control_events(epoch, &stamps, &commands, &qualities, &seqs, epoch_at_write, now);
+        inner
+            .checker
+            .on_command_plane(&written.0, written.1.as_deref(), &seqs, now);
         inner.trace.event(
             now,
             format_args!(

@@ -13,6 +13,15 @@
 //! truth invariants 5 and 10 judge against); the restarted core's projection must then be that
 //! fold, and the core's rollup steps must bring every bucket back to its rows, even after a run
 //! cut off before its refresh.
+//!
+//! Also owns the claims every seed makes (issue 21, "What it must show": writable points and
+//! claims in every seed): [`draw_claim`] picks, for each request the controller sends a core,
+//! who asks and what — an operator's claim for the default hour or a short while that lapses
+//! within the run, an automation-band claim (a simulated rule, injected in-process the way the
+//! runtime's test-only hook does until rules exist), a rarer `safety` or `interlock` claim
+//! (which break a minimum on/off hold; an interlock at a partitionable site is refused), or an
+//! early release by any of those holders (refused when it holds nothing). The draws come
+//! from a generator of their own ([`CLAIMS_STREAM`]), so the run's other draws stay as they were.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -23,10 +32,76 @@ use sentinel_models::MemoryLease;
 use sentinel_ports::{Lease, Store};
 use sentinel_runtime::reprocess::{self, Request};
 
+use sentinel_core::arbitration::Band;
+
 use crate::registry::SimRegistry;
+use crate::rng::SimRng;
 use crate::settings::Site;
 use crate::world::World;
 use crate::world::now_or_never;
+
+/// Mixed into the seed for the generator that draws the claims ([`draw_claim`]).
+pub const CLAIMS_STREAM: u64 = 0x5eed_0000_c1a1_0000;
+
+/// The operators and the simulated rules that hold claims.
+pub const OPERATORS: [&str; 2] = ["operator:ana", "operator:bob"];
+pub const AUTOMATION: [&str; 2] = ["rule:sim-heat", "rule:sim-night"];
+pub const SAFETY: &str = "rule:sim-frost";
+pub const INTERLOCK: &str = "rule:sim-trip";
+
+/// One request's who and what, beside its point and value (which the run's own generator
+/// draws, as before claims existed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimAsk {
+    pub principal: &'static str,
+    /// `None`: the operator band (what every request from the bus is).
+    pub band: Option<Band>,
+    /// `None`: the default hour.
+    pub for_s: Option<u64>,
+    pub release: bool,
+}
+
+/// Draws one request: 40% an operator's claim (half for the default hour, half for 15 s to
+/// 5 min, which lapse within the run), 25% an automation claim (1 to 30 min), 20% a release
+/// by any holder, 10% a safety claim (10 s to 2 min), 5% an interlock claim (10 s to 1 min).
+pub fn draw_claim(rng: &mut SimRng) -> ClaimAsk {
+    let all: [&'static str; 6] = [
+        OPERATORS[0],
+        OPERATORS[1],
+        AUTOMATION[0],
+        AUTOMATION[1],
+        SAFETY,
+        INTERLOCK,
+    ];
+    let set = |principal, band, for_s| ClaimAsk {
+        principal,
+        band,
+        for_s,
+        release: false,
+    };
+    match rng.below(100) {
+        0..40 => {
+            let principal = *rng.pick(&OPERATORS);
+            let for_s = rng.chance(0.5).then(|| rng.between(15, 300));
+            set(principal, None, for_s)
+        }
+        40..65 => {
+            let principal = *rng.pick(&AUTOMATION);
+            set(principal, Some(Band::Automation), Some(rng.between(60, 1_800)))
+        }
+        65..85 => {
+            let principal = *rng.pick(&all);
+            ClaimAsk {
+                principal,
+                band: None,
+                for_s: None,
+                release: true,
+            }
+        }
+        85..95 => set(SAFETY, Some(Band::Safety), Some(rng.between(10, 120))),
+        _ => set(INTERLOCK, Some(Band::Interlock), Some(rng.between(10, 60))),
+    }
+}
 
 /// Each active maintenance site runs with this chance at each crash of the lock holder.
 const RUN_P: f64 = 0.5;

@@ -71,6 +71,8 @@ pub struct SimRegistry {
     pub reprocess_point: String,
     /// `agg_safe` of every point of either version (for the checker's invariant 10).
     pub agg_safe: std::sync::Arc<BTreeMap<std::sync::Arc<str>, bool>>,
+    /// The writable points of either version (for the checker's invariants 12 and 18–20).
+    pub writable: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::commands::WritableDef>>,
 }
 
 /// The host that owns the core's self-points; no simulated driver publishes for it.
@@ -151,7 +153,9 @@ impl SimRegistry {
             "the sample registry needs derived points, so every seed runs them"
         );
         let agg_safe = crate::checker::rollups::agg_safe_points(v2_descriptors.iter());
+        let writable = crate::checker::commands::writable_points(v2_descriptors.iter());
         Ok(SimRegistry {
+            writable: std::sync::Arc::new(writable),
             reprocess_point,
             agg_safe: std::sync::Arc::new(agg_safe),
             derived: std::sync::Arc::new(derived),

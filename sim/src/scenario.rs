@@ -111,6 +111,13 @@ pub struct Stats {
     pub derived_checked: u64,
     /// Rollup buckets compared with the aggregate of their raw rows (invariant 10).
     pub rollup_buckets_checked: u64,
+    /// Claims the log recorded, arbitration writes compared with the reference arbitration
+    /// (invariant 18), the changes of winning value among them (invariant 12), and the
+    /// verification verdicts judged (invariant 20).
+    pub claims_set: u64,
+    pub arbitrations_checked: u64,
+    pub value_changes_checked: u64,
+    pub verdicts_checked: u64,
 }
 
 impl SeedOutcome {
@@ -196,6 +203,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let core_config = core_config(&settings);
     let inner = Inner {
         rng,
+        claims_rng: SimRng::new(seed ^ crate::operator::CLAIMS_STREAM),
         trace: Trace::new(options.echo_trace, start),
         checker: Checker::new(CheckerConfig {
             freshness_us: registry.freshness_us.clone(),
@@ -206,6 +214,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             lock_loss_bound_us: (settings.lock_check_interval_ms + settings.tick_ms) as i64 * 1_000,
             derived: registry.derived.clone(),
             agg_safe: registry.agg_safe.clone(),
+            writable: registry.writable.clone(),
         }),
         links: cores.iter().map(|&c| (c, Links::default())).collect(),
         incarnations: Default::default(),
@@ -366,7 +375,12 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
 
         if now >= next_command_at {
             next_command_at = now.add_ms(COMMAND_INTERVAL_MS);
-            operator_commands(&world, &command_points, &mut commands_sent);
+            operator_commands(
+                &world,
+                &command_points,
+                &mut commands_sent,
+                !options.dangerous_window,
+            );
         }
         if options.dangerous_window
             && window_holder.is_none()
@@ -483,6 +497,10 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             events_peak: clock.events_peak(),
             derived_checked: inner.checker.derived.checked,
             rollup_buckets_checked: inner.checker.rollups.checked,
+            claims_set: inner.checker.commands.claims_set,
+            arbitrations_checked: inner.checker.commands.arbitrations_checked,
+            value_changes_checked: inner.checker.commands.changes_checked,
+            verdicts_checked: inner.checker.commands.verdicts_checked,
         },
     }
 }
@@ -600,8 +618,10 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
 }
 
 /// The operator asks every running core to command one point (a core that is not the lock
-/// holder must not get one to a driver: its write is fenced).
-fn operator_commands(world: &World, points: &[CommandPoint], sent: &mut u64) {
+/// holder must not get one to a driver: its write is fenced). With `claims`, each request is
+/// one [`crate::operator::draw_claim`] draws (holders, bands, durations, releases); without
+/// (the dangerous window), every request is `operator:sim`'s claim for the default hour.
+fn operator_commands(world: &World, points: &[CommandPoint], sent: &mut u64, claims: bool) {
     let senders: Vec<(CoreId, tokio::sync::mpsc::Sender<Inbound>)> = world
         .lock()
         .inbound_senders
@@ -612,9 +632,22 @@ fn operator_commands(world: &World, points: &[CommandPoint], sent: &mut u64) {
         *sent += 1;
         let point = world.lock().rng.pick(points).clone();
         let value = point.value(world.between(0, 100));
-        request_command(world, core, &tx, format!("op-{sent}"), point.id, value);
+        let ask = if claims {
+            crate::operator::draw_claim(&mut world.lock().claims_rng)
+        } else {
+            OPERATOR_SIM
+        };
+        request_command(world, core, &tx, format!("op-{sent}"), point.id, value, &ask);
     }
 }
+
+/// The one operator of the dangerous window (and of every request before claims varied).
+const OPERATOR_SIM: crate::operator::ClaimAsk = crate::operator::ClaimAsk {
+    principal: "operator:sim",
+    band: None,
+    for_s: None,
+    release: false,
+};
 
 /// Hands one operator request to `core`'s intake and traces whether it took it.
 fn request_command(
@@ -624,6 +657,7 @@ fn request_command(
     command_id: String,
     point_id: String,
     value: serde_json::Value,
+    ask: &crate::operator::ClaimAsk,
 ) {
     let outcome = if tx
         .try_send(Inbound::CommandRequest(sentinel_core::CommandRequest {
@@ -631,11 +665,12 @@ fn request_command(
             point_id,
             value,
             unit: None,
-            for_s: None,
-            release: false,
-            principal: "operator:sim".into(),
+            for_s: ask.for_s,
+            release: ask.release,
+            principal: ask.principal.into(),
             reply_to: None,
-            band: None,
+            // In-process, as the runtime's test-only hook sets it: never from a bus body.
+            band: ask.band,
         }))
         .is_ok()
     {
@@ -644,8 +679,11 @@ fn request_command(
         "not taken"
     };
     world.trace(format_args!(
-        "operator command {command_id} to {}: {outcome}",
-        core.host()
+        "operator command {command_id} to {}: {} {}{}: {outcome}",
+        core.host(),
+        ask.principal,
+        if ask.release { "release" } else { "claim" },
+        ask.band.map_or(String::new(), |b| format!(" {}", b.as_str())),
     ));
 }
 
@@ -734,7 +772,15 @@ fn ask_for_command(
     if let Some(tx) = sender {
         let point = world.lock().rng.pick(points).clone();
         let value = value.map_or_else(|| point.reserved(), |n| point.value(n));
-        request_command(world, core, &tx, command_id.into(), point.id, value);
+        request_command(
+            world,
+            core,
+            &tx,
+            command_id.into(),
+            point.id,
+            value,
+            &OPERATOR_SIM,
+        );
     }
 }
 

@@ -170,6 +170,8 @@ impl Incarnation {
 
 pub struct Inner {
     pub rng: SimRng,
+    /// Who asks for which claim ([`crate::operator::draw_claim`]): a generator of its own.
+    pub claims_rng: SimRng,
     pub trace: Trace,
     pub checker: Checker,
     pub links: BTreeMap<CoreId, Links>,

@@ -84,6 +84,11 @@ fn publishing_a_command_before_its_write_commits_is_caught_by_invariant_6() {
     caught_by(PlantedBug::PublishBeforeCommit, 6);
 }
 
+#[test]
+fn a_resolver_that_ignores_the_band_is_caught_by_invariant_18() {
+    caught_by(PlantedBug::ResolverIgnoresBand, 18);
+}
+
 /// The livelock spins at one simulated instant from the first freshness deadline a core holds
 /// back (its startup grace), in every seed: the run must end, within the wall-clock guard, as
 /// a violation of invariant 9 that names the instant and prints the replay command.

@@ -40,6 +40,15 @@ fn a_thousand_seeds_with_faults_keep_every_invariant() {
             o.seed,
             o.stats.simulated_ms
         );
+        // Issue 21: writable points and claims in every seed, judged against the reference
+        // arbitration (invariant 18) and counted per change of value (invariant 12).
+        assert!(
+            o.stats.claims_set > 0 && o.stats.value_changes_checked > 0,
+            "seed {}: {} claims set, {} changes of a winning value (invariants 12 and 18 checked nothing)",
+            o.seed,
+            o.stats.claims_set,
+            o.stats.value_changes_checked
+        );
         assert!(
             o.stats.derived_checked > 0,
             "seed {}: no derived reading committed (invariant 17 checked nothing)",

@@ -153,6 +153,7 @@ impl Claims {
             value: claim.value.clone(),
             until: claim.until,
         };
+        plant(arbiter, ctx);
         let change = arbiter.set(claim)?;
         let open = arbiter.claims().cloned().collect();
         emit(point, Some(event), change, open, &asker, ctx, out);
@@ -172,6 +173,7 @@ impl Claims {
             .points
             .get_mut(&point)
             .and_then(|arbiter| {
+                plant(arbiter, ctx);
                 let change = arbiter.release(holder, ctx.now)?;
                 Some((change, arbiter.claims().cloned().collect()))
             })
@@ -214,6 +216,7 @@ impl Claims {
             return;
         }
         for (&point, arbiter) in &mut self.points {
+            plant(arbiter, ctx);
             for (holder, change, open) in arbiter.expire(ctx.now) {
                 self.lapses += 1;
                 let asker = Asker {
@@ -241,6 +244,14 @@ impl Claims {
             emit(point, None, change, open, &asker, ctx, out);
         }
     }
+}
+
+/// Planted bug only: switches `PlantedBug::ResolverIgnoresBand` on the arbiter as the core's
+/// context says (never, without the `planted-bugs` feature: then this does nothing).
+fn plant(arbiter: &mut PointArbiter, ctx: &Ctx) {
+    #[cfg(feature = "planted-bugs")]
+    arbiter.plant_ignores_band(ctx.planted(crate::planted::PlantedBug::ResolverIgnoresBand));
+    let _ = (arbiter, ctx);
 }
 
 /// One change on the record: the claim's event (none for the end of a hold), the command when

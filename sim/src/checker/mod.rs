@@ -24,6 +24,10 @@
 //!     the committed rows that fall in it — after every on-demand refresh, over its ranges, and
 //!     after every step of the running core's refresh that leaves no invalidation behind, below
 //!     its watermark;
+//! 12. ([`commands`]) each change of a writable point's winning value (by the reference
+//!     arbitration) is written with exactly one `command_issued`, for that value, with a new
+//!     id; no write without a change carries one; a re-send repeats an issued command that is
+//!     still desired — on every control write (DESIGN.md's 12, its command half);
 //! 13. quality ([`quality`]): a point becomes `live` only from a row that was current when
 //!     applied, unless it was live already; every transition's quality is the fold's — on
 //!     every transition a core emits;
@@ -40,11 +44,21 @@
 //!     driver applies;
 //! 17. derived points ([`derived`]): every derived reading that commits equals the fold of
 //!     its committed inputs up to its trigger, and its trigger is a committed row that was
-//!     its input's newest — on every commit of a derived reading.
+//!     its input's newest — on every commit of a derived reading;
+//! 18. arbitration ([`commands`]): every `point_desired` row equals the reference
+//!     arbitration (written independently of the core's) of the claims the log holds open,
+//!     and snapshots exactly those claims — on every arbitration write;
+//! 19. commands applied ([`commands`]): a command a driver applies is a committed command, with
+//!     its committed point and value, that was the winning value when written — on every
+//!     command a driver applies;
+//! 20. verification ([`commands`]): each `command_verified` / `command_diverged` agrees with
+//!     the committed live rows of its point — on every control write.
 //!
-//! (11 and 12 are DESIGN.md's derived-point and rules invariants; 11 is checked as 17.)
+//! (11 and 12 are DESIGN.md's derived-point and rules invariants; 11 is checked as 17, and
+//! 12's command half as 12 above: no rules exist yet.)
 //! The first violation is kept; the controller stops the run on it.
 
+pub mod commands;
 pub mod derived;
 pub mod ownership;
 pub mod quality;
@@ -90,6 +104,8 @@ pub struct CheckerConfig {
     pub derived: Arc<BTreeMap<Arc<str>, derived::DerivedDef>>,
     /// Invariant 10: `agg_safe` of every point of the run.
     pub agg_safe: Arc<BTreeMap<Arc<str>, bool>>,
+    /// Invariants 12 and 18–20: the writable points of the run.
+    pub writable: Arc<BTreeMap<Arc<str>, commands::WritableDef>>,
 }
 
 /// The fold of the log for one point (invariant 5's total order: observed_at, ingested_at,
@@ -160,6 +176,8 @@ pub struct Checker {
     ownership: ownership::Ownership,
     pub derived: derived::DerivedModel,
     pub rollups: rollups::RollupModel,
+    /// Invariants 12 and 18–20: the reference arbitration and the commands it allows.
+    pub commands: commands::CommandModel,
     /// Keys of observations the core published that the bus refused (a partition, a full
     /// stream): a derived reading among them is lost to the bus, not to a crash.
     refused_publishes: BTreeSet<Key3>,
@@ -176,7 +194,9 @@ impl Checker {
     pub fn new(config: CheckerConfig) -> Checker {
         let derived = derived::DerivedModel::new(config.derived.clone());
         let rollups = rollups::RollupModel::new(config.agg_safe.clone());
+        let commands = commands::CommandModel::new(config.writable.clone());
         Checker {
+            commands,
             derived,
             rollups,
             refused_publishes: BTreeSet::new(),
@@ -299,6 +319,7 @@ impl Checker {
                 );
             }
             fold_in(&mut self.fold, row);
+            self.commands.on_row(row, at);
             if let Some(what) = self.derived.on_committed(row, (applied, rank(ordinal))) {
                 self.fail(17, at, what);
             }
@@ -377,6 +398,20 @@ impl Checker {
             if let Some(facts) = facts {
                 self.quality.controls.insert(seq, facts.clone());
             }
+        }
+    }
+
+    /// Invariants 12, 18 and 20 for a committed control write: `desired` holds its
+    /// `point_desired` rows when it is an arbitration ([`commands`]).
+    pub fn on_command_plane(
+        &mut self,
+        events: &[sentinel_core::ControlEvent],
+        desired: Option<&[sentinel_core::arbitration::DesiredRow]>,
+        seqs: &[i64],
+        at: Micros,
+    ) {
+        if let Err((invariant, what)) = self.commands.on_write(events, desired, seqs, at) {
+            self.fail(invariant, at, what);
         }
     }
 
@@ -514,6 +549,7 @@ impl Checker {
         }
         self.last_epoch = self.last_epoch.max(epoch);
         self.quality.acquired_at.insert(epoch, at);
+        self.commands.on_acquire(epoch, at);
     }
 
     /// Invariant 5 for the current writer, at most once per simulated second per epoch.
