@@ -44,7 +44,7 @@ use crate::parts::ingest::{Applied, Ingest};
 use crate::parts::maintenance::Maintenance;
 use crate::parts::projection::Projector;
 use crate::parts::self_points::{SELF_HOST, SelfPoints};
-use crate::parts::verification::{Convergence, OverdueVerification, Verification};
+use crate::parts::verification::{Convergence, RestoredVerification, Verification};
 use crate::parts::watchdog::Watchdog;
 use crate::planted::PlantedBug;
 use crate::registry::Registry;
@@ -286,27 +286,28 @@ impl Core {
 
     /// Restart step 6, the command plane's durable timers: claims whose `until` passed while
     /// the core was down are released as expired now (queued, written once the loop runs), and
-    /// the verifications that came due meanwhile are returned, for the runtime to read each
-    /// one's committed rows and hand them to [`Self::resolve_overdue_verification`]. Returns
-    /// (claims still open with an expiry armed, overdue verifications).
-    pub fn rehydrate_command_timers(&mut self) -> (usize, Vec<OverdueVerification>) {
+    /// every restored verification is returned with its window, for the runtime to read its
+    /// committed rows and hand them to [`Self::resolve_restored_verification`]. Returns
+    /// (claims still open with an expiry armed, the restored verifications' windows).
+    pub fn rehydrate_command_timers(&mut self) -> (usize, Vec<RestoredVerification>) {
         if self.mode != Mode::Running {
             return (0, Vec::new());
         }
         self.claims.expire(&self.ctx, &mut self.out);
         let armed = self.claims.expiries_armed();
-        (armed, self.verification.overdue(&self.ctx.registry, self.ctx.now))
+        (armed, self.verification.restored_windows(&self.ctx.registry, self.ctx.now))
     }
 
-    /// Restart step 6, one overdue verification decided on the log's evidence: the point's
-    /// committed rows observed in its window, `(observed_at, quality, value)`.
-    pub fn resolve_overdue_verification(
+    /// Restart step 6, one restored verification judged on the log's evidence: the point's
+    /// committed rows observed in its window, `(observed_at, quality, value)`. Verified on a
+    /// row that shows the value; diverged when it came due with none; else it runs on.
+    pub fn resolve_restored_verification(
         &mut self,
         point_id: &str,
         rows: impl IntoIterator<Item = (Micros, Quality, Option<crate::log::CanonicalValue>)>,
     ) {
         self.verification
-            .resolve_overdue(point_id, rows, &self.ctx, &mut self.out);
+            .resolve_restored(point_id, rows, &self.ctx, &mut self.out);
     }
 
     /// A writable point's convergence, as its self-point reports it.

@@ -309,15 +309,16 @@ where
 
     // Restart step 6: freshness deadlines from the restored projection; the command plane's
     // durable timers from what step 4 restored (issue 21 item 6): claims whose `until` passed
-    // while the core was down are released as expired (written once the loop runs), and
-    // verifications that came due meanwhile are decided now on the log's evidence, the
-    // point's committed rows observed in their window (one bounded read each) — none is
-    // dropped.
+    // while the core was down are released as expired (written once the loop runs), and every
+    // open verification is judged now on the log's evidence, the point's committed rows
+    // observed in its window (one bounded read each, at most one per writable point): verified
+    // by a row its predecessor committed, diverged if it came due meanwhile with none, else
+    // running on — none is dropped.
     notify.startup_step("rehydrate_timers");
     let step = Instant::now();
     let armed = core.rehydrate_timers();
-    let (claim_expiries, overdue) = core.rehydrate_command_timers();
-    for due in &overdue {
+    let (claim_expiries, restored) = core.rehydrate_command_timers();
+    for due in &restored {
         let rows = store
             .load_history(
                 &due.point_id,
@@ -327,7 +328,7 @@ where
                 sentinel_core::verification::OVERDUE_EVIDENCE_ROWS_MAX,
             )
             .await?;
-        core.resolve_overdue_verification(
+        core.resolve_restored_verification(
             &due.point_id,
             rows.into_iter().map(|r| (r.observed_at, r.quality, r.value)),
         );
@@ -336,7 +337,7 @@ where
     info!(
         armed,
         claim_expiries,
-        overdue_verifications = overdue.len(),
+        restored_verifications = restored.len(),
         "freshness deadlines and command timers armed"
     );
 

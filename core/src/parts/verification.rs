@@ -27,9 +27,12 @@
 //! `command_issued`, the `applied` `command_result` after it, and no verdict after that
 //! (`Store::load_open_verifications`). At restart ([`Verification::restore`]) its deadline is
 //! `applied_at + verify_s` again (a pause before the restart is not in the log and is not
-//! counted again; the restart's own startup grace pauses it). One that came due while the core
-//! was down is decided at startup from the committed rows observed in `[issued_at, deadline]`
-//! (a store read; [`Verification::resolve_overdue`]): it is never dropped.
+//! counted again; the restart's own startup grace pauses it). Every restored one is first
+//! judged at startup on the committed rows observed in `[issued_at, min(deadline, now)]` (a
+//! store read; [`Verification::resolve_restored`]): a row committed before the restart that
+//! shows the value verifies it (the predecessor may have died between that row's commit and
+//! its `command_verified`), and one that came due while the core was down with no such row
+//! diverges. None is dropped, and none is decided on rows the new core happens to apply.
 //!
 //! Takes `command_issued` and `command_result` events in `ControlCommitted`, each RETURNING row
 //! of a writable point, the suppression state on every tick, and `Tick` (deadlines). Emits
@@ -99,10 +102,11 @@ struct Open {
     deadline: Micros,
 }
 
-/// What a restart's read found overdue: decide it from the point's committed rows of `class`
-/// observed in `[from, to]` ([`Verification::resolve_overdue`]).
+/// A restored verification's evidence to read at restart: the point's committed rows of
+/// `class` observed in `[from, to]` (`to` is the deadline, or now when it is still ahead),
+/// handed to [`Verification::resolve_restored`].
 #[derive(Clone, Debug, PartialEq)]
-pub struct OverdueVerification {
+pub struct RestoredVerification {
     pub point_id: std::sync::Arc<str>,
     pub class: crate::registry::RetentionClass,
     pub from: Micros,
@@ -330,28 +334,29 @@ impl Verification {
         restored
     }
 
-    /// Restart step 6: the open verifications that came due while the core was down (deadline
-    /// at or before `now`), in point order, for the runtime to read their evidence.
-    pub fn overdue(&self, registry: &Registry, now: Micros) -> Vec<OverdueVerification> {
+    /// Restart step 6: every open verification, in deadline order, with the window of
+    /// committed rows the runtime reads for it: from its command's issue to its deadline, or to
+    /// `now` when the deadline is still ahead.
+    pub fn restored_windows(&self, registry: &Registry, now: Micros) -> Vec<RestoredVerification> {
         self.due
             .iter()
-            .take_while(|&&(deadline, _)| deadline <= now)
             .map(|&(deadline, point)| {
                 let p = registry.point(point);
-                OverdueVerification {
+                RestoredVerification {
                     point_id: p.id.clone(),
                     class: p.descriptor.retention,
                     from: self.open[&point].issued_at,
-                    to: deadline,
+                    to: deadline.min(now),
                 }
             })
             .collect()
     }
 
-    /// Restart step 6, a verification that came due while the core was down: decided from the
-    /// point's committed rows observed in its window, `(observed_at, quality, value)`:
-    /// `command_verified` on the first live one within tolerance, else `command_diverged`.
-    pub fn resolve_overdue(
+    /// Restart step 6, a restored verification judged on the point's committed rows observed
+    /// in its window, `(observed_at, quality, value)`: `command_verified` on the first live one
+    /// within tolerance; else `command_diverged` when its deadline has passed; else it stays
+    /// open, judged from here on by the rows this core commits, as before the restart.
+    pub fn resolve_restored(
         &mut self,
         point_id: &str,
         rows: impl IntoIterator<Item = (Micros, Quality, Option<CanonicalValue>)>,
@@ -364,7 +369,8 @@ impl Verification {
         let Some(open) = self.open.get(&point) else {
             return;
         };
-        let (from, to) = (open.issued_at, open.deadline);
+        let (from, to) = (open.issued_at, open.deadline.min(ctx.now));
+        let deadline = open.deadline;
         for (observed_at, quality, value) in rows {
             if quality == Quality::Live
                 && (from..=to).contains(&observed_at)
@@ -373,6 +379,9 @@ impl Verification {
             {
                 return;
             }
+        }
+        if deadline > ctx.now {
+            return; // still running: the rows to come may show it
         }
         // Nothing in the window showed it: diverged at its deadline, now.
         let open = self.close(point).expect("checked above");
@@ -386,7 +395,7 @@ impl Verification {
                 ControlDetail::CommandDiverged {
                     command_id: open.command_id,
                     result_seq: open.result_seq,
-                    deadline: to,
+                    deadline,
                 },
                 ctx,
             )],
@@ -712,11 +721,12 @@ mod tests {
         assert!(drain(&mut out).is_empty(), "the command_result is the record");
     }
 
-    /// Restored at startup from the log: one still running, one that came due while the core
-    /// was down, decided on the committed rows (one verified by a row in its window, one
-    /// diverged: its only matching row came after the deadline).
+    /// Restored at startup from the log and judged on its committed rows: one still running
+    /// (no row shows it yet), one still running that a row committed before the restart
+    /// verifies, one that came due while the core was down (verified by a row in its window),
+    /// and one diverged (its only matching row came after the deadline).
     #[test]
-    fn restored_verifications_run_on_and_overdue_ones_are_decided_on_the_log() {
+    fn restored_verifications_are_judged_on_the_log_then_run_on_or_are_decided() {
         let mut ctx = writable_ctx();
         let mut out = Out::default();
         let open = |issued_at: Micros, applied_at: Micros| OpenVerification {
@@ -727,31 +737,60 @@ mod tests {
             result_seq: 7,
             applied_at,
         };
-        // Applied 30 s ago: 30 s left (this core started now).
+        let num = |v: f64| Some(CanonicalValue::Num(v));
+        // Applied 30 s ago: 30 s left (this core started now). Its window so far holds no row
+        // within tolerance: it stays open and runs on.
         ctx.now = T0.add_ms(30_000);
         let mut v = Verification::new(&ctx.registry, ctx.now);
         assert_eq!(v.restore([open(T0, T0)], &ctx.registry), 1);
-        assert!(v.overdue(&ctx.registry, ctx.now).is_empty());
+        assert_eq!(
+            v.restored_windows(&ctx.registry, ctx.now),
+            [RestoredVerification {
+                point_id: "plant.temp".into(),
+                class: crate::registry::RetentionClass::Measurement,
+                from: T0,
+                to: ctx.now,
+            }]
+        );
+        v.resolve_restored(
+            "plant.temp",
+            [(T0.add_ms(5_000), Quality::Live, num(19.0))],
+            &ctx,
+            &mut out,
+        );
+        assert!(verdicts(&mut out).is_empty());
         assert_eq!(v.state(temp(&ctx)), Some(Convergence::Pending));
         v.set_suppressed(false, ctx.now);
         assert_eq!(v.next_deadline(), Some(T0.add_ms(60_000)));
+
+        // The same, but the predecessor committed a row showing the value and died before its
+        // `command_verified`: verified on that row at restart, not left to diverge.
+        let mut v = Verification::new(&ctx.registry, ctx.now);
+        v.restore([open(T0, T0)], &ctx.registry);
+        v.resolve_restored(
+            "plant.temp",
+            [(T0.add_ms(20_000), Quality::Live, num(21.2))],
+            &ctx,
+            &mut out,
+        );
+        assert_eq!(verdicts(&mut out), [("command_verified", "c-1".to_owned(), 7)]);
+        assert_eq!(v.state(temp(&ctx)), Some(Convergence::Converged));
 
         // Applied 10 minutes ago: overdue, decided from its window [issued, applied + 60 s].
         let mut v = Verification::new(&ctx.registry, ctx.now);
         ctx.now = T0.add_ms(600_000);
         v.restore([open(T0, T0.add_ms(1_000))], &ctx.registry);
-        let overdue = v.overdue(&ctx.registry, ctx.now);
+        let overdue = v.restored_windows(&ctx.registry, ctx.now);
         assert_eq!(
             overdue,
-            [OverdueVerification {
+            [RestoredVerification {
                 point_id: "plant.temp".into(),
                 class: crate::registry::RetentionClass::Measurement,
                 from: T0,
                 to: T0.add_ms(61_000),
             }]
         );
-        let num = |v: f64| Some(CanonicalValue::Num(v));
-        v.resolve_overdue(
+        v.resolve_restored(
             "plant.temp",
             [
                 (T0.add_ms(5_000), Quality::Live, num(19.0)),
@@ -765,7 +804,7 @@ mod tests {
 
         let mut v = Verification::new(&ctx.registry, ctx.now);
         v.restore([open(T0, T0.add_ms(1_000))], &ctx.registry);
-        v.resolve_overdue(
+        v.resolve_restored(
             "plant.temp",
             [(T0.add_ms(61_001), Quality::Live, num(21.0))],
             &ctx,
