@@ -9,7 +9,8 @@
 //! core takes epoch 1 again; the driver refuses its announcement (another start at its floor)
 //! and its hello echoes the lost core's identity, so that core raises the recorded epoch to 2
 //! and exits 7 having had no command admitted. The one after takes 3, and its command is
-//! admitted and applied by the same driver, its result recorded under epoch 3.
+//! admitted and applied by the same driver, its result recorded under epoch 3. Each
+//! acquisition's `core_start` row records the identity its core announced.
 
 use std::time::Duration;
 
@@ -96,7 +97,12 @@ async fn run() {
             core_start: Some(lost_start)
         }
     );
-    wait_ready(&env.store, 1).await;
+    let lost_row = wait_ready(&env.store, 1).await;
+    assert_eq!(
+        lost_row.core_start,
+        Some(lost_start),
+        "the acquisition's row records the identity announced"
+    );
     let pid = lost.id().to_string();
     let _ = std::process::Command::new("kill").args(["-KILL", &pid]).status();
     wait_exit(&mut lost, Duration::from_secs(10))
@@ -149,7 +155,7 @@ async fn run() {
 
     // Its supervisor starts it again: epoch 3, and its command is admitted.
     let next_core = spawn_core(&env, 30_000, CORE_ARGS);
-    wait_ready(&env.store, 3).await;
+    let next_row = wait_ready(&env.store, 3).await;
     client
         .publish(
             command_request_subject("test"),
@@ -172,6 +178,7 @@ async fn run() {
     assert_eq!((command.command_id.as_str(), command.core_epoch), ("r-1", 3));
     assert_eq!(command.core_start, intake.floor().core_start);
     assert_ne!(command.core_start, Some(lost_start), "a new start");
+    assert_eq!(next_row.core_start, command.core_start, "on the record as announced");
     intake.answer(&received, Ok(())).await.expect("answer");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);

@@ -365,7 +365,9 @@ where
 
     // Recorded after binding so the record covers the whole cold start. Fenced: a core that
     // has already been replaced fails here rather than starting to ingest.
-    store.record_cold_start(epoch, timings.to_steps()).await?;
+    store
+        .record_cold_start(epoch, Some(core_start), timings.to_steps())
+        .await?;
 
     Ok(Started {
         core,
