@@ -178,7 +178,10 @@ async fn run() {
     assert_eq!((command.command_id.as_str(), command.core_epoch), ("r-1", 3));
     assert_eq!(command.core_start, intake.floor().core_start);
     assert_ne!(command.core_start, Some(lost_start), "a new start");
-    assert_eq!(next_row.core_start, command.core_start, "on the record as announced");
+    assert_eq!(
+        next_row.core_start, command.core_start,
+        "on the record as announced"
+    );
     intake.answer(&received, Ok(())).await.expect("answer");
 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
