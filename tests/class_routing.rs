@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use sentinel_core::registry::PointIdx;
+use sentinel_core::registry::plan::Admission;
 use sentinel_core::{
     Batch, BatchId, CanonicalValue, DeliveryTag, Micros, ObsKey, ObsRow, Quality, RetentionClass,
 };
@@ -171,9 +172,16 @@ async fn one_point_per_class_in_its_own_table_and_a_class_change_is_refused_or_m
 
     // With the explicit move: the version is stored and every row of the point is in the
     // diagnostic table, none in the measurement table.
-    let moving = registry_dir::load_dir_moving(&store, &after, epoch, "operator:test", Micros(0))
-        .await
-        .expect("load --move-class");
+    let moving = registry_dir::load_dir_moving(
+        &store,
+        &after,
+        &Admission::default(),
+        epoch,
+        "operator:test",
+        Micros(0),
+    )
+    .await
+    .expect("load --move-class");
     assert!(moving.load.created);
     assert_eq!(moving.moves.len(), 1);
     assert_eq!(moving.moves[0].1.rows, 5);
@@ -207,9 +215,16 @@ async fn one_point_per_class_in_its_own_table_and_a_class_change_is_refused_or_m
     registry_dir::load_dir(&store, &after)
         .await
         .expect("unchanged load");
-    let again = registry_dir::load_dir_moving(&store, &after, epoch, "operator:test", Micros(0))
-        .await
-        .expect("re-run");
+    let again = registry_dir::load_dir_moving(
+        &store,
+        &after,
+        &Admission::default(),
+        epoch,
+        "operator:test",
+        Micros(0),
+    )
+    .await
+    .expect("re-run");
     assert!(again.moves.iter().all(|(_, m)| m.rows == 0), "{:?}", again.moves);
     lease.release().await.expect("release");
     let _ = std::fs::remove_dir_all(before);

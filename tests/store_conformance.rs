@@ -1878,6 +1878,21 @@ async fn control_events_are_sequenced_fenced_and_carry_the_epoch<B: Backend>(b: 
                     },
                     ..control_event("", new.epoch(), t.add_ms(3))
                 },
+                // Issue 21 item 7: a driver instance's assignment, through the same path.
+                ControlEvent {
+                    point: None,
+                    point_id: "".into(),
+                    principal: sentinel_core::control::PRINCIPAL_ASSIGNMENTS.into(),
+                    detail: sentinel_core::ControlDetail::Assignment {
+                        host: "plant-a".into(),
+                        driver_instance: "modbus-1".into(),
+                        cause: "reload",
+                        points: 2,
+                        changes: vec![serde_json::json!({"point_id": "a", "poll_interval_s": [10.0, 20.0]})],
+                        changes_omitted: 0,
+                    },
+                    ..control_event("", new.epoch(), t.add_ms(4))
+                },
             ],
         )
         .await
@@ -1895,6 +1910,7 @@ async fn control_events_are_sequenced_fenced_and_carry_the_epoch<B: Backend>(b: 
             (Some("b"), old_epoch, "quality_changed"),
             (Some("c"), new.epoch(), "quality_changed"),
             (None, new.epoch(), "availability"),
+            (None, new.epoch(), "assignment"),
         ],
         "nothing from the fenced or mis-stamped writes"
     );
@@ -1903,6 +1919,17 @@ async fn control_events_are_sequenced_fenced_and_carry_the_epoch<B: Backend>(b: 
         availability,
         serde_json::json!({"from": "ready", "to": "lost", "reason": "silent", "coalesced": 0})
     );
+    let assignment: serde_json::Value = serde_json::from_str(&all[4].payload).expect("payload is JSON");
+    assert_eq!(
+        assignment,
+        serde_json::json!({
+            "cause": "reload",
+            "points": 2,
+            "changes": [{"point_id": "a", "poll_interval_s": [10.0, 20.0]}],
+            "changes_omitted": 0,
+        })
+    );
+    assert_eq!(all[4].principal, "core:assignments");
     assert_eq!(all[0].principal, "core:watchdog");
     assert_eq!(all[0].occurred_at, t);
     let payload: serde_json::Value = serde_json::from_str(&all[0].payload).expect("payload is JSON");

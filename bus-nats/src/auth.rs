@@ -9,9 +9,14 @@
 //! | principal | publish | subscribe |
 //! | --- | --- | --- |
 //! | driver host `H` | `obs.H.>`, `drv.H.>`, replies to commands it received | `cmd.H.>`, `_INBOX_driver-H.>` |
-//! | the core | `$JS.API` for its stream and consumer only, acks, `state.>`, `cmd.>`, `obs.sentinel.>`, replies to requests | `drv.>`, `sentinel.command.request.*`, `sentinel.reprocess.request.*`, `_INBOX_sentinel-core.>` |
+//! | the core | `$JS.API` for its stream and consumer only, acks, `state.>`, `cmd.>`, `obs.sentinel.>`, replies to requests | `drv.>`, `sentinel.command.request.*`, `sentinel.reprocess.request.*`, `sentinel.registry.loaded.*`, `_INBOX_sentinel-core.>` |
 //! | reader | stream and consumer info only | `state.>`, `_INBOX_reader.>` |
-//! | operator principal `P` (`operator`, and each of `[operators.<P>]`) | `sentinel.command.request.P`, `sentinel.reprocess.request.P` | `_INBOX_P.>` |
+//! | operator principal `P` (`operator`, and each of `[operators.<P>]`) | `sentinel.command.request.P`, `sentinel.reprocess.request.P`, `sentinel.registry.loaded.P` | `_INBOX_P.>` |
+//!
+//! The core's assignments (issue 21 item 7) travel like its commands: on `cmd.H.<instance>`,
+//! acknowledged on their reply subjects below `_INBOX_sentinel-core.asg.>`, so they need no
+//! subject of their own. `sentinel registry load` announces a new version on
+//! `sentinel.registry.loaded.P`.
 //!
 //! An operator principal may ask only on its own subjects, so the core takes a request's
 //! principal from its subject (issue 21 item 2): one operator cannot speak for another.
@@ -33,8 +38,9 @@ use serde::Deserialize;
 /// The request subjects: each principal asks below its own name, the core hears them all
 /// (ports, `Inbound`).
 pub use sentinel_core::wire::{
-    COMMAND_REQUEST_SUBJECT, COMMAND_REQUEST_WILDCARD, REPROCESS_REQUEST_SUBJECT, REPROCESS_REQUEST_WILDCARD,
-    command_request_subject, is_principal_name, reprocess_request_subject,
+    COMMAND_REQUEST_SUBJECT, COMMAND_REQUEST_WILDCARD, REGISTRY_LOADED_WILDCARD, REPROCESS_REQUEST_SUBJECT,
+    REPROCESS_REQUEST_WILDCARD, command_request_subject, is_principal_name, registry_loaded_subject,
+    reprocess_request_subject,
 };
 
 /// The principal names whose inbox prefixes the permissions name.
@@ -233,6 +239,7 @@ fn core_permissions(stream: &str, consumer: &str) -> Permissions {
             "drv.>".to_owned(),
             COMMAND_REQUEST_WILDCARD.to_owned(),
             REPROCESS_REQUEST_WILDCARD.to_owned(),
+            REGISTRY_LOADED_WILDCARD.to_owned(),
             format!("{}.>", inbox_prefix(crate::CORE_PRINCIPAL)),
         ],
         allow_responses: true,
@@ -257,7 +264,11 @@ fn reader_permissions(stream: &str, consumer: &str) -> Permissions {
 /// Operator principal `name` asks only on its own subjects and hears answers on its inbox.
 fn operator_permissions(name: &str) -> Permissions {
     Permissions {
-        publish: vec![command_request_subject(name), reprocess_request_subject(name)],
+        publish: vec![
+            command_request_subject(name),
+            reprocess_request_subject(name),
+            registry_loaded_subject(name),
+        ],
         subscribe: vec![format!("{}.>", inbox_prefix(name))],
         allow_responses: false,
     }
@@ -463,7 +474,8 @@ mod tests {
             .expect("ana's user");
         assert!(
             ana.contains(
-                "publish: { allow: [\"sentinel.command.request.ana\", \"sentinel.reprocess.request.ana\"] }"
+                "publish: { allow: [\"sentinel.command.request.ana\", \"sentinel.reprocess.request.ana\", \
+                 \"sentinel.registry.loaded.ana\"] }"
             ),
             "{ana}"
         );
@@ -477,7 +489,9 @@ mod tests {
             .lines()
             .find(|l| l.contains("$2a$11$"))
             .expect("the core's user");
-        assert!(core.contains("\"sentinel.command.request.*\", \"sentinel.reprocess.request.*\""));
+        assert!(core.contains(
+            "\"sentinel.command.request.*\", \"sentinel.reprocess.request.*\", \"sentinel.registry.loaded.*\""
+        ));
 
         let refused = |name: &str| {
             let mut p = principals();

@@ -11,18 +11,21 @@
 //!   for `Nats-Msg-Id`.
 //! - One durable pull consumer: explicit acks, deliver all, unlimited redeliveries,
 //!   `max_ack_pending` set explicitly (the server default of 1000 stalls a pipeline).
-//! - The stream's replica count is configuration ([`NatsBusConfig::replicas`]: 1 on one server,
-//!   3 on a three-node cluster; issue 25, docs/deploy.md "A three-node bus cluster"). It is the
-//!   one field nats-server changes in place without touching the data, so an existing stream
-//!   with another count is updated to the configured one (logged at INFO) — nothing else is.
+//! - The stream's replica count and its two bounds are configuration
+//!   ([`NatsBusConfig::replicas`], `max_msgs`, `max_bytes`: `sentinel run` takes them from the
+//!   configuration admission reads, issue 24 item 4; 1 replica on one server, 3 on a three-node
+//!   cluster, issue 25, docs/deploy.md). They are the fields nats-server changes in place
+//!   without touching the data, so an existing stream with other figures is updated to the
+//!   configured ones (logged at INFO) — except a bound below what the stream holds, which
+//!   nats-server would enforce by deleting the oldest messages: that is refused, naming the
+//!   field, the bound and the contents.
 //! - An existing stream or consumer whose configuration differs in any other field we rely on
 //!   is a [`NatsSetupError::ConfigMismatch`] naming every differing field; we never update it. Why:
 //!   the stream is shared with every driver and holds the only copy of accepted, uncommitted
-//!   observations; `ensure_stream` runs before the lock is taken, so a second core that is
-//!   about to lose the lock race must not be able to reshape a live stream; retention and
-//!   storage cannot be changed in place anyway; and silently changing `ack_wait` or
-//!   `max_ack_pending` under a running fleet hides a deployment mistake. Changing limits is an
-//!   operator's deliberate act (`nats stream edit`), after which the config is made to match.
+//!   observations; retention and storage cannot be changed in place anyway; and silently
+//!   changing `ack_wait` or `max_ack_pending` under a running fleet hides a deployment mistake.
+//!   `ensure_stream` runs after the single-writer lock is taken (the startup order), so only the
+//!   core that holds the lock updates anything.
 //! - `fetch` uses `fetch()` (returns at once with what is there) and, only when that is empty,
 //!   a one-message `batch()` that waits up to `wait_ms`, then tops up without waiting. Acks
 //!   are plain `+ACK` publishes, pipelined, with one flush per call (no per-message round
@@ -297,24 +300,54 @@ impl NatsBus {
                 differences: differences.join("; "),
             });
         }
-        if found.num_replicas != expected.num_replicas {
-            // Only the replica count changes; the rest is the server's own record.
+        let bounds_change =
+            found.max_messages != expected.max_messages || found.max_bytes != expected.max_bytes;
+        if bounds_change {
+            // A bound below what the stream holds would make nats-server delete the oldest
+            // messages on the update, whatever the discard policy: never silently.
+            let state = &stream.cached_info().state;
+            let held = bound_refusals(&expected, state.messages, state.bytes);
+            if !held.is_empty() {
+                return Err(NatsSetupError::ConfigMismatch {
+                    what: format!("stream {}", config.stream_name),
+                    differences: held.join("; "),
+                });
+            }
+        }
+        if found.num_replicas != expected.num_replicas || bounds_change {
+            // Only the replica count and the bounds change (the fields nats-server updates in
+            // place); the rest is the server's own record.
             tracing::info!(
                 stream = %config.stream_name,
-                from = found.num_replicas,
-                to = expected.num_replicas,
-                "changing the observation stream's replica count"
+                replicas_from = found.num_replicas,
+                replicas_to = expected.num_replicas,
+                max_msgs_from = found.max_messages,
+                max_msgs_to = expected.max_messages,
+                max_bytes_from = found.max_bytes,
+                max_bytes_to = expected.max_bytes,
+                "updating the observation stream's replica count and bounds in place"
             );
+            let replicas_change = found.num_replicas != expected.num_replicas;
             let updated = stream::Config {
                 num_replicas: expected.num_replicas,
+                max_messages: expected.max_messages,
+                max_bytes: expected.max_bytes,
                 ..found
             };
             self.inner
                 .jetstream
                 .update_stream(&updated)
                 .await
-                .map_err(|error| NatsSetupError::Request(format!("update stream replicas: {error}")))?;
-            return self.wait_replicas_current().await;
+                .map_err(|error| NatsSetupError::Request(format!("update stream: {error}")))?;
+            if replicas_change {
+                return self.wait_replicas_current().await;
+            }
+            return self
+                .inner
+                .jetstream
+                .get_stream(&config.stream_name)
+                .await
+                .map_err(|error| NatsSetupError::Request(format!("get stream after update: {error}")));
         }
         Ok(stream)
     }
@@ -403,14 +436,15 @@ fn differ<T: std::fmt::Debug + PartialEq>(out: &mut Vec<String>, field: &str, ex
     }
 }
 
+/// The differences between the stream the core expects and the one it found that the core
+/// refuses: every field but the replica count and the two bounds, which `ensure_stream`
+/// updates in place (nats-server changes them without recreating the stream).
 fn stream_differences(expected: &stream::Config, found: &stream::Config) -> Vec<String> {
     let mut out = Vec::new();
     differ(&mut out, "subjects", &expected.subjects, &found.subjects);
     differ(&mut out, "storage", &expected.storage, &found.storage);
     differ(&mut out, "retention", &expected.retention, &found.retention);
     differ(&mut out, "discard", &expected.discard, &found.discard);
-    differ(&mut out, "max_msgs", expected.max_messages, found.max_messages);
-    differ(&mut out, "max_bytes", expected.max_bytes, found.max_bytes);
     differ(&mut out, "max_age", expected.max_age, found.max_age);
     differ(
         &mut out,
@@ -418,6 +452,29 @@ fn stream_differences(expected: &stream::Config, found: &stream::Config) -> Vec<
         expected.duplicate_window,
         found.duplicate_window,
     );
+    out
+}
+
+/// Why the stream cannot take `expected`'s bounds now: a bound below the messages or bytes it
+/// holds (nats-server would delete the oldest to fit). Each names the field, the configured
+/// bound and what the stream holds; empty when both fit.
+fn bound_refusals(expected: &stream::Config, messages: u64, bytes: u64) -> Vec<String> {
+    let mut out = Vec::new();
+    let below = |bound: i64, held: u64| bound >= 0 && u64::try_from(bound).is_ok_and(|bound| bound < held);
+    if below(expected.max_messages, messages) {
+        out.push(format!(
+            "max_msgs: the configured bound {} is below the {messages} messages the stream holds; \
+             lowering it would delete the oldest (let the core drain the stream first)",
+            expected.max_messages
+        ));
+    }
+    if below(expected.max_bytes, bytes) {
+        out.push(format!(
+            "max_bytes: the configured bound {} is below the {bytes} bytes the stream holds; \
+             lowering it would delete the oldest (let the core drain the stream first)",
+            expected.max_bytes
+        ));
+    }
     out
 }
 
@@ -599,8 +656,8 @@ impl Bus for NatsBus {
     async fn inbound(&self) -> Result<tokio::sync::mpsc::Receiver<Inbound>, BusError> {
         use futures::StreamExt as _;
         use sentinel_core::wire::{
-            COMMAND_REPLY_WILDCARD, COMMAND_REQUEST_WILDCARD, DRIVER_HELLO_WILDCARD,
-            REPROCESS_REQUEST_WILDCARD,
+            ASSIGNMENT_REPLY_WILDCARD, COMMAND_REPLY_WILDCARD, COMMAND_REQUEST_WILDCARD,
+            DRIVER_HELLO_WILDCARD, REGISTRY_LOADED_WILDCARD, REPROCESS_REQUEST_WILDCARD,
         };
         let client = &self.inner.client;
         let subscribe = |subject: &'static str| async move {
@@ -615,10 +672,14 @@ impl Bus for NatsBus {
         let reprocess = subscribe(REPROCESS_REQUEST_WILDCARD).await?;
         // Drivers' answers to this core's commands, below its own inbox.
         let replies = subscribe(COMMAND_REPLY_WILDCARD).await?;
+        // Drivers' acknowledgements of this core's assignments (issue 21 item 7), likewise.
+        let acks = subscribe(ASSIGNMENT_REPLY_WILDCARD).await?;
+        // `sentinel registry load`'s announcements of a new version (issue 21 item 7).
+        let loaded = subscribe(REGISTRY_LOADED_WILDCARD).await?;
         // One stream of all, so the runtime has one channel to read.
         let mut merged = futures::stream::select(
-            futures::stream::select(requests, hellos),
-            futures::stream::select(reprocess, replies),
+            futures::stream::select(requests, futures::stream::select(hellos, loaded)),
+            futures::stream::select(reprocess, futures::stream::select(replies, acks)),
         );
         let (tx, rx) = tokio::sync::mpsc::channel(INBOUND_QUEUED_MAX);
         tokio::spawn(async move {

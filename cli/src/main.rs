@@ -100,6 +100,10 @@ enum Command {
         metrics_listen: Option<std::net::SocketAddr>,
         #[command(flatten)]
         tuning: CoreTuningArgs,
+        /// The capacity the registry must fit and the stream's bounds (the same configuration
+        /// `registry check`, `plan` and `load` read).
+        #[command(flatten)]
+        admission: plan::AdmissionArgs,
     },
     /// Run the whole core on in-memory models with a synthetic fleet; needs no services.
     Demo {
@@ -290,11 +294,15 @@ enum RegistryCommand {
         dir: PathBuf,
         #[command(flatten)]
         db: DbArgs,
+        #[command(flatten)]
+        admission: plan::AdmissionArgs,
         /// Move the history of every point whose class changes to its new class table, each in
         /// one fenced transaction with its rollups recomputed and a `class_moved` control
         /// event. Takes the single-writer lock (exit 10 while a core runs).
         #[arg(long)]
         move_class: bool,
+        #[command(flatten)]
+        notify: registry::NotifyArgs,
     },
     /// Write the nats-server authorization block for the registry's driver hosts: each may
     /// publish only `obs.<host>.>` and `drv.<host>.>` and subscribe only to `cmd.<host>.>`.
@@ -413,13 +421,20 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     database_url,
                     move_class,
                 },
-        } => registry::check(&dir, &admission.admission(), database_url.as_deref(), move_class).await,
+        } => registry::check(&dir, &admission.validated()?, database_url.as_deref(), move_class).await,
         Command::Registry {
             command: RegistryCommand::Plan { dir, admission, json },
-        } => plan::run(&dir, &admission.admission(), json),
+        } => plan::run(&dir, &admission.validated()?, json),
         Command::Registry {
-            command: RegistryCommand::Load { dir, db, move_class },
-        } => registry::load(&dir, &db, move_class).await,
+            command:
+                RegistryCommand::Load {
+                    dir,
+                    db,
+                    admission,
+                    move_class,
+                    notify,
+                },
+        } => registry::load(&dir, &db, &admission.validated()?, move_class, &notify).await,
         Command::Registry {
             command: RegistryCommand::NatsConfig { dir, principals, out },
         } => registry::nats_config(&dir, &principals, out.as_deref()),
@@ -478,6 +493,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             lock_check_interval_ms,
             metrics_listen,
             tuning,
+            admission,
         } => {
             let runtime_config = RuntimeConfig {
                 lock_check_interval_ms,
@@ -490,6 +506,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 ack_wait_ms,
                 inflight_batches_max,
                 tuning,
+                &admission.validated()?,
                 runtime_config,
                 metrics_listen,
             )

@@ -13,25 +13,44 @@ use sentinel_core::registry::plan::{
 };
 use sentinel_runtime::registry_dir;
 
-/// The installation's capacity a registry is admitted against.
+/// The installation's capacity a registry is admitted against, and the bounds `sentinel run`
+/// gives the observation stream: one configuration (issue 24 item 4). `registry check`,
+/// `registry plan`, `registry load` and `sentinel run` all read it, from these flags or from
+/// the same environment variables (under systemd, one `EnvironmentFile`; see
+/// `/etc/sentinel/sentinel.env`), so a registry that passes CI passes the load and the boot.
 #[derive(clap::Args, Clone)]
 pub struct AdmissionArgs {
     /// Total declared peak rate the core is budgeted for, observations per second (the spec's
     /// design rate by default).
-    #[arg(long, default_value_t = INGEST_BUDGET_OBS_S_DEFAULT)]
+    #[arg(long, env = "SENTINEL_INGEST_BUDGET_OBS_S", default_value_t = INGEST_BUDGET_OBS_S_DEFAULT)]
     ingest_budget_obs_s: f64,
     /// The unplanned outage the stream must absorb, seconds (four hours by default).
-    #[arg(long, default_value_t = OUTAGE_S_DEFAULT)]
+    #[arg(long, env = "SENTINEL_OUTAGE_S", default_value_t = OUTAGE_S_DEFAULT)]
     outage_s: u64,
-    /// The observation stream's message bound (as `sentinel run` creates it by default).
-    #[arg(long, default_value_t = STREAM_MAX_MSGS_DEFAULT)]
+    /// The observation stream's message bound: `sentinel run` creates the stream with it and
+    /// updates an existing stream's bound to it in place.
+    #[arg(long, env = "SENTINEL_STREAM_MAX_MSGS", default_value_t = STREAM_MAX_MSGS_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
     stream_max_msgs: u64,
-    /// The observation stream's byte bound.
-    #[arg(long, default_value_t = STREAM_MAX_BYTES_DEFAULT)]
+    /// The observation stream's byte bound (the same).
+    #[arg(long, env = "SENTINEL_STREAM_MAX_BYTES", default_value_t = STREAM_MAX_BYTES_DEFAULT,
+          value_parser = clap::value_parser!(u64).range(1..=i64::MAX as u64))]
     stream_max_bytes: u64,
 }
 
 impl AdmissionArgs {
+    /// As admission's settings. A budget that is not a positive finite rate is refused here,
+    /// before anything is checked against it.
+    pub fn validated(&self) -> anyhow::Result<Admission> {
+        anyhow::ensure!(
+            self.ingest_budget_obs_s.is_finite() && self.ingest_budget_obs_s > 0.0,
+            "--ingest-budget-obs-s must be a positive number of observations per second, not {}",
+            self.ingest_budget_obs_s
+        );
+        anyhow::ensure!(self.outage_s > 0, "--outage-s must be at least 1 s");
+        Ok(self.admission())
+    }
+
     pub fn admission(&self) -> Admission {
         Admission {
             ingest_budget_obs_s: self.ingest_budget_obs_s,
@@ -107,6 +126,14 @@ fn text(dir: &Path, plan: &Plan) -> String {
         a.stream_max_bytes,
         if plan.stream_fits { "fits" } else { "TOO SMALL" }
     );
+    let _ = writeln!(
+        out,
+        "recommended configuration (registry check, registry load and sentinel run read it; \
+         /etc/sentinel/sentinel.env):"
+    );
+    for line in plan.recommended.env_lines() {
+        let _ = writeln!(out, "  {line}");
+    }
     if plan.driver_queues.is_empty() {
         let _ = writeln!(out, "driver disk queues: no driver hosts");
     } else {

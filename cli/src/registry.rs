@@ -55,14 +55,79 @@ pub async fn check(
     }
 }
 
-/// `sentinel registry load`: stores the folder as a new version when its content is new.
-pub async fn load(dir: &Path, db: &DbArgs, move_class: bool) -> anyhow::Result<ExitCode> {
+/// How `sentinel registry load` tells a running core about a new version (issue 21 item 7):
+/// on `sentinel.registry.loaded.<principal>`, best effort. A core that is not running reads the
+/// newest version when it starts, so a failed announcement is reported, not an error.
+#[derive(clap::Args, Clone)]
+pub struct NotifyArgs {
+    /// The operator principal announcing (its own subject).
+    #[arg(long, env = "SENTINEL_OPERATOR", default_value = "operator")]
+    pub principal: String,
+    #[command(flatten)]
+    pub nats: crate::args::NatsArgs,
+    /// Store the version without announcing it to a running core.
+    #[arg(long)]
+    pub no_notify: bool,
+}
+
+/// How long the announcement may take (connect and flush) before it is given up.
+pub const NOTIFY_TIMEOUT_MS: u64 = 5_000;
+
+/// Announces `version` to a running core; says on stdout what happened.
+async fn notify(version: i32, args: &NotifyArgs) {
+    use sentinel_core::wire::{RegistryLoaded, is_principal_name, registry_loaded_subject};
+    if args.no_notify {
+        return;
+    }
+    if !is_principal_name(&args.principal) {
+        println!("not announced: --principal must be 1 to 64 ASCII letters, digits, '_' or '-'");
+        return;
+    }
+    let announce = async {
+        let credentials = args.nats.credentials().map_err(|e| e.to_string())?;
+        let connection = sentinel_driver::connect::BusConnection::connect(
+            &args.nats.nats_url,
+            &args.principal,
+            &credentials,
+        )
+        .await
+        .map_err(|e| e.to_string())?;
+        let payload = serde_json::to_vec(&RegistryLoaded { version }).map_err(|e| e.to_string())?;
+        connection
+            .client
+            .publish(registry_loaded_subject(&args.principal), payload.into())
+            .await
+            .map_err(|e| e.to_string())?;
+        connection.client.flush().await.map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(std::time::Duration::from_millis(NOTIFY_TIMEOUT_MS), announce).await {
+        Ok(Ok(())) => println!("registry version {version} announced to a running core"),
+        Ok(Err(e)) => {
+            println!("registry version {version} not announced ({e}); a core takes it at its next start")
+        }
+        Err(_) => println!(
+            "registry version {version} not announced (no answer from NATS within {NOTIFY_TIMEOUT_MS} ms); a core \
+             takes it at its next start"
+        ),
+    }
+}
+
+/// `sentinel registry load`: stores the folder as a new version when its content is new, and
+/// announces a new version to a running core. The folder is checked against `admission`, the
+/// installation's configured capacity, as `registry check` and a starting core check it.
+pub async fn load(
+    dir: &Path,
+    db: &DbArgs,
+    admission: &Admission,
+    move_class: bool,
+    notify_args: &NotifyArgs,
+) -> anyhow::Result<ExitCode> {
     let store = PgStore::connect(&db.database_url, PgStoreConfig::default()).await?;
     store.require_current_schema().await?;
     if move_class {
-        return load_moving(&store, dir).await;
+        return load_moving(&store, dir, admission).await;
     }
-    let load = match registry_dir::load_dir(&store, dir).await {
+    let load = match registry_dir::load_dir_with(&store, dir, admission).await {
         Ok(load) => load,
         Err(e @ registry_dir::RegistryDirError::ClassChanges(_)) => {
             eprintln!("{e}");
@@ -72,6 +137,7 @@ pub async fn load(dir: &Path, db: &DbArgs, move_class: bool) -> anyhow::Result<E
     };
     if load.created {
         println!("registry version {} stored", load.version);
+        notify(load.version, notify_args).await;
     } else {
         println!("registry unchanged; current version stays {}", load.version);
     }
@@ -80,7 +146,11 @@ pub async fn load(dir: &Path, db: &DbArgs, move_class: bool) -> anyhow::Result<E
 
 /// `sentinel registry load --move-class`: under the lock the command takes (exit 10 while a
 /// core runs), store the folder and move every changed point's history.
-async fn load_moving(store: &PgStore, dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+async fn load_moving(
+    store: &PgStore,
+    dir: &std::path::Path,
+    admission: &Admission,
+) -> anyhow::Result<ExitCode> {
     use sentinel_ports::{Lease, Store};
     let lease = match store.acquire().await {
         Ok(lease) => lease,
@@ -95,9 +165,15 @@ async fn load_moving(store: &PgStore, dir: &std::path::Path) -> anyhow::Result<E
     };
     let now = SystemClock.now();
     let started = std::time::Instant::now();
-    let moving =
-        registry_dir::load_dir_moving(store, dir, lease.epoch(), "operator:sentinel-registry-load", now)
-            .await?;
+    let moving = registry_dir::load_dir_moving(
+        store,
+        dir,
+        admission,
+        lease.epoch(),
+        "operator:sentinel-registry-load",
+        now,
+    )
+    .await?;
     store
         .record_cold_start(
             lease.epoch(),

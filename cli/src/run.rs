@@ -16,6 +16,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use sentinel_bus_nats::{NatsBus, NatsBusConfig};
 use sentinel_core::Config;
+use sentinel_core::registry::plan::Admission;
 use sentinel_ports::BusError;
 use sentinel_ports::clock::{Clock, SystemClock};
 use sentinel_runtime::notify::Notifier;
@@ -35,6 +36,7 @@ pub async fn run(
     ack_wait_ms: u64,
     inflight_batches_max: usize,
     tuning: CoreTuningArgs,
+    admission: &Admission,
     mut runtime_config: RuntimeConfig,
     metrics_listen: Option<SocketAddr>,
 ) -> anyhow::Result<ExitCode> {
@@ -67,6 +69,9 @@ pub async fn run(
         url: nats.nats_url.clone(),
         ack_wait_ms,
         replicas: usize::from(tuning.stream_replicas),
+        // The bound admission checked the registry against is the bound the stream gets.
+        max_msgs: admission.stream_max_msgs,
+        max_bytes: admission.stream_max_bytes,
         credentials: nats.credentials()?,
         ..NatsBusConfig::default()
     };
@@ -85,6 +90,7 @@ pub async fn run(
         &store,
         connect_bus,
         registry.as_deref(),
+        admission,
         config,
         clock.as_ref(),
         &notifier,

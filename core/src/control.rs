@@ -73,6 +73,12 @@ pub enum ControlKind {
     /// `<host>.<driver_instance>`, payload from, to, reason and how many changes this one
     /// coalesces (the drivers part bounds the rate).
     Availability,
+    /// The core pushed a driver instance its assignment (issue 21 item 7, "the valve"): at
+    /// startup, and on a registry version applied live that changed it. `point_id` NULL,
+    /// `subject_key` `<host>.<driver_instance>`; payload: why (`start`, `reload`), how many
+    /// points, and the points whose poll interval or instance changed (bounded). The message
+    /// goes out only once the event is committed.
+    Assignment,
 }
 
 impl ControlKind {
@@ -91,6 +97,7 @@ impl ControlKind {
             ControlKind::RetentionDrop => "retention_drop",
             ControlKind::ClassMoved => "class_moved",
             ControlKind::Availability => "availability",
+            ControlKind::Assignment => "assignment",
         }
     }
 }
@@ -174,7 +181,27 @@ pub enum ControlDetail {
         /// bound allows (0: none; the payload's `coalesced`).
         coalesced: u32,
     },
+    Assignment {
+        host: Arc<str>,
+        driver_instance: Arc<str>,
+        /// `start` (this core's startup) or `reload` (a registry version applied live).
+        cause: &'static str,
+        /// How many points the assignment lists.
+        points: usize,
+        /// What changed for this instance, one entry per point (at most
+        /// [`ASSIGNMENT_CHANGES_MAX`]): `{point_id, poll_interval_s: [from, to]}` or
+        /// `{point_id, driver_instance: [from, to]}`.
+        changes: Vec<serde_json::Value>,
+        /// Changes beyond [`ASSIGNMENT_CHANGES_MAX`], counted.
+        changes_omitted: usize,
+    },
 }
+
+/// Changes listed in one `assignment` event's payload; the rest are counted.
+pub const ASSIGNMENT_CHANGES_MAX: usize = 64;
+
+/// The principal of the core's own assignments.
+pub const PRINCIPAL_ASSIGNMENTS: &str = "core:assignments";
 
 /// A driver instance's `subject_key` in `control_event`: `<host>.<driver_instance>` (both are
 /// subject tokens, so the dot separates them unambiguously).
@@ -218,6 +245,7 @@ impl ControlEvent {
             ControlDetail::ClaimSet { .. } => ControlKind::ClaimSet,
             ControlDetail::ClaimReleased { .. } => ControlKind::ClaimReleased,
             ControlDetail::Availability { .. } => ControlKind::Availability,
+            ControlDetail::Assignment { .. } => ControlKind::Assignment,
         }
     }
 
@@ -228,10 +256,15 @@ impl ControlEvent {
     }
 
     /// The `subject_key` column: the driver instance (`<host>.<driver_instance>`) an
-    /// availability change is about; `None` for every other kind.
+    /// availability change or an assignment is about; `None` for every other kind.
     pub fn subject_key(&self) -> Option<String> {
         match &self.detail {
             ControlDetail::Availability {
+                host,
+                driver_instance,
+                ..
+            }
+            | ControlDetail::Assignment {
                 host,
                 driver_instance,
                 ..
@@ -334,6 +367,19 @@ impl ControlEvent {
                 ..
             } => serde_json::json!({ "from": from, "to": to, "reason": reason, "coalesced": coalesced })
                 .to_string(),
+            ControlDetail::Assignment {
+                cause,
+                points,
+                changes,
+                changes_omitted,
+                ..
+            } => serde_json::json!({
+                "cause": cause,
+                "points": points,
+                "changes": changes,
+                "changes_omitted": changes_omitted,
+            })
+            .to_string(),
         }
     }
 }

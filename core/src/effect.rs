@@ -56,6 +56,18 @@ pub enum Input {
         seq: i64,
         reply: crate::wire::CommandReply,
     },
+    /// A driver acknowledged an assignment on its reply subject
+    /// ([`crate::wire::assignment_reply_subject`]): `epoch` and `seq` are the subject's (the
+    /// core that sent it and its `assignment` event).
+    AssignmentAcked {
+        epoch: u32,
+        seq: i64,
+        ack: crate::wire::AssignmentAck,
+    },
+    /// A registry version was loaded while this core runs (issue 21 item 7): the runtime
+    /// read it from the store on `sentinel registry load`'s announcement. The core applies it
+    /// live if `registry/reload.rs` says it can, else answers `Effect::RestartNeeded`.
+    RegistryLoaded(std::sync::Arc<crate::registry::Registry>),
     /// The store's answer to `Effect::CheckEpoch`: the epoch recorded now (`None`: the store
     /// did not answer).
     EpochRecorded { epoch: Option<u32> },
@@ -119,6 +131,21 @@ pub enum Effect {
         subject: String,
         reply_to: String,
         payload: Bytes,
+    },
+    /// Publish an assignment on `cmd.<host>.<instance>` with the reply subject its driver
+    /// acknowledges on (`Input::AssignmentAcked`), only once its `assignment` event committed.
+    SendAssignment {
+        subject: String,
+        reply_to: String,
+        payload: Bytes,
+    },
+    /// A loaded registry version differs from the running one in more than what applies live
+    /// (`registry/reload.rs`): nothing of it was applied; the runtime reports the reasons (one
+    /// line each, `omitted` more) and keeps running the version it has.
+    RestartNeeded {
+        version: i32,
+        reasons: Vec<String>,
+        omitted: usize,
     },
     /// Write these point states to `point_state`, fenced on `epoch`.
     Checkpoint { epoch: u32, states: Vec<PointState> },

@@ -76,7 +76,7 @@ pub mod state;
 pub mod time;
 pub mod wire;
 
-pub use parts::{drivers, self_points, verification};
+pub use parts::{assignments, drivers, self_points, verification};
 
 pub use config::Config;
 pub use control::{

@@ -33,6 +33,7 @@ use crate::derived::{WindowRequest, WindowRow};
 use crate::effect::{Deadline, Effect, EpochRaise, ExitReason, Input};
 use crate::log::{Batch, CommitReport, Quality};
 use crate::metrics::Metrics;
+use crate::parts::assignments::{AssignmentView, Assignments};
 use crate::parts::claims::{Asker, Claims};
 use crate::parts::commands::{Admitted, Commands};
 use crate::parts::context::{Ctx, Out};
@@ -78,6 +79,7 @@ pub struct Core {
     claims: Claims,
     verification: Verification,
     drivers: Drivers,
+    assignments: Assignments,
     derived: DerivedPoints,
     maintenance: Maintenance,
     self_points: SelfPoints,
@@ -113,6 +115,7 @@ impl Core {
             claims: Claims::new(registry),
             verification: Verification::new(registry, now),
             drivers: Drivers::new(registry, SELF_HOST, epoch, now),
+            assignments: Assignments::new(registry, SELF_HOST),
             derived: DerivedPoints::new(registry),
             maintenance: Maintenance::new(config, now),
             self_points: SelfPoints::new(config.self_points_interval_ms, registry, now),
@@ -222,6 +225,22 @@ impl Core {
     /// answers with a hello at this epoch (see [`crate::drivers`]).
     pub fn start_drivers(&self) -> Vec<Announcement> {
         self.drivers.announcements()
+    }
+
+    /// Restart step 7, after the announcements: the valve's assignments (issue 21 item 7).
+    /// Each driver instance with a declared poll interval gets an `assignment` event, queued
+    /// (written once the loop runs) and published to the instance once committed.
+    pub fn start_assignments(&mut self) {
+        if self.mode != Mode::Running {
+            return;
+        }
+        self.assignments.start(&self.ctx, &mut self.out);
+    }
+
+    /// Each driver instance's assignment as this core sees it: its points and poll intervals,
+    /// the seq recorded and the seq acknowledged.
+    pub fn assignments(&self) -> &[AssignmentView] {
+        self.assignments.views()
     }
 
     /// Restart: the `point_desired` rows as last written, so a claim for the value a point
@@ -447,6 +466,7 @@ impl Core {
                     let claims = &self.claims;
                     let wins = |point, value: &serde_json::Value| still_desired(claims, point, value);
                     self.commands.on_hello(&host, &hello, wins, ctx, out);
+                    self.assignments.hello(&host, &hello, ctx, out);
                 }
             }
             Input::EpochRaised(raise) => self.exit(match raise {
@@ -457,6 +477,10 @@ impl Core {
             Input::CommandAnswered { epoch, seq, reply } => {
                 self.commands.on_answer(epoch, seq, &reply, ctx, out)
             }
+            Input::AssignmentAcked { epoch, seq, ack } => {
+                self.assignments.acked(epoch, seq, &ack, ctx);
+            }
+            Input::RegistryLoaded(registry) => self.on_registry_loaded(registry),
             Input::EpochRecorded { epoch } => {
                 if self.commands.on_epoch_recorded(epoch, ctx, out) {
                     self.exit(ExitReason::FENCED);
@@ -808,9 +832,44 @@ impl Core {
                 | ControlDetail::ClaimSet { .. }
                 | ControlDetail::ClaimReleased { .. }
                 | ControlDetail::Availability { .. } => {}
+                ControlDetail::Assignment { .. } => self.assignments.committed(event, seq, ctx, out),
             }
         }
         self.projection.checkpoint_quality_changes(ctx, out);
+    }
+
+    /// A registry version loaded while this core runs (issue 21 item 7): applied live when
+    /// only poll intervals and assignments between known instances changed
+    /// (`registry/reload.rs`): the registry is swapped (the point set is the same, so every
+    /// part's `PointIdx` still means the same point), the drivers part re-reads which
+    /// instance each point is on, and the assignments part records and pushes what changed.
+    /// Anything else: `Effect::RestartNeeded` with the reasons, and nothing applied.
+    fn on_registry_loaded(&mut self, loaded: Arc<Registry>) {
+        use crate::registry::reload::{Reload, compare};
+        if self.mode != Mode::Running {
+            return;
+        }
+        match compare(&self.ctx.registry, &loaded) {
+            Reload::NotNewer => {}
+            Reload::RestartNeeded { reasons, omitted } => self.out.push(Effect::RestartNeeded {
+                version: loaded.version,
+                reasons,
+                omitted,
+            }),
+            Reload::Live(changes) => {
+                debug_assert_eq!(loaded.len(), self.ctx.registry.len());
+                debug_assert!(
+                    loaded
+                        .points()
+                        .zip(self.ctx.registry.points())
+                        .all(|((_, a), (_, b))| a.id == b.id),
+                    "a live reload keeps every PointIdx"
+                );
+                self.ctx.registry = loaded;
+                self.drivers.reassign(&self.ctx.registry);
+                self.assignments.reload(&changes, &self.ctx, &mut self.out);
+            }
+        }
     }
 
     /// Time passed: for a running core, the watchdog's expiries, the self-points, and the
@@ -913,7 +972,7 @@ impl Core {
 /// Whether `effect` is a message to a driver (a command or an announcement).
 fn to_drivers(effect: &Effect) -> bool {
     match effect {
-        Effect::SendCommand { .. } => true,
+        Effect::SendCommand { .. } | Effect::SendAssignment { .. } => true,
         Effect::Publish { subject, .. } => crate::wire::parse_cmd_subject(subject).is_some(),
         _ => false,
     }

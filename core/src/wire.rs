@@ -541,6 +541,10 @@ pub enum ToDriver {
     /// Restart step 7: a core has taken the lock with this epoch. The driver raises its floor
     /// to it (refusing every older core from now on) and says hello.
     CoreStarted(CoreStarted),
+    /// The instance's points and their poll intervals (issue 21 item 7, "the valve"): the
+    /// driver applies them without restarting and acknowledges on the reply subject
+    /// ([`assignment_reply_subject`]) with an [`AssignmentAck`].
+    Assignment(DriverAssignment),
 }
 
 impl ToDriver {
@@ -548,6 +552,7 @@ impl ToDriver {
         match self {
             ToDriver::Command(c) => c.core_epoch,
             ToDriver::CoreStarted(s) => s.core_epoch,
+            ToDriver::Assignment(a) => a.core_epoch,
         }
     }
 
@@ -556,6 +561,7 @@ impl ToDriver {
         match self {
             ToDriver::Command(c) => c.core_start,
             ToDriver::CoreStarted(s) => s.core_start,
+            ToDriver::Assignment(a) => a.core_start,
         }
     }
 
@@ -588,6 +594,93 @@ pub fn core_start_from_bits(bits: u64) -> u64 {
     let token = (bits & CORE_START_MAX).max(1);
     debug_assert!((1..=CORE_START_MAX).contains(&token));
     token
+}
+
+/// What a driver instance is assigned (issue 21 item 7, "the valve"), on
+/// `cmd.<host>.<driver_instance>` beside commands and `core_started`: every point of the
+/// registry version assigned to the instance, each with its poll interval. A full snapshot,
+/// not a difference: a point absent is no longer the instance's, and a point without an
+/// interval is polled at the driver's own default. Stamped with the core's epoch, so a
+/// driver refuses one from a deposed core like a command (`stale_epoch`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct DriverAssignment {
+    pub v: u32,
+    pub core_epoch: u32,
+    pub registry_version: i32,
+    /// Sorted by point id; at most `registry::check::INSTANCE_POINTS_MAX`, which admission
+    /// holds every driver instance to.
+    pub points: Vec<AssignedPoint>,
+    /// The sending core's start identity ([`CoreStarted::core_start`]): a driver refuses an
+    /// assignment from another start at its floor's epoch, as it does a command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_start: Option<u64>,
+}
+
+/// One point of a [`DriverAssignment`].
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct AssignedPoint {
+    pub point_id: String,
+    /// Seconds between polls; absent: the driver's own default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval_s: Option<f64>,
+}
+
+/// A driver's acknowledgement of an assignment: `applied` (its poll loop now runs at the
+/// assignment's intervals) or `rejected` with a reason (`stale_epoch`: from a deposed core;
+/// `malformed`: an assignment it could not read or use).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct AssignmentAck {
+    pub registry_version: i32,
+    pub outcome: CommandOutcome,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// The highest core epoch the driver had seen when it answered.
+    pub highest_epoch_seen: u32,
+}
+
+/// Below the core's inbox, where drivers acknowledge assignments:
+/// `<prefix>.asg.<epoch>.<seq>`, `seq` being the assignment's control event's.
+pub const ASSIGNMENT_REPLY_WILDCARD: &str = "_INBOX_sentinel-core.asg.>";
+
+/// The reply subject of the assignment recorded by the control event `seq` of the core of
+/// `epoch`.
+pub fn assignment_reply_subject(epoch: u32, seq: i64) -> String {
+    format!("{CORE_INBOX_PREFIX}.asg.{epoch}.{seq}")
+}
+
+/// `(epoch, seq)` of an assignment reply subject.
+pub fn parse_assignment_reply_subject(subject: &str) -> Option<(u32, i64)> {
+    let rest = subject.strip_prefix(CORE_INBOX_PREFIX)?.strip_prefix(".asg.")?;
+    parse_epoch_seq(rest)
+}
+
+fn parse_epoch_seq(rest: &str) -> Option<(u32, i64)> {
+    let (epoch, seq) = rest.split_once('.')?;
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if !digits(epoch) || !digits(seq) {
+        return None;
+    }
+    Some((epoch.parse().ok()?, seq.parse().ok()?))
+}
+
+/// Where `sentinel registry load` announces a newly loaded registry version to a running core
+/// (issue 21 item 7): a [`RegistryLoaded`] below the loading principal's token,
+/// `sentinel.registry.loaded.<principal>`. Plain NATS: a core that is not running reads the
+/// newest version when it starts.
+pub const REGISTRY_LOADED_SUBJECT: &str = "sentinel.registry.loaded";
+/// What the core subscribes to: every principal's announcements.
+pub const REGISTRY_LOADED_WILDCARD: &str = "sentinel.registry.loaded.*";
+
+/// The subject `principal` announces a loaded registry version on.
+pub fn registry_loaded_subject(principal: &str) -> String {
+    format!("{REGISTRY_LOADED_SUBJECT}.{principal}")
+}
+
+/// A registry version was loaded into the store. Only a hint: the core reads the version
+/// from the store, never from the message.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct RegistryLoaded {
+    pub version: i32,
 }
 
 /// Where driver instances say hello to the core: `drv.<host>.<driver_instance>`.
@@ -628,8 +721,12 @@ pub struct DriverHello {
 }
 
 /// The driver contract this library speaks: 2 answers every command on its reply subject,
-/// `applied` once the device took it or `rejected` with a reason (issue 21 item 4).
-pub const DRIVER_CONTRACT: u32 = 2;
+/// `applied` once the device took it or `rejected` with a reason (issue 21 item 4); 3 also
+/// applies and acknowledges assignments (issue 21 item 7).
+pub const DRIVER_CONTRACT: u32 = 3;
+/// The first contract whose drivers apply assignments. The core sends none to an instance
+/// whose hello says it speaks an older one.
+pub const DRIVER_CONTRACT_ASSIGNMENTS: u32 = 3;
 /// The first contract whose drivers answer every command. A driver below it cannot reply:
 /// the core expects no answer from it, so its commands are never timed out or re-sent.
 pub const DRIVER_CONTRACT_REPLIES: u32 = 2;
@@ -700,12 +797,7 @@ pub fn command_reply_subject(epoch: u32, seq: i64) -> String {
 /// `(epoch, seq)` of a command reply subject.
 pub fn parse_command_reply_subject(subject: &str) -> Option<(u32, i64)> {
     let rest = subject.strip_prefix(CORE_INBOX_PREFIX)?.strip_prefix(".cmd.")?;
-    let (epoch, seq) = rest.split_once('.')?;
-    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-    if !digits(epoch) || !digits(seq) {
-        return None;
-    }
-    Some((epoch.parse().ok()?, seq.parse().ok()?))
+    parse_epoch_seq(rest)
 }
 
 /// A driver's answer to a command.
@@ -833,6 +925,50 @@ mod tests {
         assert_eq!(env.value, NativeValue::Bool(true));
         assert_eq!(env.device_time, Some(Micros(2_000_000)));
         assert_eq!(out.msg_id(), "d1:2:9");
+    }
+
+    #[test]
+    fn an_assignment_travels_beside_commands_and_is_acknowledged_below_the_cores_inbox() {
+        let message = ToDriver::Assignment(DriverAssignment {
+            v: 1,
+            core_epoch: 4,
+            registry_version: 7,
+            points: vec![
+                AssignedPoint {
+                    point_id: "boiler.temp".into(),
+                    poll_interval_s: Some(2.5),
+                },
+                AssignedPoint {
+                    point_id: "boiler.flow".into(),
+                    poll_interval_s: None,
+                },
+            ],
+            core_start: None,
+        });
+        let bytes = message.to_bytes();
+        assert_eq!(
+            std::str::from_utf8(&bytes).unwrap(),
+            r#"{"kind":"assignment","v":1,"core_epoch":4,"registry_version":7,"points":[{"point_id":"boiler.temp","poll_interval_s":2.5},{"point_id":"boiler.flow"}]}"#
+        );
+        assert_eq!(serde_json::from_slice::<ToDriver>(&bytes).unwrap(), message);
+        assert_eq!(message.core_epoch(), 4);
+        let subject = assignment_reply_subject(4, 12);
+        assert_eq!(subject, "_INBOX_sentinel-core.asg.4.12");
+        assert_eq!(parse_assignment_reply_subject(&subject), Some((4, 12)));
+        assert_eq!(parse_command_reply_subject(&subject), None);
+        assert_eq!(
+            parse_assignment_reply_subject(&command_reply_subject(4, 12)),
+            None
+        );
+        assert_eq!(parse_assignment_reply_subject("_INBOX_sentinel-core.asg.4"), None);
+        assert_eq!(
+            parse_assignment_reply_subject("_INBOX_sentinel-core.asg.x.1"),
+            None
+        );
+        assert_eq!(
+            registry_loaded_subject("operator"),
+            "sentinel.registry.loaded.operator"
+        );
     }
 
     /// Issue 25 item 3: the start identity rides on the announcement, the command and the

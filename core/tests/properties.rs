@@ -256,6 +256,8 @@ impl World {
                 | Effect::ReprocessReply { .. }
                 | Effect::RequestAnswer { .. }
                 | Effect::SendCommand { .. }
+                | Effect::SendAssignment { .. }
+                | Effect::RestartNeeded { .. }
                 | Effect::CheckEpoch
                 | Effect::RaiseEpoch { .. } => {}
                 Effect::Exit(reason) => panic!("unexpected exit: {reason:?}"),

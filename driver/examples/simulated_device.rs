@@ -9,7 +9,10 @@
 //! 5. apply only the commands the epoch guard admits, answer each (`applied`, or `rejected`
 //!    with `out_of_range` for a value the device cannot take), and persist the highest core
 //!    epoch seen and the ids of the commands applied (before answering), so a command the core
-//!    re-sends after this driver restarted is answered without being applied twice.
+//!    re-sends after this driver restarted is answered without being applied twice;
+//! 6. poll at the interval the core assigns (issue 21 item 7, "the valve"): the intake applies
+//!    each assignment on a watch channel, and the poll loop re-arms its timer when it changes,
+//!    without restarting. `--interval-ms` is the default until an assignment names the point.
 //!
 //! Once a command is applied the device reports the commanded value (as a setpoint reads
 //! back), so the core's verification (issue 21 item 5) reports it converged. With
@@ -32,7 +35,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use clap::Parser;
 use sentinel_core::Micros;
 use sentinel_core::wire::{EnvelopeOut, obs_subject};
-use sentinel_driver::commands::{CommandIntake, NotApplied};
+use sentinel_driver::commands::{CommandIntake, NotApplied, Received};
 use sentinel_driver::state::DriverState;
 use sentinel_driver::{BusConnection, Credentials, ObservationPublisher, PublisherConfig};
 
@@ -84,6 +87,15 @@ fn save_state(path: &Path, source_epoch: u32, intake: &CommandIntake) -> std::io
     state.save(path)
 }
 
+/// A poll period the timer can run at: the intake only applies positive, finite intervals,
+/// and admission bounds them to a day; anything else falls back to a day.
+fn period(interval_s: f64) -> Duration {
+    Duration::try_from_secs_f64(interval_s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .unwrap_or(Duration::from_secs(86_400))
+}
+
 fn now() -> Micros {
     let since = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default();
     Micros(i64::try_from(since.as_micros()).unwrap_or(i64::MAX))
@@ -118,7 +130,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // 4. Readings out.
     let publisher = ObservationPublisher::on(&connection, PublisherConfig::default())?;
     let subject = obs_subject(&args.host, &args.instance);
-    let mut ticker = tokio::time::interval(Duration::from_millis(args.interval_ms));
+    // 6. The poll interval: the assigned one when the core names the point, else the default.
+    let mut assigned = intake.assignment();
+    let default_s = args.interval_ms as f64 / 1000.0;
+    let mut interval_s = assigned.borrow().poll_interval_s(&args.point, default_s);
+    let mut ticker = tokio::time::interval(period(interval_s));
     // The commanded value the device holds, once one was applied and followed.
     let mut commanded: Option<f64> = None;
     let mut seq = 0u64;
@@ -128,6 +144,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     loop {
         tokio::select! {
+            Ok(()) = assigned.changed() => {
+                let now_s = assigned.borrow_and_update().poll_interval_s(&args.point, default_s);
+                if now_s != interval_s {
+                    interval_s = now_s;
+                    // Re-armed in place: the driver keeps its epoch, its sequence and its state.
+                    ticker = tokio::time::interval(period(interval_s));
+                    ticker.tick().await;
+                    println!("poll interval of {} is now {interval_s} s", args.point);
+                }
+            }
             _ = ticker.tick() => {
                 seq += 1;
                 let value = commanded.unwrap_or_else(|| 150.0 + 10.0 * (seq as f64 / 10.0).sin());
@@ -145,6 +171,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             received = intake.next() => {
                 let Some(received) = received else { return Ok(()) };
                 let received = received?;
+                if let Received::Assignment { assignment, ack } = &received {
+                    println!(
+                        "assignment of registry version {} from core epoch {}: {}",
+                        assignment.registry_version,
+                        assignment.core_epoch,
+                        ack.reason.as_deref().unwrap_or(ack.outcome.as_str())
+                    );
+                }
                 // 5. Apply only what the guard admitted; remember the floor across restarts.
                 if let Some(command) = received.admitted() {
                     let outcome = if command.point_id != args.point {

@@ -18,6 +18,13 @@
 //! intake and not handed over again: the core re-sends a command it got no answer to, with the
 //! same id.
 //!
+//! **Assignments** (driver contract 3, issue 21 item 7, "the valve") arrive on the same subject:
+//! the instance's points and their poll intervals. One from an older core than the floor is
+//! refused (`stale_epoch`, through the same [`crate::EpochGuard`]); one with an interval that
+//! is not a positive, finite number of seconds is refused `malformed`; any other is applied
+//! without restarting, by publishing it on a watch channel ([`CommandIntake::assignment`])
+//! that the driver's poll loop reads, and acknowledged `applied` on its reply subject.
+//!
 //! The announcement is what makes the floor move at a takeover rather than at the new core's
 //! first command to this instance: a deposed core's late command is refused even by a driver
 //! the new core never commands.
@@ -28,12 +35,16 @@
 //! guard refuses that core's commands. A driver persists the whole floor
 //! ([`crate::state::DriverState::floor`]).
 
+use std::collections::BTreeMap;
+
 use async_nats::{Client, Subscriber};
 use futures::StreamExt;
 use sentinel_core::wire::{
-    CommandEnvelope, CommandOutcome, CommandReply, DEVICE_ERROR, DRIVER_CONTRACT, DriverHello, OUT_OF_RANGE,
-    ToDriver, UNKNOWN_POINT, cmd_subject, driver_subject,
+    AssignmentAck, CommandEnvelope, CommandOutcome, CommandReply, DEVICE_ERROR, DRIVER_CONTRACT,
+    DriverAssignment, DriverHello, OUT_OF_RANGE, STALE_EPOCH, ToDriver, UNKNOWN_POINT, cmd_subject,
+    driver_subject,
 };
+use tokio::sync::watch;
 
 use crate::state::AppliedIds;
 use crate::{BusConnection, BusError, EpochFloor, EpochGuard, RefusedOp};
@@ -89,6 +100,31 @@ pub enum Received {
     /// it from another start (then the floor is now `core_epoch`). The intake said hello in
     /// answer either way.
     CoreStarted { core_epoch: u32, current: bool },
+    /// An assignment, applied (on [`CommandIntake::assignment`]'s channel) or refused, and
+    /// acknowledged by the intake either way.
+    Assignment {
+        assignment: DriverAssignment,
+        ack: AssignmentAck,
+    },
+}
+
+/// The poll intervals a driver's poll loop runs at, as its latest applied assignment says
+/// (issue 21 item 7). Empty until the first: the driver's own defaults.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Assigned {
+    /// The core epoch and registry version of the assignment applied (0, 0: none yet).
+    pub core_epoch: u32,
+    pub registry_version: i32,
+    /// Point id → seconds between polls (`None`: the driver's default). A point absent is not
+    /// this instance's any more.
+    pub points: BTreeMap<String, Option<f64>>,
+}
+
+impl Assigned {
+    /// The interval to poll `point_id` at: the assignment's, else `default_s`.
+    pub fn poll_interval_s(&self, point_id: &str, default_s: f64) -> f64 {
+        self.points.get(point_id).copied().flatten().unwrap_or(default_s)
+    }
 }
 
 impl Received {
@@ -106,7 +142,7 @@ impl Received {
             Received::Refused { reply, .. }
             | Received::AlreadyApplied { reply, .. }
             | Received::Malformed { reply } => Some(reply),
-            Received::Command { .. } | Received::CoreStarted { .. } => None,
+            Received::Command { .. } | Received::CoreStarted { .. } | Received::Assignment { .. } => None,
         }
     }
 }
@@ -119,6 +155,7 @@ pub struct CommandIntake {
     hello_subject: String,
     driver_instance: String,
     source_epoch: u32,
+    assigned: watch::Sender<Assigned>,
 }
 
 impl CommandIntake {
@@ -150,6 +187,7 @@ impl CommandIntake {
             hello_subject: driver_subject(host, driver_instance),
             driver_instance: driver_instance.to_owned(),
             source_epoch,
+            assigned: watch::Sender::new(Assigned::default()),
         };
         // A running core answers with its announcement if this instance has not seen its epoch.
         intake.hello().await?;
@@ -189,6 +227,51 @@ impl CommandIntake {
         self.guard.floor()
     }
 
+    /// The latest applied assignment (issue 21 item 7): a poll loop holds the receiver and
+    /// reads (or awaits `changed()` on) it, so a new interval takes effect without a restart.
+    pub fn assignment(&self) -> watch::Receiver<Assigned> {
+        self.assigned.subscribe()
+    }
+}
+
+/// Applies `assignment` (onto `assigned`) if its core is current by `guard` and its intervals
+/// are usable; the answer to send either way.
+fn apply_assignment(
+    guard: &mut EpochGuard,
+    assigned: &watch::Sender<Assigned>,
+    assignment: &DriverAssignment,
+) -> AssignmentAck {
+    let refuse = |reason: &str, highest_epoch_seen| AssignmentAck {
+        registry_version: assignment.registry_version,
+        outcome: CommandOutcome::Rejected,
+        reason: Some(reason.to_owned()),
+        highest_epoch_seen,
+    };
+    if !guard.observe(assignment.core_epoch, assignment.core_start) {
+        return refuse(STALE_EPOCH, guard.highest_seen());
+    }
+    let usable = |s: &Option<f64>| s.is_none_or(|s| s.is_finite() && s > 0.0);
+    if !assignment.points.iter().all(|p| usable(&p.poll_interval_s)) {
+        return refuse(MALFORMED, guard.highest_seen());
+    }
+    assigned.send_replace(Assigned {
+        core_epoch: assignment.core_epoch,
+        registry_version: assignment.registry_version,
+        points: assignment
+            .points
+            .iter()
+            .map(|p| (p.point_id.clone(), p.poll_interval_s))
+            .collect(),
+    });
+    AssignmentAck {
+        registry_version: assignment.registry_version,
+        outcome: CommandOutcome::Applied,
+        reason: None,
+        highest_epoch_seen: guard.highest_seen(),
+    }
+}
+
+impl CommandIntake {
     /// The ids of the commands this instance applied before its restart, oldest first (from
     /// [`crate::state::DriverState::applied`]). Call before the first [`Self::next`].
     pub fn restore_applied(&mut self, ids: impl IntoIterator<Item = String>) {
@@ -243,6 +326,32 @@ impl CommandIntake {
                     core_epoch: started.core_epoch,
                     current,
                 }));
+            }
+            Ok(ToDriver::Assignment(assignment)) => {
+                let ack = apply_assignment(&mut self.guard, &self.assigned, &assignment);
+                // Coordinates only, like commands.
+                tracing::info!(
+                    core_epoch = assignment.core_epoch,
+                    registry_version = assignment.registry_version,
+                    points = assignment.points.len(),
+                    outcome = ack.outcome.as_str(),
+                    reason = ack.reason.as_deref().unwrap_or(""),
+                    "assignment"
+                );
+                if let Some(reply_to) = message.reply {
+                    let sent = match serde_json::to_vec(&ack) {
+                        Ok(payload) => self
+                            .client
+                            .publish(reply_to.to_string(), payload.into())
+                            .await
+                            .map_err(|e| BusError::Connection(format!("assignment ack: {e}"))),
+                        Err(e) => Err(BusError::Other(format!("encode assignment ack: {e}"))),
+                    };
+                    if let Err(e) = sent {
+                        return Some(Err(e));
+                    }
+                }
+                return Some(Ok(Received::Assignment { assignment, ack }));
             }
             Ok(ToDriver::Command(command)) => {
                 let mut reply = self.guard.check(&command);
@@ -322,5 +431,108 @@ impl CommandIntake {
             .publish(reply_to, payload.into())
             .await
             .map_err(|e| BusError::Connection(format!("reply: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sentinel_core::wire::AssignedPoint;
+
+    use super::*;
+
+    fn assignment(core_epoch: u32, version: i32, temp_s: Option<f64>) -> DriverAssignment {
+        DriverAssignment {
+            v: 1,
+            core_epoch,
+            registry_version: version,
+            points: vec![
+                AssignedPoint {
+                    point_id: "boiler.flow".into(),
+                    poll_interval_s: None,
+                },
+                AssignedPoint {
+                    point_id: "boiler.temp".into(),
+                    poll_interval_s: temp_s,
+                },
+            ],
+            core_start: None,
+        }
+    }
+
+    /// Issue 25 item 3: an assignment at the floor's epoch from another core start is refused
+    /// like a command from it, and changes nothing.
+    #[test]
+    fn an_assignment_from_another_start_at_the_floor_is_refused() {
+        let mut guard = EpochGuard::restore(EpochFloor {
+            epoch: 5,
+            core_start: Some(11),
+        });
+        let assigned = watch::Sender::new(Assigned::default());
+        let repeat = DriverAssignment {
+            core_start: Some(12),
+            ..assignment(5, 7, Some(2.5))
+        };
+        let ack = apply_assignment(&mut guard, &assigned, &repeat);
+        assert_eq!(
+            (ack.outcome, ack.reason.as_deref(), ack.highest_epoch_seen),
+            (CommandOutcome::Rejected, Some(STALE_EPOCH), 5)
+        );
+        assert_eq!(assigned.borrow().poll_interval_s("boiler.temp", 30.0), 30.0);
+        let same = DriverAssignment {
+            core_start: Some(11),
+            ..assignment(5, 7, Some(2.5))
+        };
+        assert_eq!(
+            apply_assignment(&mut guard, &assigned, &same).outcome,
+            CommandOutcome::Applied
+        );
+    }
+
+    #[test]
+    fn an_assignment_is_applied_live_and_one_from_an_older_core_is_refused() {
+        let mut guard = EpochGuard::new(4);
+        let assigned = watch::Sender::new(Assigned::default());
+        let mut poll_loop = assigned.subscribe();
+        assert_eq!(poll_loop.borrow().poll_interval_s("boiler.temp", 30.0), 30.0);
+
+        let ack = apply_assignment(&mut guard, &assigned, &assignment(5, 7, Some(2.5)));
+        assert_eq!(
+            ack,
+            AssignmentAck {
+                registry_version: 7,
+                outcome: CommandOutcome::Applied,
+                reason: None,
+                highest_epoch_seen: 5,
+            }
+        );
+        assert!(poll_loop.has_changed().unwrap());
+        let now = poll_loop.borrow_and_update().clone();
+        assert_eq!((now.core_epoch, now.registry_version), (5, 7));
+        assert_eq!(now.poll_interval_s("boiler.temp", 30.0), 2.5);
+        assert_eq!(now.poll_interval_s("boiler.flow", 30.0), 30.0);
+
+        // A deposed core (epoch 4, below the floor of 5 the last one raised) is refused and
+        // changes nothing.
+        let ack = apply_assignment(&mut guard, &assigned, &assignment(4, 8, Some(1.0)));
+        assert_eq!(ack.outcome, CommandOutcome::Rejected);
+        assert_eq!(ack.reason.as_deref(), Some(STALE_EPOCH));
+        assert_eq!(ack.highest_epoch_seen, 5);
+        assert!(!poll_loop.has_changed().unwrap());
+
+        // An interval no poll loop can run at is refused too.
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let ack = apply_assignment(&mut guard, &assigned, &assignment(5, 8, Some(bad)));
+            assert_eq!(ack.reason.as_deref(), Some(MALFORMED), "{bad}");
+        }
+        assert!(!poll_loop.has_changed().unwrap());
+
+        // A newer core's assignment applies and raises the floor.
+        let ack = apply_assignment(&mut guard, &assigned, &assignment(6, 8, None));
+        assert_eq!(ack.outcome, CommandOutcome::Applied);
+        assert_eq!(guard.highest_seen(), 6);
+        assert_eq!(
+            poll_loop.borrow_and_update().poll_interval_s("boiler.temp", 30.0),
+            30.0
+        );
     }
 }

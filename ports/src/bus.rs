@@ -117,6 +117,18 @@ pub enum Inbound {
         seq: i64,
         reply: sentinel_core::wire::CommandReply,
     },
+    /// A driver's acknowledgement of an assignment, on its reply subject below
+    /// [`sentinel_core::wire::ASSIGNMENT_REPLY_WILDCARD`] (the core's epoch and the
+    /// assignment's `assignment` event seq).
+    AssignmentAck {
+        epoch: u32,
+        seq: i64,
+        ack: sentinel_core::wire::AssignmentAck,
+    },
+    /// `sentinel registry load` announced a new version on
+    /// [`sentinel_core::wire::REGISTRY_LOADED_WILDCARD`]. Only a hint: the runtime reads the
+    /// version from the store.
+    RegistryLoaded { version: i32 },
 }
 
 impl Inbound {
@@ -149,8 +161,19 @@ impl Inbound {
             let reply = serde_json::from_slice(payload).map_err(|_| "not a command reply")?;
             return Ok(Inbound::CommandReply { epoch, seq, reply });
         }
+        if let Some((epoch, seq)) = sentinel_core::wire::parse_assignment_reply_subject(subject) {
+            let ack = serde_json::from_slice(payload).map_err(|_| "not an assignment acknowledgement")?;
+            return Ok(Inbound::AssignmentAck { epoch, seq, ack });
+        }
         if subject.starts_with(sentinel_core::wire::CORE_INBOX_PREFIX) {
-            return Err("a command reply subject must name an epoch and a seq");
+            return Err("a reply subject must name an epoch and a seq");
+        }
+        if request_principal(subject, sentinel_core::wire::REGISTRY_LOADED_SUBJECT).is_some() {
+            let loaded: sentinel_core::wire::RegistryLoaded =
+                serde_json::from_slice(payload).map_err(|_| "not a registry announcement")?;
+            return Ok(Inbound::RegistryLoaded {
+                version: loaded.version,
+            });
         }
         if subject.starts_with(COMMAND_REQUEST_SUBJECT) || subject.starts_with(REPROCESS_REQUEST_SUBJECT) {
             return Err("a request subject must end in the asking principal's name");
@@ -178,6 +201,11 @@ impl From<Inbound> for Input {
             Inbound::DriverHello { host, hello } => Input::DriverHello { host, hello },
             Inbound::ReprocessRequest { ask, reply_to } => Input::ReprocessRequested { ask, reply_to },
             Inbound::CommandReply { epoch, seq, reply } => Input::CommandAnswered { epoch, seq, reply },
+            Inbound::AssignmentAck { epoch, seq, ack } => Input::AssignmentAcked { epoch, seq, ack },
+            // The runtime takes an announcement before converting (it reads the version from
+            // the store and hands the core `Input::RegistryLoaded`); converted alone, it only
+            // wakes the core.
+            Inbound::RegistryLoaded { .. } => Input::Tick,
         }
     }
 }
@@ -239,6 +267,40 @@ pub trait Consumer: Send + 'static {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn assignment_acks_and_registry_announcements_decode_by_subject() {
+        let ack = br#"{"registry_version":7,"outcome":"applied","highest_epoch_seen":5}"#;
+        assert_eq!(
+            Inbound::decode("_INBOX_sentinel-core.asg.5.42", ack, None),
+            Ok(Inbound::AssignmentAck {
+                epoch: 5,
+                seq: 42,
+                ack: sentinel_core::wire::AssignmentAck {
+                    registry_version: 7,
+                    outcome: sentinel_core::wire::CommandOutcome::Applied,
+                    reason: None,
+                    highest_epoch_seen: 5,
+                },
+            })
+        );
+        assert_eq!(
+            Inbound::decode("_INBOX_sentinel-core.asg.5.42", b"{}", None),
+            Err("not an assignment acknowledgement")
+        );
+        assert_eq!(
+            Inbound::decode("_INBOX_sentinel-core.asg.5", ack, None),
+            Err("a reply subject must name an epoch and a seq")
+        );
+        assert_eq!(
+            Inbound::decode("sentinel.registry.loaded.operator", br#"{"version":9}"#, None),
+            Ok(Inbound::RegistryLoaded { version: 9 })
+        );
+        assert_eq!(
+            Inbound::decode("sentinel.registry.loaded.operator", b"9", None),
+            Err("not a registry announcement")
+        );
+    }
 
     #[test]
     fn inbound_messages_decode_by_subject() {
@@ -310,12 +372,12 @@ mod tests {
             (
                 "_INBOX_sentinel-core.cmd.5",
                 reply,
-                "a command reply subject must name an epoch and a seq",
+                "a reply subject must name an epoch and a seq",
             ),
             (
                 "_INBOX_sentinel-core.cmd.5.-1",
                 reply,
-                "a command reply subject must name an epoch and a seq",
+                "a reply subject must name an epoch and a seq",
             ),
             ("sentinel.command.request.ana", hello, "not a command request"),
             (

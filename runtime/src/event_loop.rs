@@ -479,6 +479,19 @@ where
             },
             Some(lag) = lag_rx.recv() => lag,
             Some(message) = inbound.recv() => {
+                // `sentinel registry load` announced a version (issue 21 item 7): the version
+                // itself is read from the store, the newest there, never from the message.
+                if let Inbound::RegistryLoaded { version } = message {
+                    match load_newest_registry(&store).await {
+                        Ok(Some(registry)) => {
+                            info!(announced = version, loaded = registry.version, "registry version announced");
+                            input = Some(Input::RegistryLoaded(registry));
+                        }
+                        Ok(None) => warn!(announced = version, "registry version announced, but the store has none"),
+                        Err(e) => warn!(announced = version, error = %e, "reading an announced registry version failed"),
+                    }
+                    continue;
+                }
                 #[cfg(feature = "failpoints")]
                 if matches!(message, Inbound::CommandReply { .. }) {
                     crate::failpoint::hit(crate::failpoint::COMMAND_ANSWER_NOT_RECORDED);
@@ -628,6 +641,17 @@ async fn observation_publish_loop<B: Bus>(
 }
 
 /// `Effect::RaiseEpoch` (issue 25 item 3): a driver's hello showed an epoch above this core's.
+/// The newest registry version in the store, compiled (a running core's live reload, issue
+/// 21 item 7).
+async fn load_newest_registry<S: Store>(store: &S) -> Result<Option<Arc<sentinel_core::Registry>>, String> {
+    let Some(stored) = store.load_registry(None).await.map_err(|e| e.to_string())? else {
+        return Ok(None);
+    };
+    crate::registry_dir::compile_stored_shared(stored)
+        .map(Some)
+        .map_err(|e| e.to_string())
+}
+
 async fn raise_epoch<S: Store>(
     store: &S,
     epoch: u32,
@@ -734,6 +758,33 @@ async fn execute<B: Bus, S: Store>(
                     t.bus_error(BusOp::Publish, Some(&e));
                 }
             }
+        }
+        Effect::SendAssignment {
+            subject,
+            reply_to,
+            payload,
+        } => {
+            if let Err(e) = bus.publish_command(subject, reply_to, payload).await {
+                warn!(error = %e, "assignment publish failed");
+                if let Some(t) = telemetry {
+                    t.bus_error(BusOp::Publish, Some(&e));
+                }
+            }
+        }
+        Effect::RestartNeeded {
+            version,
+            reasons,
+            omitted,
+        } => {
+            // The running core keeps its version; an operator restarts it to take this one.
+            for reason in &reasons {
+                warn!(version, reason = %reason, "registry version loaded: restart needed");
+            }
+            warn!(
+                version,
+                reasons = reasons.len() + omitted,
+                "registry version loaded: restart needed; nothing of it was applied"
+            );
         }
         Effect::Checkpoint { epoch, states } => {
             let _ = checkpoints.send((epoch, states));

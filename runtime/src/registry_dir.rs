@@ -168,11 +168,12 @@ pub const CLASS_MOVES_MAX: usize = 1_000;
 pub async fn load_dir_moving<S: Store>(
     store: &S,
     dir: &Path,
+    admission: &Admission,
     epoch: u32,
     principal: &str,
     now: sentinel_core::Micros,
 ) -> Result<MovingLoad, RegistryDirError> {
-    let descriptors = check_dir(dir)?;
+    let descriptors = check_dir_with(dir, admission)?;
     let before = store.load_registry(None).await?;
     let mut changes = match &before {
         Some(newest) => class_changes(newest, &descriptors)?,
@@ -372,6 +373,39 @@ pub fn check_dir_with(dir: &Path, admission: &Admission) -> Result<Vec<Descripto
     source::load_with(&read_dir(dir)?, admission)
 }
 
+/// Why a compiled registry does not fit the installation's capacity, if it does not: its
+/// declared load (the generated health points included) above the ingest budget, or an outage
+/// at that load past the stream's bound. A starting core checks the version it runs with this,
+/// so a stored version loaded under a larger capacity than the one configured now is refused
+/// at start rather than found out in an outage.
+pub fn capacity_refusal(registry: &Registry, admission: &Admission) -> Option<String> {
+    let descriptors: Vec<Descriptor> = registry.points().map(|(_, p)| p.descriptor.clone()).collect();
+    let plan = Plan::of(&descriptors, admission);
+    let load = &plan.load;
+    if !plan.within_budget {
+        return Some(format!(
+            "registry version {} declares {:.1} obs/s at peak, above the configured ingest budget of {} obs/s \
+             (SENTINEL_INGEST_BUDGET_OBS_S)",
+            registry.version, load.total_peak_obs_s, admission.ingest_budget_obs_s
+        ));
+    }
+    if !plan.stream_fits {
+        return Some(format!(
+            "registry version {}: a {} s outage at its declared {:.1} obs/s leaves {} messages ({} bytes) in the \
+             stream, more than the configured bound of {} messages / {} bytes (SENTINEL_STREAM_MAX_MSGS, \
+             SENTINEL_STREAM_MAX_BYTES)",
+            registry.version,
+            admission.outage_s,
+            load.total_peak_obs_s,
+            load.outage_msgs_needed,
+            load.outage_bytes_needed,
+            admission.stream_max_msgs,
+            admission.stream_max_bytes
+        ));
+    }
+    None
+}
+
 /// The declared load and derived-point order of a folder that passes its checks: what
 /// `sentinel registry plan DIR` prints.
 pub fn plan_dir(dir: &Path, admission: &Admission) -> Result<Plan, RegistryReport> {
@@ -395,7 +429,17 @@ pub fn snapshot_dir(dir: &Path) -> Result<RegistrySnapshot, RegistryReport> {
 /// Reads the folder synchronously: it is bounded by the limits above and runs once, at startup
 /// or from the CLI, before the consumer is bound.
 pub async fn load_dir<S: Store>(store: &S, dir: &Path) -> Result<RegistryLoad, RegistryDirError> {
-    let descriptors = check_dir(dir)?;
+    load_dir_with(store, dir, &Admission::default()).await
+}
+
+/// [`load_dir`] against an explicit installation's capacity: what `sentinel registry load` and
+/// a starting core run with the configured ingest budget, outage and stream bound.
+pub async fn load_dir_with<S: Store>(
+    store: &S,
+    dir: &Path,
+    admission: &Admission,
+) -> Result<RegistryLoad, RegistryDirError> {
+    let descriptors = check_dir_with(dir, admission)?;
     let changes = stored_class_changes(store, &descriptors).await?;
     if !changes.is_empty() {
         return Err(RegistryDirError::ClassChanges(changes));

@@ -25,6 +25,7 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Instant;
 
+use sentinel_core::registry::plan::Admission;
 use sentinel_core::{Config, Core, IssuedCommand, RetentionClass};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -137,6 +138,7 @@ where
         store,
         connect_bus,
         registry_dir,
+        &Admission::default(),
         config,
         clock,
         &Notifier::disabled(),
@@ -144,13 +146,19 @@ where
     .await
 }
 
-/// [`start`], telling the service manager each step as it begins (`STATUS=` and
-/// `EXTEND_TIMEOUT_USEC=`, [`crate::notify`]). `READY=1` is not sent here: the caller sends it
-/// once the runtime loop runs.
+/// [`start`] against the installation's capacity (`admission`: the ingest budget, the outage and
+/// the stream's bounds the core runs with; issue 24 item 4), telling the service manager each
+/// step as it begins (`STATUS=` and `EXTEND_TIMEOUT_USEC=`, [`crate::notify`]). The registry,
+/// loaded from `registry_dir` or the newest stored version, must fit that capacity: a folder is
+/// checked against it as `registry load` checks it, a stored version's declared load against
+/// the budget and the stream. `READY=1` is not sent here: the caller sends it once the runtime
+/// loop runs.
+#[allow(clippy::too_many_arguments)] // each one thing the start needs
 pub async fn start_notified<B, S, C, F>(
     store: &S,
     connect_bus: C,
     registry_dir: Option<&Path>,
+    admission: &Admission,
     config: Config,
     clock: &dyn Clock,
     notify: &Notifier,
@@ -173,7 +181,7 @@ where
     notify.startup_step("registry");
     let step = Instant::now();
     if let Some(dir) = registry_dir {
-        let load = registry_dir::load_dir(store, dir)
+        let load = registry_dir::load_dir_with(store, dir, admission)
             .await
             .map_err(|e| StartError::Registry(e.to_string()))?;
         info!(
@@ -185,6 +193,9 @@ where
     let stored = store.load_registry(None).await?.ok_or(StartError::NoRegistry)?;
     let registry =
         registry_dir::compile_stored_shared(stored).map_err(|e| StartError::Registry(e.to_string()))?;
+    if let Some(refusal) = registry_dir::capacity_refusal(&registry, admission) {
+        return Err(StartError::Registry(refusal));
+    }
     timings.record("registry", step);
     info!(
         version = registry.version,
@@ -350,6 +361,10 @@ where
             Err(e) => warn!(error = %e, "announcing the core epoch to a driver instance failed"),
         }
     }
+    // The valve (issue 21 item 7): each instance with a declared poll interval gets its
+    // assignment, recorded as an `assignment` event once the loop runs and published once
+    // recorded (after the announcements above, so its epoch is one the driver has heard).
+    core.start_assignments();
     timings.record("start_drivers", step);
     info!(
         instances,

@@ -364,6 +364,18 @@ impl World {
                 say_hello(&mut inner, subject, now);
                 return;
             }
+            // The simulator's registries declare no poll interval, so no core sends one; a
+            // simulated driver has no poll loop to apply it to (issue 21 item 7).
+            ToDriver::Assignment(assignment) => {
+                inner.trace.event(
+                    now,
+                    format_args!(
+                        "driver {subject} ignores an assignment of epoch {}",
+                        assignment.core_epoch
+                    ),
+                );
+                return;
+            }
         };
         let mut reply = inner.driver_guard(subject).check(&command);
         let applied = reply.outcome == sentinel_core::wire::CommandOutcome::Accepted;

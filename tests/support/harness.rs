@@ -568,6 +568,28 @@ pub fn spawn_core_on(
         .expect("spawn sentinel run")
 }
 
+/// Runs `command` to completion like `Command::output`, but kills it and panics naming it when
+/// it has not exited within `timeout`: a CLI that should refuse and instead starts serving
+/// (a broken check) fails the test instead of hanging it. Output beyond a pipe's buffer
+/// (64 KiB) is read only after the exit, so this is for commands that print little.
+pub fn output_within(command: &mut Command, timeout: Duration) -> std::process::Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let deadline = std::time::Instant::now() + timeout;
+    while child.try_wait().expect("try_wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{command:?} did not exit within {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("output")
+}
+
 /// Waits up to `timeout` for `child` to exit. Polls without blocking the runtime, so subscriber
 /// tasks keep running meanwhile.
 pub async fn wait_exit(child: &mut Child, timeout: Duration) -> Option<ExitStatus> {

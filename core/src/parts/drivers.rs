@@ -342,6 +342,31 @@ impl Drivers {
         self.epoch_raise
     }
 
+    /// A registry version applied live (issue 21 item 7): the same points and the same
+    /// instances (`registry/reload.rs` refuses anything else), a point perhaps on another
+    /// instance of its host. Which instance each point is on is read again, so a moved
+    /// point's rows make its new instance ready; events and announcements carry the new
+    /// version.
+    pub fn reassign(&mut self, registry: &Registry) {
+        debug_assert_eq!(self.slot_of_point.len(), registry.len());
+        let slot_of_point: Vec<u32> = registry
+            .points()
+            .map(|(_, p)| {
+                self.slot(&p.host, registry.instance_name(p.instance))
+                    .map_or(NO_SLOT, |slot| slot as u32)
+            })
+            .collect();
+        debug_assert!(
+            slot_of_point
+                .iter()
+                .zip(&self.slot_of_point)
+                .all(|(new, old)| (*new == NO_SLOT) == (*old == NO_SLOT)),
+            "a live reload keeps every point's host"
+        );
+        self.slot_of_point = slot_of_point;
+        self.registry_version = registry.version;
+    }
+
     /// Restart step 7: one announcement per instance, in `(host, instance)` order.
     pub fn announcements(&self) -> Vec<Announcement> {
         self.views.iter().map(|v| self.announcement(v)).collect()

@@ -11,12 +11,15 @@
 //! - [`verification`]: applied commands' verification timers and each writable point's
 //!   convergence;
 //! - [`drivers`]: the driver instances' states and the epoch announcement;
+//! - [`assignments`]: each driver instance's assignment (poll intervals), its `assignment`
+//!   events, their publication and the drivers' acknowledgements;
 //! - [`derived`]: derived points, and the readings held back at restart;
 //! - [`maintenance`]: rollup and retention schedules, the reprocess slot, "ingest behind";
 //! - [`self_points`]: the core's figures about itself, and the envelopes of every self-point;
 //! - [`health`]: the values of the generated health points per driver host and per device;
 //! - [`context`]: what they all read ([`context::Ctx`]) and write ([`context::Out`]).
 
+pub mod assignments;
 pub(crate) mod claims;
 pub(crate) mod commands;
 pub(crate) mod context;

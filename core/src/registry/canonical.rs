@@ -252,6 +252,7 @@ mod tests {
                 row_bytes: 96,
                 reporting: None,
                 heartbeat_s: None,
+                poll_interval_s: None,
             },
             derived: None,
             writable: None,
@@ -496,6 +497,8 @@ mod tests {
                     row_bytes,
                     reporting: heartbeat_s.map(|_| Reporting::OnChange),
                     heartbeat_s,
+                    // Covers set and unset, a fraction included, through the round trip.
+                    poll_interval_s: heartbeat_s.map(|h| f64::from(h) / 4.0),
                 },
                 derived: derived.map(|(op, inputs, window_s)| Derived { op, inputs, window_s }),
                 writable: writable.map(|(relinquish_default, verify_s, tolerance, min_on_s, min_off_s)| Writable {

@@ -45,6 +45,11 @@ pub const FRESHNESS_S_MAX: u32 = 31 * 24 * 3600;
 pub const VERIFY_S_MAX: u32 = 24 * 3600;
 /// Minimum on/off holds longer than a day lock a point out of operator control.
 pub const MIN_ON_OFF_S_MAX: u32 = 24 * 3600;
+/// Points assigned to one driver instance: its assignment (issue 21 item 7) lists them all,
+/// and at 128-byte ids this many stays well under the bus's default 1 MiB payload.
+pub const INSTANCE_POINTS_MAX: usize = 4096;
+/// A point polled less than once a day is not being watched (issue 21 item 7).
+pub const POLL_INTERVAL_S_MAX: f64 = 86_400.0;
 
 /// Runs every admission check over a parsed folder, against the default installation
 /// ([`Admission::default`]: the spec's 500 obs/s budget, a four-hour outage, the default
@@ -214,6 +219,7 @@ fn check_folder_points(folder: &SourceFolder, issues: &mut Vec<RegistryIssue>) {
     // part of the dedup key and is interned globally, so one instance serving two hosts would
     // let either host publish the other's points.
     let mut instances: BTreeMap<&str, (&str, &str)> = BTreeMap::new();
+    let mut per_instance: BTreeMap<&str, usize> = BTreeMap::new();
     for file in &folder.files {
         for located in &file.points {
             let p = &located.point;
@@ -240,6 +246,7 @@ fn check_folder_points(folder: &SourceFolder, issues: &mut Vec<RegistryIssue>) {
                 }
             }
             if let (Some(host), Some(instance)) = (file.host.as_deref(), p.driver_instance.as_deref()) {
+                *per_instance.entry(instance).or_default() += 1;
                 match instances.get(instance) {
                     Some((first_host, first_file)) if *first_host != host => {
                         issues.push(RegistryIssue::point(
@@ -257,6 +264,17 @@ fn check_folder_points(folder: &SourceFolder, issues: &mut Vec<RegistryIssue>) {
                     }
                 }
             }
+        }
+    }
+    for (instance, count) in per_instance {
+        if count > INSTANCE_POINTS_MAX {
+            issues.push(RegistryIssue::file(
+                FOLDER,
+                format!(
+                    "driver_instance {instance:?} is assigned {count} points, more than the \
+                     {INSTANCE_POINTS_MAX} one assignment carries; split them over more instances"
+                ),
+            ));
         }
     }
 }
@@ -482,6 +500,7 @@ fn check_point(
     }
 
     check_heartbeat(p, push);
+    check_poll_interval(p, file.host.as_deref(), push);
     check_writable(p, file.host.as_deref(), vocabulary, push);
 
     if let Some(row_bytes) = p.row_bytes
@@ -526,6 +545,54 @@ fn check_heartbeat(p: &SourcePoint, push: &mut impl FnMut(String)) {
             }
         }
         _ => {}
+    }
+}
+
+/// `poll_interval_s` (issue 21 item 7, "the valve"): a positive, finite number of seconds up to
+/// [`POLL_INTERVAL_S_MAX`]; no faster than the declared peak rate (`1 / poll_interval_s` above
+/// `peak_rate_hz` would break the load admission counted on); no longer than `freshness_s`
+/// (the point would go stale between polls); and never on the core's own points, which no
+/// driver polls.
+fn check_poll_interval(p: &SourcePoint, host: Option<&str>, push: &mut impl FnMut(String)) {
+    let Some(poll_interval_s) = p.poll_interval_s else {
+        return;
+    };
+    if host == Some(SELF_HOST) {
+        push(format!(
+            "poll_interval_s on a point of host \"{SELF_HOST}\": the core's own points are not polled by a driver"
+        ));
+        return;
+    }
+    if !(poll_interval_s.is_finite() && poll_interval_s > 0.0) {
+        push(format!(
+            "poll_interval_s {poll_interval_s} must be a positive, finite number of seconds"
+        ));
+        return;
+    }
+    if poll_interval_s > POLL_INTERVAL_S_MAX {
+        push(format!(
+            "poll_interval_s {poll_interval_s} is more than the limit of {POLL_INTERVAL_S_MAX} s"
+        ));
+        return;
+    }
+    if let Some(rate) = p.peak_rate_hz
+        && rate.is_finite()
+        && rate > 0.0
+        && 1.0 / poll_interval_s > rate
+    {
+        push(format!(
+            "poll_interval_s {poll_interval_s} polls faster than peak_rate_hz {rate} allows: poll at most \
+             every {} s or raise the declared peak rate",
+            1.0 / rate
+        ));
+    }
+    if let Some(freshness_s) = p.freshness_s
+        && poll_interval_s > f64::from(freshness_s)
+    {
+        push(format!(
+            "poll_interval_s {poll_interval_s} is longer than freshness_s {freshness_s}: the point would go \
+             stale between polls"
+        ));
     }
 }
 
@@ -1419,6 +1486,112 @@ bar = { quantity = "pressure", factor = 100.0 }
         );
         let good = point(&[("reporting", Some("\"on_change\"")), ("heartbeat_s", Some("30"))]);
         assert_eq!(lines(&plant_a(&[good])), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_poll_interval_is_refused_unless_it_fits_the_peak_rate_and_the_freshness() {
+        let with = |value: &str| lines(&plant_a(&[point(&[("poll_interval_s", Some(value))])]));
+        let at = |rest: &str| format!(r#"hosts/plant-a.toml: point "boiler.temp": {rest}"#);
+        assert_eq!(
+            with("0.0"),
+            vec![at(
+                "poll_interval_s 0 must be a positive, finite number of seconds"
+            )]
+        );
+        assert_eq!(
+            with("-5.0"),
+            vec![at(
+                "poll_interval_s -5 must be a positive, finite number of seconds"
+            )]
+        );
+        assert_eq!(
+            with("nan"),
+            vec![at(
+                "poll_interval_s NaN must be a positive, finite number of seconds"
+            )]
+        );
+        assert_eq!(
+            with("inf"),
+            vec![at(
+                "poll_interval_s inf must be a positive, finite number of seconds"
+            )]
+        );
+        assert_eq!(
+            with("86401.0"),
+            vec![at("poll_interval_s 86401 is more than the limit of 86400 s")]
+        );
+        // The base point declares 0.1 Hz: a poll every 5 s would be 0.2 Hz.
+        assert_eq!(
+            with("5.0"),
+            vec![at(
+                "poll_interval_s 5 polls faster than peak_rate_hz 0.1 allows: poll at most every 10 s or raise \
+                 the declared peak rate"
+            )]
+        );
+        // ... and freshness_s is 60.
+        assert_eq!(
+            with("61.0"),
+            vec![at(
+                "poll_interval_s 61 is longer than freshness_s 60: the point would go stale between polls"
+            )]
+        );
+        // Exactly the peak rate and exactly the freshness both pass.
+        assert_eq!(with("10.0"), Vec::<String>::new());
+        assert_eq!(with("60"), Vec::<String>::new());
+        let own = derived(
+            "site.mean",
+            r#"{ op = "mean", inputs = ["boiler.temp"], window_s = 60 }"#,
+        )
+        .replace("[[point]]\n", "[[point]]\npoll_interval_s = 10.0\n");
+        assert_eq!(
+            lines(&with_core(&[point(&[])], &[own])),
+            vec![
+                r#"hosts/sentinel.toml: point "site.mean": poll_interval_s on a point of host "sentinel": the core's own points are not polled by a driver"#
+            ]
+        );
+    }
+
+    #[test]
+    fn a_driver_instance_carries_at_most_one_assignments_worth_of_points() {
+        let many: Vec<String> = (0..=INSTANCE_POINTS_MAX)
+            .map(|i| {
+                point(&[
+                    ("id", Some(&format!("\"p.{i}\""))),
+                    ("peak_rate_hz", Some("0.01")),
+                    ("freshness_s", Some("600")),
+                ])
+            })
+            .collect();
+        let issues = run(&[("hosts/plant-a.toml", host_file("plant-a", &many))]);
+        assert_eq!(
+            issues.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            vec![
+                "(registry folder): driver_instance \"modbus-1\" is assigned 4097 points, more than the 4096 one \
+                 assignment carries; split them over more instances"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_poll_interval_resolves_into_the_manifest_and_is_left_out_of_the_canonical_form_when_unset() {
+        let files = |p: String| -> Vec<(String, String)> {
+            plant_a(&[p])
+                .into_iter()
+                .map(|(f, t)| (f.to_owned(), t))
+                .chain([
+                    ("units.toml".to_owned(), UNITS.to_owned()),
+                    ("codebooks.toml".to_owned(), CODEBOOKS.to_owned()),
+                ])
+                .collect()
+        };
+        let set = crate::registry::source::load(&files(point(&[("poll_interval_s", Some("30"))]))).unwrap();
+        let temp = set.iter().find(|d| d.id == "boiler.temp").unwrap();
+        assert_eq!(temp.manifest.poll_interval_s, Some(30.0));
+        let json = crate::registry::canonical::canonical_json(temp);
+        assert!(json.contains(r#""poll_interval_s":30"#), "{json}");
+        let unset = crate::registry::source::load(&files(point(&[]))).unwrap();
+        let temp = unset.iter().find(|d| d.id == "boiler.temp").unwrap();
+        assert!(!crate::registry::canonical::canonical_json(temp).contains("poll_interval_s"));
     }
 
     #[test]

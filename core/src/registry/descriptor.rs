@@ -346,6 +346,13 @@ pub struct Manifest {
     /// `heartbeat_missed`. Required when `reporting` is `on_change`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub heartbeat_s: Option<u32>,
+    /// How often the point's driver polls it, in seconds (issue 21 item 7, "the valve"): the
+    /// core pushes it to the driver instance in an `assignment` and a new registry version may
+    /// change it without a restart. No faster than `peak_rate_hz` allows and no longer than
+    /// `freshness_s`. Omitted from the canonical form when unset, so a registry without it
+    /// keeps its hashes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_interval_s: Option<f64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -449,6 +456,7 @@ impl Descriptor {
                 row_bytes: 120,
                 reporting: None,
                 heartbeat_s: None,
+                poll_interval_s: None,
             },
             derived: None,
             writable: None,

@@ -147,6 +147,9 @@ pub struct SourcePoint {
     pub row_bytes: Option<u32>,
     pub reporting: Option<Reporting>,
     pub heartbeat_s: Option<u32>,
+    /// How often the driver polls the point, in seconds (issue 21 item 7, "the valve"): pushed
+    /// to the driver instance in its `assignment` and changed live by loading a new version.
+    pub poll_interval_s: Option<f64>,
     /// `derived = { op = "...", inputs = [...], window_s = N }`: computed by the core.
     pub derived: Option<Derived>,
     /// `writable = { verify_s = N, tolerance = T, relinquish_default = V, min_on_s = N,

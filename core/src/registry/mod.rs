@@ -6,12 +6,13 @@
 //! registry-wide admission checks ([`admission`]) over the derived inputs graph ([`graph`])
 //! and the declared load ([`plan`]), the health points generated per driver host and device
 //! ([`health`]), loading (parse → check → resolve → generate, [`source`]), canonical form and
-//! hashing ([`canonical`]), and the compiled, interned lookup structure the pipeline uses
-//! ([`Registry`]).
+//! hashing ([`canonical`]), the compiled, interned lookup structure the pipeline uses
+//! ([`Registry`]), and what a running core may take live from a newly loaded version
+//! ([`reload`]).
 //!
 //! Imports run one way: `descriptor` at the bottom; `health` and `graph` over it; `folder`
 //! and `plan` over them; `admission` over those; `check` over `admission`; `source` (which
-//! loads) over `check`; `canonical` over the compiled registry.
+//! loads) over `check`; `canonical` and `reload` over the compiled registry.
 //! Reading files and git is the `io` crate's job: this module takes text in.
 
 pub mod admission;
@@ -22,6 +23,7 @@ pub mod folder;
 pub mod graph;
 pub mod health;
 pub mod plan;
+pub mod reload;
 pub mod source;
 
 use std::sync::Arc;

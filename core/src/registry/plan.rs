@@ -75,6 +75,46 @@ impl Default for Admission {
     }
 }
 
+/// Headroom the recommended figures keep over the declared peaks: a registry grows between
+/// two reviews of its configuration.
+pub const RECOMMENDED_HEADROOM: f64 = 1.25;
+
+/// The configuration `registry plan` recommends for a registry: the one set of figures that
+/// `registry check`, `registry load` and `sentinel run` all read (issue 24 item 4). The outage
+/// is the configured one; the budget and the stream's bounds hold the declared peaks through
+/// it with [`RECOMMENDED_HEADROOM`], and are never below the configured figures (a smaller
+/// stream than the one configured is the operator's call, not the plan's).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Recommended {
+    pub ingest_budget_obs_s: f64,
+    pub outage_s: u64,
+    pub stream_max_msgs: u64,
+    pub stream_max_bytes: u64,
+}
+
+impl Recommended {
+    pub fn of(load: &DeclaredLoad, admission: &Admission) -> Recommended {
+        let grown = |figure: f64| (figure * RECOMMENDED_HEADROOM).ceil();
+        let stream_max_msgs = (grown(load.outage_msgs_needed as f64) as u64).max(admission.stream_max_msgs);
+        Recommended {
+            ingest_budget_obs_s: grown(load.total_peak_obs_s).max(admission.ingest_budget_obs_s),
+            outage_s: admission.outage_s,
+            stream_max_msgs,
+            stream_max_bytes: (grown(load.outage_bytes_needed as f64) as u64).max(admission.stream_max_bytes),
+        }
+    }
+
+    /// As the environment file's lines (`/etc/sentinel/sentinel.env`).
+    pub fn env_lines(&self) -> [String; 4] {
+        [
+            format!("SENTINEL_INGEST_BUDGET_OBS_S={}", self.ingest_budget_obs_s),
+            format!("SENTINEL_OUTAGE_S={}", self.outage_s),
+            format!("SENTINEL_STREAM_MAX_MSGS={}", self.stream_max_msgs),
+            format!("SENTINEL_STREAM_MAX_BYTES={}", self.stream_max_bytes),
+        ]
+    }
+}
+
 /// One retention class's declared load.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ClassLoad {
@@ -284,6 +324,8 @@ pub struct Plan {
     pub health_points: usize,
     pub admission: Admission,
     pub load: DeclaredLoad,
+    /// The configuration to run this registry with.
+    pub recommended: Recommended,
     pub within_budget: bool,
     pub stream_fits: bool,
     /// Each driver host's disk queue through the outage, by host name.
@@ -365,6 +407,7 @@ impl Plan {
             driver_queues,
             driver_queue_warnings,
             site_queues,
+            recommended: Recommended::of(&load, admission),
             admission: admission.clone(),
             load,
             derived_in_dependency_order,
@@ -532,6 +575,42 @@ mod tests {
         assert_eq!(plan.driver_queues[3].host, "roaming");
         assert_eq!(plan.driver_queues[3].site, None);
         assert_eq!(plan.driver_queues[0].site.as_deref(), Some("barn"));
+    }
+
+    #[test]
+    fn the_recommended_configuration_holds_the_outage_with_headroom_and_never_shrinks() {
+        // 10 points at 10 Hz: 100 obs/s, 1.44M messages in a 4 h outage.
+        let descriptors: Vec<Descriptor> = (0..10)
+            .map(|i| point(&format!("p{i}"), RetentionClass::Measurement, 10.0, 100))
+            .collect();
+        let plan = Plan::of(&descriptors, &Admission::default());
+        assert_eq!(
+            plan.recommended,
+            Recommended {
+                ingest_budget_obs_s: 500.0,
+                outage_s: OUTAGE_S_DEFAULT,
+                stream_max_msgs: STREAM_MAX_MSGS_DEFAULT,
+                stream_max_bytes: STREAM_MAX_BYTES_DEFAULT,
+            },
+            "the defaults hold it: nothing is recommended below them"
+        );
+        let day = Admission {
+            outage_s: 86_400,
+            ingest_budget_obs_s: 50.0,
+            ..Admission::default()
+        };
+        let plan = Plan::of(&descriptors, &day);
+        // 100 obs/s x 86,400 s = 8.64M messages, x 1.25 = 10.8M; x 512 bytes = 5.53 GB.
+        assert_eq!(
+            plan.recommended.env_lines(),
+            [
+                "SENTINEL_INGEST_BUDGET_OBS_S=125",
+                "SENTINEL_OUTAGE_S=86400",
+                "SENTINEL_STREAM_MAX_MSGS=10800000",
+                "SENTINEL_STREAM_MAX_BYTES=5529600000",
+            ]
+        );
+        assert!(!plan.stream_fits && !plan.within_budget);
     }
 
     /// An outage longer than the default age bound (a day) drops readings by age whatever

@@ -115,6 +115,8 @@ fn resolve_point(
             row_bytes: p.row_bytes.ok_or_else(|| missing("row_bytes"))?,
             reporting: p.reporting,
             heartbeat_s: p.heartbeat_s,
+            // Normalised like the deadband (-0.0 → 0.0), so the stored blob compares equal.
+            poll_interval_s: p.poll_interval_s.map(|s| s + 0.0),
         },
         derived: p.derived.clone(),
         writable: match &p.writable {

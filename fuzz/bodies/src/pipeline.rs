@@ -391,6 +391,11 @@ impl Harness {
                     // comes, it is fenced like every write.
                     assert_eq!(epoch, EPOCH, "arbitration write on the wrong epoch");
                 }
+                Effect::SendAssignment { .. } | Effect::RestartNeeded { .. } => {
+                    // Only with poll intervals declared or a registry loaded, neither of which
+                    // this body does.
+                    panic!("assignment effect without poll intervals: {effect:?}");
+                }
                 Effect::Reprocess(_) | Effect::ReprocessReply { .. } | Effect::RequestAnswer { .. } => {
                     // Only in answer to a reprocess request, which this body never sends.
                     panic!("reprocess effect without a request: {effect:?}");
