@@ -64,6 +64,10 @@ impl Clock for ManualClock {
     fn now(&self) -> Micros {
         Micros(self.0.load(Ordering::SeqCst))
     }
+
+    fn start_token(&self) -> u64 {
+        1
+    }
 }
 
 struct MemoryBackend {

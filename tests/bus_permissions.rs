@@ -25,7 +25,7 @@ use sentinel_core::wire::{COMMAND_REQUEST_WILDCARD, command_request_subject, rep
 use sentinel_core::{CommandRequest, QuarantineReason};
 use sentinel_driver::commands::CommandIntake;
 use sentinel_driver::connect::{BusConnection, Credentials, RefusedOp};
-use sentinel_driver::{BusError, ObservationPublisher, PublisherConfig};
+use sentinel_driver::{BusError, EpochFloor, ObservationPublisher, PublisherConfig};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
 use sentinel_tests::harness::{
     Env, Transitions, assert_exact_counts, now, spawn_core, terminate, wait_drained, wait_ready,
@@ -123,9 +123,15 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
         map
     };
     // The instance of the sample registry's writable `boiler1.setpoint`.
-    let mut boiler = CommandIntake::subscribe_on(&connections["plant-a"], "plant-a", "modbus-boiler", 1, 0)
-        .await
-        .expect("plant-a may subscribe to its own commands");
+    let mut boiler = CommandIntake::subscribe_on(
+        &connections["plant-a"],
+        "plant-a",
+        "modbus-boiler",
+        1,
+        EpochFloor::default(),
+    )
+    .await
+    .expect("plant-a may subscribe to its own commands");
 
     let mut first = spawn_core(
         &env,
@@ -338,7 +344,7 @@ async fn the_generated_permissions_carry_the_whole_path_and_confine_each_host() 
         err.to_string(),
         "the bus refused to let this principal publish on obs.electrical.mbus-meter: not permitted"
     );
-    let err = CommandIntake::subscribe_on(plant_a, "electrical", "mbus-meter", 1, 0)
+    let err = CommandIntake::subscribe_on(plant_a, "electrical", "mbus-meter", 1, EpochFloor::default())
         .await
         .err()
         .expect("subscribing to another host's commands is refused");

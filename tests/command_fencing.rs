@@ -19,6 +19,7 @@ use sentinel_core::wire::{
     CommandEnvelope, CommandOutcome, CommandReply, CoreStarted, DriverHello, STALE_EPOCH, ToDriver,
     cmd_subject, driver_subject,
 };
+use sentinel_driver::EpochFloor;
 use sentinel_driver::commands::{CommandIntake, MALFORMED, NotApplied, Received};
 use sentinel_driver::state::DriverState;
 use sentinel_ports::{Lease, Store};
@@ -38,6 +39,7 @@ fn command(id: &str, epoch: u32) -> Vec<u8> {
         point_id: "pump1.state".to_owned(),
         value: serde_json::json!(1),
         principal: "operator:test".to_owned(),
+        core_start: None,
     })
     .to_bytes()
     .to_vec()
@@ -49,6 +51,7 @@ async fn announce(client: &async_nats::Client, core_epoch: u32) {
         v: 1,
         core_epoch,
         registry_version: 1,
+        core_start: None,
     });
     client
         .publish(cmd_subject(HOST, INSTANCE), announcement.to_bytes())
@@ -100,7 +103,7 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
     let applied: Arc<Mutex<Vec<String>>> = Arc::default();
     let heard: Arc<Mutex<Vec<(u32, bool)>>> = Arc::default();
     let driver_client = async_nats::connect(nats.url()).await.expect("driver connects");
-    let mut intake = CommandIntake::subscribe(driver_client, HOST, INSTANCE, 7, 0)
+    let mut intake = CommandIntake::subscribe(driver_client, HOST, INSTANCE, 7, EpochFloor::default())
         .await
         .expect("subscribe");
     let (sink, heard_sink) = (applied.clone(), heard.clone());
@@ -174,6 +177,7 @@ async fn a_driver_refuses_the_deposed_cores_commands_once_it_has_seen_the_new_ep
         point_id: "pump1.state".to_owned(),
         value: serde_json::json!(1),
         principal: "operator:test".to_owned(),
+        core_start: None,
     })
     .expect("encode");
     let reply = send(&cores, bare).await;
@@ -215,9 +219,10 @@ async fn a_restarted_driver_answers_a_re_sent_command_without_applying_it_twice(
     let mut state = DriverState::load(&state_file).expect("a first start");
     state.source_epoch += 1;
     let client = async_nats::connect(nats.url()).await.expect("driver connects");
-    let mut intake = CommandIntake::subscribe(client, HOST, INSTANCE, state.source_epoch, 0)
-        .await
-        .expect("subscribe");
+    let mut intake =
+        CommandIntake::subscribe(client, HOST, INSTANCE, state.source_epoch, EpochFloor::default())
+            .await
+            .expect("subscribe");
     let (reply, ()) = tokio::join!(send(&cores, command("c-1", 3)), async {
         let received = next_received(&mut intake).await;
         let applied = received.admitted().expect("admitted").command_id.clone();
@@ -226,6 +231,7 @@ async fn a_restarted_driver_answers_a_re_sent_command_without_applying_it_twice(
         DriverState {
             source_epoch: state.source_epoch,
             highest_epoch_seen: intake.highest_seen(),
+            highest_epoch_core_start: intake.floor().core_start,
             applied: intake.applied_ids(),
         }
         .save(&state_file)
@@ -243,15 +249,9 @@ async fn a_restarted_driver_answers_a_re_sent_command_without_applying_it_twice(
     );
     state.source_epoch += 1;
     let client = async_nats::connect(nats.url()).await.expect("driver reconnects");
-    let mut intake = CommandIntake::subscribe(
-        client,
-        HOST,
-        INSTANCE,
-        state.source_epoch,
-        state.highest_epoch_seen,
-    )
-    .await
-    .expect("subscribe");
+    let mut intake = CommandIntake::subscribe(client, HOST, INSTANCE, state.source_epoch, state.floor())
+        .await
+        .expect("subscribe");
     intake.restore_applied(state.applied);
     for (id, already) in [("c-1", true), ("c-2", false)] {
         let (reply, received) = tokio::join!(send(&cores, command(id, 3)), async {
@@ -306,9 +306,10 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
     let driver_client = async_nats::connect(env.nats.url())
         .await
         .expect("driver connects");
-    let mut intake = CommandIntake::subscribe(driver_client.clone(), HOST, INSTANCE, 1, 0)
-        .await
-        .expect("subscribe");
+    let mut intake =
+        CommandIntake::subscribe(driver_client.clone(), HOST, INSTANCE, 1, EpochFloor::default())
+            .await
+            .expect("subscribe");
     let operator = async_nats::connect(env.nats.url())
         .await
         .expect("operator connects");
@@ -393,9 +394,15 @@ async fn a_real_core_writes_then_sends_its_commands_and_a_replaced_ones_are_refu
 
     // A driver that starts after the core (or missed the announcement) says hello with a lower
     // epoch and is answered with the announcement.
-    let mut late_driver = CommandIntake::subscribe(driver_client, "electrical", "mbus-meter", 1, 0)
-        .await
-        .expect("subscribe");
+    let mut late_driver = CommandIntake::subscribe(
+        driver_client,
+        "electrical",
+        "mbus-meter",
+        1,
+        EpochFloor::default(),
+    )
+    .await
+    .expect("subscribe");
     assert_eq!(
         next_received(&mut late_driver).await,
         Received::CoreStarted {

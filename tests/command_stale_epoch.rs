@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use sentinel_core::wire::{CommandOutcome, CommandReply, command_request_subject};
+use sentinel_driver::EpochFloor;
 use sentinel_driver::commands::{CommandIntake, Received};
 use sentinel_tests::harness::{Env, command_request, pg, spawn_core, terminate, wait_exit, wait_ready};
 
@@ -72,7 +73,7 @@ async fn rejections(url: &str) -> Vec<(i32, String, String)> {
 async fn a_core_that_was_not_replaced_records_a_stale_epoch_answer_and_runs_on() {
     let env = Env::start(30_000).await;
     let client = async_nats::connect(env.nats.url()).await.expect("connect");
-    let mut intake = CommandIntake::subscribe(client.clone(), HOST, INSTANCE, 1, 0)
+    let mut intake = CommandIntake::subscribe(client.clone(), HOST, INSTANCE, 1, EpochFloor::default())
         .await
         .expect("subscribe");
     let mut core = spawn_core(&env, 30_000, &["--self-points-interval-ms", "0"]);
@@ -112,7 +113,7 @@ async fn a_core_that_was_not_replaced_records_a_stale_epoch_answer_and_runs_on()
 async fn a_replaced_core_told_stale_epoch_exits_fenced_at_once() {
     let env = Env::start(30_000).await;
     let client = async_nats::connect(env.nats.url()).await.expect("connect");
-    let mut intake = CommandIntake::subscribe(client.clone(), HOST, INSTANCE, 1, 0)
+    let mut intake = CommandIntake::subscribe(client.clone(), HOST, INSTANCE, 1, EpochFloor::default())
         .await
         .expect("subscribe");
     // Its own lock check would take ten minutes to notice.

@@ -19,7 +19,7 @@ use std::time::Duration;
 use sentinel_core::CommandRequest;
 use sentinel_core::wire::{EnvelopeOut, command_request_subject, obs_subject};
 use sentinel_driver::commands::CommandIntake;
-use sentinel_driver::{ObservationPublisher, PublisherConfig};
+use sentinel_driver::{EpochFloor, ObservationPublisher, PublisherConfig};
 use sentinel_tests::harness::{Env, now, pg, spawn_core_on, terminate, wait_ready};
 use tokio::task::JoinHandle;
 
@@ -101,7 +101,7 @@ async fn start_driver(env: &Env, follow: Arc<AtomicBool>) -> JoinHandle<()> {
     let client = async_nats::connect(env.nats.url())
         .await
         .expect("driver connects");
-    let mut intake = CommandIntake::subscribe(client, HOST, INSTANCE, 1, 0)
+    let mut intake = CommandIntake::subscribe(client, HOST, INSTANCE, 1, EpochFloor::default())
         .await
         .expect("subscribe");
     let publisher = ObservationPublisher::connect(&env.nats.url(), PublisherConfig::default())

@@ -52,21 +52,17 @@ async fn run() {
     DriverState {
         source_epoch: 3,
         highest_epoch_seen: FLOOR,
+        highest_epoch_core_start: None,
         applied: Vec::new(),
     }
     .save(&state_file)
     .expect("save the driver's state");
     let state = DriverState::load(&state_file).expect("load");
     let client = async_nats::connect(env.nats.url()).await.expect("connect");
-    let mut intake = CommandIntake::subscribe(
-        client.clone(),
-        HOST,
-        INSTANCE,
-        state.source_epoch,
-        state.highest_epoch_seen,
-    )
-    .await
-    .expect("subscribe");
+    let mut intake =
+        CommandIntake::subscribe(client.clone(), HOST, INSTANCE, state.source_epoch, state.floor())
+            .await
+            .expect("subscribe");
 
     // The first core (epoch 1) announces itself; the driver answers with a hello at 6.
     let mut first = spawn_core(&env, 30_000, &["--self-points-interval-ms", "0"]);

@@ -69,6 +69,8 @@ trait Backend: Sized {
     async fn counts(&self) -> ClassCounts;
     async fn quarantine_len(&self) -> u64;
     async fn epoch(&self) -> u32;
+    /// Every acquisition's `core_start` record, ascending by epoch.
+    async fn cold_starts(&self) -> Vec<sentinel_ports::ColdStart>;
     /// `count(*)` of the `observation` view, where there is one.
     async fn view_count(&self) -> Option<u64>;
     /// Optimistic commits refused by the unique index and committed again with `ON CONFLICT`,
@@ -107,6 +109,9 @@ impl Backend for Mem {
     }
     async fn epoch(&self) -> u32 {
         self.0.current_epoch()
+    }
+    async fn cold_starts(&self) -> Vec<sentinel_ports::ColdStart> {
+        self.0.cold_starts()
     }
     async fn view_count(&self) -> Option<u64> {
         None
@@ -196,6 +201,9 @@ impl Backend for Pg {
     }
     async fn epoch(&self) -> u32 {
         self.store.current_epoch().await.expect("current epoch")
+    }
+    async fn cold_starts(&self) -> Vec<sentinel_ports::ColdStart> {
+        self.store.cold_starts().await.expect("cold starts")
     }
     async fn view_count(&self) -> Option<u64> {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM observation")
@@ -288,6 +296,7 @@ conformance!(
     open_claims_round_trip_with_point_desired,
     open_verifications_are_each_points_newest_applied_command_without_a_verdict,
     control_heads_are_each_points_newest_event,
+    the_cold_start_records_the_start_identity,
 );
 
 on_conflict_form!(
@@ -877,6 +886,61 @@ async fn epoch_increments_only_on_acquisition<B: Backend>(b: &B) {
     let lease = b.store().acquire().await.expect("acquire");
     assert_eq!((lease.epoch(), b.epoch().await), (2, 2));
     b.release(lease).await;
+}
+
+/// Issue 25 item 3: each acquisition's record holds the start identity its core announced,
+/// written with the cold-start timings, fenced; one outside JSON's exact integers is refused
+/// before anything is written, and a start that announces none records none.
+async fn the_cold_start_records_the_start_identity<B: Backend>(b: &B) {
+    use sentinel_core::wire::CORE_START_MAX;
+    use sentinel_ports::StartupStep;
+    let steps = || {
+        vec![StartupStep {
+            step: "lock_and_epoch".into(),
+            duration_us: 7,
+        }]
+    };
+    let lease = b.store().acquire().await.expect("acquire");
+    assert_eq!(lease.epoch(), 1);
+    for refused in [0, CORE_START_MAX + 1] {
+        let err = b
+            .store()
+            .record_cold_start(1, Some(refused), steps())
+            .await
+            .expect_err("out of range");
+        assert_eq!(
+            err.to_string(),
+            format!("store: start identity {refused} is outside 1..=9007199254740991")
+        );
+    }
+    assert_eq!(
+        b.cold_starts().await[0].ready_at,
+        None,
+        "nothing written by a refusal"
+    );
+    b.store()
+        .record_cold_start(1, Some(CORE_START_MAX), steps())
+        .await
+        .expect("record");
+    b.release(lease).await;
+    let lease = b.store().acquire().await.expect("acquire");
+    assert!(matches!(
+        b.store().record_cold_start(1, Some(5), steps()).await,
+        Err(StoreError::Fenced { epoch: 1, current: 2 })
+    ));
+    b.store()
+        .record_cold_start(2, None, steps())
+        .await
+        .expect("record");
+    b.release(lease).await;
+    let starts = b.cold_starts().await;
+    assert_eq!(
+        starts
+            .iter()
+            .map(|s| (s.epoch, s.core_start, s.steps.len()))
+            .collect::<Vec<_>>(),
+        [(1, Some(CORE_START_MAX), 1), (2, None, 1)]
+    );
 }
 
 async fn stale_epoch_is_fenced_and_writes_nothing<B: Backend>(b: &B) {

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sentinel_core::wire::CommandOutcome;
+use sentinel_driver::EpochFloor;
 use sentinel_driver::commands::{Assigned, CommandIntake, Received};
 use sentinel_tests::bin::{sentinel_bin, workspace_root};
 use sentinel_tests::harness::{Env, pg, spawn_core_on, terminate, wait_ready};
@@ -109,7 +110,7 @@ async fn start_driver(
     let client = async_nats::connect(env.nats.url())
         .await
         .expect("driver connects");
-    let mut intake = CommandIntake::subscribe(client, HOST, INSTANCE, 1, 0)
+    let mut intake = CommandIntake::subscribe(client, HOST, INSTANCE, 1, EpochFloor::default())
         .await
         .expect("subscribe");
     let assigned = intake.assignment();

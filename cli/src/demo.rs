@@ -181,6 +181,7 @@ fn answer_announcements(bus: &MemoryBus) -> usize {
                 highest_epoch_seen: started.core_epoch,
                 // The demo's fleet applies no commands and answers none.
                 contract: 1,
+                core_start: started.core_start,
             },
         });
     }

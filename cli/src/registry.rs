@@ -177,6 +177,7 @@ async fn load_moving(
     store
         .record_cold_start(
             lease.epoch(),
+            None,
             vec![sentinel_ports::StartupStep {
                 step: "registry load --move-class".into(),
                 duration_us: started.elapsed().as_micros() as u64,

@@ -116,6 +116,7 @@ pub async fn run(
     store
         .record_cold_start(
             lease.epoch(),
+            None,
             vec![StartupStep {
                 step: "retention".into(),
                 duration_us,

@@ -39,6 +39,7 @@ pub async fn refresh(database_url: &str, from: &str, to: &str, json: bool) -> an
     store
         .record_cold_start(
             lease.epoch(),
+            None,
             vec![StartupStep {
                 step: "rollup refresh".into(),
                 duration_us,

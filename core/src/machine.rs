@@ -100,6 +100,7 @@ impl Core {
         let ctx = Ctx {
             now,
             epoch,
+            core_start: None,
             registry,
             config,
             planted: None,
@@ -197,6 +198,26 @@ impl Core {
             }
         }
         self.watchdog.armed()
+    }
+
+    /// This core's start identity (issue 25 item 3): a random number the runtime took when the
+    /// process started (`Clock::start_token`; the core reads no RNG), at most
+    /// [`crate::wire::CORE_START_MAX`] and never 0. It rides on every announcement and command
+    /// so a driver can tell two starts at one epoch apart (an epoch repeated after a database
+    /// failover that lost its increment), and a hello at this epoch that echoes another start's
+    /// identity is treated as ahead (`parts/drivers.rs`). Set it before
+    /// [`Self::start_drivers`]; a core never given one sends none and compares none.
+    pub fn set_core_start(&mut self, core_start: u64) {
+        debug_assert!(
+            (1..=crate::wire::CORE_START_MAX).contains(&core_start),
+            "a start identity is within JSON's exact integers and not 0"
+        );
+        self.ctx.core_start = Some(core_start);
+        self.drivers.set_core_start(core_start);
+    }
+
+    pub fn core_start(&self) -> Option<u64> {
+        self.ctx.core_start
     }
 
     /// Restart step 7: this core's epoch announcement for every driver instance the registry

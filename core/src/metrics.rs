@@ -50,6 +50,9 @@ pub struct Metrics {
     pub driver_hellos: u64,
     pub driver_hellos_unknown: u64,
     pub driver_hellos_ahead: u64,
+    /// Of the hellos ahead, those at this core's own epoch echoing another start's identity
+    /// (a repeated epoch, issue 25 item 3).
+    pub driver_hellos_other_start: u64,
     pub driver_reannouncements: u64,
     /// Messages to drivers (commands, announcements) withheld while the store raised the
     /// epoch past a driver's (issue 25 item 3); the next core sends the commands again.

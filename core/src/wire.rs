@@ -526,6 +526,10 @@ pub struct CommandEnvelope {
     pub value: serde_json::Value,
     /// Who asked (Security Model); never empty.
     pub principal: String,
+    /// The issuing core's start identity ([`CoreStarted::core_start`]); absent from a core
+    /// older than it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_start: Option<u64>,
 }
 
 /// Everything the core sends a driver instance on `cmd.<host>.<driver_instance>`, told apart
@@ -552,6 +556,15 @@ impl ToDriver {
         }
     }
 
+    /// The sending core's start identity, when it sent one.
+    pub fn core_start(&self) -> Option<u64> {
+        match self {
+            ToDriver::Command(c) => c.core_start,
+            ToDriver::CoreStarted(s) => s.core_start,
+            ToDriver::Assignment(a) => a.core_start,
+        }
+    }
+
     pub fn to_bytes(&self) -> Bytes {
         // Plain strings, integers and a JSON value: serialising cannot fail.
         serde_json::to_vec(self).unwrap_or_default().into()
@@ -563,6 +576,24 @@ pub struct CoreStarted {
     pub v: u32,
     pub core_epoch: u32,
     pub registry_version: i32,
+    /// This core's start identity (issue 25 item 3): a random number its runtime took when
+    /// the process started, at most [`CORE_START_MAX`]. An epoch can repeat after a database
+    /// failover that lost the increment; two starts at one epoch still differ here, and a
+    /// driver echoes the identity of the core at its floor in its hello. Absent from a core
+    /// older than it (and then never compared).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_start: Option<u64>,
+}
+
+/// The largest start identity: JSON's exact integer range (2^53 − 1), so a driver written in a
+/// language whose numbers are doubles echoes it unchanged. Never 0.
+pub const CORE_START_MAX: u64 = (1 << 53) - 1;
+
+/// A start identity from 64 random bits: the low 53 (within [`CORE_START_MAX`]), 0 read as 1.
+pub fn core_start_from_bits(bits: u64) -> u64 {
+    let token = (bits & CORE_START_MAX).max(1);
+    debug_assert!((1..=CORE_START_MAX).contains(&token));
+    token
 }
 
 /// What a driver instance is assigned (issue 21 item 7, "the valve"), on
@@ -579,6 +610,10 @@ pub struct DriverAssignment {
     /// Sorted by point id; at most `registry::check::INSTANCE_POINTS_MAX`, which admission
     /// holds every driver instance to.
     pub points: Vec<AssignedPoint>,
+    /// The sending core's start identity ([`CoreStarted::core_start`]): a driver refuses an
+    /// assignment from another start at its floor's epoch, as it does a command.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_start: Option<u64>,
 }
 
 /// One point of a [`DriverAssignment`].
@@ -677,6 +712,12 @@ pub struct DriverHello {
     pub highest_epoch_seen: u32,
     #[serde(default = "contract_unversioned")]
     pub contract: u32,
+    /// The start identity of the core at `highest_epoch_seen`, as that core announced it
+    /// ([`CoreStarted::core_start`]); absent when the driver never heard one (a driver older
+    /// than it, or a floor from before it). A core at that epoch with another identity is
+    /// not the core the driver saw: its epoch repeats one lost in a failover.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub core_start: Option<u64>,
 }
 
 /// The driver contract this library speaks: 2 answers every command on its reply subject,
@@ -902,6 +943,7 @@ mod tests {
                     poll_interval_s: None,
                 },
             ],
+            core_start: None,
         });
         let bytes = message.to_bytes();
         assert_eq!(
@@ -927,5 +969,60 @@ mod tests {
             registry_loaded_subject("operator"),
             "sentinel.registry.loaded.operator"
         );
+    }
+
+    /// Issue 25 item 3: the start identity rides on the announcement, the command and the
+    /// hello, and is absent from the wire (and `None` decoded) where a side does not know it,
+    /// so messages of either age still decode.
+    #[test]
+    fn the_start_identity_is_on_the_wire_only_when_known() {
+        let started = ToDriver::CoreStarted(CoreStarted {
+            v: 1,
+            core_epoch: 4,
+            registry_version: 2,
+            core_start: Some(CORE_START_MAX),
+        });
+        assert_eq!(
+            &started.to_bytes()[..],
+            br#"{"kind":"core_started","v":1,"core_epoch":4,"registry_version":2,"core_start":9007199254740991}"#
+        );
+        let old: ToDriver =
+            serde_json::from_slice(br#"{"kind":"core_started","v":1,"core_epoch":4,"registry_version":2}"#)
+                .expect("an announcement from before identities");
+        assert_eq!(old.core_start(), None);
+        let command = ToDriver::Command(CommandEnvelope {
+            v: 1,
+            command_id: "c-1".into(),
+            core_epoch: 4,
+            point_id: "p".into(),
+            value: serde_json::json!(1),
+            principal: "ana".into(),
+            core_start: None,
+        });
+        assert_eq!(
+            &command.to_bytes()[..],
+            br#"{"kind":"command","v":1,"command_id":"c-1","core_epoch":4,"point_id":"p","value":1,"principal":"ana"}"#
+        );
+        let hello: DriverHello = serde_json::from_slice(
+            br#"{"v":1,"driver_instance":"d","source_epoch":1,"highest_epoch_seen":4,"contract":2,"core_start":77}"#,
+        )
+        .expect("hello");
+        assert_eq!(hello.core_start, Some(77));
+        assert_eq!(
+            serde_json::to_string(&DriverHello {
+                core_start: None,
+                ..hello
+            })
+            .expect("encode"),
+            r#"{"v":1,"driver_instance":"d","source_epoch":1,"highest_epoch_seen":4,"contract":2}"#
+        );
+    }
+
+    #[test]
+    fn a_start_identity_is_within_jsons_exact_integers_and_never_zero() {
+        assert_eq!(core_start_from_bits(0), 1);
+        assert_eq!(core_start_from_bits(u64::MAX), CORE_START_MAX);
+        assert_eq!(core_start_from_bits(1 << 53), 1, "the high bits are dropped");
+        assert_eq!(core_start_from_bits(12_345), 12_345);
     }
 }

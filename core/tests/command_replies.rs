@@ -60,6 +60,7 @@ fn hello(contract: u32) -> Input {
             source_epoch: 1,
             highest_epoch_seen: 5,
             contract,
+            core_start: None,
         },
     }
 }

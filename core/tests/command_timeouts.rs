@@ -186,6 +186,7 @@ fn a_driver_that_says_hello_gets_its_awaited_commands_at_once() {
                 source_epoch: 2,
                 highest_epoch_seen: 5,
                 contract: DRIVER_CONTRACT,
+                core_start: None,
             },
         },
     );
@@ -204,6 +205,7 @@ fn a_driver_that_says_hello_gets_its_awaited_commands_at_once() {
                 source_epoch: 2,
                 highest_epoch_seen: 5,
                 contract: DRIVER_CONTRACT,
+                core_start: None,
             },
         },
     );

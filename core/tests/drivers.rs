@@ -18,6 +18,7 @@ fn hello(instance: &str, highest_epoch_seen: u32) -> DriverHello {
         source_epoch: 3,
         highest_epoch_seen,
         contract: sentinel_core::wire::DRIVER_CONTRACT,
+        core_start: None,
     }
 }
 
@@ -203,6 +204,7 @@ fn commands_travel_as_the_command_kind() {
         point_id: "p".into(),
         value: serde_json::json!(1),
         principal: "operator:x".into(),
+        core_start: None,
     });
     let json: serde_json::Value = serde_json::from_slice(&message.to_bytes()).expect("JSON");
     assert_eq!(json["kind"], "command");

@@ -20,6 +20,7 @@ fn hello(highest_epoch_seen: u32) -> Input {
             source_epoch: 1,
             highest_epoch_seen,
             contract: DRIVER_CONTRACT,
+            core_start: None,
         },
     }
 }
@@ -81,4 +82,56 @@ fn hellos_at_or_below_the_epoch_ask_for_nothing() {
         "{effects:?}"
     );
     assert_eq!(core.metrics().driver_hellos_ahead, 0);
+}
+
+/// The equal-epoch gap (issue 25 item 3): after a failover that lost epoch 5's `core_start`
+/// row, this core took 5 again. Its commands carry its start identity; a hello at 5 echoing
+/// the lost core's identity asks the store for epoch 6, and nothing is sent meanwhile.
+#[test]
+fn a_hello_at_this_epoch_from_another_start_raises_past_it_before_any_command() {
+    let mut core = core();
+    core.set_core_start(41);
+    assert_eq!(core.core_start(), Some(41));
+    let effects = request_and_commit(&mut core, T0, "c-1", "on", 13);
+    let sent: Vec<_> = effects
+        .iter()
+        .filter_map(|e| match e {
+            Effect::SendCommand { payload, .. } => Some(payload.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        sent,
+        [bytes::Bytes::from_static(
+            br#"{"kind":"command","v":1,"command_id":"c-1","core_epoch":5,"point_id":"plant.pump","value":"on","principal":"operator:alice","core_start":41}"#
+        )],
+        "the command carries this start's identity"
+    );
+    let at_five = |core_start| Input::DriverHello {
+        host: "plant-a".into(),
+        hello: DriverHello {
+            v: 1,
+            driver_instance: "modbus-1".into(),
+            source_epoch: 1,
+            highest_epoch_seen: 5,
+            contract: DRIVER_CONTRACT,
+            core_start,
+        },
+    };
+    core.handle(T0, at_five(Some(41)));
+    assert!(
+        !drain(&mut core)
+            .iter()
+            .any(|e| matches!(e, Effect::RaiseEpoch { .. })),
+        "its own identity echoed: current"
+    );
+    core.handle(T0, at_five(Some(40)));
+    assert_eq!(drain(&mut core), [Effect::RaiseEpoch { epoch: 5, floor: 6 }]);
+    let effects = request_and_commit(&mut core, T0, "c-2", "off", 16);
+    assert!(
+        !effects.iter().any(|e| matches!(e, Effect::SendCommand { .. })),
+        "nothing sent while the epoch is raised: {effects:?}"
+    );
+    core.handle(T0, Input::EpochRaised(EpochRaise::Raised { epoch: 6 }));
+    assert_eq!(drain(&mut core), [Effect::Exit(ExitReason::EPOCH_RAISED)]);
 }

@@ -139,6 +139,7 @@ fn a_poll_interval_and_a_move_apply_live_and_anything_else_needs_a_restart() {
                 source_epoch: 1,
                 highest_epoch_seen: 5,
                 contract: sentinel_core::wire::DRIVER_CONTRACT,
+                core_start: None,
             },
         },
     );

@@ -78,12 +78,13 @@ struct Args {
 
 /// What survives a restart, as the intake has it now.
 fn save_state(path: &Path, source_epoch: u32, intake: &CommandIntake) -> std::io::Result<()> {
-    DriverState {
+    let mut state = DriverState {
         source_epoch,
-        highest_epoch_seen: intake.highest_seen(),
         applied: intake.applied_ids(),
-    }
-    .save(path)
+        ..DriverState::default()
+    };
+    state.set_floor(intake.floor());
+    state.save(path)
 }
 
 /// A poll period the timer can run at: the intake only applies positive, finite intervals,
@@ -118,18 +119,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     state.source_epoch += 1;
     state.save(&args.state_file)?;
     let source_epoch = state.source_epoch;
-    let mut highest_seen = state.highest_epoch_seen;
+    let mut floor = state.floor();
 
     // 3. Commands in; the intake says hello with the floor we persisted, and knows the
     //    commands applied before the restart.
-    let mut intake = CommandIntake::subscribe_on(
-        &connection,
-        &args.host,
-        &args.instance,
-        source_epoch,
-        highest_seen,
-    )
-    .await?;
+    let mut intake =
+        CommandIntake::subscribe_on(&connection, &args.host, &args.instance, source_epoch, floor).await?;
     intake.restore_applied(state.applied);
 
     // 4. Readings out.
@@ -212,8 +207,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 } else if let Some(reply) = received.reply() {
                     println!("answered a command itself: {:?} {:?}", reply.outcome, reply.reason);
                 }
-                if intake.highest_seen() != highest_seen {
-                    highest_seen = intake.highest_seen();
+                if intake.floor() != floor {
+                    floor = intake.floor();
                     save_state(&args.state_file, source_epoch, &intake)?;
                 }
             }

@@ -28,6 +28,12 @@
 //! The announcement is what makes the floor move at a takeover rather than at the new core's
 //! first command to this instance: a deposed core's late command is refused even by a driver
 //! the new core never commands.
+//!
+//! The floor is an epoch and the start identity of the core that had it ([`EpochFloor`];
+//! issue 25 item 3): the hello echoes both, so a core whose epoch repeats the floor's after a
+//! lossy database failover learns that the driver saw another start at its epoch, and the
+//! guard refuses that core's commands. A driver persists the whole floor
+//! ([`crate::state::DriverState::floor`]).
 
 use std::collections::BTreeMap;
 
@@ -41,7 +47,7 @@ use sentinel_core::wire::{
 use tokio::sync::watch;
 
 use crate::state::AppliedIds;
-use crate::{BusConnection, BusError, EpochGuard, RefusedOp};
+use crate::{BusConnection, BusError, EpochFloor, EpochGuard, RefusedOp};
 
 /// Reason for a command that could not be decoded.
 pub const MALFORMED: &str = "malformed";
@@ -90,8 +96,9 @@ pub enum Received {
     },
     /// A payload that is not a message to a driver; refused.
     Malformed { reply: CommandReply },
-    /// A core announced its epoch; `current` says whether it was not below the floor (then the
-    /// floor is now `core_epoch`). The intake said hello in answer either way.
+    /// A core announced its epoch; `current` says whether it was not below the floor, nor at
+    /// it from another start (then the floor is now `core_epoch`). The intake said hello in
+    /// answer either way.
     CoreStarted { core_epoch: u32, current: bool },
     /// An assignment, applied (on [`CommandIntake::assignment`]'s channel) or refused, and
     /// acknowledged by the intake either way.
@@ -153,14 +160,14 @@ pub struct CommandIntake {
 
 impl CommandIntake {
     /// Subscribes `driver_instance` of `host` to its command subject and says hello. The
-    /// driver's `source_epoch` goes in the hello; `highest_seen` is the core epoch the driver
-    /// persisted before its last restart (0 on first start).
+    /// driver's `source_epoch` goes in the hello; `floor` is the core epoch and start identity
+    /// the driver persisted before its last restart (the default on first start).
     pub async fn subscribe(
         client: Client,
         host: &str,
         driver_instance: &str,
         source_epoch: u32,
-        highest_seen: u32,
+        floor: EpochFloor,
     ) -> Result<CommandIntake, BusError> {
         let subscription = client
             .subscribe(cmd_subject(host, driver_instance))
@@ -175,7 +182,7 @@ impl CommandIntake {
         let intake = CommandIntake {
             client,
             subscription,
-            guard: EpochGuard::new(highest_seen),
+            guard: EpochGuard::restore(floor),
             applied: AppliedIds::default(),
             hello_subject: driver_subject(host, driver_instance),
             driver_instance: driver_instance.to_owned(),
@@ -195,7 +202,7 @@ impl CommandIntake {
         host: &str,
         driver_instance: &str,
         source_epoch: u32,
-        highest_seen: u32,
+        floor: EpochFloor,
     ) -> Result<CommandIntake, BusError> {
         let subject = cmd_subject(host, driver_instance);
         let seen = connection.refusals.count(RefusedOp::Subscribe, &subject);
@@ -204,7 +211,7 @@ impl CommandIntake {
             host,
             driver_instance,
             source_epoch,
-            highest_seen,
+            floor,
         )
         .await?;
         connection.check_subscription(&subject, seen).await?;
@@ -213,6 +220,11 @@ impl CommandIntake {
 
     pub fn highest_seen(&self) -> u32 {
         self.guard.highest_seen()
+    }
+
+    /// The floor to persist: the highest core epoch seen and that core's start identity.
+    pub fn floor(&self) -> EpochFloor {
+        self.guard.floor()
     }
 
     /// The latest applied assignment (issue 21 item 7): a poll loop holds the receiver and
@@ -235,7 +247,7 @@ fn apply_assignment(
         reason: Some(reason.to_owned()),
         highest_epoch_seen,
     };
-    if !guard.observe(assignment.core_epoch) {
+    if !guard.observe(assignment.core_epoch, assignment.core_start) {
         return refuse(STALE_EPOCH, guard.highest_seen());
     }
     let usable = |s: &Option<f64>| s.is_none_or(|s| s.is_finite() && s > 0.0);
@@ -284,6 +296,7 @@ impl CommandIntake {
             source_epoch: self.source_epoch,
             highest_epoch_seen: self.guard.highest_seen(),
             contract: DRIVER_CONTRACT,
+            core_start: self.guard.core_start(),
         };
         let payload =
             serde_json::to_vec(&hello).map_err(|e| BusError::Other(format!("encode hello: {e}")))?;
@@ -299,7 +312,7 @@ impl CommandIntake {
         let message = self.subscription.next().await?;
         let received = match serde_json::from_slice::<ToDriver>(&message.payload) {
             Ok(ToDriver::CoreStarted(started)) => {
-                let current = self.guard.observe(started.core_epoch);
+                let current = self.guard.observe(started.core_epoch, started.core_start);
                 tracing::info!(
                     core_epoch = started.core_epoch,
                     current,
@@ -442,7 +455,37 @@ mod tests {
                     poll_interval_s: temp_s,
                 },
             ],
+            core_start: None,
         }
+    }
+
+    /// Issue 25 item 3: an assignment at the floor's epoch from another core start is refused
+    /// like a command from it, and changes nothing.
+    #[test]
+    fn an_assignment_from_another_start_at_the_floor_is_refused() {
+        let mut guard = EpochGuard::restore(EpochFloor {
+            epoch: 5,
+            core_start: Some(11),
+        });
+        let assigned = watch::Sender::new(Assigned::default());
+        let repeat = DriverAssignment {
+            core_start: Some(12),
+            ..assignment(5, 7, Some(2.5))
+        };
+        let ack = apply_assignment(&mut guard, &assigned, &repeat);
+        assert_eq!(
+            (ack.outcome, ack.reason.as_deref(), ack.highest_epoch_seen),
+            (CommandOutcome::Rejected, Some(STALE_EPOCH), 5)
+        );
+        assert_eq!(assigned.borrow().poll_interval_s("boiler.temp", 30.0), 30.0);
+        let same = DriverAssignment {
+            core_start: Some(11),
+            ..assignment(5, 7, Some(2.5))
+        };
+        assert_eq!(
+            apply_assignment(&mut guard, &assigned, &same).outcome,
+            CommandOutcome::Applied
+        );
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //! in-memory bus model; it and the error types are the port's (`sentinel-ports`).
 //!
 //! [`EpochGuard`] is the driver's half of bus fencing (core runtime spec, "Fencing the bus"):
-//! it remembers the highest core epoch seen and refuses commands from a lower one with outcome
-//! `rejected`, reason `stale_epoch`.
+//! it remembers the highest core epoch seen, with that core's start identity ([`EpochFloor`]),
+//! and refuses commands from a lower epoch, or from the floor's epoch sent by another start
+//! (an epoch repeated after a database failover, issue 25 item 3), with outcome `rejected`,
+//! reason `stale_epoch`.
 //!
 //! [`commands`] is the driver's command intake: subscribe, check the epoch, apply only what was
 //! admitted, answer every command (driver contract 2), and answer a command it already applied
@@ -420,13 +422,42 @@ fn map_publish_error(error: jetstream::context::PublishError) -> BusError {
     }
 }
 
-/// The highest core epoch a driver has seen; commands from a lower epoch are refused. A
-/// driver keeps one per driver instance and should persist `highest_seen` across its own
-/// restarts (start from the persisted value with [`EpochGuard::new`]), or a deposed core could
-/// slip a command in right after a driver restart.
+/// What an instance's epoch guard holds and persists: the highest core epoch it has seen and
+/// the start identity of the core that announced or commanded it
+/// ([`sentinel_core::wire::CoreStarted::core_start`]; `None` when that core sent none, or the
+/// floor comes from a state file older than identities).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EpochFloor {
+    pub epoch: u32,
+    pub core_start: Option<u64>,
+}
+
+impl EpochFloor {
+    /// A floor at `epoch` whose core's identity is not known.
+    pub fn epoch(epoch: u32) -> EpochFloor {
+        EpochFloor {
+            epoch,
+            core_start: None,
+        }
+    }
+}
+
+/// The highest core epoch a driver has seen, and the start identity of the core that had it;
+/// commands from a lower epoch, or from that epoch and another identity, are refused. A driver
+/// keeps one per driver instance and should persist its [`EpochFloor`] across its own restarts
+/// (start from the persisted value with [`EpochGuard::restore`]), or a deposed core could slip
+/// a command in right after a driver restart.
+///
+/// Why the identity (issue 25 item 3): a database failover that lost the last commits can give
+/// the next core the epoch of the core it lost. The guard keeps the first identity it saw at
+/// its floor: the new core's announcement at that epoch is not current (the hello then echoes
+/// the old identity and the core moves its epoch past it), and its commands are refused until
+/// a higher epoch arrives. A message without an identity, at the floor's epoch, is current (a
+/// core from before identities); a floor without one takes the first identity heard at it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EpochGuard {
     highest_seen: u32,
+    core_start: Option<u64>,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
     #[cfg(feature = "planted-bugs")]
     planted: Option<sentinel_core::PlantedBug>,
@@ -436,9 +467,17 @@ pub struct EpochGuard {
 }
 
 impl EpochGuard {
+    /// A guard whose floor is `highest_seen`, its core's identity unknown.
     pub fn new(highest_seen: u32) -> EpochGuard {
+        EpochGuard::restore(EpochFloor::epoch(highest_seen))
+    }
+
+    /// A guard from the floor persisted before a restart.
+    pub fn restore(floor: EpochFloor) -> EpochGuard {
+        let highest_seen = floor.epoch;
         EpochGuard {
             highest_seen,
+            core_start: floor.core_start,
             #[cfg(feature = "planted-bugs")]
             planted: None,
             #[cfg(feature = "planted-bugs")]
@@ -478,22 +517,49 @@ impl EpochGuard {
         self.highest_seen
     }
 
-    /// Takes note of a core's epoch (its `core_started` announcement, or a command): a newer
-    /// one raises the floor. Returns whether `core_epoch` is current, i.e. not below the floor.
-    pub fn observe(&mut self, core_epoch: u32) -> bool {
-        let current = core_epoch >= self.highest_seen;
-        if current {
-            self.highest_seen = core_epoch;
+    /// The start identity of the core at the floor, when known.
+    pub fn core_start(&self) -> Option<u64> {
+        self.core_start
+    }
+
+    /// What to persist: the floor and its core's identity.
+    pub fn floor(&self) -> EpochFloor {
+        EpochFloor {
+            epoch: self.highest_seen,
+            core_start: self.core_start,
         }
-        current
+    }
+
+    /// Takes note of a core's epoch and start identity (its `core_started` announcement, or a
+    /// command): a newer epoch raises the floor and takes its identity. Returns whether the
+    /// core is current: above the floor, or at it with the floor's identity (or either
+    /// unknown: a floor without one takes this one).
+    pub fn observe(&mut self, core_epoch: u32, core_start: Option<u64>) -> bool {
+        if core_epoch > self.highest_seen {
+            self.highest_seen = core_epoch;
+            self.core_start = core_start;
+            return true;
+        }
+        if core_epoch < self.highest_seen {
+            return false;
+        }
+        match (self.core_start, core_start) {
+            (Some(floor), Some(theirs)) => floor == theirs,
+            (None, Some(theirs)) => {
+                self.core_start = Some(theirs);
+                true
+            }
+            (_, None) => true,
+        }
     }
 
     /// Admits a command from the current or a newer core (a newer one raises the floor) and
-    /// refuses one from an older core. Epochs never go backwards, so equal is current.
+    /// refuses one from an older core, or from another start at the floor's epoch. Epochs
+    /// never go backwards, so equal is current when the identity is the floor's.
     pub fn check(&mut self, command: &CommandEnvelope) -> CommandReply {
         let admitted = match self.planted_check(command.core_epoch) {
             Some(admitted) => admitted,
-            None => self.observe(command.core_epoch),
+            None => self.observe(command.core_epoch, command.core_start),
         };
         CommandReply {
             command_id: command.command_id.clone(),
@@ -542,7 +608,79 @@ mod tests {
             point_id: "pump1.state".to_owned(),
             value: serde_json::json!(1),
             principal: "rule:frost-protection".to_owned(),
+            core_start: None,
         }
+    }
+
+    fn command_from(epoch: u32, core_start: u64, id: &str) -> CommandEnvelope {
+        CommandEnvelope {
+            core_start: Some(core_start),
+            ..command(epoch, id)
+        }
+    }
+
+    /// Issue 25 item 3: after a failover that lost epoch 5's increment, a second core takes 5
+    /// again. The guard keeps the first start it saw at its floor and refuses the other's
+    /// announcement and commands, until a higher epoch comes.
+    #[test]
+    fn a_repeated_epoch_from_another_start_is_refused_until_a_higher_one() {
+        let mut guard = EpochGuard::new(4);
+        assert!(guard.observe(5, Some(111)), "the first core at 5");
+        assert_eq!(
+            guard.floor(),
+            EpochFloor {
+                epoch: 5,
+                core_start: Some(111)
+            }
+        );
+        assert!(!guard.observe(5, Some(222)), "another start at 5 is not current");
+        let refused = guard.check(&command_from(5, 222, "repeat"));
+        assert_eq!(refused.outcome, CommandOutcome::Rejected);
+        assert_eq!(refused.reason.as_deref(), Some("stale_epoch"));
+        assert_eq!(refused.highest_epoch_seen, 5);
+        assert_eq!(
+            guard.core_start(),
+            Some(111),
+            "the floor keeps the first identity"
+        );
+        assert_eq!(
+            guard.check(&command_from(5, 111, "same")).outcome,
+            CommandOutcome::Accepted,
+            "the floor's own core"
+        );
+        assert_eq!(
+            guard.check(&command(5, "unknown")).outcome,
+            CommandOutcome::Accepted,
+            "a core from before identities compares epochs only"
+        );
+        assert!(guard.observe(6, Some(333)), "the next core, above the repeat");
+        assert_eq!(
+            guard.check(&command_from(5, 111, "old")).outcome,
+            CommandOutcome::Rejected
+        );
+        assert_eq!(guard.core_start(), Some(333));
+    }
+
+    /// A floor restored without an identity (a state file older than identities) takes the
+    /// first one heard at its epoch, and holds it from then on.
+    #[test]
+    fn a_floor_without_an_identity_takes_the_first_one_at_its_epoch() {
+        let mut guard = EpochGuard::restore(EpochFloor::epoch(5));
+        assert!(guard.observe(5, Some(7)));
+        assert!(!guard.observe(5, Some(8)));
+        assert_eq!(
+            guard.floor(),
+            EpochFloor {
+                epoch: 5,
+                core_start: Some(7)
+            }
+        );
+        let mut restored = EpochGuard::restore(guard.floor());
+        assert_eq!(
+            restored.check(&command_from(5, 8, "x")).reason.as_deref(),
+            Some("stale_epoch"),
+            "the identity survives a restart"
+        );
     }
 
     #[test]
@@ -574,8 +712,8 @@ mod tests {
     #[test]
     fn an_announcement_raises_the_floor_before_any_command() {
         let mut guard = EpochGuard::new(3);
-        assert!(guard.observe(5), "a newer core's announcement");
-        assert!(!guard.observe(4), "an older core's is not current");
+        assert!(guard.observe(5, None), "a newer core's announcement");
+        assert!(!guard.observe(4, None), "an older core's is not current");
         assert_eq!(guard.highest_seen(), 5);
         assert_eq!(
             guard.check(&command(4, "late")).reason.as_deref(),

@@ -1,7 +1,7 @@
 //! What a driver instance keeps across its own restarts (driver contract 2; ingest spec,
 //! "Restart" step 7; issue 21 item 3): its `source_epoch` (bumped on every start, so its
-//! message keys never repeat), the highest core epoch it has seen (the floor
-//! [`crate::EpochGuard`] starts from), and the ids of the last commands it applied, so a
+//! message keys never repeat), the highest core epoch it has seen with that core's start
+//! identity (the floor [`crate::EpochGuard`] starts from, [`crate::EpochFloor`]), and the ids of the last commands it applied, so a
 //! command re-sent after the driver restarted (the core re-sends one it got no answer to) is
 //! answered `applied` again without being applied twice.
 //!
@@ -84,6 +84,10 @@ impl AppliedIds {
 pub struct DriverState {
     pub source_epoch: u32,
     pub highest_epoch_seen: u32,
+    /// The start identity of the core at `highest_epoch_seen` (issue 25 item 3); absent from
+    /// an older file, and when that core sent none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub highest_epoch_core_start: Option<u64>,
     /// Applied command ids, oldest first, at most [`APPLIED_IDS_MAX`].
     #[serde(default)]
     pub applied: Vec<String>,
@@ -93,6 +97,20 @@ pub struct DriverState {
 pub const STATE_FILE_BYTES_MAX: u64 = 512 * 1024;
 
 impl DriverState {
+    /// The epoch floor to start the guard from.
+    pub fn floor(&self) -> crate::EpochFloor {
+        crate::EpochFloor {
+            epoch: self.highest_epoch_seen,
+            core_start: self.highest_epoch_core_start,
+        }
+    }
+
+    /// Takes the guard's floor to persist.
+    pub fn set_floor(&mut self, floor: crate::EpochFloor) {
+        self.highest_epoch_seen = floor.epoch;
+        self.highest_epoch_core_start = floor.core_start;
+    }
+
     /// Reads the state file; a missing file is a first start (all zero, no ids). A file that
     /// is neither form, or larger than [`STATE_FILE_BYTES_MAX`], is an error that says so:
     /// starting from zero would let a deposed core's command through.
@@ -121,6 +139,7 @@ impl DriverState {
             [source_epoch, highest_epoch_seen] => Ok(DriverState {
                 source_epoch,
                 highest_epoch_seen,
+                highest_epoch_core_start: None,
                 applied: Vec::new(),
             }),
             _ => Err(invalid(path, "is not a driver state file")),
@@ -179,10 +198,24 @@ mod tests {
         let state = DriverState {
             source_epoch: 4,
             highest_epoch_seen: 9,
+            highest_epoch_core_start: Some(sentinel_core::wire::CORE_START_MAX),
             applied: vec!["c-1".into(), "id with spaces\nand a newline".into()],
         };
         state.save(&path).expect("save");
         assert_eq!(DriverState::load(&path).expect("load"), state);
+        assert_eq!(
+            state.floor(),
+            crate::EpochFloor {
+                epoch: 9,
+                core_start: Some(sentinel_core::wire::CORE_START_MAX)
+            }
+        );
+        // A file from before identities: the floor's identity is unknown.
+        std::fs::write(&path, r#"{"source_epoch":4,"highest_epoch_seen":9,"applied":[]}"#).expect("write");
+        assert_eq!(
+            DriverState::load(&path).expect("load").floor(),
+            crate::EpochFloor::epoch(9)
+        );
 
         std::fs::write(&path, "3 7\n").expect("write");
         assert_eq!(
@@ -190,6 +223,7 @@ mod tests {
             DriverState {
                 source_epoch: 3,
                 highest_epoch_seen: 7,
+                highest_epoch_core_start: None,
                 applied: Vec::new()
             }
         );

@@ -320,6 +320,7 @@ mod tests {
                     source_epoch: 2,
                     highest_epoch_seen: 5,
                     contract: 1,
+                    core_start: None,
                 },
             })
         );

@@ -26,6 +26,6 @@ pub use store::retention::*;
 pub use store::rollups::*;
 pub use store::{
     CommitError, EPOCH_MAX, LATE_DUPLICATE_AFTER_MS, LATE_DUPLICATE_LOOKBACK_MS, Lease, Store, StoreError,
-    epoch_floor_too_high,
+    check_core_start, core_start_out_of_range, epoch_floor_too_high,
 };
 pub use tag_table::TagTable;

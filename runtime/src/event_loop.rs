@@ -316,7 +316,9 @@ where
             warn!(
                 epoch = core.epoch(),
                 hellos = ahead,
-                "a driver has seen a newer core epoch than this one; this core has been replaced"
+                other_start = core.metrics().driver_hellos_other_start,
+                "a driver has seen a newer core epoch than this one, or this epoch from another core start; \
+                 this core has been replaced"
             );
         }
         // On every wake-up, idle ones included, so an observer sees the settled state too.
@@ -662,8 +664,8 @@ async fn raise_epoch<S: Store>(
                 epoch,
                 floor,
                 raised,
-                "a driver has seen a higher core epoch than this one (a failover lost epoch increments?); \
-                 the recorded epoch was raised past it"
+                "a driver has seen a higher core epoch than this one, or this epoch from another start \
+                 (a failover lost epoch increments?); the recorded epoch was raised past it"
             );
             EpochRaise::Raised { epoch: raised }
         }

@@ -212,6 +212,11 @@ where
     let restored = store.load_state(&points).await?;
     let mut core = Core::new(config, registry, epoch, &restored, clock.now())
         .map_err(|e| StartError::Core(e.to_string()))?;
+    // This start's identity (issue 25 item 3): an epoch can repeat after a failover that lost
+    // its increment; two starts at one epoch still differ here.
+    let core_start = clock.start_token();
+    core.set_core_start(core_start);
+    info!(epoch, core_start, "core start identity taken");
     timings.record("restore_projection", step);
 
     // Only now, holding the lock with the projection restored, does the core touch the bus.
@@ -376,7 +381,9 @@ where
 
     // Recorded after binding so the record covers the whole cold start. Fenced: a core that
     // has already been replaced fails here rather than starting to ingest.
-    store.record_cold_start(epoch, timings.to_steps()).await?;
+    store
+        .record_cold_start(epoch, Some(core_start), timings.to_steps())
+        .await?;
 
     Ok(Started {
         core,

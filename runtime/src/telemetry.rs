@@ -569,7 +569,11 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
             ),
             (&[("outcome", "reannounced")], m.driver_reannouncements),
             (&[("outcome", "unknown_instance")], m.driver_hellos_unknown),
-            (&[("outcome", "newer_core")], m.driver_hellos_ahead),
+            (
+                &[("outcome", "newer_core")],
+                m.driver_hellos_ahead.saturating_sub(m.driver_hellos_other_start),
+            ),
+            (&[("outcome", "other_start")], m.driver_hellos_other_start),
         ],
     )?;
     f.counter(

@@ -668,8 +668,13 @@ impl Store for SimStore {
         self.world.store.load_control_events(after_seq, limit).await
     }
 
-    async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
-        let write = self.world.store.record_cold_start(epoch, steps);
+    async fn record_cold_start(
+        &self,
+        epoch: u32,
+        core_start: Option<u64>,
+        steps: Vec<StartupStep>,
+    ) -> Result<(), StoreError> {
+        let write = self.world.store.record_cold_start(epoch, core_start, steps);
         self.fenced_write("writes its cold start", "a cold-start record", epoch, write)
             .await
     }

@@ -174,7 +174,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         settings.active.clear();
     }
     let start = Micros(START_UNIX_S as i64 * 1_000_000);
-    let clock = Arc::new(SimClock::new(start));
+    let clock = Arc::new(SimClock::new(start, seed));
 
     let bus = MemoryBus::new(
         MemoryBusConfig {

@@ -52,8 +52,11 @@ pub struct Livelock;
 
 /// Simulated time. Inside a host it is that host's turmoil clock (which advances within a
 /// step); outside, the controller's last reading. Counts the reads inside hosts per instant
-/// (invariant 9).
+/// (invariant 9). Start identities come from the run's seed and how many were taken before,
+/// off the run's random stream (drawing them from it would move every later draw).
 pub struct SimClock {
+    seed: u64,
+    start_tokens: AtomicU64,
     controller_now_us: AtomicI64,
     instant_us: AtomicI64,
     events_at_instant: AtomicU64,
@@ -63,8 +66,10 @@ pub struct SimClock {
 }
 
 impl SimClock {
-    pub fn new(start: Micros) -> SimClock {
+    pub fn new(start: Micros, seed: u64) -> SimClock {
         SimClock {
+            seed,
+            start_tokens: AtomicU64::new(0),
             controller_now_us: AtomicI64::new(start.0),
             instant_us: AtomicI64::new(i64::MIN),
             events_at_instant: AtomicU64::new(0),
@@ -127,6 +132,16 @@ impl Clock for SimClock {
             }
             None => Micros(self.controller_now_us.load(Ordering::Relaxed)),
         }
+    }
+
+    /// The seed and the count of identities taken so far, through SplitMix64's finaliser:
+    /// the same run gives every core start the same identity, two starts never share one.
+    fn start_token(&self) -> u64 {
+        let n = self.start_tokens.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut z = self.seed ^ n.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        sentinel_core::wire::core_start_from_bits(z ^ (z >> 31))
     }
 }
 
@@ -337,7 +352,9 @@ impl World {
             ToDriver::Command(command) => command,
             ToDriver::CoreStarted(started) => {
                 inner.checker.on_announcement(subject, started.core_epoch);
-                let current = inner.driver_guard(subject).observe(started.core_epoch);
+                let current = inner
+                    .driver_guard(subject)
+                    .observe(started.core_epoch, started.core_start);
                 inner.trace.event(
                     now,
                     format_args!(
@@ -470,6 +487,10 @@ fn say_hello(inner: &mut Inner, cmd_subject: &str, now: Micros) {
                 .get(cmd_subject)
                 .map_or(0, |guard| guard.highest_seen()),
             contract: sentinel_core::wire::DRIVER_CONTRACT,
+            core_start: inner
+                .driver_guards
+                .get(cmd_subject)
+                .and_then(|guard| guard.core_start()),
         },
     };
     let mut heard_by = 0;

@@ -119,8 +119,13 @@ impl Store for PgStore {
         self.load_control_heads_inner(point_ids).await
     }
 
-    async fn record_cold_start(&self, epoch: u32, steps: Vec<StartupStep>) -> Result<(), StoreError> {
-        self.record_cold_start_inner(epoch, steps).await
+    async fn record_cold_start(
+        &self,
+        epoch: u32,
+        core_start: Option<u64>,
+        steps: Vec<StartupStep>,
+    ) -> Result<(), StoreError> {
+        self.record_cold_start_inner(epoch, core_start, steps).await
     }
 
     async fn refresh_rollups(

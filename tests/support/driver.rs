@@ -23,15 +23,9 @@ pub async fn start_driver(
     state.source_epoch += 1;
     state.save(state_file).expect("persist the source epoch");
     let client = async_nats::connect(nats_url).await.expect("driver connects");
-    let mut intake = CommandIntake::subscribe(
-        client,
-        host,
-        instance,
-        state.source_epoch,
-        state.highest_epoch_seen,
-    )
-    .await
-    .expect("subscribe");
+    let mut intake = CommandIntake::subscribe(client, host, instance, state.source_epoch, state.floor())
+        .await
+        .expect("subscribe");
     intake.restore_applied(state.applied);
     let state_file = state_file.to_owned();
     let source_epoch = state.source_epoch;
@@ -40,6 +34,7 @@ pub async fn start_driver(
             DriverState {
                 source_epoch,
                 highest_epoch_seen: intake.highest_seen(),
+                highest_epoch_core_start: intake.floor().core_start,
                 applied: intake.applied_ids(),
             }
             .save(&state_file)

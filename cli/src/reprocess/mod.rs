@@ -164,6 +164,7 @@ pub async fn reprocess(args: ReprocessArgs) -> anyhow::Result<ExitCode> {
     store
         .record_cold_start(
             lease.epoch(),
+            None,
             vec![StartupStep {
                 step: "reprocess".into(),
                 duration_us,

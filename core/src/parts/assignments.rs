@@ -263,6 +263,7 @@ fn send(slot: &AssignmentView, seq: i64, ctx: &Ctx, out: &mut Out) {
         core_epoch: ctx.epoch,
         registry_version: ctx.registry.version,
         points: slot.points.clone(),
+        core_start: ctx.core_start,
     });
     out.push(Effect::SendAssignment {
         subject: cmd_subject(&slot.host, &slot.driver_instance),
@@ -356,6 +357,7 @@ mod tests {
             source_epoch: 1,
             highest_epoch_seen: EPOCH,
             contract,
+            core_start: None,
         }
     }
 

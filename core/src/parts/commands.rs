@@ -577,7 +577,7 @@ fn write_results(events: Vec<ControlEvent>, ctx: &Ctx, out: &mut Out) {
 }
 
 /// Sends `awaiting` (the command of `command_issued` seq `seq`) to its point's driver, stamped
-/// with this core's epoch, with its reply subject.
+/// with this core's epoch and start identity, with its reply subject.
 fn send(seq: i64, awaiting: &Awaiting, ctx: &Ctx, out: &mut Out) {
     let point = ctx.registry.point(awaiting.point);
     let message = ToDriver::Command(CommandEnvelope {
@@ -587,6 +587,7 @@ fn send(seq: i64, awaiting: &Awaiting, ctx: &Ctx, out: &mut Out) {
         point_id: point.id.to_string(),
         value: awaiting.value.clone(),
         principal: awaiting.asker.to_string(),
+        core_start: ctx.core_start,
     });
     out.push(Effect::SendCommand {
         subject: cmd_subject(&point.host, &point.descriptor.assignment.driver_instance),

@@ -1,7 +1,7 @@
 //! What every part of [`crate::Core`] reads, and where every part writes (DESIGN.md §1, "The
 //! core API": one queue of effects, polled in the order they were emitted).
 //!
-//! Owns: [`Ctx`], the router's clock, epoch, registry, config and planted bug, which parts
+//! Owns: [`Ctx`], the router's clock, epoch, start identity, registry, config and planted bug, which parts
 //! read and never change; and [`Out`], the one effect queue and the counters. There is one
 //! queue for all parts, written in the order the router calls them (like openraft's engine
 //! output or quinn's pending list), so the order of effects is the order of the calls and
@@ -23,6 +23,9 @@ pub(crate) struct Ctx {
     /// The latest time the core was handed (never moves back).
     pub now: Micros,
     pub epoch: u32,
+    /// This core's start identity (issue 25 item 3; [`crate::wire::CoreStarted::core_start`]),
+    /// once the runtime gave it one ([`crate::Core::set_core_start`]).
+    pub core_start: Option<u64>,
     pub registry: Arc<Registry>,
     pub config: Config,
     /// Always `None` unless a simulator test planted a bug (feature `planted-bugs`).
@@ -138,6 +141,7 @@ pub(crate) mod testing {
         Ctx {
             now: T0,
             epoch: EPOCH,
+            core_start: None,
             registry: registry(),
             config,
             planted: None,

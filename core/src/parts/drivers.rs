@@ -57,6 +57,18 @@
 //! checkpoints, control events, maintenance) carries the old epoch under an equality fence,
 //! and a restart is the one place the epoch already changes safely.
 //!
+//! **A repeated epoch** (issue 25 item 3, the equal-epoch gap): a failover that lost the
+//! `core_start` row of epoch N, with its increment, gives the next core N again, and a hello
+//! from a driver that heard the lost core says N, which is not above. So every announcement
+//! and command carries this core's start identity (`CoreStarted::core_start`, a random number
+//! the runtime took at process start, [`crate::Core::set_core_start`]) and a driver's hello
+//! echoes the identity of the core at its floor: a hello at this core's epoch with another
+//! start's identity is ahead too, and takes the same path with the floor one above this epoch
+//! (raising the recorded epoch to N + 1 also fences a deposed core of the lost N that
+//! reconnects to the promoted database, whose equality fence N would still pass). A hello
+//! without an identity, or a core given none, compares epochs only (drivers and cores from
+//! before identities).
+//!
 //! Takes `DriverHello`, each RETURNING row (the point's instance may become ready) and `Tick`
 //! (silence, and the availability windows). Emits `Publish` of the announcement again, to an
 //! instance whose hello showed it had not seen this core's epoch (the first announcements go
@@ -228,6 +240,8 @@ pub struct Drivers {
     current_from: Micros,
     epoch: u32,
     registry_version: i32,
+    /// This core's start identity, once the runtime gave it one (module docs).
+    core_start: Option<u64>,
     /// The floor this core asked the store to raise the recorded epoch to, once asked
     /// (issue 25 item 3): from then on it commands nothing.
     epoch_raise: Option<u32>,
@@ -302,8 +316,24 @@ impl Drivers {
             current_from: now,
             epoch,
             registry_version: registry.version,
+            core_start: None,
             epoch_raise: None,
         }
+    }
+
+    /// This core's start identity, carried by every announcement from now on and compared
+    /// with the one each hello at this epoch echoes.
+    pub fn set_core_start(&mut self, core_start: u64) {
+        self.core_start = Some(core_start);
+    }
+
+    /// Whether `hello` shows a core newer than this one: an epoch above this core's, or this
+    /// epoch announced by another start (a repeated epoch; module docs). Only when both sides
+    /// carry an identity are they compared.
+    fn is_ahead(&self, hello: &DriverHello) -> bool {
+        hello.highest_epoch_seen > self.epoch
+            || (hello.highest_epoch_seen == self.epoch
+                && matches!((hello.core_start, self.core_start), (Some(theirs), Some(mine)) if theirs != mine))
     }
 
     /// The floor asked of the store once a known instance's hello showed an epoch above this
@@ -347,6 +377,7 @@ impl Drivers {
             v: 1,
             core_epoch: self.epoch,
             registry_version: self.registry_version,
+            core_start: self.core_start,
         });
         Announcement {
             subject: cmd_subject(&view.host, &view.driver_instance),
@@ -360,7 +391,7 @@ impl Drivers {
         let Some(slot) = self.slot(host, &hello.driver_instance) else {
             return HelloOutcome::Unknown;
         };
-        if hello.highest_epoch_seen > self.epoch {
+        if self.is_ahead(hello) {
             return HelloOutcome::Ahead;
         }
         self.views[slot].source_epoch = Some(hello.source_epoch);
@@ -532,15 +563,26 @@ impl Drivers {
             }
             // A newer core announced itself to this driver, or this core's epoch repeats one
             // the driver saw before a lossy failover: the store tells which, when asked to
-            // raise the recorded epoch past it, fenced on this core's.
+            // raise the recorded epoch past it, fenced on this core's. A hello at this epoch
+            // from another start asks for one above it: the driver has seen a core at this
+            // epoch that is not this one.
             HelloOutcome::Ahead => {
                 out.metrics.driver_hellos_ahead += 1;
+                let other_start = hello.highest_epoch_seen == self.epoch;
+                if other_start {
+                    out.metrics.driver_hellos_other_start += 1;
+                }
                 if self.epoch_raise.is_none() {
-                    debug_assert!(hello.highest_epoch_seen > self.epoch);
-                    self.epoch_raise = Some(hello.highest_epoch_seen);
+                    debug_assert!(hello.highest_epoch_seen >= self.epoch);
+                    let floor = if other_start {
+                        self.epoch.saturating_add(1)
+                    } else {
+                        hello.highest_epoch_seen
+                    };
+                    self.epoch_raise = Some(floor);
                     out.push(Effect::RaiseEpoch {
                         epoch: self.epoch,
-                        floor: hello.highest_epoch_seen,
+                        floor,
                     });
                 }
                 true
@@ -623,6 +665,7 @@ mod tests {
             source_epoch: 1,
             highest_epoch_seen,
             contract: crate::wire::DRIVER_CONTRACT,
+            core_start: None,
         }
     }
 
@@ -847,5 +890,71 @@ mod tests {
         );
         assert_eq!(drivers.epoch_raise(), Some(EPOCH + 5));
         assert_eq!(out.metrics.driver_hellos_ahead, 2);
+    }
+
+    /// Issue 25 item 3, the repeated epoch: this core's announcement carries its start
+    /// identity; a hello at this epoch echoing it, or echoing none, is current; one echoing
+    /// another start's is ahead and asks the store for the epoch above this one, once.
+    #[test]
+    fn a_hello_at_this_epoch_from_another_start_is_ahead() {
+        let ctx = ctx();
+        let mut out = Out::default();
+        let mut drivers = Drivers::new(&ctx.registry, SELF_HOST, EPOCH, T0);
+        drivers.set_core_start(41);
+        assert_eq!(
+            drivers.announcements(),
+            [Announcement {
+                subject: "cmd.plant-a.modbus-1".into(),
+                payload: Bytes::from(format!(
+                    r#"{{"kind":"core_started","v":1,"core_epoch":5,"registry_version":{},"core_start":41}}"#,
+                    ctx.registry.version
+                )),
+            }]
+        );
+        let at = |core_start| DriverHello {
+            core_start,
+            ..hello(EPOCH)
+        };
+        assert!(!drivers.hello(HOST, &at(Some(41)), T0, &mut out), "this start");
+        assert!(
+            !drivers.hello(HOST, &at(None), T0, &mut out),
+            "a driver without identities"
+        );
+        assert_eq!(out.metrics.drivers, [0, 1, 0, 0]);
+        drain(&mut out);
+        assert!(
+            drivers.hello(HOST, &at(Some(40)), T0, &mut out),
+            "another start at 5"
+        );
+        assert!(drivers.hello(HOST, &at(Some(40)), T0, &mut out));
+        assert_eq!(
+            drain(&mut out),
+            [Effect::RaiseEpoch {
+                epoch: EPOCH,
+                floor: EPOCH + 1
+            }],
+            "the epoch above this one: the driver saw a core at this epoch that is not this one"
+        );
+        assert_eq!(drivers.epoch_raise(), Some(EPOCH + 1));
+        let m = &out.metrics;
+        assert_eq!((m.driver_hellos_ahead, m.driver_hellos_other_start), (2, 2));
+    }
+
+    /// A core given no identity compares epochs only, whatever the hello echoes.
+    #[test]
+    fn a_core_without_an_identity_compares_epochs_only() {
+        let ctx = ctx();
+        let mut out = Out::default();
+        let mut drivers = Drivers::new(&ctx.registry, SELF_HOST, EPOCH, T0);
+        let hello = DriverHello {
+            core_start: Some(40),
+            ..hello(EPOCH)
+        };
+        assert!(!drivers.hello(HOST, &hello, T0, &mut out));
+        assert_eq!(drivers.epoch_raise(), None);
+        assert!(
+            !String::from_utf8_lossy(&drivers.announcements()[0].payload).contains(r#""core_start":"#),
+            "no identity on the wire"
+        );
     }
 }

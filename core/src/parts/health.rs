@@ -266,6 +266,7 @@ mod tests {
             source_epoch: 1,
             highest_epoch_seen: EPOCH,
             contract: crate::wire::DRIVER_CONTRACT,
+            core_start: None,
         }
     }
 

@@ -36,6 +36,7 @@ impl MemoryStore {
                 application_name: lock_session_name(epoch),
                 ready_at: None,
                 steps: Vec::new(),
+                core_start: None,
             },
         );
         Ok(MemoryLease {
@@ -48,8 +49,10 @@ impl MemoryStore {
     pub(super) async fn record_cold_start_inner(
         &self,
         epoch: u32,
+        core_start: Option<u64>,
         steps: Vec<StartupStep>,
     ) -> Result<(), StoreError> {
+        sentinel_ports::check_core_start(core_start)?;
         let ready_at = self.clock.now();
         let mut model = lock(&self.model);
         model.fence(epoch)?;
@@ -59,6 +62,7 @@ impl MemoryStore {
             .ok_or_else(|| StoreError::Other(format!("no acquisition recorded for epoch {epoch}")))?;
         row.ready_at = Some(ready_at);
         row.steps = steps;
+        row.core_start = core_start;
         Ok(())
     }
 }

@@ -50,6 +50,26 @@ pub const LATE_DUPLICATE_LOOKBACK_MS: i64 = 300_000;
 /// acquisition overflow.
 pub const EPOCH_MAX: u32 = i32::MAX as u32 - 1;
 
+/// [`Store::record_cold_start`]'s refusal of a start identity outside
+/// `1..=`[`sentinel_core::wire::CORE_START_MAX`] (issue 25 item 3), checked before anything is
+/// written.
+pub fn check_core_start(core_start: Option<u64>) -> Result<(), StoreError> {
+    match core_start {
+        Some(token) if !(1..=sentinel_core::wire::CORE_START_MAX).contains(&token) => {
+            Err(core_start_out_of_range(token))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The refusal [`check_core_start`] returns.
+pub fn core_start_out_of_range(core_start: u64) -> StoreError {
+    StoreError::Other(format!(
+        "start identity {core_start} is outside 1..={}",
+        sentinel_core::wire::CORE_START_MAX
+    ))
+}
+
 /// [`Store::raise_epoch`]'s refusal of a floor above [`EPOCH_MAX`].
 pub fn epoch_floor_too_high(floor: u32) -> StoreError {
     StoreError::Other(format!(
@@ -209,11 +229,14 @@ pub trait Store: Clone + Send + Sync + 'static {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<StoredControlEvent>, StoreError>> + Send;
 
-    /// Records how long each startup step of the acquisition that took `epoch` ran, fenced on
-    /// `epoch` like every other write.
+    /// Records how long each startup step of the acquisition that took `epoch` ran, and the
+    /// start identity its core announced (`None`: a start that announces nothing), fenced on
+    /// `epoch` like every other write. An identity outside `1..=CORE_START_MAX` is refused
+    /// ([`core_start_out_of_range`]).
     fn record_cold_start(
         &self,
         epoch: u32,
+        core_start: Option<u64>,
         steps: Vec<StartupStep>,
     ) -> impl Future<Output = Result<(), StoreError>> + Send;
 

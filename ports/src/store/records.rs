@@ -45,6 +45,9 @@ pub struct ColdStart {
     pub ready_at: Option<Micros>,
     /// In the order the steps ran; empty until recorded.
     pub steps: Vec<StartupStep>,
+    /// The start identity the core announced with this epoch (issue 25 item 3), recorded with
+    /// the steps; `None` until then, and for a start that announced none.
+    pub core_start: Option<u64>,
 }
 
 /// The application name of the lock session once `epoch` is acquired, so an operator looking at
