@@ -116,6 +116,10 @@ pub enum ControlDetail {
         command_id: String,
         /// The commanded value, as the request gave it (a JSON scalar).
         value: serde_json::Value,
+        /// When the command was first issued, on a re-send of it under a later epoch (the
+        /// outbox at restart); `None` on its first issue. A row observed since then may show
+        /// it, so its verification counts from here (the payload's `first_issued_at`).
+        first_issued_at: Option<Micros>,
     },
     CommandRefused {
         command_id: String,
@@ -288,9 +292,21 @@ impl ControlEvent {
                 "deadline": deadline.to_rfc3339(),
             })
             .to_string(),
-            ControlDetail::CommandIssued { command_id, value } => {
-                serde_json::json!({ "command_id": command_id, "value": value }).to_string()
-            }
+            ControlDetail::CommandIssued {
+                command_id,
+                value,
+                first_issued_at: None,
+            } => serde_json::json!({ "command_id": command_id, "value": value }).to_string(),
+            ControlDetail::CommandIssued {
+                command_id,
+                value,
+                first_issued_at: Some(first),
+            } => serde_json::json!({
+                "command_id": command_id,
+                "value": value,
+                "first_issued_at": first.to_rfc3339(),
+            })
+            .to_string(),
             ControlDetail::CommandRefused {
                 command_id,
                 value,
@@ -394,12 +410,20 @@ pub struct IssuedCommand {
     pub principal: String,
     pub command_id: String,
     pub value: serde_json::Value,
+    /// When the command was first issued (its first `command_issued`; a re-send carries it on).
+    pub first_issued_at: Micros,
 }
 
 impl IssuedCommand {
     /// From a stored event's columns; `None` unless its payload is a `command_issued` one
     /// (a command id and a value).
-    pub fn from_stored(seq: i64, point_id: &str, principal: &str, payload: &str) -> Option<IssuedCommand> {
+    pub fn from_stored(
+        seq: i64,
+        occurred_at: Micros,
+        point_id: &str,
+        principal: &str,
+        payload: &str,
+    ) -> Option<IssuedCommand> {
         let payload: serde_json::Value = serde_json::from_str(payload).ok()?;
         Some(IssuedCommand {
             seq,
@@ -407,8 +431,14 @@ impl IssuedCommand {
             principal: principal.to_owned(),
             command_id: payload.get("command_id")?.as_str()?.to_owned(),
             value: payload.get("value")?.clone(),
+            first_issued_at: first_issued_at(&payload).unwrap_or(occurred_at),
         })
     }
+}
+
+/// A `command_issued` payload's `first_issued_at` (a re-send's), when it has one.
+fn first_issued_at(payload: &serde_json::Value) -> Option<Micros> {
+    Micros::parse_rfc3339(payload.get("first_issued_at")?.as_str()?)
 }
 
 /// An open verification as the log holds it, read back at restart (issue 21 items 5 and 6:
@@ -420,7 +450,8 @@ pub struct OpenVerification {
     pub command_id: String,
     /// The commanded value (the `command_issued` payload's).
     pub value: serde_json::Value,
-    /// When the command was issued: the first moment a row could show it.
+    /// When the command was first issued (a re-send's `first_issued_at`): the first moment a
+    /// row could show it.
     pub issued_at: Micros,
     /// The `command_result` event's seq and time: the timer runs from `applied_at`.
     pub result_seq: i64,
@@ -447,7 +478,7 @@ impl OpenVerification {
             point_id: point_id.to_owned(),
             command_id: command_id.to_owned(),
             value: issued_payload.get("value")?.clone(),
-            issued_at: issued.0,
+            issued_at: first_issued_at(&issued_payload).unwrap_or(issued.0),
             result_seq: result.0,
             applied_at: result.1,
         })

@@ -281,6 +281,7 @@ impl Core {
                 detail: ControlDetail::CommandIssued {
                     command_id: command.command_id,
                     value: command.value,
+                    first_issued_at: Some(command.first_issued_at),
                 },
             });
         }
@@ -316,7 +317,11 @@ impl Core {
         }
         self.claims.expire(&self.ctx, &mut self.out);
         let armed = self.claims.expiries_armed();
-        (armed, self.verification.restored_windows(&self.ctx.registry, self.ctx.now))
+        (
+            armed,
+            self.verification
+                .restored_windows(&self.ctx.registry, self.ctx.now),
+        )
     }
 
     /// Restart step 6, one restored verification judged on the log's evidence: the point's
@@ -748,7 +753,10 @@ impl Core {
         };
         let events = events.clone();
         for event in &events {
-            if let ControlDetail::CommandIssued { command_id, value } = &event.detail {
+            if let ControlDetail::CommandIssued {
+                command_id, value, ..
+            } = &event.detail
+            {
                 self.commands
                     .on_issued(event, 0, command_id, value, &self.ctx, &mut self.out);
             }
@@ -801,10 +809,14 @@ impl Core {
                     self.projection
                         .apply_quality_event(point, event, *from, *to, *reason, seq, rearmed, ctx, out);
                 }
-                ControlDetail::CommandIssued { command_id, value } => {
+                ControlDetail::CommandIssued {
+                    command_id,
+                    value,
+                    first_issued_at,
+                } => {
                     if let Some(point) = event.point {
-                        self.verification
-                            .on_issued(point, command_id, value, event.occurred_at);
+                        let issued_at = first_issued_at.unwrap_or(event.occurred_at);
+                        self.verification.on_issued(point, command_id, value, issued_at);
                     }
                     self.commands.on_issued(event, seq, command_id, value, ctx, out)
                 }

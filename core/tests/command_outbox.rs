@@ -10,7 +10,7 @@ use common::*;
 use sentinel_core::arbitration::{Desired, DesiredRow};
 use sentinel_core::registry::CommandValue;
 use sentinel_core::wire::{CommandOutcome, CommandReply, ToDriver};
-use sentinel_core::{ControlDetail, ControlReport, Effect, Input, IssuedCommand};
+use sentinel_core::{ControlDetail, ControlReport, Effect, Input, IssuedCommand, Micros};
 
 fn desired(point: &str, value: &str) -> DesiredRow {
     DesiredRow {
@@ -31,8 +31,12 @@ fn unanswered(seq: i64, point: &str, id: &str, value: serde_json::Value) -> Issu
         principal: "operator:alice".into(),
         command_id: id.into(),
         value,
+        first_issued_at: FIRST_ISSUED,
     }
 }
+
+/// When the unanswered commands were first issued, by the core that died.
+const FIRST_ISSUED: Micros = Micros(T0.0 - 60_000_000);
 
 #[test]
 fn an_unanswered_command_that_still_wins_is_sent_again_with_its_id() {
@@ -59,9 +63,17 @@ fn an_unanswered_command_that_still_wins_is_sent_again_with_its_id() {
         events[0].detail,
         ControlDetail::CommandIssued {
             command_id: "c-1".into(),
-            value: serde_json::json!("on")
+            value: serde_json::json!("on"),
+            first_issued_at: Some(FIRST_ISSUED),
         },
-        "the same id, issued under this core's epoch"
+        "the same id, issued under this core's epoch, carrying when it was first issued"
+    );
+    let stored =
+        IssuedCommand::from_stored(40, T0, "plant.pump", "operator:alice", &events[0].payload_json())
+            .expect("the re-send reads back");
+    assert_eq!(
+        stored.first_issued_at, FIRST_ISSUED,
+        "a re-send of the re-send keeps the first issue"
     );
     core.handle(
         T0,
@@ -141,17 +153,51 @@ fn a_command_for_a_value_no_longer_desired_is_not_sent_again() {
 
 #[test]
 fn an_issued_command_reads_back_from_its_stored_payload() {
+    // A first issue: first issued when the event occurred.
     assert_eq!(
-        IssuedCommand::from_stored(7, "plant.pump", "ana", r#"{"command_id":"c-1","value":"on"}"#),
+        IssuedCommand::from_stored(
+            7,
+            FIRST_ISSUED,
+            "plant.pump",
+            "ana",
+            r#"{"command_id":"c-1","value":"on"}"#
+        ),
         Some(unanswered(7, "plant.pump", "c-1", serde_json::json!("on")).with_principal("ana"))
     );
+    // A re-send (written later) carries its first issue on.
+    let resent = format!(
+        r#"{{"command_id":"c-1","value":"on","first_issued_at":"{}"}}"#,
+        FIRST_ISSUED.to_rfc3339()
+    );
+    assert_eq!(
+        IssuedCommand::from_stored(9, T0, "plant.pump", "ana", &resent),
+        Some(
+            IssuedCommand {
+                seq: 9,
+                ..unanswered(7, "plant.pump", "c-1", serde_json::json!("on"))
+            }
+            .with_principal("ana")
+        )
+    );
+    // So does an open verification read back from it: rows since the first issue count.
+    let open = sentinel_core::OpenVerification::from_stored(
+        "plant.pump",
+        (T0, &resent),
+        (10, T0, r#"{"command_id":"c-1","outcome":"applied"}"#),
+    )
+    .expect("an open verification");
+    assert_eq!(open.issued_at, FIRST_ISSUED);
     for bad in [
         "",
         "{}",
         r#"{"command_id":1,"value":"on"}"#,
         r#"{"command_id":"c"}"#,
     ] {
-        assert_eq!(IssuedCommand::from_stored(7, "p", "ana", bad), None, "{bad:?}");
+        assert_eq!(
+            IssuedCommand::from_stored(7, T0, "p", "ana", bad),
+            None,
+            "{bad:?}"
+        );
     }
 }
 

@@ -258,6 +258,7 @@ where
     let resent = core.resend_unanswered(unanswered.iter().filter_map(|event| {
         IssuedCommand::from_stored(
             event.seq,
+            event.occurred_at,
             event.point_id.as_deref()?,
             &event.principal,
             &event.payload,

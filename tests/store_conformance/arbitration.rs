@@ -38,6 +38,7 @@ fn issued(point: &str, epoch: u32, at: Micros, value: &CommandValue) -> ControlE
         detail: ControlDetail::CommandIssued {
             command_id: "c-1".into(),
             value: value.to_json(),
+            first_issued_at: None,
         },
     }
 }
@@ -292,6 +293,7 @@ fn command(point: &str, epoch: u32, at: Micros, id: &str, value: &CommandValue) 
         detail: ControlDetail::CommandIssued {
             command_id: id.into(),
             value: value.to_json(),
+            first_issued_at: None,
         },
         ..issued(point, epoch, at, value)
     }
@@ -596,7 +598,7 @@ fn verdict(point: &str, epoch: u32, at: Micros, id: &str, verified: bool) -> Con
 
 /// Restart's open verifications (issue 21 items 5 and 6): per `point_desired` row, its newest
 /// command when an `applied` result for it follows and no verdict for it follows that: with the
-/// command's value, the issue time, and the result's seq and time. A rejected command, a
+/// command's value, the issue time (a re-send's first issue), and the result's seq and time. A rejected command, a
 /// command answered for another id, one with a verdict, one superseded by a newer command and
 /// one of a point without a row are not open.
 pub async fn open_verifications_are_each_points_newest_applied_command_without_a_verdict<B: Backend>(b: &B) {
@@ -652,23 +654,46 @@ pub async fn open_verifications_are_each_points_newest_applied_command_without_a
     .await;
     record(vec![verdict("c.sp", epoch, t.add_ms(20), "c-c", true)]).await;
     write("d.sp", "c-d2", 21).await;
+    // g: issued, re-sent by a later core's outbox (carrying its first issue), then applied:
+    // its verification counts from the first issue.
+    write("g.sp", "c-g", 6).await;
+    let resent = ControlEvent {
+        detail: ControlDetail::CommandIssued {
+            command_id: "c-g".into(),
+            value: on.to_json(),
+            first_issued_at: Some(t.add_ms(6)),
+        },
+        ..command("g.sp", epoch, t.add_ms(40), "c-g", &on)
+    };
+    record(vec![resent]).await;
+    let g = record(vec![result("g.sp", epoch, t.add_ms(41), "c-g", Applied)]).await;
     let open = store.load_open_verifications().await.expect("load");
     assert_eq!(
         open,
-        [sentinel_core::OpenVerification {
-            point_id: "a.sp".into(),
-            command_id: "c-a".into(),
-            value: serde_json::json!(21.0),
-            issued_at: t,
-            result_seq: seqs[0],
-            applied_at: t.add_ms(10),
-        }]
+        [
+            sentinel_core::OpenVerification {
+                point_id: "a.sp".into(),
+                command_id: "c-a".into(),
+                value: serde_json::json!(21.0),
+                issued_at: t,
+                result_seq: seqs[0],
+                applied_at: t.add_ms(10),
+            },
+            sentinel_core::OpenVerification {
+                point_id: "g.sp".into(),
+                command_id: "c-g".into(),
+                value: serde_json::json!(21.0),
+                issued_at: t.add_ms(6),
+                result_seq: g[0],
+                applied_at: t.add_ms(41),
+            }
+        ]
     );
     // A verdict for another command of the point closes nothing; a diverged one closes it.
     record(vec![verdict("a.sp", epoch, t.add_ms(30), "c-zz", false)]).await;
-    assert_eq!(store.load_open_verifications().await.expect("load").len(), 1);
+    assert_eq!(store.load_open_verifications().await.expect("load").len(), 2);
     record(vec![verdict("a.sp", epoch, t.add_ms(31), "c-a", false)]).await;
-    assert!(store.load_open_verifications().await.expect("load").is_empty());
+    assert_eq!(store.load_open_verifications().await.expect("load").len(), 1);
 }
 
 /// Restart step 4's heads (issue 21 item 6): each named point's newest control-event seq, in

@@ -294,6 +294,7 @@ fn emit(
             ControlDetail::CommandIssued {
                 command_id: asker.command_id.clone(),
                 value: value.to_json(),
+                first_issued_at: None,
             },
         ));
     }
@@ -734,7 +735,7 @@ mod tests {
         };
         assert_eq!(events.len(), 1, "{events:?}");
         assert!(
-            matches!(&events[0].detail, ControlDetail::CommandIssued { command_id, value } if command_id == "hold-5-1" && *value == serde_json::json!(false))
+            matches!(&events[0].detail, ControlDetail::CommandIssued { command_id, value, .. } if command_id == "hold-5-1" && *value == serde_json::json!(false))
         );
         assert_eq!(&*events[0].principal, "ana", "on behalf of the winning claim");
         assert_eq!(

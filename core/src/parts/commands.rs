@@ -753,13 +753,17 @@ mod tests {
             detail: ControlDetail::CommandIssued {
                 command_id: "c-1".into(),
                 value: serde_json::json!(21.5),
+                first_issued_at: None,
             },
         };
         let report = ControlReport {
             events: vec![event],
             seqs: vec![1],
         };
-        let ControlDetail::CommandIssued { command_id, value } = &report.events[0].detail else {
+        let ControlDetail::CommandIssued {
+            command_id, value, ..
+        } = &report.events[0].detail
+        else {
             panic!("a command_issued event");
         };
         commands.on_issued(&report.events[0], 1, command_id, value, &ctx, &mut out);
@@ -885,6 +889,7 @@ mod tests {
             detail: ControlDetail::CommandIssued {
                 command_id: String::new(),
                 value: serde_json::json!(21.5),
+                first_issued_at: None,
             },
         };
         let value = serde_json::json!(21.5);

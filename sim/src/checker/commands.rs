@@ -322,11 +322,15 @@ impl CommandModel {
                         ));
                     }
                 }
-                ControlDetail::CommandIssued { command_id, value } => {
+                ControlDetail::CommandIssued {
+                    command_id,
+                    value,
+                    first_issued_at,
+                } => {
                     if desired.is_some() {
                         new_commands.push((event, command_id, value));
                     } else {
-                        self.check_resent(event, command_id, value)?;
+                        self.check_resent(event, command_id, value, *first_issued_at)?;
                     }
                 }
                 ControlDetail::CommandResult {
@@ -510,6 +514,7 @@ impl CommandModel {
         event: &ControlEvent,
         id: &str,
         value: &serde_json::Value,
+        first_issued_at: Option<Micros>,
     ) -> Result<(), Broken> {
         let point = &event.point_id;
         let Some(issued) = self.issued.get_mut(id) else {
@@ -524,6 +529,15 @@ impl CommandModel {
                 format!(
                     "command {id} re-sent for {point} = {value}; it was issued for {} = {}",
                     issued.point, issued.value
+                ),
+            ));
+        }
+        if first_issued_at != Some(issued.first_at) {
+            return Err((
+                12,
+                format!(
+                    "command {id} re-sent for {point} carries first_issued_at {first_issued_at:?}; it was first issued at {}",
+                    issued.first_at.0
                 ),
             ));
         }
@@ -834,6 +848,7 @@ mod tests {
             ControlDetail::CommandIssued {
                 command_id: id.into(),
                 value: serde_json::json!(value),
+                first_issued_at: None,
             },
         )
     }
