@@ -110,23 +110,25 @@ impl PgStore {
     /// however long the log.
     pub(crate) async fn load_unanswered_commands_inner(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
         let limit = i64::try_from(sentinel_ports::POINT_DESIRED_LOAD_MAX).unwrap_or(i64::MAX);
-        let rows = sqlx::query(
+        let query = sqlx::query(
             "SELECT c.seq, c.occurred_at, c.kind, c.point_id, c.principal, c.core_epoch, \
              c.payload::text AS payload, c.registry_version \
              FROM point_desired d CROSS JOIN LATERAL ( \
                SELECT * FROM control_event e \
                WHERE e.kind = 'command_issued' AND e.point_id = d.point_id \
                ORDER BY e.seq DESC LIMIT 1) c \
-             WHERE NOT EXISTS ( \
-               SELECT 1 FROM control_event r \
+             LEFT JOIN LATERAL ( \
+               SELECT 1 AS found FROM control_event r \
                WHERE r.kind = 'command_result' AND r.point_id = c.point_id AND r.seq > c.seq \
-                 AND r.payload->>'command_id' = c.payload->>'command_id') \
+                 AND r.payload->>'command_id' = c.payload->>'command_id' \
+               ORDER BY r.seq LIMIT 1) answered ON true \
+             WHERE answered.found IS NULL \
              ORDER BY d.point_id LIMIT $1",
         )
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error("loading unanswered commands"))?;
+        .bind(limit);
+        let rows = fetch_all_without_jit(&self.pool, query)
+            .await
+            .map_err(db_error("loading unanswered commands"))?;
         rows.iter().map(stored_control_event).collect()
     }
 }
@@ -140,7 +142,7 @@ impl PgStore {
         &self,
     ) -> Result<Vec<sentinel_core::OpenVerification>, StoreError> {
         let limit = i64::try_from(sentinel_ports::POINT_DESIRED_LOAD_MAX).unwrap_or(i64::MAX);
-        let rows = sqlx::query(
+        let query = sqlx::query(
             "SELECT d.point_id, c.occurred_at AS issued_at, c.payload::text AS issued_payload, \
              r.seq AS result_seq, r.occurred_at AS applied_at, r.payload::text AS result_payload \
              FROM point_desired d CROSS JOIN LATERAL ( \
@@ -153,16 +155,18 @@ impl PgStore {
                  AND e.payload->>'command_id' = c.payload->>'command_id' \
                  AND e.payload->>'outcome' = 'applied' \
                ORDER BY e.seq LIMIT 1) r \
-             WHERE NOT EXISTS ( \
-               SELECT 1 FROM control_event v \
+             LEFT JOIN LATERAL ( \
+               SELECT 1 AS found FROM control_event v \
                WHERE v.kind IN ('command_verified', 'command_diverged') AND v.point_id = d.point_id \
-                 AND v.seq > r.seq AND v.payload->>'command_id' = c.payload->>'command_id') \
+                 AND v.seq > r.seq AND v.payload->>'command_id' = c.payload->>'command_id' \
+               ORDER BY v.seq LIMIT 1) verdict ON true \
+             WHERE verdict.found IS NULL \
              ORDER BY d.point_id LIMIT $1",
         )
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(db_error("loading open verifications"))?;
+        .bind(limit);
+        let rows = fetch_all_without_jit(&self.pool, query)
+            .await
+            .map_err(db_error("loading open verifications"))?;
         let mut open = Vec::with_capacity(rows.len());
         for row in &rows {
             let get = |what: &'static str| db_error(what);
@@ -227,4 +231,19 @@ pub(crate) fn stored_control_event(row: &sqlx::postgres::PgRow) -> Result<Stored
             .try_get("registry_version")
             .map_err(db_error("reading registry_version"))?,
     })
+}
+
+/// Runs `query` in a read transaction with JIT off. The restart queries probe a few index
+/// entries per writable point through nested laterals whose estimated cost passes
+/// `jit_above_cost`, and compiling them took longer than running them (about 180 ms of a
+/// 300 ms read over a million-event log, BENCHMARKS.md "Cold start").
+async fn fetch_all_without_jit(
+    pool: &sqlx::PgPool,
+    query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+) -> Result<Vec<sqlx::postgres::PgRow>, sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    sqlx::query("SET LOCAL jit = off").execute(&mut *tx).await?;
+    let rows = query.fetch_all(&mut *tx).await?;
+    tx.commit().await?;
+    Ok(rows)
 }
