@@ -27,6 +27,7 @@ use std::time::Instant;
 
 use sentinel_core::registry::plan::Admission;
 use sentinel_core::{Config, Core, IssuedCommand, RetentionClass};
+use futures::StreamExt as _;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -117,6 +118,11 @@ async fn replay_control_heads<S: Store>(store: &S, core: &mut Core) -> Result<(u
     let advanced = core.replay_control_events(heads.iter().map(|(point, seq)| (point.as_str(), *seq)));
     Ok((heads.len(), advanced))
 }
+
+/// Restart step 6's evidence reads for the restored verifications in flight at once: one per
+/// writable point with an open verification, each a bounded `load_history`. Four leaves two of
+/// the store's default six pooled connections free.
+pub const RESTORED_READS_IN_FLIGHT: usize = 4;
 
 /// Runs the startup sequence. `registry_dir`, when given, is loaded into the store first (a
 /// no-op when its content is unchanged). `connect_bus` is called once, after the projection is
@@ -324,7 +330,8 @@ where
     let step = Instant::now();
     let armed = core.rehydrate_timers();
     let (claim_expiries, restored) = core.rehydrate_command_timers();
-    for due in &restored {
+    // Up to RESTORED_READS_IN_FLIGHT reads at once, judged in the order restored.
+    let mut reads = futures::stream::iter(restored.iter().map(|due| async move {
         let rows = store
             .load_history(
                 &due.point_id,
@@ -333,10 +340,14 @@ where
                 sentinel_core::Micros(due.to.0.saturating_add(1)),
                 sentinel_core::verification::OVERDUE_EVIDENCE_ROWS_MAX,
             )
-            .await?;
+            .await;
+        (due, rows)
+    }))
+    .buffered(RESTORED_READS_IN_FLIGHT);
+    while let Some((due, rows)) = reads.next().await {
         core.resolve_restored_verification(
             &due.point_id,
-            rows.into_iter().map(|r| (r.observed_at, r.quality, r.value)),
+            rows?.into_iter().map(|r| (r.observed_at, r.quality, r.value)),
         );
     }
     timings.record("rehydrate_timers", step);

@@ -2,8 +2,8 @@
 //! exit criteria: "Cold-start duration, per startup step", and "Scale targets"; DESIGN.md §8;
 //! issue 14), against a private nats-server and PostgreSQL database.
 //!
-//! Run: `cargo bench -p sentinel-tests --bench cold_start [-- --hours H] [--keep-db]
-//! [--reuse-db URL]` (after
+//! Run: `cargo bench -p sentinel-tests --bench cold_start [-- --hours H] [--control-log N]
+//! [--keep-db] [--reuse-db URL]` (after
 //! `scripts/test` has installed a current nats-server, or with SENTINEL_NATS_SERVER set).
 //!
 //! The history a restart finds: a registry of 4,000 points (the stages benchmark's mix: 70%
@@ -15,7 +15,17 @@
 //! class into the class tables with every index and trigger in place, then VACUUM ANALYZE; on
 //! top, ten readings per source point through the real path (a core ingests them and derives
 //! from them, and its clean stop writes the checkpoint), and 4,000 control events above the
-//! checkpoint's watermarks. Then `startup::start` runs `ROUNDS` times, each a full acquisition
+//! checkpoint's watermarks. 1,000 of the source points are writable (issue 21), and the
+//! command plane's log is written for them as a core writes it (`write_arbitration` for each
+//! claim with its `point_desired` row, then the command issued, its `applied` answer and its
+//! verdict), ending in the state a restart has to restore: a claim per point (a fifth of them
+//! operator claims that lapsed while the core was down), an open verification per point (a
+//! quarter of them overdue, decided at start on the committed rows), and a tenth of the
+//! commands unanswered (the outbox). The whole start is measured once over that log, then the
+//! log is grown to `--control-log N` events (default 1,000,000: cycles of a claim, its
+//! command, its answer and its verdict per writable point, ending in the same final state) and
+//! measured again, so restart steps 4 and 6 are compared over two log lengths in one run.
+//! Then `startup::start` runs `ROUNDS` times, each a full acquisition
 //! (lock, epoch, registry, restore, connect, bind, restart steps 4–8), and each step's median,
 //! minimum, maximum and first round are printed, with the 59-point sample registry's cold
 //! start measured in the same run for comparison. The database is dropped at the end, unless
@@ -27,7 +37,11 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use sentinel_bus_nats::{NatsBus, NatsBusConfig};
-use sentinel_core::registry::{Archetype, Derived, DerivedOp, Descriptor, Kind, RetentionClass, canonical};
+use sentinel_core::arbitration::{Band, Claim, Desired, DesiredRow};
+use sentinel_core::registry::{
+    Archetype, CommandValue, Derived, DerivedOp, Descriptor, Kind, RetentionClass, Writable, canonical,
+};
+use sentinel_core::wire::CommandOutcome;
 use sentinel_core::wire::EnvelopeOut;
 use sentinel_core::{Config, ControlDetail, ControlEvent, Micros, Quality, registry::PointIdx};
 use sentinel_driver::{ObservationPublisher, PublisherConfig};
@@ -56,6 +70,10 @@ const DERIVED: usize = 1_000;
 const RATE_PER_S: i64 = 500;
 /// The sliding windows derived points take in turn.
 const WINDOWS_S: [u32; 4] = [60, 300, 900, 3_600];
+/// Writable points among the sources (issue 21).
+const WRITABLE: usize = 1_000;
+/// A writable point's `verify_s`.
+const VERIFY_S: u32 = 300;
 
 /// The fleet with its last [`DERIVED`] points made derived: point `3000 + j` computes
 /// `DerivedOp::ALL[j % 8]` over window `WINDOWS_S[(j / 8) % 4]`, reading the `j`-th number
@@ -94,7 +112,254 @@ fn derived_fleet() -> Vec<Descriptor> {
         derived.manifest.archetype = Archetype::Derived;
         *d = derived;
     }
+    make_writable(&mut descriptors[..sources]);
     descriptors
+}
+
+/// Makes the first [`WRITABLE`] numbers and bools among `sources` writable, as the arbitration
+/// benchmark does (every bool, and most numbers, with a relinquish default; a fifth of the
+/// numbers hold their last value).
+fn make_writable(sources: &mut [Descriptor]) {
+    let mut made = 0;
+    for (i, d) in sources.iter_mut().enumerate() {
+        if made == WRITABLE {
+            break;
+        }
+        let relinquish_default = match (d.kind, i % 20) {
+            (Kind::Number, 0..=13) if made % 5 == 4 => None,
+            (Kind::Number, 0..=13) => Some(CommandValue::Number(21.0)),
+            (Kind::Bool, _) => Some(CommandValue::Bool(false)),
+            _ => continue,
+        };
+        d.writable = Some(Writable {
+            relinquish_default,
+            verify_s: VERIFY_S,
+            tolerance: if d.kind == Kind::Number { 0.5 } else { 0.0 },
+            min_on_s: None,
+            min_off_s: None,
+        });
+        made += 1;
+    }
+    assert_eq!(made, WRITABLE, "enough numbers and bools to make writable");
+}
+
+/// The value cycle `c` commands on a writable point of `kind`.
+fn command_value(kind: Kind, c: usize) -> CommandValue {
+    match kind {
+        Kind::Bool => CommandValue::Bool(c.is_multiple_of(2)),
+        _ => CommandValue::Number(18.0 + (c % 8) as f64),
+    }
+}
+
+fn event(point: (usize, &Descriptor), at: Micros, principal: &str, detail: ControlDetail) -> ControlEvent {
+    ControlEvent {
+        occurred_at: at,
+        point: Some(PointIdx(point.0 as u32)),
+        point_id: point.1.id.as_str().into(),
+        principal: principal.into(),
+        core_epoch: 0,
+        registry_version: 1,
+        detail,
+    }
+}
+
+/// Writes `events` under `epoch` (each stamped with it), in writes of the most the store takes.
+async fn write_events(store: &PgStore, epoch: u32, mut events: Vec<ControlEvent>) -> Vec<i64> {
+    for e in &mut events {
+        e.core_epoch = epoch;
+    }
+    let mut seqs = Vec::with_capacity(events.len());
+    for chunk in events.chunks(sentinel_core::control::CONTROL_EVENTS_PER_WRITE_MAX) {
+        seqs.extend(
+            store
+                .write_control_events(epoch, chunk.to_vec())
+                .await
+                .expect("control events"),
+        );
+    }
+    seqs
+}
+
+/// The command plane's log for the writable points, under `epoch`: `cycles` full cycles per
+/// point (a claim, its command, the command's `applied` answer, its verdict), each cycle
+/// `CYCLE_S` apart ending an hour before `now`, then the final state a restart restores: a
+/// claim set with its `point_desired` row (one point in five an operator claim that lapsed
+/// ten minutes ago), its command issued, and its `applied` answer — just now, or (one point in
+/// four) an hour ago, so its verification came due while the core was down — except one
+/// point in ten, whose command was never answered. Returns the events written.
+async fn write_command_log(
+    store: &PgStore,
+    epoch: u32,
+    descriptors: &[Descriptor],
+    cycles: usize,
+    now: Micros,
+) -> usize {
+    const CYCLE_S: i64 = 10;
+    let writable: Vec<(usize, &Descriptor)> = descriptors
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| d.writable.is_some())
+        .collect();
+    let mut written = 0;
+    for c in 0..cycles {
+        let at = now.add_ms(-3_600_000 - (cycles - c) as i64 * CYCLE_S * 1_000);
+        let mut events = Vec::with_capacity(writable.len() * 3);
+        for &(i, d) in &writable {
+            let value = command_value(d.kind, c);
+            let command_id = format!("bench-{i}-{c}");
+            events.push(event(
+                (i, d),
+                at,
+                "rule:bench",
+                ControlDetail::ClaimSet {
+                    command_id: command_id.clone(),
+                    holder: "rule:bench".into(),
+                    band: Band::Automation,
+                    priority: 0,
+                    value: value.clone(),
+                    until: None,
+                },
+            ));
+            events.push(event(
+                (i, d),
+                at,
+                "rule:bench",
+                ControlDetail::CommandIssued {
+                    command_id: command_id.clone(),
+                    value: value.to_json(),
+                    first_issued_at: None,
+                },
+            ));
+            events.push(event(
+                (i, d),
+                at.add_ms(200),
+                "driver",
+                ControlDetail::CommandResult {
+                    command_id,
+                    outcome: CommandOutcome::Applied,
+                    reason: None,
+                },
+            ));
+        }
+        let seqs = write_events(store, epoch, events).await;
+        let verdicts = writable
+            .iter()
+            .zip(seqs.chunks(3))
+            .map(|(&(i, d), seqs)| {
+                event(
+                    (i, d),
+                    at.add_ms(5_000),
+                    "core:verification",
+                    ControlDetail::CommandVerified {
+                        command_id: format!("bench-{i}-{c}"),
+                        result_seq: seqs[2],
+                        evidence_at: at.add_ms(4_000),
+                    },
+                )
+            })
+            .collect();
+        written += seqs.len() + write_events(store, epoch, verdicts).await.len();
+    }
+    // The final state.
+    let mut claims = Vec::with_capacity(writable.len());
+    let mut rows = Vec::with_capacity(writable.len());
+    let mut tail = Vec::with_capacity(writable.len() * 2);
+    for (n, &(i, d)) in writable.iter().enumerate() {
+        let value = command_value(d.kind, cycles);
+        let command_id = format!("bench-{i}-final");
+        let operator = n % 5 == 0;
+        let (holder, band, since, until) = if operator {
+            (
+                "op.bench",
+                Band::Operator,
+                now.add_ms(-3_600_000),
+                Some(now.add_ms(-600_000)),
+            )
+        } else {
+            ("rule:bench", Band::Automation, now.add_ms(-3_600_000), None)
+        };
+        let claim = Claim {
+            holder: holder.into(),
+            band,
+            priority: 0,
+            value: value.clone(),
+            since,
+            until,
+        };
+        claims.push(event(
+            (i, d),
+            since,
+            holder,
+            ControlDetail::ClaimSet {
+                command_id: command_id.clone(),
+                holder: holder.into(),
+                band,
+                priority: 0,
+                value: value.clone(),
+                until,
+            },
+        ));
+        rows.push(DesiredRow {
+            point_id: d.id.as_str().into(),
+            desired: Desired {
+                value: Some(value.clone()),
+                winner: Some(claim.clone()),
+                since,
+            },
+            claims: vec![claim],
+        });
+        tail.push(event(
+            (i, d),
+            since,
+            holder,
+            ControlDetail::CommandIssued {
+                command_id: command_id.clone(),
+                value: value.to_json(),
+                first_issued_at: None,
+            },
+        ));
+        if n % 10 != 9 {
+            let answered = if n % 4 == 1 {
+                now.add_ms(-3_600_000)
+            } else {
+                now.add_ms(-1_000)
+            };
+            tail.push(event(
+                (i, d),
+                answered,
+                "driver",
+                ControlDetail::CommandResult {
+                    command_id,
+                    outcome: CommandOutcome::Applied,
+                    reason: None,
+                },
+            ));
+        }
+    }
+    for e in &mut claims {
+        e.core_epoch = epoch;
+    }
+    let per_write =
+        sentinel_ports::POINT_DESIRED_PER_WRITE_MAX.min(sentinel_core::control::CONTROL_EVENTS_PER_WRITE_MAX);
+    for (events, desired) in claims.chunks(per_write).zip(rows.chunks(per_write)) {
+        written += store
+            .write_arbitration(epoch, events.to_vec(), desired.to_vec())
+            .await
+            .expect("arbitration")
+            .len();
+    }
+    written + write_events(store, epoch, tail).await.len()
+}
+
+/// The store's lock, waiting while the previous holder's session is being released.
+async fn acquire_free(store: &PgStore) -> sentinel_store_pg::PgLease {
+    loop {
+        match store.acquire().await {
+            Ok(lease) => break lease,
+            Err(StoreError::LockHeld) => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => panic!("acquire: {e}"),
+        }
+    }
 }
 
 /// `hours` of history at the design rate ending at `end`, every point one reading every 8 s,
@@ -251,6 +516,24 @@ async fn measure(bus: &NatsBus, store: &PgStore) -> Vec<(String, Vec<u64>)> {
     steps
 }
 
+async fn control_event_count(url: &str) -> usize {
+    let mut conn = PgConnection::connect(url).await.expect("connect");
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM control_event")
+        .fetch_one(&mut conn)
+        .await
+        .expect("count control events");
+    usize::try_from(count).expect("a count")
+}
+
+/// Fresh statistics after a bulk write, as autovacuum would give a long-lived log.
+async fn analyze_control_log(url: &str) {
+    let mut conn = PgConnection::connect(url).await.expect("connect");
+    sqlx::raw_sql("VACUUM ANALYZE control_event, point_desired")
+        .execute(&mut conn)
+        .await
+        .expect("analyze");
+}
+
 fn median(v: &[u64]) -> u64 {
     let mut v = v.to_vec();
     v.sort_unstable();
@@ -307,13 +590,7 @@ async fn build_history(nats: &NatsServer, hours: u64) -> (TestDb, PgStore, NatsB
     );
 
     // 4,000 control events above the checkpoint's watermarks, written by a later epoch.
-    let lease = loop {
-        match store.acquire().await {
-            Ok(lease) => break lease,
-            Err(StoreError::LockHeld) => tokio::time::sleep(Duration::from_millis(20)).await,
-            Err(e) => panic!("acquire: {e}"),
-        }
-    };
+    let lease = acquire_free(&store).await;
     let events: Vec<ControlEvent> = descriptors
         .iter()
         .enumerate()
@@ -332,17 +609,15 @@ async fn build_history(nats: &NatsServer, hours: u64) -> (TestDb, PgStore, NatsB
             },
         })
         .collect();
-    for chunk in events.chunks(sentinel_core::control::CONTROL_EVENTS_PER_WRITE_MAX) {
-        store
-            .write_control_events(lease.epoch(), chunk.to_vec())
-            .await
-            .expect("control events");
-    }
+    let quality_events = events.len();
+    write_events(&store, lease.epoch(), events).await;
+    // The command plane's log: one cycle per writable point, then its final state.
+    let command_events = write_command_log(&store, lease.epoch(), &descriptors, 1, now).await;
     lease.release().await.expect("release");
     println!(
-        "cold start bench: {POINTS} points ({DERIVED} derived), {history_rows} rows ({hours} h at {RATE_PER_S}/s + {total} published), \
+        "cold start bench: {POINTS} points ({DERIVED} derived, {WRITABLE} writable), {history_rows} rows ({hours} h at {RATE_PER_S}/s + {total} published), \
          {POINTS} checkpoint rows, {} control events; {ROUNDS} rounds; load {}",
-        events.len(),
+        quality_events + command_events,
         load_average()
     );
     (db, store, bus)
@@ -379,6 +654,28 @@ async fn main() {
         }
     };
     let large = measure(&bus, &store).await;
+    // The same start over a control log grown to `--control-log` events (issue 21: steps 4
+    // and 6 bounded, not growing with the log). Only over a history this run built.
+    let control_log = arg("--control-log", 1_000_000usize);
+    let grown = match &db {
+        Some(db) => {
+            let before = control_event_count(&db.url).await;
+            let cycles = control_log.saturating_sub(before).div_ceil(4 * WRITABLE);
+            let started = Instant::now();
+            let lease = acquire_free(&store).await;
+            write_command_log(&store, lease.epoch(), &derived_fleet(), cycles, SystemClock.now()).await;
+            lease.release().await.expect("release");
+            let after = control_event_count(&db.url).await;
+            println!(
+                "control log grown from {before} to {after} events ({cycles} cycles per writable point) in {:.0} s; load {}",
+                started.elapsed().as_secs_f64(),
+                load_average()
+            );
+            analyze_control_log(&db.url).await;
+            Some((before, after, measure(&bus, &store).await))
+        }
+        None => None,
+    };
 
     // The same, for the 59-point sample registry, in the same run.
     let (_db_small, store_small, bus_small) = {
@@ -416,6 +713,42 @@ async fn main() {
         total_large as f64 / 1e3,
         total_small as f64 / 1e3
     );
+    if let Some((before, after, grown)) = &grown {
+        println!(
+            "  {:<28} {:>22} {:>22}",
+            "step (median, min-max ms)",
+            format!("{before} events"),
+            format!("{after} events")
+        );
+        for ((step, us), (_, grown_us)) in large.iter().zip(grown) {
+            let span = |us: &[u64]| {
+                format!(
+                    "{:.2} ({:.2}-{:.2})",
+                    median(us) as f64 / 1e3,
+                    *us.iter().min().expect("rounds") as f64 / 1e3,
+                    *us.iter().max().expect("rounds") as f64 / 1e3
+                )
+            };
+            println!("  {step:<28} {:>22} {:>22}", span(us), span(grown_us));
+        }
+        let steps_4_6 = |steps: &[(String, Vec<u64>)]| -> u64 {
+            steps
+                .iter()
+                .filter(|(step, _)| {
+                    matches!(
+                        step.as_str(),
+                        "replay_control_events" | "restore_desired" | "rehydrate_timers"
+                    )
+                })
+                .map(|(_, us)| median(us))
+                .sum()
+        };
+        println!(
+            "RESULT cold start steps 4 and 6 (replay_control_events + restore_desired + rehydrate_timers): {:.1} ms over {before} control events, {:.1} ms over {after}",
+            steps_4_6(&large) as f64 / 1e3,
+            steps_4_6(grown) as f64 / 1e3
+        );
+    }
     println!("load after: {}", load_average());
     if let Some(db) = db
         && flag("--keep-db")
