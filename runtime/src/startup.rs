@@ -25,9 +25,9 @@ use std::future::Future;
 use std::path::Path;
 use std::time::Instant;
 
+use futures::StreamExt as _;
 use sentinel_core::registry::plan::Admission;
 use sentinel_core::{Config, Core, IssuedCommand, RetentionClass};
-use futures::StreamExt as _;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
