@@ -26,7 +26,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use sentinel_core::arbitration::{Band, Claim, DesiredRow, PointArbiter};
-use sentinel_core::registry::{CommandValue, Kind, PointIdx, Registry, Writable};
+use sentinel_core::registry::{CommandValue, Kind, PointIdx, Registry};
 use sentinel_core::{Config, Micros};
 
 #[path = "shared/fleet_4000.rs"]
@@ -52,27 +52,7 @@ const HOLDERS: [(&str, Band, u8); 6] = [
 /// bool and most numbers (876 numbers, 175 of them holding, and 124 bools) with a default.
 fn registry() -> Arc<Registry> {
     let mut descriptors = fleet_4000::descriptors();
-    let mut made = 0;
-    for (i, d) in descriptors.iter_mut().enumerate() {
-        if made == WRITABLE {
-            break;
-        }
-        let relinquish_default = match (d.kind, i % 20) {
-            (Kind::Number, 0..=13) if made % 5 == 4 => None,
-            (Kind::Number, 0..=13) => Some(CommandValue::Number(21.0)),
-            (Kind::Bool, _) => Some(CommandValue::Bool(false)),
-            _ => continue,
-        };
-        d.writable = Some(Writable {
-            relinquish_default,
-            verify_s: 300,
-            tolerance: if d.kind == Kind::Number { 0.5 } else { 0.0 },
-            min_on_s: None,
-            min_off_s: None,
-        });
-        made += 1;
-    }
-    assert_eq!(made, WRITABLE);
+    fleet_4000::make_writable(&mut descriptors, WRITABLE, 300);
     Arc::new(Registry::compile(1, "bench".into(), "bench".into(), descriptors).expect("bench registry"))
 }
 

@@ -39,7 +39,7 @@ use bytes::Bytes;
 use sentinel_bus_nats::{NatsBus, NatsBusConfig};
 use sentinel_core::arbitration::{Band, Claim, Desired, DesiredRow};
 use sentinel_core::registry::{
-    Archetype, CommandValue, Derived, DerivedOp, Descriptor, Kind, RetentionClass, Writable, canonical,
+    Archetype, CommandValue, Derived, DerivedOp, Descriptor, Kind, RetentionClass, canonical,
 };
 use sentinel_core::wire::CommandOutcome;
 use sentinel_core::wire::EnvelopeOut;
@@ -112,35 +112,8 @@ fn derived_fleet() -> Vec<Descriptor> {
         derived.manifest.archetype = Archetype::Derived;
         *d = derived;
     }
-    make_writable(&mut descriptors[..sources]);
+    fleet_4000::make_writable(&mut descriptors[..sources], WRITABLE, VERIFY_S);
     descriptors
-}
-
-/// Makes the first [`WRITABLE`] numbers and bools among `sources` writable, as the arbitration
-/// benchmark does (every bool, and most numbers, with a relinquish default; a fifth of the
-/// numbers hold their last value).
-fn make_writable(sources: &mut [Descriptor]) {
-    let mut made = 0;
-    for (i, d) in sources.iter_mut().enumerate() {
-        if made == WRITABLE {
-            break;
-        }
-        let relinquish_default = match (d.kind, i % 20) {
-            (Kind::Number, 0..=13) if made % 5 == 4 => None,
-            (Kind::Number, 0..=13) => Some(CommandValue::Number(21.0)),
-            (Kind::Bool, _) => Some(CommandValue::Bool(false)),
-            _ => continue,
-        };
-        d.writable = Some(Writable {
-            relinquish_default,
-            verify_s: VERIFY_S,
-            tolerance: if d.kind == Kind::Number { 0.5 } else { 0.0 },
-            min_on_s: None,
-            min_off_s: None,
-        });
-        made += 1;
-    }
-    assert_eq!(made, WRITABLE, "enough numbers and bools to make writable");
 }
 
 /// The value cycle `c` commands on a writable point of `kind`.

@@ -2,13 +2,14 @@
 //! points): 70% numbers (a fifth of them reported in °F), 10% bool, 10% enum, 5% text, 5%
 //! diagnostics, over 16 hosts with two driver instances each.
 //!
-//! One file, included by `core/benches/stages.rs` and `tests/benches/cold_start.rs` with
-//! `#[path]`, so both benchmarks measure the same registry. It sits in a subfolder so cargo
+//! One file, included by `core/benches/stages.rs`, `core/benches/arbitration.rs` and
+//! `tests/benches/cold_start.rs` with `#[path]`, so they measure the same registry (the last
+//! two with the same writable points, [`make_writable`]). It sits in a subfolder so cargo
 //! does not take it for a benchmark of its own.
 
 use std::collections::BTreeMap;
 
-use sentinel_core::registry::{Conversion, Descriptor, Kind, Range, RetentionClass};
+use sentinel_core::registry::{CommandValue, Conversion, Descriptor, Kind, Range, RetentionClass, Writable};
 
 pub const POINTS: usize = 4_000;
 pub const HOSTS: usize = 16;
@@ -57,4 +58,33 @@ pub fn descriptors() -> Vec<Descriptor> {
             }
         })
         .collect()
+}
+
+/// Makes the first `count` numbers and bools of `descriptors` (skipping diagnostics) writable
+/// with `verify_s`: every bool with a relinquish default of `false`; the numbers with one of 21,
+/// except every fifth writable point, which holds its last value. Of the fleet's first points
+/// that is, for 1,000: 876 numbers (175 holding) and 124 bools.
+#[allow(dead_code)] // `stages.rs` includes this file and makes nothing writable
+pub fn make_writable(descriptors: &mut [Descriptor], count: usize, verify_s: u32) {
+    let mut made = 0;
+    for (i, d) in descriptors.iter_mut().enumerate() {
+        if made == count {
+            break;
+        }
+        let relinquish_default = match (d.kind, i % 20) {
+            (Kind::Number, 0..=13) if made % 5 == 4 => None,
+            (Kind::Number, 0..=13) => Some(CommandValue::Number(21.0)),
+            (Kind::Bool, _) => Some(CommandValue::Bool(false)),
+            _ => continue,
+        };
+        d.writable = Some(Writable {
+            relinquish_default,
+            verify_s,
+            tolerance: if d.kind == Kind::Number { 0.5 } else { 0.0 },
+            min_on_s: None,
+            min_off_s: None,
+        });
+        made += 1;
+    }
+    assert_eq!(made, count, "enough numbers and bools to make writable");
 }
