@@ -338,7 +338,7 @@ where
                 due.class,
                 due.from,
                 sentinel_core::Micros(due.to.0.saturating_add(1)),
-                sentinel_core::verification::OVERDUE_EVIDENCE_ROWS_MAX,
+                sentinel_core::verification::RESTORED_EVIDENCE_ROWS_MAX,
             )
             .await;
         (due, rows)

@@ -54,10 +54,10 @@ use super::context::{Ctx, Out};
 /// The principal of a verdict: the core's verification timers.
 pub const PRINCIPAL_VERIFICATION: &str = "core:verification";
 
-/// Most rows of one point read at startup to decide a verification that came due while the
-/// core was down: a point reporting ten times a second over the longest `verify_s` a sane
-/// registry declares (an hour) is well inside it.
-pub const OVERDUE_EVIDENCE_ROWS_MAX: usize = 50_000;
+/// Most rows of one point read at startup to judge a restored verification (its window runs
+/// from the command's first issue to its deadline or now): a point reporting ten times a
+/// second over the longest `verify_s` a sane registry declares (an hour) is well inside it.
+pub const RESTORED_EVIDENCE_ROWS_MAX: usize = 50_000;
 
 /// A writable point's convergence, as its self-point reports it (a number: the value of
 /// [`Convergence::code`]).
