@@ -9,7 +9,8 @@
 //!
 //! **The rule.** A `command_result` with outcome `applied`, committed for the point's newest
 //! command, opens a verification: the point's committed `live` rows observed at or after the
-//! command was issued must come within the point's `writable.tolerance` of the commanded value
+//! command was first issued (a re-send by the outbox after a restart carries that time as
+//! `first_issued_at`: the driver may have applied the first send) must come within the point's `writable.tolerance` of the commanded value
 //! (equality for booleans and enums) before `applied_at + writable.verify_s`. The first such
 //! row (or the projection's current row, when it already shows it as the result commits)
 //! writes `command_verified`; the deadline passing without one writes `command_diverged`.
