@@ -758,7 +758,7 @@ impl Core {
             } = &event.detail
             {
                 self.commands
-                    .on_issued(event, 0, command_id, value, &self.ctx, &mut self.out);
+                    .planted_send_early(event, command_id, value, &self.ctx, &mut self.out);
             }
         }
     }

@@ -334,6 +334,33 @@ impl Commands {
         });
     }
 
+    /// Planted bug only (`publish-before-commit`): sends `event`'s command now, as if its
+    /// write had committed, with seq 0, and awaits nothing for it (the real commit registers
+    /// the awaited command), so the plant breaks the outbox's order and not this part's books.
+    pub(crate) fn planted_send_early(
+        &self,
+        event: &ControlEvent,
+        command_id: &str,
+        value: &serde_json::Value,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) {
+        let Some(idx) = event.point else {
+            return;
+        };
+        let point = ctx.registry.point(idx);
+        let awaiting = Awaiting {
+            command_id: command_id.to_owned(),
+            point: idx,
+            principal: point_principal(&point.host),
+            asker: event.principal.clone(),
+            value: value.clone(),
+            attempts: 1,
+            due: ctx.now.add_ms(answer_wait_ms(1)),
+        };
+        send(0, &awaiting, ctx, out);
+    }
+
     /// A `command_issued` event (written by the claims part with the change that caused it)
     /// is committed at `seq`: publish the command to the point's driver, stamped with this
     /// core's epoch, with the reply subject its answer comes back on; await that answer unless
