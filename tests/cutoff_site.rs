@@ -65,7 +65,11 @@ const WAIT_S: u64 = 45;
 /// The sample registry (no derived points) plus a host "site-b" with one point of short
 /// freshness, reported on every reading.
 fn registry_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("sentinel-cutoff-registry-{}", std::process::id()));
+    // One folder per call: the tests of this file run in parallel in one process, and a shared
+    // folder was removed under the other test's registry load (a CI run failed on it).
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("sentinel-cutoff-registry-{}-{call}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     copy_dir(&traffic::sample_registry_dir(), &dir);
     std::fs::write(
