@@ -953,9 +953,24 @@ mod tests {
             ),
             Err((12, "command id a-1 issued again for a new change of p".to_owned()))
         );
-        // The outbox's re-send of a command still desired is no new change.
+        // The outbox's re-send of a command still desired is no new change, and carries its
+        // first issue.
+        let resent = |first: Option<Micros>| {
+            let mut e = issued("a-1", 60.0, 5);
+            if let ControlDetail::CommandIssued { first_issued_at, .. } = &mut e.detail {
+                *first_issued_at = first;
+            }
+            e
+        };
         assert_eq!(
-            m.on_write(&[issued("a-1", 60.0, 5)], None, &[5], Micros(5)),
+            m.on_write(&[resent(None)], None, &[5], Micros(5)),
+            Err((
+                12,
+                "command a-1 re-sent for p carries first_issued_at None; it was first issued at 1".to_owned()
+            ))
+        );
+        assert_eq!(
+            m.on_write(&[resent(Some(Micros(1)))], None, &[6], Micros(6)),
             Ok(())
         );
     }
