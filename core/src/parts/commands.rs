@@ -348,17 +348,7 @@ impl Commands {
         let Some(idx) = event.point else {
             return;
         };
-        let point = ctx.registry.point(idx);
-        let awaiting = Awaiting {
-            command_id: command_id.to_owned(),
-            point: idx,
-            principal: point_principal(&point.host),
-            asker: event.principal.clone(),
-            value: value.clone(),
-            attempts: 1,
-            due: ctx.now.add_ms(answer_wait_ms(1)),
-        };
-        send(0, &awaiting, ctx, out);
+        send(0, &first_send(event, idx, command_id, value, ctx), ctx, out);
     }
 
     /// A `command_issued` event (written by the claims part with the change that caused it)
@@ -380,15 +370,7 @@ impl Commands {
         };
         let point = ctx.registry.point(idx);
         let instance = &point.descriptor.assignment.driver_instance;
-        let awaiting = Awaiting {
-            command_id: command_id.to_owned(),
-            point: idx,
-            principal: point_principal(&point.host),
-            asker: event.principal.clone(),
-            value: value.clone(),
-            attempts: 1,
-            due: ctx.now.add_ms(answer_wait_ms(1)),
-        };
+        let awaiting = first_send(event, idx, command_id, value, ctx);
         out.metrics.commands_issued += 1;
         send(seq, &awaiting, ctx, out);
         if !self
@@ -605,6 +587,26 @@ fn write_results(events: Vec<ControlEvent>, ctx: &Ctx, out: &mut Out) {
 
 /// Sends `awaiting` (the command of `command_issued` seq `seq`) to its point's driver, stamped
 /// with this core's epoch and start identity, with its reply subject.
+/// A command's first send, as its `command_issued` event (for point `idx`) states it: one
+/// attempt, its answer due after the first wait.
+fn first_send(
+    event: &ControlEvent,
+    idx: PointIdx,
+    command_id: &str,
+    value: &serde_json::Value,
+    ctx: &Ctx,
+) -> Awaiting {
+    Awaiting {
+        command_id: command_id.to_owned(),
+        point: idx,
+        principal: point_principal(&ctx.registry.point(idx).host),
+        asker: event.principal.clone(),
+        value: value.clone(),
+        attempts: 1,
+        due: ctx.now.add_ms(answer_wait_ms(1)),
+    }
+}
+
 fn send(seq: i64, awaiting: &Awaiting, ctx: &Ctx, out: &mut Out) {
     let point = ctx.registry.point(awaiting.point);
     let message = ToDriver::Command(CommandEnvelope {

@@ -142,8 +142,6 @@ pub struct CommandModel {
     issued: BTreeMap<String, Issued>,
     /// `command_result` seq (outcome `applied`) → what it answered.
     applied: BTreeMap<i64, AppliedResult>,
-    /// When each epoch took the lock.
-    acquired: BTreeMap<u32, Micros>,
     /// Arbitration writes judged against the reference, and the changes of value among them.
     pub arbitrations_checked: u64,
     pub changes_checked: u64,
@@ -239,11 +237,6 @@ impl CommandModel {
             writable,
             ..CommandModel::default()
         }
-    }
-
-    /// Epoch `epoch` took the lock at `at`.
-    pub fn on_acquire(&mut self, epoch: u32, at: Micros) {
-        self.acquired.insert(epoch, at);
     }
 
     /// A committed row: evidence for invariant 20 when its point is writable.
@@ -1039,7 +1032,6 @@ mod tests {
             points: m.points.clone(),
             issued: m.issued.clone(),
             applied: m.applied.clone(),
-            acquired: m.acquired.clone(),
             ..CommandModel::default()
         }
     }

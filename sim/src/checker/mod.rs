@@ -549,7 +549,6 @@ impl Checker {
         }
         self.last_epoch = self.last_epoch.max(epoch);
         self.quality.acquired_at.insert(epoch, at);
-        self.commands.on_acquire(epoch, at);
     }
 
     /// Invariant 5 for the current writer, at most once per simulated second per epoch.
