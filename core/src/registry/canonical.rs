@@ -257,6 +257,8 @@ mod tests {
             derived: None,
             writable: None,
             device: None,
+            missing_data: None,
+            rules: Vec::new(),
         }
     }
 
@@ -509,6 +511,8 @@ mod tests {
                     min_off_s,
                 }),
                 device: None,
+                missing_data: None,
+                rules: Vec::new(),
             }
         }
     }

@@ -14,6 +14,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+use super::rule::{MissingData, Rule};
+
 /// The physical split of the observation log (ingest spec, "One hypertable per retention class").
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "snake_case")]
@@ -388,6 +390,14 @@ pub struct Descriptor {
     /// (`health.rs`). Optional and left out when absent, like `derived`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
+    /// The point's missing-data policy (issue 22 item 2; [`MissingData`]): when it counts as
+    /// lost to a derived point or a rule reading it. Optional and left out when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing_data: Option<MissingData>,
+    /// The rules that claim this (writable) point, in rule id order (issue 22 item 1; see
+    /// [`super::rule`]). Left out of the canonical form when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rules: Vec<Rule>,
 }
 
 impl Descriptor {
@@ -461,6 +471,8 @@ impl Descriptor {
             derived: None,
             writable: None,
             device: None,
+            missing_data: None,
+            rules: Vec::new(),
         }
     }
 }

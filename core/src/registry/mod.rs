@@ -10,7 +10,8 @@
 //! ([`Registry`]), and what a running core may take live from a newly loaded version
 //! ([`reload`]).
 //!
-//! Imports run one way: `descriptor` at the bottom; `health` and `graph` over it; `folder`
+//! Imports run one way: `descriptor` at the bottom, over `rule` (the rules and the
+//! missing-data policy a descriptor carries); `health` and `graph` over it; `folder`
 //! and `plan` over them; `admission` over those; `check` over `admission`; `source` (which
 //! loads) over `check`; `canonical` and `reload` over the compiled registry.
 //! Reading files and git is the `io` crate's job: this module takes text in.
@@ -24,6 +25,7 @@ pub mod graph;
 pub mod health;
 pub mod plan;
 pub mod reload;
+pub mod rule;
 pub mod source;
 
 use std::sync::Arc;

@@ -131,6 +131,10 @@ fn resolve_point(
             None => None,
         },
         device: p.device.clone(),
+        // Issue 22: the registry folder does not declare these yet (the rules helper adds
+        // `missing_data` on a point and `[[rule]]` sections).
+        missing_data: None,
+        rules: Vec::new(),
     })
 }
 
