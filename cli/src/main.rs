@@ -24,6 +24,7 @@ mod retention;
 mod rollup;
 mod run;
 mod status;
+mod storage;
 mod why;
 
 use std::io::IsTerminal;
@@ -195,6 +196,22 @@ enum Command {
         /// Only list what would go; reads only, takes no lock.
         #[arg(long)]
         dry_run: bool,
+        /// One JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Rows, heap and index bytes per retained table and partition (raw classes and rollups),
+    /// the control log and the quarantine, bytes per row; and the size the configured horizons
+    /// will take at the newest registry version's declared rates. Reads only: connect as the
+    /// read-only role. Row counts are PostgreSQL's estimates unless --exact.
+    Storage {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        horizons: RetentionArgs,
+        /// Count every table's rows (a scan of each) instead of reading the planner's estimates.
+        #[arg(long)]
+        exact: bool,
         /// One JSON object on stdout instead of text.
         #[arg(long)]
         json: bool,
@@ -553,6 +570,12 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             dry_run,
             json,
         } => retention::run(&db.database_url, &horizons, dry_run, json).await,
+        Command::Storage {
+            db,
+            horizons,
+            exact,
+            json,
+        } => storage::run(&db.database_url, &horizons, exact, json).await,
         Command::History {
             point_id,
             db,

@@ -45,10 +45,12 @@ mod reprocess;
 mod retention;
 mod rollup;
 mod state;
+mod storage;
 mod store_impl;
 
 pub use lock::{LOCK_KEY, LockHolder, MigrateReport, PgLease, PgLock, SchemaState};
 pub(crate) use state::key_from_columns;
+pub use storage::{PartitionSize, STORAGE_PARTITIONS_MAX, StorageReport, TableSize};
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -19,7 +19,7 @@ use sentinel_ports::{
 };
 
 /// The schema's name of a retained table.
-fn physical(table: RetainedTable) -> &'static str {
+pub(crate) fn physical(table: RetainedTable) -> &'static str {
     match table {
         RetainedTable::Raw(RetentionClass::Measurement) => "observation_measurement",
         RetainedTable::Raw(RetentionClass::State) => "observation_state",
@@ -29,7 +29,7 @@ fn physical(table: RetainedTable) -> &'static str {
     }
 }
 
-fn from_physical(name: &str) -> Option<RetainedTable> {
+pub(crate) fn from_physical(name: &str) -> Option<RetainedTable> {
     RetainedTable::ALL.into_iter().find(|t| physical(*t) == name)
 }
 
@@ -44,7 +44,7 @@ const MARKS: &str = "SELECT tbl, kept_from FROM retention_mark";
 
 /// The partition a child table's name stands for: `<parent>_pYYYYMMDD` (a day) or, for
 /// `rollup_1h`, `<parent>_pYYYYMM` (a month). Anything else is not ours to drop.
-fn partition_from_name(table: RetainedTable, parent: &str, child: &str) -> Option<Partition> {
+pub(crate) fn partition_from_name(table: RetainedTable, parent: &str, child: &str) -> Option<Partition> {
     let suffix = child.strip_prefix(parent)?.strip_prefix("_p")?;
     let digits = |r: std::ops::Range<usize>| suffix.get(r).and_then(|t| t.parse::<i32>().ok());
     let monthly = matches!(table, RetainedTable::Rollup(RollupGrain::Hour));

@@ -1,0 +1,259 @@
+//! What the database holds, by table and partition (issue 24 item 6; core runtime spec,
+//! "Retention and rollups": the minutely rollup is "the long-term storage driver"): rows,
+//! heap bytes (table with its TOAST) and index bytes of every partition of the five retained
+//! tables, and of the control log and the quarantine. `sentinel storage` reads it.
+//!
+//! Owns: the size queries. Row counts are PostgreSQL's planner estimate (`reltuples`, kept by
+//! ANALYZE and autovacuum: free to read) unless the caller asks for exact counts, or the
+//! partition was never analysed; an exact count scans the partition, through its parent with
+//! a range on the partition key so every statement stays static. Sizes are what
+//! `pg_table_size` and `pg_indexes_size` report, so free-space-map and visibility-map pages
+//! are counted with the heap, as the disk holds them.
+//!
+//! A read of the catalogue, outside the store port: the memory model has no bytes to report.
+
+use sentinel_core::RetentionClass;
+use sentinel_ports::{Partition, RetainedTable, RollupGrain, StoreError};
+use sqlx::Row;
+
+use crate::retention::{from_physical, partition_from_name, physical};
+use crate::{PgStore, db_error, to_odt};
+
+/// At most this many partitions are reported (ten years of daily partitions of five tables).
+pub const STORAGE_PARTITIONS_MAX: usize = 5 * 3_660;
+
+/// One table's or partition's rows and bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TableSize {
+    pub rows: u64,
+    /// Counted, not the planner's estimate.
+    pub rows_exact: bool,
+    /// The table with its TOAST, free-space and visibility maps.
+    pub heap_bytes: u64,
+    pub index_bytes: u64,
+}
+
+impl TableSize {
+    pub fn bytes(&self) -> u64 {
+        self.heap_bytes + self.index_bytes
+    }
+
+    /// Adds `other` in (exact only if both are).
+    pub fn add(&mut self, other: &TableSize) {
+        self.rows += other.rows;
+        self.rows_exact &= other.rows_exact;
+        self.heap_bytes += other.heap_bytes;
+        self.index_bytes += other.index_bytes;
+    }
+}
+
+/// One partition of a retained table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionSize {
+    pub partition: Partition,
+    pub size: TableSize,
+}
+
+/// Everything [`PgStore::storage_report`] reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StorageReport {
+    /// Ordered by table (raw classes, then rollups), then by start.
+    pub partitions: Vec<PartitionSize>,
+    /// Partitions beyond [`STORAGE_PARTITIONS_MAX`], left out.
+    pub partitions_left_out: usize,
+    pub control_log: TableSize,
+    pub quarantine: TableSize,
+}
+
+/// Every partition of the retained tables with the planner's row estimate and its sizes.
+const PARTITION_SIZES: &str = "SELECT p.relname::text, c.relname::text, c.reltuples::float8, \
+     pg_table_size(c.oid), pg_indexes_size(c.oid) \
+     FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent \
+     WHERE p.relnamespace = current_schema()::regnamespace AND p.relname::text = ANY($1)";
+
+/// An unpartitioned table's estimate and sizes.
+const TABLE_SIZE: &str = "SELECT c.reltuples::float8, pg_table_size(c.oid), pg_indexes_size(c.oid) \
+     FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = $1";
+
+const COUNT_CONTROL: &str = "SELECT count(*) FROM control_event";
+const COUNT_QUARANTINE: &str = "SELECT count(*) FROM quarantine";
+
+/// An exact count of one partition's rows, through its parent (pruned to the partition).
+fn count_statement(table: RetainedTable) -> &'static str {
+    match table {
+        RetainedTable::Raw(RetentionClass::Measurement) => {
+            "SELECT count(*) FROM observation_measurement WHERE observed_at >= $1 AND observed_at < $2"
+        }
+        RetainedTable::Raw(RetentionClass::State) => {
+            "SELECT count(*) FROM observation_state WHERE observed_at >= $1 AND observed_at < $2"
+        }
+        RetainedTable::Raw(RetentionClass::Diagnostic) => {
+            "SELECT count(*) FROM observation_diagnostic WHERE observed_at >= $1 AND observed_at < $2"
+        }
+        RetainedTable::Rollup(RollupGrain::Minute) => {
+            "SELECT count(*) FROM rollup_1m WHERE bucket >= $1 AND bucket < $2"
+        }
+        RetainedTable::Rollup(RollupGrain::Hour) => {
+            "SELECT count(*) FROM rollup_1h WHERE bucket >= $1 AND bucket < $2"
+        }
+    }
+}
+
+/// The planner's estimate as a row count, `None` when the table was never analysed (-1 since
+/// PostgreSQL 14) or the figure is not usable.
+fn estimate(reltuples: f64) -> Option<u64> {
+    (reltuples.is_finite() && reltuples >= 0.0).then(|| reltuples.round() as u64)
+}
+
+fn size_from(reltuples: f64, heap_bytes: i64, index_bytes: i64) -> (Option<u64>, TableSize) {
+    (
+        estimate(reltuples),
+        TableSize {
+            rows: 0,
+            rows_exact: false,
+            heap_bytes: heap_bytes.max(0) as u64,
+            index_bytes: index_bytes.max(0) as u64,
+        },
+    )
+}
+
+impl PgStore {
+    /// Rows and bytes of every retained table's partitions, the control log and the
+    /// quarantine. With `exact`, every row count is counted (a scan of each table); otherwise
+    /// only the tables the planner has no estimate for are. `progress` is called after each
+    /// partition with how many of how many are done.
+    pub async fn storage_report(
+        &self,
+        exact: bool,
+        mut progress: impl FnMut(usize, usize),
+    ) -> Result<StorageReport, StoreError> {
+        let names: Vec<&str> = RetainedTable::ALL.into_iter().map(physical).collect();
+        let rows = sqlx::query(PARTITION_SIZES)
+            .bind(&names)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("reading partition sizes"))?;
+        let mut found = Vec::with_capacity(rows.len().min(STORAGE_PARTITIONS_MAX));
+        for row in &rows {
+            let parent: String = row.try_get(0).map_err(db_error("decoding a partition size"))?;
+            let child: String = row.try_get(1).map_err(db_error("decoding a partition size"))?;
+            let Some(table) = from_physical(&parent) else {
+                continue;
+            };
+            // A child that is not named as ours (`<table>_pYYYYMMDD`) is not reported.
+            let Some(partition) = partition_from_name(table, &parent, &child) else {
+                continue;
+            };
+            let (estimated, size) = size_from(
+                row.try_get(2).map_err(db_error("decoding a row estimate"))?,
+                row.try_get(3).map_err(db_error("decoding a table size"))?,
+                row.try_get(4).map_err(db_error("decoding an index size"))?,
+            );
+            found.push((partition, estimated, size));
+        }
+        found.sort_by_key(|(p, _, _)| (table_order(p.table), p.from));
+        let partitions_left_out = found.len().saturating_sub(STORAGE_PARTITIONS_MAX);
+        found.truncate(STORAGE_PARTITIONS_MAX);
+        let total = found.len() + 2;
+        let mut partitions = Vec::with_capacity(found.len());
+        for (done, (partition, estimated, mut size)) in found.into_iter().enumerate() {
+            match estimated.filter(|_| !exact) {
+                Some(rows) => size.rows = rows,
+                None => {
+                    size.rows = self.count_partition(partition).await?;
+                    size.rows_exact = true;
+                }
+            }
+            partitions.push(PartitionSize { partition, size });
+            progress(done + 1, total);
+        }
+        let control_log = self.table_size("control_event", COUNT_CONTROL, exact).await?;
+        progress(total - 1, total);
+        let quarantine = self.table_size("quarantine", COUNT_QUARANTINE, exact).await?;
+        progress(total, total);
+        debug_assert!(partitions.windows(2).all(|w| {
+            (table_order(w[0].partition.table), w[0].partition.from)
+                <= (table_order(w[1].partition.table), w[1].partition.from)
+        }));
+        Ok(StorageReport {
+            partitions,
+            partitions_left_out,
+            control_log,
+            quarantine,
+        })
+    }
+
+    async fn count_partition(&self, partition: Partition) -> Result<u64, StoreError> {
+        let count: i64 = sqlx::query_scalar(count_statement(partition.table))
+            .bind(to_odt(partition.from)?)
+            .bind(to_odt(partition.to)?)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error("counting a partition's rows"))?;
+        Ok(count.max(0) as u64)
+    }
+
+    async fn table_size(
+        &self,
+        table: &str,
+        count: &'static str,
+        exact: bool,
+    ) -> Result<TableSize, StoreError> {
+        let row = sqlx::query(TABLE_SIZE)
+            .bind(table)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error("reading a table size"))?
+            .ok_or_else(|| {
+                StoreError::Other(format!("table {table} does not exist: is the schema current?"))
+            })?;
+        let (estimated, mut size) = size_from(
+            row.try_get(0).map_err(db_error("decoding a row estimate"))?,
+            row.try_get(1).map_err(db_error("decoding a table size"))?,
+            row.try_get(2).map_err(db_error("decoding an index size"))?,
+        );
+        match estimated.filter(|_| !exact) {
+            Some(rows) => size.rows = rows,
+            None => {
+                let counted: i64 = sqlx::query_scalar(count)
+                    .fetch_one(&self.pool)
+                    .await
+                    .map_err(db_error("counting a table's rows"))?;
+                size.rows = counted.max(0) as u64;
+                size.rows_exact = true;
+            }
+        }
+        Ok(size)
+    }
+}
+
+/// The report's table order: the raw classes, then the rollups.
+fn table_order(table: RetainedTable) -> usize {
+    RetainedTable::ALL
+        .iter()
+        .position(|t| *t == table)
+        .unwrap_or(RetainedTable::ALL.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unanalysed_table_has_no_estimate_and_sizes_never_go_negative() {
+        assert_eq!(estimate(-1.0), None);
+        assert_eq!(estimate(f64::NAN), None);
+        assert_eq!(estimate(0.0), Some(0));
+        assert_eq!(estimate(1234.4), Some(1234));
+        let (rows, size) = size_from(10.0, -5, 8192);
+        assert_eq!(rows, Some(10));
+        assert_eq!((size.heap_bytes, size.index_bytes, size.bytes()), (0, 8192, 8192));
+    }
+
+    #[test]
+    fn every_retained_table_has_its_own_count_statement() {
+        for table in RetainedTable::ALL {
+            assert!(count_statement(table).contains(&format!("FROM {} ", physical(table))));
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! `sentinel storage` against real PostgreSQL (issue 24 item 6), run as a process: a database
+//! holding the sample registry and rows in every raw class over two days reports each table's
+//! and each partition's rows exactly as committed (with `--exact`, and as PostgreSQL's
+//! estimates after ANALYZE without it), bytes that add up, and the projection of the configured
+//! horizons at the registry's declared rates, with bytes per row measured once a table holds
+//! enough rows and declared before.
+
+use std::borrow::Cow;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sentinel_core::registry::PointIdx;
+use sentinel_core::{
+    Batch, BatchId, CanonicalValue, DeliveryTag, Micros, ObsKey, ObsRow, Quality, RetentionClass,
+};
+use sentinel_ports::{Lease, Store};
+use sentinel_runtime::registry_dir;
+use sentinel_store_pg::{PgStore, PgStoreConfig};
+use sentinel_tests::bin::sentinel_bin;
+use sentinel_tests::harness::output_within;
+use sentinel_tests::pg::TestDb;
+use serde_json::Value;
+
+/// Rows committed per batch.
+const BATCH_ROWS: u64 = 2_000;
+/// Measurement rows on the first and the second day: together past the CLI's
+/// `MEASURED_ROWS_MIN` (10,000), so the table's bytes per row are measured.
+const MEASUREMENT_ROWS: [u64; 2] = [7_000, 5_000];
+const STATE_ROWS: u64 = 30;
+const DIAGNOSTIC_ROWS: u64 = 5;
+
+fn row(point: &str, class: RetentionClass, at: Micros, seq: u64) -> ObsRow {
+    ObsRow {
+        point: PointIdx(0),
+        point_id: Arc::from(point),
+        class,
+        ingested_at: at,
+        observed_at: at,
+        device_time: None,
+        value: Some(CanonicalValue::Num(seq as f64)),
+        native_num: Some(seq as f64),
+        native_text: None,
+        unit_native: None,
+        quality: Quality::Live,
+        reason: None::<Cow<'static, str>>,
+        detail: None,
+        changed: true,
+        registry_version: 1,
+        key: ObsKey {
+            driver_instance: Arc::from("drv-storage"),
+            source_epoch: 1,
+            source_seq: seq,
+        },
+        skew_flagged: false,
+        tag: DeliveryTag(seq),
+    }
+}
+
+fn storage(url: &str, extra: &[&str]) -> Value {
+    let output = output_within(
+        Command::new(sentinel_bin())
+            .args(["storage", "--json", "--database-url", url])
+            .args(extra),
+        Duration::from_secs(60),
+    );
+    assert!(
+        output.status.success(),
+        "sentinel storage failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("one JSON object")
+}
+
+fn table<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["tables"]
+        .as_array()
+        .expect("tables")
+        .iter()
+        .find(|t| t["table"] == name)
+        .unwrap_or_else(|| panic!("no table {name} in {report}"))
+}
+
+fn projected<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["projection"]["tables"]
+        .as_array()
+        .expect("projected tables")
+        .iter()
+        .find(|t| t["table"] == name)
+        .unwrap_or_else(|| panic!("no projection of {name} in {report}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
+    use RetentionClass::{Diagnostic, Measurement, State};
+    let mut db = TestDb::create().await.expect("database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    // The report runs as the read-only role, as a dashboard host would run it.
+    let roles = db.create_roles().await.expect("roles");
+    let granted = output_within(
+        Command::new(sentinel_bin())
+            .args([
+                "db",
+                "grants",
+                "--writer",
+                &roles.writer,
+                "--reader",
+                &roles.reader,
+            ])
+            .env("SENTINEL_DATABASE_URL", &db.url),
+        Duration::from_secs(60),
+    );
+    assert!(
+        granted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&granted.stderr)
+    );
+    let reader_url = roles.reader_url.clone();
+    let loaded = registry_dir::load_dir(&store, &registry_dir::sample_dir())
+        .await
+        .expect("load the sample registry");
+    let lease = store.acquire().await.expect("acquire");
+
+    let day = |d: &str| Micros::parse_rfc3339(&format!("{d}T00:00:00Z")).expect("instant");
+    let days = [day("2026-01-15"), day("2026-01-16")];
+    let mut rows = Vec::new();
+    let mut seq = 0;
+    for (start, n) in days.iter().zip(MEASUREMENT_ROWS) {
+        for i in 0..n {
+            seq += 1;
+            rows.push(row(
+                "ahu1.supply_air_temp",
+                Measurement,
+                start.add_ms(i as i64 * 1_000),
+                seq,
+            ));
+        }
+    }
+    for (point, class, n) in [
+        ("ahu1.mode", State, STATE_ROWS),
+        ("gateway.rssi", Diagnostic, DIAGNOSTIC_ROWS),
+    ] {
+        for i in 0..n {
+            seq += 1;
+            rows.push(row(point, class, days[0].add_ms(i as i64 * 1_000), seq));
+        }
+    }
+    for (n, chunk) in rows.chunks(BATCH_ROWS as usize).enumerate() {
+        store
+            .commit(Batch {
+                id: BatchId(n as u64 + 1),
+                epoch: lease.epoch(),
+                rows: chunk.to_vec(),
+                quarantine: vec![],
+            })
+            .await
+            .expect("commit");
+    }
+    drop(lease);
+
+    // Exact counts: each table and each of the two days as committed.
+    let exact = storage(&reader_url, &["--exact", "--retention-measurement-days", "45"]);
+    let measurement = table(&exact, "raw_measurement");
+    assert_eq!(measurement["rows"], MEASUREMENT_ROWS.iter().sum::<u64>());
+    assert_eq!(measurement["rows_exact"], true);
+    assert_eq!(table(&exact, "raw_state")["rows"], STATE_ROWS);
+    assert_eq!(table(&exact, "raw_diagnostic")["rows"], DIAGNOSTIC_ROWS);
+    assert_eq!(table(&exact, "rollup_1m")["rows"], 0);
+    let per_day: Vec<(String, u64)> = exact["partitions"]
+        .as_array()
+        .expect("partitions")
+        .iter()
+        .filter(|p| p["table"] == "raw_measurement" && p["rows"].as_u64() != Some(0))
+        .map(|p| {
+            (
+                p["from"].as_str().expect("from")[..10].to_owned(),
+                p["rows"].as_u64().expect("rows"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        per_day,
+        [
+            ("2026-01-15".to_owned(), MEASUREMENT_ROWS[0]),
+            ("2026-01-16".to_owned(), MEASUREMENT_ROWS[1])
+        ]
+    );
+    let observations = &exact["observations"];
+    assert_eq!(
+        observations["rows"],
+        MEASUREMENT_ROWS.iter().sum::<u64>() + STATE_ROWS + DIAGNOSTIC_ROWS
+    );
+    for t in [measurement, observations, &exact["control_event"]] {
+        let (heap, index, bytes) = (
+            t["heap_bytes"].as_u64().expect("heap"),
+            t["index_bytes"].as_u64().expect("index"),
+            t["bytes"].as_u64().expect("bytes"),
+        );
+        assert_eq!(heap + index, bytes, "{t}");
+    }
+    let measured_bytes_per_row =
+        measurement["bytes"].as_f64().expect("bytes") / measurement["rows"].as_f64().expect("rows");
+    assert!(
+        (measurement["bytes_per_row"].as_f64().expect("bytes/row") - measured_bytes_per_row).abs() < 1e-6
+    );
+    assert!(measured_bytes_per_row > 0.0);
+
+    // The projection: declared rows per day (recomputed here from the stored registry), the
+    // horizon given (45 days) and the measured bytes per row; the state class too few rows to
+    // measure, so its declared row size.
+    assert_eq!(exact["projection"]["registry_version"], loaded.version);
+    let stored = store.load_registry(None).await.expect("load").expect("stored");
+    let (mut rate_m, mut rate_s, mut bytes_s) = (0.0, 0.0, 0.0);
+    for (_, text) in &stored.descriptors {
+        let d = sentinel_core::registry::canonical::parse_stored(text).expect("descriptor");
+        match d.retention {
+            Measurement => rate_m += d.manifest.peak_rate_hz,
+            State => {
+                rate_s += d.manifest.peak_rate_hz;
+                bytes_s += d.manifest.peak_rate_hz * f64::from(d.manifest.row_bytes);
+            }
+            Diagnostic => {}
+        }
+    }
+    let m = projected(&exact, "raw_measurement");
+    assert_eq!(m["horizon_days"], 45);
+    assert_eq!(m["bytes_per_row_from"], "measured");
+    assert!((m["rows_per_day"].as_f64().expect("rows/day") - rate_m * 86_400.0).abs() < 1e-3);
+    let expected = rate_m * 86_400.0 * 45.0 * measured_bytes_per_row;
+    assert!(
+        (m["bytes"].as_f64().expect("bytes") - expected).abs() < 1.0,
+        "{m} against {expected}"
+    );
+    let s = projected(&exact, "raw_state");
+    assert_eq!(s["horizon_days"], 90);
+    assert_eq!(s["bytes_per_row_from"], "declared");
+    assert!((s["bytes_per_row"].as_f64().expect("bytes/row") - bytes_s / rate_s).abs() < 1e-6);
+    let total: f64 = exact["projection"]["tables"]
+        .as_array()
+        .expect("projected")
+        .iter()
+        .map(|t| t["bytes"].as_f64().expect("bytes"))
+        .sum();
+    assert!((exact["projection"]["bytes"].as_f64().expect("total") - total).abs() < 1.0);
+
+    // After ANALYZE the planner's estimates are read instead of counting: not exact, and for
+    // tables this small ANALYZE counts every row, so the same figures.
+    let mut admin = sentinel_tests::harness::pg(&db.url).await;
+    sqlx::query("ANALYZE").execute(&mut admin).await.expect("analyze");
+    let estimated = storage(&reader_url, &[]);
+    let measurement = table(&estimated, "raw_measurement");
+    assert_eq!(measurement["rows_exact"], false);
+    assert_eq!(measurement["rows"], MEASUREMENT_ROWS.iter().sum::<u64>());
+
+    // The text report for a person: one line per table, estimates marked.
+    let text = output_within(
+        Command::new(sentinel_bin()).args(["storage", "--database-url", &reader_url]),
+        Duration::from_secs(60),
+    );
+    assert!(text.status.success());
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        text.contains("raw measurement") && text.contains("~12000"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("projected at registry version {}", loaded.version)),
+        "{text}"
+    );
+}
