@@ -69,6 +69,7 @@ pub fn check_with(folder: &SourceFolder, admission: &Admission) -> Vec<RegistryI
         check_sites(file, &vocabulary, &mut issues);
     }
     super::admission::check_registry(folder, admission, &mut issues);
+    super::rule_check::check_rules(folder, &vocabulary, &mut issues);
     issues
 }
 
@@ -500,6 +501,7 @@ fn check_point(
     }
 
     check_heartbeat(p, push);
+    super::rule_check::check_missing_data(p, push);
     check_poll_interval(p, file.host.as_deref(), push);
     check_writable(p, file.host.as_deref(), vocabulary, push);
 
