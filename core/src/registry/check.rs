@@ -25,8 +25,7 @@ pub const QUANTITIES_MAX: usize = 256;
 pub const UNITS_MAX: usize = 1024;
 pub const CODEBOOKS_MAX: usize = 1024;
 pub const CODEBOOK_ENTRIES_MAX: usize = 256;
-/// Point ids are dotted paths, so they get more room than single names.
-pub const POINT_ID_BYTES_MAX: usize = 128;
+pub use super::descriptor::POINT_ID_BYTES_MAX;
 /// Hosts, driver instances, units, quantities, codebook names.
 pub const NAME_BYTES_MAX: usize = 64;
 /// Codebook codes and members.

@@ -16,6 +16,11 @@ use serde::{Deserialize, Serialize};
 
 use super::rule::{MissingData, Rule};
 
+/// A point id's longest length. Point ids are dotted paths, so they get more room than single
+/// names. Here, at the bottom, because admission (`check.rs`) and the rules' admission
+/// (`rule_check.rs`, a generated rule state point's id) both bound ids by it.
+pub const POINT_ID_BYTES_MAX: usize = 128;
+
 /// The physical split of the observation log (ingest spec, "One hypertable per retention class").
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "snake_case")]

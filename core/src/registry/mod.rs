@@ -14,7 +14,7 @@
 //! Imports run one way: `descriptor` at the bottom, over `rule` (the rules and the
 //! missing-data policy a descriptor carries) and `condition` (a rule's condition text parsed);
 //! `health` and `graph` over it; `folder` and `plan` over them; `admission` and `rule_check`
-//! over those (`rule_check` also reads `check`'s point-id bound); `check` over both; `source` (which
+//! over those; `check` over both; `source` (which
 //! loads) over `check`; `canonical` and `reload` over the compiled registry.
 //! Reading files and git is the `io` crate's job: this module takes text in.
 

@@ -13,9 +13,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::check::POINT_ID_BYTES_MAX;
 use super::condition;
-use super::descriptor::{CommandValue, Descriptor, Kind, Site, value_refusal};
+use super::descriptor::{CommandValue, Descriptor, Kind, POINT_ID_BYTES_MAX, Site, value_refusal};
 use super::folder::{
     FOLDER, LocatedPoint, LocatedRule, RegistryIssue, SourceFallback, SourceFolder, SourcePoint, SourceRule,
     Vocabulary, rule_issue,
