@@ -598,7 +598,8 @@ mod tests {
             .map(|d| d.id.as_str())
             .collect();
         assert_eq!(ids, ["d.1", "d.2"]);
-        let rules: Vec<(&str, &str, u8, &str, Option<Vec<String>>)> = plan
+        type Listed<'a> = (&'a str, &'a str, u8, &'a str, Option<Vec<String>>);
+        let rules: Vec<Listed<'_>> = plan
             .rules_in_dependency_order
             .iter()
             .map(|r| {
