@@ -207,10 +207,30 @@ pub struct SourceClaim {
 /// A rule's `otherwise` or `on_input_loss` as written: a word (`"release"`, `"hold"`) or a safe
 /// value (`{ value = V }`). Which words each accepts is admission's.
 #[derive(Deserialize, Clone, Debug, PartialEq)]
-#[serde(untagged)]
+#[serde(try_from = "toml::Value")]
 pub enum SourceFallback {
     Word(String),
     Value(SourceSafeValue),
+}
+
+impl TryFrom<toml::Value> for SourceFallback {
+    type Error = String;
+
+    /// A word or `{ value = V }`, with a message saying so for anything else (an untagged
+    /// enum's own error names no field and no form).
+    fn try_from(value: toml::Value) -> Result<SourceFallback, String> {
+        match value {
+            toml::Value::String(word) => Ok(SourceFallback::Word(word)),
+            toml::Value::Table(_) => value
+                .try_into::<SourceSafeValue>()
+                .map(SourceFallback::Value)
+                .map_err(|e| format!("a safe value is {{ value = V }}: {}", e.message().trim())),
+            other => Err(format!(
+                "expected \"release\", \"hold\" or {{ value = V }}, not the {} {other}",
+                other.type_str()
+            )),
+        }
+    }
 }
 
 /// `{ value = V }`: a safe value claimed instead.

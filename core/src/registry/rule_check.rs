@@ -973,6 +973,20 @@ row_bytes = 96
             )]
         );
         assert_eq!(one(&[("on_input_loss", Some("\"hold\""))]), Vec::<String>::new());
+        let bare = one(&[("otherwise", Some("70"))]);
+        assert_eq!(bare.len(), 1, "{bare:?}");
+        assert!(
+            bare[0].starts_with(&line(
+                "expected \"release\", \"hold\" or { value = V }, not the integer 70"
+            )),
+            "{bare:?}"
+        );
+        let typo = one(&[("on_input_loss", Some("{ valeu = 70 }"))]);
+        assert_eq!(typo.len(), 1, "{typo:?}");
+        assert!(
+            typo[0].starts_with(&line("a safe value is { value = V }: unknown field `valeu`")),
+            "{typo:?}"
+        );
     }
 
     #[test]

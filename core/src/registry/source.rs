@@ -300,7 +300,7 @@ mod tests {
         /// The fuzz target's property in miniature: TOML-shaped noise never panics.
         #[test]
         fn never_panics_on_toml_shaped_noise(
-            text in "(host = \"[a-z.* ]{0,4}\"\n|\\[\\[point\\]\\]\n|[a-z_]{1,12} = (\"[a-zA-Z0-9./ ]{0,6}\"|-?[0-9.e]{1,5}|nan|inf|true|\\{ min = [0-9.-]{1,4}, max = [0-9.]{1,4} \\})\n|\\[(units|quantities|codebooks\\.[a-z]{1,3})\\]\n){0,40}"
+            text in "(host = \"[a-z.* ]{0,4}\"\n|\\[\\[point\\]\\]\n|\\[\\[rule\\]\\]\n|(when|until) = \"[a-z.<>=! ()0-9\"]{0,12}\"\n|[a-z_]{1,12} = (\"[a-zA-Z0-9./ ]{0,6}\"|-?[0-9.e]{1,5}|nan|inf|true|\\{ min = [0-9.-]{1,4}, max = [0-9.]{1,4} \\})\n|\\[(units|quantities|codebooks\\.[a-z]{1,3})\\]\n){0,40}"
         ) {
             let _ = load(&[("hosts/x.toml".to_owned(), text.clone()), ("units.toml".to_owned(), text)]);
         }
