@@ -213,5 +213,83 @@ fn text(dir: &Path, plan: &Plan) -> String {
             );
         }
     }
+    if plan.rules_in_dependency_order.is_empty() {
+        let _ = writeln!(out, "rules: none");
+    } else {
+        let _ = writeln!(
+            out,
+            "rules in dependency order (each after the derived points it reads):"
+        );
+        for (i, r) in plan.rules_in_dependency_order.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "  {:>3}. {} [{} band, priority {}] reads {}; claims {}",
+                i + 1,
+                r.id,
+                r.band,
+                r.priority,
+                r.inputs.join(", "),
+                r.claims
+            );
+        }
+        let loops: Vec<_> = plan
+            .rules_in_dependency_order
+            .iter()
+            .filter_map(|r| Some((r, r.feedback_loop.as_ref()?)))
+            .collect();
+        if !loops.is_empty() {
+            let _ = writeln!(
+                out,
+                "feedback loops (a rule whose claimed point's observations feed it, through the device; not a cycle):"
+            );
+            for (r, path) in loops {
+                let _ = writeln!(out, "  {}: {} → the rule", r.id, path.join(" → "));
+            }
+        }
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `registry plan` on the rules fixture prints the rules after the derived points, each with
+    /// its inputs, band, priority and claimed point, and the feedback loop (issue 22 item 9).
+    #[test]
+    fn the_plan_lists_the_rules_in_dependency_order_and_the_feedback_loops() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/registry-rules");
+        let plan = registry_dir::plan_dir(&dir, &Admission::default()).expect("the fixture passes");
+        let printed = text(&dir, &plan);
+        let from = printed
+            .find("derived points in dependency order")
+            .expect("the derived section");
+        assert_eq!(
+            printed[from..].lines().collect::<Vec<_>>(),
+            [
+                "derived points in dependency order:",
+                "    1. boiler1.delta_t = difference(boiler1.flow_temp, boiler1.return_temp)",
+                "    2. boiler1.flow_temp_mean_60s = mean(boiler1.flow_temp) over 60 s",
+                "rules in dependency order (each after the derived points it reads):",
+                "    1. ahu1.night_setback [automation band, priority 0] reads ahu1.occupied, ahu1.mode; claims \
+                 ahu1.supply_temp_setpoint",
+                "    2. boiler1.overheat_cutback [safety band, priority 0] reads boiler1.flow_temp; claims \
+                 boiler1.setpoint",
+                "    3. boiler1.setpoint_floor [automation band, priority 1] reads boiler1.setpoint, \
+                 boiler1.flow_temp_mean_60s; claims boiler1.setpoint",
+                "feedback loops (a rule whose claimed point's observations feed it, through the device; not a \
+                 cycle):",
+                "  boiler1.setpoint_floor: boiler1.setpoint → the rule",
+            ]
+        );
+        let sample =
+            registry_dir::plan_dir(&registry_dir::sample_dir(), &Admission::default()).expect("sample");
+        assert!(text(&dir, &sample).ends_with("rules: none\n"));
+        let json = serde_json::to_value(&plan).expect("json");
+        assert_eq!(
+            json["rules_in_dependency_order"][2]["feedback_loop"],
+            serde_json::json!(["boiler1.setpoint"])
+        );
+        assert_eq!(json["rules_in_dependency_order"][1]["band"], "safety");
+    }
 }

@@ -406,6 +406,22 @@ pub fn capacity_refusal(registry: &Registry, admission: &Admission) -> Option<St
     None
 }
 
+/// Why a compiled registry's rules may not run, if they may not: an interlock-band rule that
+/// reads or acts on a point at a partitionable site (issue 22 item 6). One line: the first
+/// refusal, and how many more there are. `registry check` and `registry load` refuse such a
+/// folder with the same lines; a starting core checks the stored version it runs with this, so
+/// a version stored before the check existed is refused at start.
+pub fn rule_refusal(registry: &Registry) -> Option<String> {
+    let descriptors: Vec<Descriptor> = registry.points().map(|(_, p)| p.descriptor.clone()).collect();
+    let refusals = sentinel_core::registry::rule_check::interlock_refusals(&descriptors);
+    let (_, first) = refusals.first()?;
+    let more = match refusals.len() - 1 {
+        0 => String::new(),
+        n => format!(" (and {n} more; `sentinel registry check` lists them)"),
+    };
+    Some(format!("registry version {}: {first}{more}", registry.version))
+}
+
 /// The declared load and derived-point order of a folder that passes its checks: what
 /// `sentinel registry plan DIR` prints.
 pub fn plan_dir(dir: &Path, admission: &Admission) -> Result<Plan, RegistryReport> {
@@ -867,6 +883,148 @@ mod tests {
 
     fn memory_store() -> MemoryStore {
         MemoryStore::new("OBS", Arc::new(SystemClock))
+    }
+
+    /// The sample with rules (`tests/fixtures/registry-rules`, issue 22).
+    fn rules_fixture() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/registry-rules")
+    }
+
+    const INTERLOCK: &str = r#"
+[[rule]]
+id = "ahu1.frost_interlock"
+inputs = ["boiler1.flow_temp"]
+when = "boiler1.flow_temp < 5"
+claim = { point = "ahu1.supply_temp_setpoint", value = 25, band = "interlock" }
+otherwise = "release"
+on_input_loss = "release"
+"#;
+
+    const INTERLOCK_REFUSAL: &str = "rule \"ahu1.frost_interlock\": an interlock-band rule acts on point \
+        \"ahu1.supply_temp_setpoint\" at partitionable site \"east-wing\"; an interlock must hold at its site, \
+        not through the core: use band \"safety\", or place the host at a site that is not partitionable";
+
+    /// The rules fixture passes, carries its rules in the claimed points' descriptors and
+    /// hashes the rest of the sample as the sample does; `registry plan` lists its rules.
+    #[test]
+    fn the_rules_fixture_passes_and_plans_its_rules_after_the_derived_points() {
+        let descriptors = check_dir(&rules_fixture()).expect("the fixture passes");
+        let rules: Vec<(&str, &str)> = descriptors
+            .iter()
+            .flat_map(|d| d.rules.iter().map(move |r| (d.id.as_str(), r.id.as_str())))
+            .collect();
+        assert_eq!(
+            rules,
+            [
+                ("ahu1.supply_temp_setpoint", "ahu1.night_setback"),
+                ("boiler1.setpoint", "boiler1.overheat_cutback"),
+                ("boiler1.setpoint", "boiler1.setpoint_floor"),
+            ]
+        );
+        // Points the fixture leaves as the sample has them hash the same.
+        let sample = snapshot_dir(&sample_dir()).expect("the sample");
+        let fixture = canonical::snapshot("x", &descriptors);
+        let hash = |s: &RegistrySnapshot, id: &str| {
+            s.entries
+                .iter()
+                .find(|e| e.point_id == id)
+                .map(|e| e.hash.clone())
+        };
+        assert_eq!(hash(&sample, "pump1.speed"), hash(&fixture, "pump1.speed"));
+        assert_ne!(
+            hash(&sample, "boiler1.setpoint"),
+            hash(&fixture, "boiler1.setpoint")
+        );
+        let plan = plan_dir(&rules_fixture(), &Admission::default()).expect("plans");
+        let order: Vec<(&str, bool)> = plan
+            .rules_in_dependency_order
+            .iter()
+            .map(|r| (r.id.as_str(), r.feedback_loop.is_some()))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                ("ahu1.night_setback", false),
+                ("boiler1.overheat_cutback", false),
+                ("boiler1.setpoint_floor", true),
+            ]
+        );
+        assert_eq!(
+            plan.health_points,
+            31 + 3,
+            "the sample's and one state point per rule"
+        );
+    }
+
+    /// Issue 22 item 6: `registry check` and `registry load` refuse an interlock acting on a
+    /// point at a partitionable site, and a starting core refuses a stored version holding one
+    /// (stored before the check existed: written here past the check).
+    #[tokio::test]
+    async fn an_interlock_at_a_partitionable_site_is_refused_by_check_load_and_a_starting_core() {
+        let scratch = Scratch::new("interlock");
+        for (rel, text) in read_dir(&rules_fixture()).unwrap() {
+            scratch.write(&rel, &text);
+        }
+        let rules = fs::read_to_string(scratch.0.join("rules.toml")).unwrap();
+        scratch.write("rules.toml", &format!("{rules}{INTERLOCK}"));
+        let report = check_dir(&scratch.0).expect_err("refused");
+        let lines: Vec<String> = report.issues.iter().map(ToString::to_string).collect();
+        assert_eq!(lines, [format!("rules.toml: {INTERLOCK_REFUSAL}")]);
+        let store = memory_store();
+        let err = load_dir(&store, &scratch.0).await.expect_err("load refuses it");
+        assert!(err.to_string().contains(INTERLOCK_REFUSAL), "{err}");
+        assert_eq!(store.load_registry(None).await.unwrap().map(|r| r.version), None);
+
+        // The same rule in a stored version, past the check.
+        let mut descriptors = check_dir(&rules_fixture()).unwrap();
+        let mut interlock = descriptors
+            .iter()
+            .flat_map(|d| &d.rules)
+            .find(|r| r.id == "boiler1.overheat_cutback")
+            .cloned()
+            .unwrap();
+        interlock.id = "ahu1.frost_interlock".into();
+        interlock.point = "ahu1.supply_temp_setpoint".into();
+        interlock.claim.band = sentinel_core::registry::rule::RuleBand::Interlock;
+        interlock.claim.value = sentinel_core::registry::CommandValue::Number(25.0);
+        let setpoint = descriptors
+            .iter_mut()
+            .find(|d| d.id == "ahu1.supply_temp_setpoint")
+            .unwrap();
+        setpoint.rules.insert(0, interlock);
+        store
+            .store_registry(&canonical::snapshot("sha", &descriptors))
+            .await
+            .unwrap();
+        let stored = store.load_registry(None).await.unwrap().unwrap();
+        let registry = compile_stored(stored).unwrap();
+        let expected = format!("registry version {}: {INTERLOCK_REFUSAL}", registry.version);
+        assert_eq!(rule_refusal(&registry), Some(expected.clone()));
+        let clock = SystemClock;
+        let bus = sentinel_models::MemoryBus::new(
+            sentinel_models::MemoryBusConfig::default(),
+            Arc::new(SystemClock),
+        );
+        let started = crate::startup::start(
+            &store,
+            crate::startup::already_connected(&bus),
+            None,
+            sentinel_core::Config::default(),
+            &clock,
+        )
+        .await;
+        match started {
+            Err(crate::startup::StartError::Registry(message)) => assert_eq!(message, expected),
+            Err(other) => panic!("refused for another reason: {other}"),
+            Ok(_) => panic!("a core started on a version with an interlock at a partitionable site"),
+        }
+        let sample = compile_stored({
+            let store = memory_store();
+            load_dir(&store, &rules_fixture()).await.unwrap();
+            store.load_registry(None).await.unwrap().unwrap()
+        })
+        .unwrap();
+        assert_eq!(rule_refusal(&sample), None, "the fixture's own rules run");
     }
 
     #[tokio::test]

@@ -202,6 +202,9 @@ where
     if let Some(refusal) = registry_dir::capacity_refusal(&registry, admission) {
         return Err(StartError::Registry(refusal));
     }
+    if let Some(refusal) = registry_dir::rule_refusal(&registry) {
+        return Err(StartError::Registry(refusal));
+    }
     timings.record("registry", step);
     info!(
         version = registry.version,

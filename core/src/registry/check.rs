@@ -25,8 +25,7 @@ pub const QUANTITIES_MAX: usize = 256;
 pub const UNITS_MAX: usize = 1024;
 pub const CODEBOOKS_MAX: usize = 1024;
 pub const CODEBOOK_ENTRIES_MAX: usize = 256;
-/// Point ids are dotted paths, so they get more room than single names.
-pub const POINT_ID_BYTES_MAX: usize = 128;
+pub use super::descriptor::POINT_ID_BYTES_MAX;
 /// Hosts, driver instances, units, quantities, codebook names.
 pub const NAME_BYTES_MAX: usize = 64;
 /// Codebook codes and members.
@@ -69,6 +68,7 @@ pub fn check_with(folder: &SourceFolder, admission: &Admission) -> Vec<RegistryI
         check_sites(file, &vocabulary, &mut issues);
     }
     super::admission::check_registry(folder, admission, &mut issues);
+    super::rule_check::check_rules(folder, &vocabulary, &mut issues);
     issues
 }
 
@@ -500,6 +500,7 @@ fn check_point(
     }
 
     check_heartbeat(p, push);
+    super::rule_check::check_missing_data(p, push);
     check_poll_interval(p, file.host.as_deref(), push);
     check_writable(p, file.host.as_deref(), vocabulary, push);
 

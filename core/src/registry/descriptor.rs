@@ -5,8 +5,8 @@
 //! reinterpret any historical row (ingest spec, "The registry is versioned data"). The
 //! canonical JSON of this struct is what gets hashed and stored.
 //!
-//! Also owns what a writable point may be commanded to ([`Writable`], [`CommandValue`],
-//! [`value_refusal`]): the one check both admission (a `relinquish_default`) and the commands
+//! Also owns what a writable point may be commanded to ([`Writable`], [`value_refusal`], and
+//! re-exports [`CommandValue`], which `rule.rs` below it owns): the one check both admission (a `relinquish_default`) and the commands
 //! part (a request's value) run, so a value the registry accepts as a default is one a request
 //! may ask for too (issue 21 item 1).
 
@@ -14,7 +14,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
+pub use super::rule::CommandValue;
 use super::rule::{MissingData, Rule};
+
+/// A point id's longest length. Point ids are dotted paths, so they get more room than single
+/// names. Here, at the bottom, because admission (`check.rs`) and the rules' admission
+/// (`rule_check.rs`, a generated rule state point's id) both bound ids by it.
+pub const POINT_ID_BYTES_MAX: usize = 128;
 
 /// The physical split of the observation log (ingest spec, "One hypertable per retention class").
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -226,41 +232,6 @@ pub enum Reporting {
     Periodic,
     /// Only when the value changes, plus a heartbeat (`heartbeat_s`).
     OnChange,
-}
-
-/// A value a writable point can be commanded to, in the point's canonical unit: a number, a
-/// bool, or a codebook member (the canonical name, never a native code). Untagged, so it reads
-/// and writes as the bare JSON (or TOML) value; a number is always an `f64`, so an integer and
-/// the same float compare equal after the canonical form's round trip.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-#[serde(untagged)]
-pub enum CommandValue {
-    Bool(bool),
-    Number(f64),
-    Member(String),
-}
-
-impl CommandValue {
-    /// The value of a JSON scalar, or `None` for null, an array or an object.
-    pub fn from_json(value: &serde_json::Value) -> Option<CommandValue> {
-        match value {
-            serde_json::Value::Bool(b) => Some(CommandValue::Bool(*b)),
-            serde_json::Value::Number(n) => n.as_f64().map(CommandValue::Number),
-            serde_json::Value::String(s) => Some(CommandValue::Member(s.clone())),
-            _ => None,
-        }
-    }
-
-    /// As JSON, the way the command carries it to its driver.
-    pub fn to_json(&self) -> serde_json::Value {
-        match self {
-            CommandValue::Bool(b) => serde_json::Value::Bool(*b),
-            CommandValue::Number(v) => {
-                serde_json::Number::from_f64(*v).map_or(serde_json::Value::Null, serde_json::Value::Number)
-            }
-            CommandValue::Member(m) => serde_json::Value::String(m.clone()),
-        }
-    }
 }
 
 /// Why `value` is not one a point of `kind` with this range (canonical unit `unit`) and

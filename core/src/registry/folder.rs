@@ -18,6 +18,7 @@ use serde::Deserialize;
 use super::descriptor::{
     Archetype, CommandValue, Conversion, Derived, EventPolicy, Kind, Range, Reporting, RetentionClass,
 };
+use super::rule::{FightLimit, MissingData, RuleBand};
 
 /// Files read from one folder; beyond this the folder is refused rather than half-read.
 pub const FILES_MAX: usize = 4096;
@@ -157,6 +158,9 @@ pub struct SourcePoint {
     pub writable: Option<SourceWritable>,
     /// The device the point belongs to; the core generates the device's health self-points.
     pub device: Option<String>,
+    /// `missing_data = { policy = "fail_closed" | "hold_last_valid" | "emit_marker", ... }`
+    /// (issue 22 item 2): when the point counts as lost to a derived point or a rule.
+    pub missing_data: Option<MissingData>,
 }
 
 /// A point's `writable` section as written; every field optional here so admission reports
@@ -169,6 +173,102 @@ pub struct SourceWritable {
     pub tolerance: Option<f64>,
     pub min_on_s: Option<u32>,
     pub min_off_s: Option<u32>,
+}
+
+/// One `[[rule]]` entry as written (issue 22 item 1). Every field is optional here, as in a
+/// point, so admission (`rule_check.rs`) reports what is missing with everything else.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceRule {
+    pub id: Option<String>,
+    pub inputs: Option<Vec<String>>,
+    /// The condition's text (`condition.rs`), the "on" threshold.
+    pub when: Option<String>,
+    /// The "off" threshold's text, for hysteresis.
+    pub until: Option<String>,
+    pub for_s: Option<u32>,
+    pub claim: Option<SourceClaim>,
+    pub otherwise: Option<SourceFallback>,
+    pub on_input_loss: Option<SourceFallback>,
+    pub warmup: Option<SourceWarmup>,
+    pub fight: Option<FightLimit>,
+}
+
+/// A rule's `claim = { point = "...", value = V, band = "...", priority = N }` as written.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceClaim {
+    pub point: Option<String>,
+    pub value: Option<CommandValue>,
+    pub band: Option<RuleBand>,
+    pub priority: Option<u8>,
+}
+
+/// A rule's `otherwise` or `on_input_loss` as written: a word (`"release"`, `"hold"`) or a safe
+/// value (`{ value = V }`). Which words each accepts is admission's.
+#[derive(Deserialize, Clone, Debug, PartialEq)]
+#[serde(try_from = "toml::Value")]
+pub enum SourceFallback {
+    Word(String),
+    Value(SourceSafeValue),
+}
+
+impl TryFrom<toml::Value> for SourceFallback {
+    type Error = String;
+
+    /// A word or `{ value = V }`, with a message saying so for anything else (an untagged
+    /// enum's own error names no field and no form).
+    fn try_from(value: toml::Value) -> Result<SourceFallback, String> {
+        match value {
+            toml::Value::String(word) => Ok(SourceFallback::Word(word)),
+            toml::Value::Table(_) => value
+                .try_into::<SourceSafeValue>()
+                .map(SourceFallback::Value)
+                .map_err(|e| format!("a safe value is {{ value = V }}: {}", e.message().trim())),
+            other => Err(format!(
+                "expected \"release\", \"hold\" or {{ value = V }}, not the {} {other}",
+                other.type_str()
+            )),
+        }
+    }
+}
+
+/// `{ value = V }`: a safe value claimed instead.
+#[derive(Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceSafeValue {
+    pub value: CommandValue,
+}
+
+/// A rule's `warmup = { deadline_s = N }` as written.
+#[derive(Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SourceWarmup {
+    pub deadline_s: Option<u32>,
+}
+
+/// A rule located in its file.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LocatedRule {
+    /// 1-based position among the file's `[[rule]]` entries, for rules without a usable id.
+    pub ordinal: usize,
+    pub rule: SourceRule,
+}
+
+impl LocatedRule {
+    /// How issues name this rule: its id, or its position when it has none.
+    pub fn label(&self) -> String {
+        match &self.rule.id {
+            Some(id) => id.clone(),
+            None => format!("#{}", self.ordinal),
+        }
+    }
+}
+
+/// An issue about a rule: `<file>: rule "<id>": <message>` (a rule is not a point, so it is
+/// named in the message, the way a file-level issue names what it is about).
+pub fn rule_issue(file: &str, rule: &str, message: impl fmt::Display) -> RegistryIssue {
+    RegistryIssue::file(file, format!("rule {rule:?}: {message}"))
 }
 
 impl SourcePoint {
@@ -214,6 +314,8 @@ pub struct SourceFile {
     /// Codebook name → (native code → canonical member).
     pub codebooks: BTreeMap<String, BTreeMap<String, String>>,
     pub points: Vec<LocatedPoint>,
+    /// The file's `[[rule]]` entries (issue 22): any file may hold them.
+    pub rules: Vec<LocatedRule>,
 }
 
 /// The parsed folder, files sorted by path.
@@ -237,6 +339,8 @@ struct RawFile {
     codebooks: BTreeMap<String, BTreeMap<String, String>>,
     #[serde(default)]
     point: Vec<toml::Value>,
+    #[serde(default)]
+    rule: Vec<toml::Value>,
 }
 
 /// Parses each file's TOML. Returns what parsed, plus an issue for each file or point that did
@@ -296,6 +400,18 @@ fn parse_file(path: &str, text: &str, issues: &mut Vec<RegistryIssue>) -> Option
             }
         }
     }
+    let mut rules = Vec::with_capacity(raw.rule.len());
+    for (i, value) in raw.rule.into_iter().enumerate() {
+        let ordinal = i + 1;
+        let id = value.get("id").and_then(|v| v.as_str()).map(str::to_owned);
+        match value.try_into::<SourceRule>() {
+            Ok(rule) => rules.push(LocatedRule { ordinal, rule }),
+            Err(e) => {
+                let label = id.unwrap_or_else(|| format!("#{ordinal}"));
+                issues.push(rule_issue(path, &label, e.message().trim().replace('\n', " ")));
+            }
+        }
+    }
     Some(SourceFile {
         path: path.to_owned(),
         host: raw.host,
@@ -305,6 +421,7 @@ fn parse_file(path: &str, text: &str, issues: &mut Vec<RegistryIssue>) -> Option
         units: raw.units,
         codebooks: raw.codebooks,
         points,
+        rules,
     })
 }
 

@@ -24,10 +24,12 @@
 //! | `sentinel.device.<device>.last_reading_age` | s | since the newest `observed_at` of any of the device's points |
 //! | `sentinel.device.<device>.non_live_share` | percent | share of the device's points whose current quality is not `live` |
 //! | `sentinel.point.<point>.convergence` | — | one per writable point (issue 21 item 5): 1 converged (the last command verified, or none outstanding since the core started), 0 pending (a command issued and not yet verified), -1 diverged (the last command diverged, or was rejected) |
+//! | `sentinel.rule.<rule>.state` | — | one per rule (issue 22; [`RuleStateCode`]), range -2 to 3: 0 idle, 1 pending (its `for_s` running), 2 firing (claiming), 3 warmup, -1 held (fighting), -2 an input lost |
 //!
 //! A writable point whose id is too long for its convergence point's id
 //! ([`CONVERGENCE_POINT_ID_PREFIX`] + id + [`CONVERGENCE_POINT_ID_SUFFIX`] within
-//! `POINT_ID_BYTES_MAX`) is refused by the loader (`source.rs`).
+//! `POINT_ID_BYTES_MAX`) is refused by the loader (`source.rs`); a rule whose id is too long
+//! for its state point's ([`rule_state_point`]) by admission (`rule_check.rs`).
 
 use std::collections::BTreeSet;
 
@@ -126,12 +128,63 @@ pub fn convergence_point(point_id: &str) -> String {
     format!("{CONVERGENCE_POINT_ID_PREFIX}{point_id}{CONVERGENCE_POINT_ID_SUFFIX}")
 }
 
+/// What a rule's state point id starts and ends with.
+pub const RULE_STATE_POINT_ID_PREFIX: &str = "sentinel.rule.";
+pub const RULE_STATE_POINT_ID_SUFFIX: &str = ".state";
+
+/// `sentinel.rule.<rule>.state`: a rule's state self-point (issue 22). The rules part
+/// publishes it, one [`RuleStateCode`] per reading.
+pub fn rule_state_point(rule_id: &str) -> String {
+    format!("{RULE_STATE_POINT_ID_PREFIX}{rule_id}{RULE_STATE_POINT_ID_SUFFIX}")
+}
+
+/// The values of a rule's state point: a unit-less code, -2 to 3.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RuleStateCode {
+    /// Its inputs are live and `when` does not hold: it claims nothing.
+    Idle,
+    /// `when` holds and its `for_s` is running.
+    Pending,
+    /// It claims (its claim value, or its `otherwise` / `on_input_loss` safe value).
+    Firing,
+    /// In warmup: claims nothing until its inputs are live or its deadline passes.
+    Warmup,
+    /// Held in its last state: its claim changed more often than its fight limit allows.
+    Held,
+    /// An input is lost (by the input's missing-data policy): it does what `on_input_loss` says.
+    InputLost,
+}
+
+impl RuleStateCode {
+    pub const ALL: [RuleStateCode; 6] = [
+        RuleStateCode::Idle,
+        RuleStateCode::Pending,
+        RuleStateCode::Firing,
+        RuleStateCode::Warmup,
+        RuleStateCode::Held,
+        RuleStateCode::InputLost,
+    ];
+
+    /// The published value.
+    pub fn code(self) -> f64 {
+        match self {
+            RuleStateCode::Idle => 0.0,
+            RuleStateCode::Pending => 1.0,
+            RuleStateCode::Firing => 2.0,
+            RuleStateCode::Warmup => 3.0,
+            RuleStateCode::Held => -1.0,
+            RuleStateCode::InputLost => -2.0,
+        }
+    }
+}
+
 /// Whether `d` is one of the generated health points (by its id and the core's host).
 pub fn is_generated(d: &Descriptor) -> bool {
     d.assignment.host == SELF_HOST
         && (d.id.starts_with(&format!("{SELF_HOST}.host."))
             || d.id.starts_with(&format!("{SELF_HOST}.device."))
-            || d.id.starts_with(CONVERGENCE_POINT_ID_PREFIX))
+            || d.id.starts_with(CONVERGENCE_POINT_ID_PREFIX)
+            || d.id.starts_with(RULE_STATE_POINT_ID_PREFIX))
 }
 
 /// The driver hosts (every host with a point, except the core's own) and the devices the
@@ -163,6 +216,9 @@ pub fn generate(declared: &[Descriptor]) -> Vec<Descriptor> {
     for writable in declared.iter().filter(|d| d.writable.is_some()) {
         out.push(health_descriptor(convergence_point(&writable.id), "code"));
     }
+    for rule in declared.iter().flat_map(|d| &d.rules) {
+        out.push(health_descriptor(rule_state_point(&rule.id), "rule_state"));
+    }
     out.sort_by(|a, b| a.id.cmp(&b.id));
     out
 }
@@ -175,11 +231,12 @@ fn health_descriptor(id: String, unit: &str) -> Descriptor {
         SELF_HOST,
         SELF_INSTANCE,
     );
-    // A convergence code has no unit: -1, 0 or 1.
-    d.unit = (unit != "code").then(|| unit.to_owned());
+    // A convergence code (-1, 0 or 1) and a rule's state code (-2 to 3) have no unit.
+    d.unit = (!matches!(unit, "code" | "rule_state")).then(|| unit.to_owned());
     d.range = Some(match unit {
         "percent" => Range { min: 0.0, max: 100.0 },
         "code" => Range { min: -1.0, max: 1.0 },
+        "rule_state" => Range { min: -2.0, max: 3.0 },
         // Ages up to ten years, counts up to 10^12: bounds, not expectations.
         "s" => Range {
             min: 0.0,
@@ -231,6 +288,56 @@ mod tests {
                 "sentinel.host.plant-a.publish_failures",
             ]
         );
+    }
+
+    /// One state point per rule, a unit-less code whose range holds exactly the codes.
+    #[test]
+    fn each_rule_gets_a_state_point_with_the_codes_range() {
+        use crate::registry::CommandValue;
+        use crate::registry::rule::{CompareOp, Condition, Rule, RuleBand, RuleClaim, RuleFallback};
+        let mut w = Descriptor::new("b.sp", Kind::Number, RetentionClass::State, "h", "i");
+        w.rules = ["b.r1", "b.r2"]
+            .into_iter()
+            .map(|id| Rule {
+                id: id.into(),
+                inputs: vec!["b.t".into()],
+                when: Condition::Compare {
+                    point: "b.t".into(),
+                    op: CompareOp::Gt,
+                    value: CommandValue::Number(1.0),
+                },
+                until: None,
+                for_s: 0,
+                point: "b.sp".into(),
+                claim: RuleClaim {
+                    band: RuleBand::Automation,
+                    priority: 0,
+                    value: CommandValue::Number(1.0),
+                },
+                otherwise: RuleFallback::Release,
+                on_input_loss: RuleFallback::Release,
+                warmup_deadline_s: 60,
+                fight: None,
+            })
+            .collect();
+        let generated = generate(&[w]);
+        let states: Vec<&Descriptor> = generated
+            .iter()
+            .filter(|g| g.id.starts_with(RULE_STATE_POINT_ID_PREFIX))
+            .collect();
+        assert_eq!(
+            states.iter().map(|g| g.id.as_str()).collect::<Vec<_>>(),
+            ["sentinel.rule.b.r1.state", "sentinel.rule.b.r2.state"]
+        );
+        let range = states[0].range.expect("a range");
+        let codes: Vec<f64> = RuleStateCode::ALL.iter().map(|c| c.code()).collect();
+        assert_eq!(codes, [0.0, 1.0, 2.0, 3.0, -1.0, -2.0]);
+        assert!(codes.iter().all(|c| *c >= range.min && *c <= range.max));
+        assert_eq!(
+            (range.min, range.max, states[0].unit.as_deref()),
+            (-2.0, 3.0, None)
+        );
+        assert!(states.iter().all(|g| is_generated(g)));
     }
 
     #[test]

@@ -4,21 +4,24 @@
 //! Owns: the descriptor format ([`descriptor`]), a registry folder's TOML text parsed into
 //! its raw form with the issue types ([`folder`]), the admission checks ([`check`]), the
 //! registry-wide admission checks ([`admission`]) over the derived inputs graph ([`graph`])
-//! and the declared load ([`plan`]), the health points generated per driver host and device
+//! and the declared load ([`plan`]), a folder's rules and missing-data policies admitted and
+//! resolved ([`rule_check`], their condition text parsed by [`condition`]), the health points generated per driver host and device
 //! ([`health`]), loading (parse → check → resolve → generate, [`source`]), canonical form and
 //! hashing ([`canonical`]), the compiled, interned lookup structure the pipeline uses
 //! ([`Registry`]), and what a running core may take live from a newly loaded version
 //! ([`reload`]).
 //!
 //! Imports run one way: `descriptor` at the bottom, over `rule` (the rules and the
-//! missing-data policy a descriptor carries); `health` and `graph` over it; `folder`
-//! and `plan` over them; `admission` over those; `check` over `admission`; `source` (which
+//! missing-data policy a descriptor carries) and `condition` (a rule's condition text parsed);
+//! `health` and `graph` over it; `folder` and `plan` over them; `admission` and `rule_check`
+//! over those; `check` over both; `source` (which
 //! loads) over `check`; `canonical` and `reload` over the compiled registry.
 //! Reading files and git is the `io` crate's job: this module takes text in.
 
 pub mod admission;
 pub mod canonical;
 pub mod check;
+pub mod condition;
 pub mod descriptor;
 pub mod folder;
 pub mod graph;
@@ -26,6 +29,7 @@ pub mod health;
 pub mod plan;
 pub mod reload;
 pub mod rule;
+pub mod rule_check;
 pub mod source;
 
 use std::sync::Arc;

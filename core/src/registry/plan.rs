@@ -315,6 +315,22 @@ pub struct PlannedDerived {
     pub window_s: Option<u32>,
 }
 
+/// One rule in the plan (issue 22 item 9).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PlannedRule {
+    pub id: String,
+    pub inputs: Vec<String>,
+    pub band: &'static str,
+    pub priority: u8,
+    /// The writable point it claims.
+    pub claims: String,
+    /// Set when the claimed point's own observations feed the rule: the path from the claimed
+    /// point to the rule's input, through the derived points between (`[claimed]` when the
+    /// rule reads the point it claims). A feedback loop through the device, not a cycle.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feedback_loop: Option<Vec<String>>,
+}
+
 /// What `sentinel registry plan` prints.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Plan {
@@ -336,6 +352,9 @@ pub struct Plan {
     pub site_queues: Vec<SiteQueue>,
     /// Derived points, each after every derived point it reads.
     pub derived_in_dependency_order: Vec<PlannedDerived>,
+    /// Rules, each after every derived point it reads (directly or through derived points):
+    /// by the latest of those in `derived_in_dependency_order`, then by id.
+    pub rules_in_dependency_order: Vec<PlannedRule>,
     /// Points with a `writable` section, sorted: the points commands may go to.
     pub writable: Vec<String>,
 }
@@ -357,8 +376,9 @@ impl Plan {
                 Some((d.id.as_str(), derived.inputs.iter().map(String::as_str).collect()))
             })
             .collect();
-        let derived_in_dependency_order = graph::dependency_order(&edges)
-            .unwrap_or_default()
+        let order = graph::dependency_order(&edges).unwrap_or_default();
+        let rules_in_dependency_order = planned_rules(descriptors, &edges, &order);
+        let derived_in_dependency_order = order
             .into_iter()
             .filter_map(|id| {
                 let d = descriptors.iter().find(|d| d.id == id)?;
@@ -411,8 +431,64 @@ impl Plan {
             admission: admission.clone(),
             load,
             derived_in_dependency_order,
+            rules_in_dependency_order,
         }
     }
+}
+
+/// The rules in dependency order (see [`Plan::rules_in_dependency_order`]), each with its
+/// feedback loop if it has one.
+fn planned_rules(descriptors: &[Descriptor], edges: &graph::Edges<'_>, order: &[&str]) -> Vec<PlannedRule> {
+    let position: std::collections::BTreeMap<&str, usize> =
+        order.iter().enumerate().map(|(i, id)| (*id, i + 1)).collect();
+    let mut rules: Vec<(usize, PlannedRule)> = descriptors
+        .iter()
+        .flat_map(|d| &d.rules)
+        .map(|rule| {
+            // The latest derived point the rule reads, directly or through other derived points.
+            let mut rank = 0;
+            let mut feedback_loop = None;
+            for input in &rule.inputs {
+                // Depth-first from the input through derived inputs, keeping each node's parent
+                // so a path to the claimed point can be read back.
+                let mut parent: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+                let mut stack = vec![input.as_str()];
+                parent.insert(input.as_str(), input.as_str());
+                while let Some(point) = stack.pop() {
+                    rank = rank.max(position.get(point).copied().unwrap_or(0));
+                    if point == rule.point && feedback_loop.is_none() {
+                        let mut path = vec![point.to_owned()];
+                        let mut at = point;
+                        while parent[at] != at {
+                            at = parent[at];
+                            path.push(at.to_owned());
+                        }
+                        feedback_loop = Some(path);
+                    }
+                    for next in edges.get(point).map_or(&[][..], Vec::as_slice) {
+                        if !parent.contains_key(next) {
+                            parent.insert(next, point);
+                            stack.push(next);
+                        }
+                    }
+                }
+                debug_assert!(parent.len() <= descriptors.len().max(1) + rule.inputs.len());
+            }
+            (
+                rank,
+                PlannedRule {
+                    id: rule.id.clone(),
+                    inputs: rule.inputs.clone(),
+                    band: rule.claim.band.as_str(),
+                    priority: rule.claim.priority,
+                    claims: rule.point.clone(),
+                    feedback_loop,
+                },
+            )
+        })
+        .collect();
+    rules.sort_by(|a, b| (a.0, &a.1.id).cmp(&(b.0, &b.1.id)));
+    rules.into_iter().map(|(_, r)| r).collect()
 }
 
 #[cfg(test)]
@@ -464,6 +540,98 @@ mod tests {
         let plan = Plan::of(&descriptors, &Admission::default());
         assert_eq!(plan.writable, ["b"]);
         assert_eq!(plan.points, 4, "a writable point is counted once, in its class");
+    }
+
+    /// Issue 22 item 9: rules come after the derived points they read (through other derived
+    /// points too), then by id; a rule whose claimed point feeds it is a feedback loop, with
+    /// the path from the claimed point to its input.
+    #[test]
+    fn rules_are_listed_after_what_they_read_with_their_feedback_loops() {
+        use crate::registry::CommandValue;
+        use crate::registry::rule::{CompareOp, Condition, Rule, RuleBand, RuleClaim, RuleFallback};
+        let derived = |id: &str, input: &str| {
+            let mut d = point(id, RetentionClass::Measurement, 0.1, 100);
+            d.derived = Some(Derived {
+                op: DerivedOp::Max,
+                inputs: vec![input.into()],
+                window_s: Some(60),
+            });
+            d
+        };
+        let rule = |id: &str, input: &str, band: RuleBand| Rule {
+            id: id.into(),
+            inputs: vec![input.into()],
+            when: Condition::Compare {
+                point: input.into(),
+                op: CompareOp::Gt,
+                value: CommandValue::Number(1.0),
+            },
+            until: None,
+            for_s: 0,
+            point: "b.sp".into(),
+            claim: RuleClaim {
+                band,
+                priority: 2,
+                value: CommandValue::Number(1.0),
+            },
+            otherwise: RuleFallback::Release,
+            on_input_loss: RuleFallback::Release,
+            warmup_deadline_s: 60,
+            fight: None,
+        };
+        let mut sp = point("b.sp", RetentionClass::State, 0.1, 100);
+        sp.rules = vec![
+            rule("a.late", "d.2", RuleBand::Automation),
+            rule("m.direct", "b.sp", RuleBand::Safety),
+            rule("z.early", "b.t", RuleBand::Interlock),
+        ];
+        let descriptors = vec![
+            sp,
+            point("b.t", RetentionClass::Measurement, 0.1, 100),
+            derived("d.1", "b.sp"),
+            derived("d.2", "d.1"),
+        ];
+        let plan = Plan::of(&descriptors, &Admission::default());
+        let ids: Vec<&str> = plan
+            .derived_in_dependency_order
+            .iter()
+            .map(|d| d.id.as_str())
+            .collect();
+        assert_eq!(ids, ["d.1", "d.2"]);
+        type Listed<'a> = (&'a str, &'a str, u8, &'a str, Option<Vec<String>>);
+        let rules: Vec<Listed<'_>> = plan
+            .rules_in_dependency_order
+            .iter()
+            .map(|r| {
+                (
+                    r.id.as_str(),
+                    r.band,
+                    r.priority,
+                    r.claims.as_str(),
+                    r.feedback_loop.clone(),
+                )
+            })
+            .collect();
+        let path = |p: &[&str]| Some(p.iter().map(|s| s.to_string()).collect::<Vec<_>>());
+        assert_eq!(
+            rules,
+            [
+                ("m.direct", "safety", 2, "b.sp", path(&["b.sp"])),
+                ("z.early", "interlock", 2, "b.sp", None),
+                ("a.late", "automation", 2, "b.sp", path(&["b.sp", "d.1", "d.2"])),
+            ]
+        );
+        assert_eq!(plan.rules_in_dependency_order[2].inputs, ["d.2"]);
+        let json = serde_json::to_value(&plan).expect("serialises");
+        assert_eq!(
+            json["rules_in_dependency_order"][0]["feedback_loop"],
+            serde_json::json!(["b.sp"])
+        );
+        assert!(
+            json["rules_in_dependency_order"][1]
+                .get("feedback_loop")
+                .is_none()
+        );
     }
 
     /// The spec's arithmetic: 500/s for four hours is 7.2M messages, inside the default 8M

@@ -11,7 +11,8 @@
 //! drivers and health parts keep one entry per instance and per host from startup). Anything
 //! else needs a restart: a point added or removed (generated health points included), any
 //! other field of a descriptor (kind, unit, range, codebook, retention, freshness, the rest
-//! of the manifest, `derived`, `writable`, `device`, the host, the site), and a driver
+//! of the manifest, `derived`, `writable`, `device`, the host, the site, the missing-data
+//! policy, and its rules, each named by the rule), and a driver
 //! instance that appears or is left with no point.
 
 use std::collections::BTreeSet;
@@ -134,7 +135,10 @@ fn compare_point(old: &Descriptor, new: &Descriptor, live: &mut Vec<LiveChange>,
     let mut rest = new.clone();
     rest.manifest.poll_interval_s = old.manifest.poll_interval_s;
     rest.assignment.driver_instance = old.assignment.driver_instance.clone();
-    if rest != *old {
+    // A rule change is named by the rule (issue 22): the rules part is built at core start.
+    let rules_changed = rule_changes(old, new, reasons);
+    rest.rules = old.rules.clone();
+    if rest != *old || rules_changed {
         for field in differing_fields(old, &rest) {
             reasons.push(format!(
                 "point {:?}: {field} changed; only poll_interval_s and the driver instance change without a restart",
@@ -150,6 +154,33 @@ fn compare_point(old: &Descriptor, new: &Descriptor, live: &mut Vec<LiveChange>,
             to: Arc::from(new.assignment.driver_instance.as_str()),
         });
     }
+}
+
+/// A reason per rule of the point added, removed or changed; whether there was any.
+fn rule_changes(old: &Descriptor, new: &Descriptor, reasons: &mut Vec<String>) -> bool {
+    if old.rules == new.rules {
+        return false;
+    }
+    let ids: BTreeSet<&str> = old
+        .rules
+        .iter()
+        .chain(&new.rules)
+        .map(|r| r.id.as_str())
+        .collect();
+    for id in ids {
+        let find = |d: &Descriptor| d.rules.iter().find(|r| r.id == id).cloned();
+        let what = match (find(old), find(new)) {
+            (Some(a), Some(b)) if a == b => continue,
+            (Some(_), Some(_)) => "changed",
+            (None, _) => "added",
+            (_, None) => "removed",
+        };
+        reasons.push(format!(
+            "point {:?}: rule {id:?} {what}; rules are built at core start, so a rule change needs a restart",
+            new.id
+        ));
+    }
+    true
 }
 
 /// The fields that differ between two descriptors, dotted one level into the objects
@@ -313,6 +344,57 @@ mod tests {
             vec![
                 r#"driver instance "modbus-2" of host "plant-a" is left with no point"#,
                 r#"driver instance "modbus-3" of host "plant-a" is new: the core watches the instances it started with"#,
+            ]
+        );
+    }
+
+    /// A rule added, removed or changed on a point, or its missing-data policy, needs a
+    /// restart; each rule is named.
+    #[test]
+    fn a_change_of_a_points_rules_or_missing_data_policy_needs_a_restart_naming_the_rule() {
+        use crate::registry::CommandValue;
+        use crate::registry::rule::{
+            CompareOp, Condition, MissingData, Rule, RuleBand, RuleClaim, RuleFallback,
+        };
+        let rule = |id: &str, value: f64| Rule {
+            id: id.into(),
+            inputs: vec!["boiler.flow".into()],
+            when: Condition::Compare {
+                point: "boiler.flow".into(),
+                op: CompareOp::Gt,
+                value: CommandValue::Number(value),
+            },
+            until: None,
+            for_s: 0,
+            point: "boiler.temp".into(),
+            claim: RuleClaim {
+                band: RuleBand::Safety,
+                priority: 0,
+                value: CommandValue::Number(1.0),
+            },
+            otherwise: RuleFallback::Release,
+            on_input_loss: RuleFallback::Release,
+            warmup_deadline_s: 60,
+            fight: None,
+        };
+        let mut old = base();
+        old[0].rules = vec![rule("r.a", 1.0), rule("r.b", 1.0)];
+        let mut new = old.clone();
+        new[0].rules = vec![rule("r.b", 2.0), rule("r.c", 1.0)];
+        assert_eq!(
+            restart(old.clone(), new),
+            vec![
+                r#"point "boiler.temp": rule "r.a" removed; rules are built at core start, so a rule change needs a restart"#,
+                r#"point "boiler.temp": rule "r.b" changed; rules are built at core start, so a rule change needs a restart"#,
+                r#"point "boiler.temp": rule "r.c" added; rules are built at core start, so a rule change needs a restart"#,
+            ]
+        );
+        let mut new = old.clone();
+        new[1].missing_data = Some(MissingData::FailClosed);
+        assert_eq!(
+            restart(old, new),
+            vec![
+                r#"point "boiler.flow": missing_data changed; only poll_interval_s and the driver instance change without a restart"#
             ]
         );
     }

@@ -10,14 +10,49 @@
 //! absent policy and an empty rule list are left out of the canonical form, so a registry
 //! without rules keeps its hashes.
 //!
-//! This file sits at the bottom of the registry with `descriptor`: it imports nothing of the
-//! core, so it names its own band ([`RuleBand`]: a rule never claims in the operator band)
+//! This file sits at the very bottom of the registry, under `descriptor`: it imports nothing
+//! of the core (it owns [`CommandValue`], which `descriptor` re-exports), so it names its own band ([`RuleBand`]: a rule never claims in the operator band)
 //! and its own quality names ([`QualityName`], the schema's `quality` enum by name); the
 //! rules part maps both.
 
 use serde::{Deserialize, Serialize};
 
-use super::descriptor::CommandValue;
+/// A value a writable point can be commanded to (re-exported by `descriptor`, where the
+/// `writable` section and `value_refusal` use it; it lives here, at the very bottom, because a
+/// rule's claim and conditions carry it too), in the point's canonical unit: a number, a
+/// bool, or a codebook member (the canonical name, never a native code). Untagged, so it reads
+/// and writes as the bare JSON (or TOML) value; a number is always an `f64`, so an integer and
+/// the same float compare equal after the canonical form's round trip.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(untagged)]
+pub enum CommandValue {
+    Bool(bool),
+    Number(f64),
+    Member(String),
+}
+
+impl CommandValue {
+    /// The value of a JSON scalar, or `None` for null, an array or an object.
+    pub fn from_json(value: &serde_json::Value) -> Option<CommandValue> {
+        match value {
+            serde_json::Value::Bool(b) => Some(CommandValue::Bool(*b)),
+            serde_json::Value::Number(n) => n.as_f64().map(CommandValue::Number),
+            serde_json::Value::String(s) => Some(CommandValue::Member(s.clone())),
+            _ => None,
+        }
+    }
+
+    /// As JSON, the way the command carries it to its driver.
+    pub fn to_json(&self) -> serde_json::Value {
+        match self {
+            CommandValue::Bool(b) => serde_json::Value::Bool(*b),
+            CommandValue::Number(v) => {
+                serde_json::Number::from_f64(*v).map_or(serde_json::Value::Null, serde_json::Value::Number)
+            }
+            CommandValue::Member(m) => serde_json::Value::String(m.clone()),
+        }
+    }
+}
 
 /// At most this many rules in one registry.
 pub const RULES_MAX: usize = 4_096;

@@ -12,12 +12,14 @@
 
 use super::check;
 use super::descriptor::{Assignment, Conversion, Descriptor, Manifest, Site, Writable};
+use super::folder::rule_issue;
 pub use super::folder::{
     Defined, FILE_BYTES_MAX, FILES_MAX, FOLDER, ISSUES_MAX, LocatedPoint, RegistryIssue, RegistryReport,
     SourceFile, SourceFolder, SourcePoint, SourceUnit, SourceWritable, Vocabulary, parse,
 };
 use super::health;
 use super::plan::{Admission, DeclaredLoad};
+use super::rule_check;
 
 /// Builds descriptors from a folder that passed [`check::check`]. Anything unresolvable is
 /// reported rather than assumed away, so calling this on an unchecked folder is safe, just
@@ -33,6 +35,31 @@ pub fn resolve(folder: &SourceFolder) -> Result<Vec<Descriptor>, RegistryReport>
             }
         }
     }
+    // Each rule into the descriptor of the point it claims, in rule id order (they come sorted).
+    let (rules, rule_issues) = rule_check::resolve_rules(folder);
+    issues.extend(rule_issues);
+    for (file, rule) in rules {
+        match descriptors
+            .iter_mut()
+            .find(|d| d.id == rule.point && d.writable.is_some())
+        {
+            Some(d) => d.rules.push(rule),
+            None => issues.push(rule_issue(
+                &file,
+                &rule.id,
+                format!(
+                    "claim point {:?} is not a writable point in the registry",
+                    rule.point
+                ),
+            )),
+        }
+    }
+    debug_assert!(
+        descriptors
+            .iter()
+            .all(|d| d.rules.windows(2).all(|w| w[0].id < w[1].id) || !issues.is_empty()),
+        "a descriptor's rules are sorted by id"
+    );
     if issues.is_empty() {
         Ok(descriptors)
     } else {
@@ -131,9 +158,8 @@ fn resolve_point(
             None => None,
         },
         device: p.device.clone(),
-        // Issue 22: the registry folder does not declare these yet (the rules helper adds
-        // `missing_data` on a point and `[[rule]]` sections).
-        missing_data: None,
+        missing_data: p.missing_data,
+        // Filled by `resolve` from the folder's `[[rule]]` sections.
         rules: Vec::new(),
     })
 }
@@ -156,6 +182,10 @@ pub fn load_with(
         return Err(RegistryReport::new(issues));
     }
     let mut descriptors = resolve(&folder)?;
+    let refusals = interlock_issues(&folder, &descriptors);
+    if !refusals.is_empty() {
+        return Err(RegistryReport::new(refusals));
+    }
     let generated = health::generate(&descriptors);
     let issues = check_generated(&descriptors, &generated, admission);
     if !issues.is_empty() {
@@ -164,6 +194,23 @@ pub fn load_with(
     descriptors.extend(generated);
     descriptors.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(descriptors)
+}
+
+/// [`rule_check::interlock_refusals`] as issues, each in the file that declares its rule.
+fn interlock_issues(folder: &SourceFolder, descriptors: &[Descriptor]) -> Vec<RegistryIssue> {
+    let files: std::collections::BTreeMap<&str, &str> = folder
+        .files
+        .iter()
+        .flat_map(|f| {
+            f.rules
+                .iter()
+                .filter_map(|r| Some((r.rule.id.as_deref()?, f.path.as_str())))
+        })
+        .collect();
+    rule_check::interlock_refusals(descriptors)
+        .into_iter()
+        .map(|(rule, line)| RegistryIssue::file(files.get(rule.as_str()).copied().unwrap_or(FOLDER), line))
+        .collect()
 }
 
 /// The generated health points must not take a declared point's id, and the declared load
@@ -253,7 +300,7 @@ mod tests {
         /// The fuzz target's property in miniature: TOML-shaped noise never panics.
         #[test]
         fn never_panics_on_toml_shaped_noise(
-            text in "(host = \"[a-z.* ]{0,4}\"\n|\\[\\[point\\]\\]\n|[a-z_]{1,12} = (\"[a-zA-Z0-9./ ]{0,6}\"|-?[0-9.e]{1,5}|nan|inf|true|\\{ min = [0-9.-]{1,4}, max = [0-9.]{1,4} \\})\n|\\[(units|quantities|codebooks\\.[a-z]{1,3})\\]\n){0,40}"
+            text in "(host = \"[a-z.* ]{0,4}\"\n|\\[\\[point\\]\\]\n|\\[\\[rule\\]\\]\n|(when|until) = \"[a-z.<>=! ()0-9\"]{0,12}\"\n|[a-z_]{1,12} = (\"[a-zA-Z0-9./ ]{0,6}\"|-?[0-9.e]{1,5}|nan|inf|true|\\{ min = [0-9.-]{1,4}, max = [0-9.]{1,4} \\})\n|\\[(units|quantities|codebooks\\.[a-z]{1,3})\\]\n){0,40}"
         ) {
             let _ = load(&[("hosts/x.toml".to_owned(), text.clone()), ("units.toml".to_owned(), text)]);
         }
