@@ -72,6 +72,7 @@ pub mod reprocess;
 pub mod reprocess_request;
 pub mod retention;
 pub mod rollup;
+pub mod rules;
 pub mod state;
 pub mod time;
 pub mod wire;

@@ -43,6 +43,7 @@ use crate::parts::health::{Health, InstanceFacts};
 use crate::parts::ingest::{Applied, Ingest};
 use crate::parts::maintenance::Maintenance;
 use crate::parts::projection::Projector;
+use crate::parts::rules::{RuleRequest, Rules};
 use crate::parts::self_points::{SELF_HOST, SelfPoints};
 use crate::parts::verification::{Convergence, RestoredVerification, Verification};
 use crate::parts::watchdog::Watchdog;
@@ -81,6 +82,7 @@ pub struct Core {
     drivers: Drivers,
     assignments: Assignments,
     derived: DerivedPoints,
+    rules: Rules,
     maintenance: Maintenance,
     self_points: SelfPoints,
     health: Health,
@@ -107,9 +109,11 @@ impl Core {
         };
         let registry = &ctx.registry;
         let config = &ctx.config;
+        let projection = Projector::restore(&ctx, restored);
         let mut core = Core {
             ingest: Ingest::new(config),
-            projection: Projector::restore(&ctx, restored),
+            rules: Rules::new(registry, projection.view(), now),
+            projection,
             watchdog: Watchdog::new(registry.len(), now.add_ms(config.startup_grace_ms)),
             commands: Commands::default(),
             claims: Claims::new(registry),
@@ -246,7 +250,43 @@ impl Core {
     /// Restart: the `point_desired` rows as last written, so a claim for the value a point
     /// already has issues no command. Returns how many writable points were restored.
     pub fn restore_desired(&mut self, rows: impl IntoIterator<Item = DesiredRow>) -> usize {
-        self.claims.restore(&self.ctx.registry, rows)
+        let restored = self.claims.restore(&self.ctx.registry, rows);
+        // The rules' own claims among them stay as they are until each rule leaves warmup.
+        let claims = &self.claims;
+        let held = self
+            .ctx
+            .registry
+            .points()
+            .flat_map(|(idx, _)| claims.claims(idx).map(move |c| (idx, c)));
+        self.rules.restore(held);
+        restored
+    }
+
+    /// Restart step 8, the question: the rules' inputs' committed rows over each input's
+    /// readers' longest `for_s` plus one freshness before now, as the derived points ask
+    /// ([`Self::derived_window_requests`]). Empty when there are no rules.
+    pub fn rule_window_requests(&self) -> Vec<WindowRequest> {
+        self.rules.window_requests(&self.ctx.registry, self.ctx.now)
+    }
+
+    /// Restart step 8, the answer: the rows read for [`Self::rule_window_requests`], replayed
+    /// in log order through the rules (issue 22 item 5): a condition that began before the
+    /// restart keeps its start instant from the log, a gap in the log starts it again, and
+    /// nothing fires (a `for_s` due fires only after warmup, on current data). Returns how
+    /// many rows were replayed.
+    pub fn rehydrate_rules(&mut self, rows: Vec<WindowRow>) -> usize {
+        self.rules.replay(&self.ctx.registry, rows)
+    }
+
+    /// How many rules this core runs.
+    pub fn rules_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// A rule's state, as its self-point reports it: 0 idle, 1 pending, 2 firing, 3 warmup,
+    /// -1 held, -2 input lost.
+    pub fn rule_state(&self, rule_id: &str) -> Option<i8> {
+        self.rules.state(rule_id)
     }
 
     /// Restart, the outbox (issue 21 item 3): each point's newest `command_issued` with no
@@ -387,6 +427,7 @@ impl Core {
         let asker = Asker {
             principal: claim.holder.clone(),
             command_id: command_id.to_owned(),
+            provenance: None,
         };
         self.claims.set(point, claim, asker, &self.ctx, &mut self.out)
     }
@@ -570,6 +611,7 @@ impl Core {
             consider(self.commands.next_deadline(), Deadline::Commands);
             consider(self.drivers.next_deadline(), Deadline::Drivers);
             consider(self.verification.next_deadline(), Deadline::Verification);
+            consider(self.rules.next_deadline(), Deadline::Rules);
         }
         earliest
     }
@@ -687,6 +729,11 @@ impl Core {
             let deadline = self.projection.freshness_deadline(row.point);
             self.watchdog.rearm(row.point, deadline);
             self.verification.on_row(row, ctx, out);
+            let suppressed = self.watchdog.suppressed(ctx.now);
+            let requests = self
+                .rules
+                .on_row(row, suppressed, self.projection.view(), ctx, out);
+            hand_to_claims(requests, &mut self.claims, &mut self.rules, ctx, out);
         }
         self.derived
             .on_committed(&applied.batch, &applied.inserted, ctx, out);
@@ -720,6 +767,7 @@ impl Core {
                 let asker = Asker {
                     principal: principal.clone(),
                     command_id: command_id.clone(),
+                    provenance: None,
                 };
                 if let Err(reason) = self.claims.set(point, claim, asker, ctx, out) {
                     self.commands
@@ -736,6 +784,7 @@ impl Core {
                 let asker = Asker {
                     principal: principal.clone(),
                     command_id: command_id.clone(),
+                    provenance: None,
                 };
                 if let Err(reason) = self.claims.release(point, &principal, asker, ctx, out) {
                     self.commands
@@ -808,6 +857,11 @@ impl Core {
                     let rearmed = self.watchdog.answered(point, ctx.now);
                     self.projection
                         .apply_quality_event(point, event, *from, *to, *reason, seq, rearmed, ctx, out);
+                    let suppressed = self.watchdog.suppressed(ctx.now);
+                    let requests = self
+                        .rules
+                        .on_quality(point, suppressed, self.projection.view(), ctx, out);
+                    hand_to_claims(requests, &mut self.claims, &mut self.rules, ctx, out);
                 }
                 ControlDetail::CommandIssued {
                     command_id,
@@ -844,6 +898,7 @@ impl Core {
                 | ControlDetail::CommandDiverged { .. }
                 | ControlDetail::ClaimSet { .. }
                 | ControlDetail::ClaimReleased { .. }
+                | ControlDetail::Rule { .. }
                 | ControlDetail::Availability { .. } => {}
                 ControlDetail::Assignment { .. } => self.assignments.committed(event, seq, ctx, out),
             }
@@ -906,11 +961,17 @@ impl Core {
             let mut health = self.health.take_due(ctx.now, instances, self.projection.view());
             if health_due {
                 health.extend(self.verification.readings(&ctx.registry));
+                health.extend(self.rules.readings(&ctx.registry));
             }
             self.self_points.publish_health(health, ctx, out);
             let pipeline_full = self.ingest.pipeline_full(&ctx.config);
             self.maintenance.on_tick(pipeline_full, ctx, out);
             self.claims.expire(ctx, out);
+            // Frozen exactly while the watchdog holds staleness back.
+            let suppressed = self.watchdog.suppressed(ctx.now);
+            let requests = self.rules.on_tick(suppressed, self.projection.view(), ctx, out);
+            hand_to_claims(requests, &mut self.claims, &mut self.rules, ctx, out);
+            self.rules.gauge(&mut out.metrics);
             // Paused exactly while the watchdog holds staleness back.
             self.verification
                 .set_suppressed(self.watchdog.suppressed(ctx.now), ctx.now);
@@ -979,6 +1040,29 @@ impl Core {
         self.mode = Mode::Exited;
         self.ingest.abandon();
         self.out.push(Effect::Exit(reason));
+    }
+}
+
+/// The rules' claim changes, handed to the claims part in order; each answer goes back to the
+/// rules part (a refusal is on the record there, never a panic).
+fn hand_to_claims(
+    requests: Vec<RuleRequest>,
+    claims: &mut Claims,
+    rules: &mut Rules,
+    ctx: &Ctx,
+    out: &mut Out,
+) {
+    for request in requests {
+        let asker = Asker {
+            principal: request.holder.clone(),
+            command_id: request.command_id.clone(),
+            provenance: request.provenance.clone(),
+        };
+        let answer = match &request.claim {
+            Some(claim) => claims.set(request.point, claim.clone(), asker, ctx, out),
+            None => claims.release(request.point, &request.holder, asker, ctx, out),
+        };
+        rules.answered(&request, answer, ctx, out);
     }
 }
 
