@@ -735,12 +735,19 @@ fn change(
     events: &mut Vec<ControlEvent>,
     requests: &mut Vec<RuleRequest>,
 ) -> u64 {
-    let wanted = match &target {
+    let holds = match &target {
         Target::Keep => return 0,
-        Target::Release if slot.claimed.is_none() => return 0,
-        Target::Claim(v) if slot.claimed.as_ref() == Some(v) => return 0,
-        Target::Release => None,
+        Target::Release => slot.claimed.is_none(),
+        Target::Claim(v) => slot.claimed.as_ref() == Some(v),
+    };
+    if holds {
+        // What it wants is what it has: a refusal of something else is forgotten.
+        slot.refused = None;
+        return 0;
+    }
+    let wanted = match &target {
         Target::Claim(v) => Some(v.clone()),
+        _ => None,
     };
     if slot.refused.as_ref() == Some(&target) {
         return 0;
@@ -785,4 +792,421 @@ fn change(
         provenance,
     });
     1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::ObsRow;
+    use crate::parts::context::testing::{T0, ctx, drain, row};
+    use crate::registry::rule::{CompareOp, Condition, FightLimit, MissingData, RuleClaim, RuleFallback};
+    use crate::registry::{Descriptor, Kind, RetentionClass, Writable};
+    use crate::state::RestoredState;
+
+    /// The fixture's context with `plant.temp` writable and claimed by `rule` (which reads
+    /// `plant.flow`), `plant.flow` declaring `missing`, and, with `state_point`, the rule's
+    /// state self-point declared.
+    fn rules_ctx(rule: Rule, missing: Option<MissingData>, declared: bool) -> Ctx {
+        let mut ctx = ctx();
+        let mut descriptors: Vec<_> = ctx
+            .registry
+            .points()
+            .map(|(_, p)| {
+                let mut d = p.descriptor.clone();
+                if d.id == "plant.temp" {
+                    d.writable = Some(Writable {
+                        relinquish_default: Some(CommandValue::Number(20.0)),
+                        verify_s: 60,
+                        tolerance: 0.5,
+                        min_on_s: None,
+                        min_off_s: None,
+                    });
+                    d.rules = vec![rule.clone()];
+                }
+                if d.id == "plant.flow" {
+                    d.missing_data = missing;
+                }
+                d
+            })
+            .collect();
+        if declared {
+            descriptors.push(Descriptor::new(
+                &state_point(&rule.id),
+                Kind::Number,
+                RetentionClass::Diagnostic,
+                SELF_HOST,
+                crate::registry::SELF_INSTANCE,
+            ));
+        }
+        ctx.registry =
+            Arc::new(Registry::compile(3, "sha".into(), "hash".into(), descriptors).expect("compiles"));
+        ctx
+    }
+
+    /// `heat`: claims 30 on `plant.temp` at once while `plant.flow < 5`; releases otherwise.
+    fn heat(fight: Option<FightLimit>, on_input_loss: RuleFallback) -> Rule {
+        Rule {
+            id: "heat".into(),
+            inputs: vec!["plant.flow".into()],
+            when: Condition::Compare {
+                point: "plant.flow".into(),
+                op: CompareOp::Lt,
+                value: CommandValue::Number(5.0),
+            },
+            until: None,
+            for_s: 0,
+            point: "plant.temp".into(),
+            claim: RuleClaim {
+                band: RuleBand::Automation,
+                priority: 3,
+                value: CommandValue::Number(30.0),
+            },
+            otherwise: RuleFallback::Release,
+            on_input_loss,
+            warmup_deadline_s: 60,
+            fight,
+        }
+    }
+
+    struct Fixture {
+        ctx: Ctx,
+        projection: Projection,
+        rules: Rules,
+        out: Out,
+    }
+
+    impl Fixture {
+        fn new(rule: Rule, missing: Option<MissingData>) -> Fixture {
+            let ctx = rules_ctx(rule, missing, false);
+            let projection = Projection::restore(&ctx.registry, &RestoredState::default(), &ctx.config, T0);
+            let rules = Rules::new(&ctx.registry, &projection, T0);
+            Fixture {
+                ctx,
+                projection,
+                rules,
+                out: Out::default(),
+            }
+        }
+
+        /// `plant.flow` reads `value`, observed at `observed`, committed at `now`.
+        fn flow(
+            &mut self,
+            seq: u64,
+            value: f64,
+            observed: Micros,
+            now: Micros,
+            suppressed: bool,
+        ) -> Vec<RuleRequest> {
+            self.ctx.now = now;
+            let row: ObsRow = row(&self.ctx, "plant.flow", seq, value, observed);
+            self.projection.apply(&row, self.ctx.epoch, now);
+            self.rules
+                .on_row(&row, suppressed, &self.projection, &self.ctx, &mut self.out)
+        }
+
+        fn tick(&mut self, now: Micros, suppressed: bool) -> Vec<RuleRequest> {
+            self.ctx.now = now;
+            self.rules
+                .on_tick(suppressed, &self.projection, &self.ctx, &mut self.out)
+        }
+
+        /// Every request carried out by the claims part.
+        fn accept(&mut self, requests: &[RuleRequest]) {
+            for request in requests {
+                self.rules.answered(request, Ok(()), &self.ctx, &mut self.out);
+            }
+        }
+
+        fn events(&mut self) -> Vec<String> {
+            drain(&mut self.out)
+                .iter()
+                .filter_map(|e| match e {
+                    Effect::Control { events, .. } => Some(events.clone()),
+                    _ => None,
+                })
+                .flatten()
+                .map(|e| format!("{} {}", e.kind().as_str(), e.payload_json()))
+                .collect()
+        }
+    }
+
+    fn values(requests: &[RuleRequest]) -> Vec<Option<CommandValue>> {
+        requests
+            .iter()
+            .map(|r| r.claim.as_ref().map(|c| c.value.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn only_current_rows_decide_and_warmup_ends_once_the_inputs_are_live() {
+        let mut f = Fixture::new(heat(None, RuleFallback::Release), None);
+        assert!(f.tick(T0, false).is_empty(), "in warmup: its input is unknown");
+        // A replayed row that would trigger it: recorded, not decided on.
+        let old = T0.add_ms(-3_600_000);
+        assert!(f.flow(1, 1.0, old, T0.add_ms(1_000), false).is_empty());
+        assert_eq!(f.rules.state("heat"), Some(STATE_WARMUP));
+        assert!(f.events().is_empty());
+        // Current: warmup ends (its input live), and it claims at once with provenance.
+        let requests = f.flow(2, 1.0, T0.add_ms(1_500), T0.add_ms(2_000), false);
+        let events = f.events();
+        assert_eq!(events.len(), 1);
+        assert!(
+            events[0].starts_with("rule_warmup_ended") && events[0].contains(r#""reason":"inputs_live""#),
+            "{events:?}"
+        );
+        let [request] = &requests[..] else {
+            panic!("one claim: {requests:?}");
+        };
+        let claim = request.claim.as_ref().expect("a claim");
+        assert_eq!(
+            (
+                &*claim.holder,
+                claim.band,
+                claim.priority,
+                &claim.value,
+                claim.until
+            ),
+            (
+                "rule:heat",
+                Band::Automation,
+                3,
+                &CommandValue::Number(30.0),
+                None
+            )
+        );
+        let provenance = request.provenance.as_ref().expect("provenance");
+        assert_eq!(&*provenance.rule, "heat");
+        assert_eq!(provenance.registry_version, 3);
+        assert_eq!(provenance.rows.len(), 1);
+        assert_eq!(
+            (&*provenance.rows[0].0, provenance.rows[0].1.source_seq),
+            ("plant.flow", 2)
+        );
+    }
+
+    #[test]
+    fn rules_are_frozen_while_suppressed_and_evaluated_when_it_ends() {
+        let mut f = Fixture::new(heat(None, RuleFallback::Release), None);
+        f.tick(T0, false);
+        f.flow(1, 10.0, T0, T0, false);
+        assert_eq!(f.rules.state("heat"), Some(STATE_IDLE));
+        // Lag high: a current row that triggers it decides nothing, and no wake is asked.
+        assert!(
+            f.flow(2, 1.0, T0.add_ms(1_000), T0.add_ms(1_000), true)
+                .is_empty()
+        );
+        assert_eq!(f.rules.next_deadline(), None);
+        assert!(f.tick(T0.add_ms(2_000), true).is_empty());
+        // Lag low: every rule is evaluated on current data.
+        assert_eq!(
+            values(&f.tick(T0.add_ms(3_000), false)),
+            [Some(CommandValue::Number(30.0))]
+        );
+    }
+
+    #[test]
+    fn the_warmup_deadline_counts_only_time_not_suppressed() {
+        let mut f = Fixture::new(heat(None, RuleFallback::Release), None);
+        f.tick(T0, false);
+        f.tick(T0.add_ms(30_000), true);
+        // 30 s counted, then 10 minutes suppressed: not past its 60 s.
+        f.tick(T0.add_ms(630_000), false);
+        assert_eq!(f.rules.state("heat"), Some(STATE_WARMUP));
+        assert_eq!(f.rules.next_deadline(), Some(T0.add_ms(660_000)));
+        f.tick(T0.add_ms(659_999), false);
+        assert_eq!(f.rules.state("heat"), Some(STATE_WARMUP));
+        f.tick(T0.add_ms(660_000), false);
+        let events = f.events();
+        assert!(
+            events.len() == 1
+                && events[0].contains(r#""reason":"deadline""#)
+                && events[0].contains(r#""counted_ms":60000"#),
+            "{events:?}"
+        );
+        assert_eq!(f.rules.state("heat"), Some(STATE_INPUT_LOST));
+    }
+
+    #[test]
+    fn a_refused_claim_is_on_the_record_and_not_asked_again() {
+        let mut f = Fixture::new(heat(None, RuleFallback::Release), None);
+        f.tick(T0, false);
+        let requests = f.flow(1, 1.0, T0, T0, false);
+        f.events();
+        f.rules.answered(
+            &requests[0],
+            Err("refused, in one line".into()),
+            &f.ctx,
+            &mut f.out,
+        );
+        let events = f.events();
+        assert!(
+            events.len() == 1
+                && events[0].starts_with("rule_claim_refused")
+                && events[0].contains("in one line"),
+            "{events:?}"
+        );
+        assert_eq!(f.out.metrics.rule_claims, [0, 0, 1, 0]);
+        assert!(
+            f.flow(2, 2.0, T0.add_ms(1_000), T0.add_ms(1_000), false)
+                .is_empty()
+        );
+        // Its target changes (released, which it holds nothing to), then back: asked again.
+        assert!(
+            f.flow(3, 9.0, T0.add_ms(2_000), T0.add_ms(2_000), false)
+                .is_empty()
+        );
+        assert_eq!(f.flow(4, 1.0, T0.add_ms(3_000), T0.add_ms(3_000), false).len(), 1);
+    }
+
+    #[test]
+    fn a_rule_that_fights_is_held_in_its_last_state() {
+        let fight = FightLimit {
+            changes_max: 3,
+            window_s: 60,
+        };
+        let mut f = Fixture::new(heat(Some(fight), RuleFallback::Release), None);
+        f.tick(T0, false);
+        let mut made = Vec::new();
+        for (i, value) in [1.0, 9.0, 1.0, 9.0, 1.0].into_iter().enumerate() {
+            let at = T0.add_ms(i as i64 * 1_000);
+            let requests = f.flow(i as u64 + 1, value, at, at, false);
+            f.accept(&requests);
+            made.extend(values(&requests));
+        }
+        assert_eq!(
+            made,
+            [
+                Some(CommandValue::Number(30.0)),
+                None,
+                Some(CommandValue::Number(30.0))
+            ],
+            "three changes, then held"
+        );
+        assert_eq!(f.rules.state("heat"), Some(STATE_HELD));
+        let events = f.events();
+        let held: Vec<_> = events.iter().filter(|e| e.starts_with("rule_held")).collect();
+        assert_eq!(held.len(), 1, "{events:?}");
+        assert!(held[0].contains(r#""changes":4"#) && held[0].contains(r#""changes_max":3"#));
+        assert_eq!(f.out.metrics.rule_claims, [2, 1, 0, 1]);
+        // Held: long after the window, nothing more.
+        assert!(
+            f.flow(9, 9.0, T0.add_ms(600_000), T0.add_ms(600_000), false)
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn hold_last_valid_stands_in_then_on_input_loss_claims_the_safe_value() {
+        let safe = RuleFallback::Value(CommandValue::Number(15.0));
+        let missing = Some(MissingData::HoldLastValid { max_staleness_s: 120 });
+        let mut f = Fixture::new(heat(None, safe), missing);
+        f.tick(T0, false);
+        let requests = f.flow(1, 1.0, T0, T0, false);
+        f.accept(&requests);
+        // Its freshness (60 s) runs out: the last valid value stands in.
+        assert_eq!(f.rules.next_deadline(), Some(T0.add_ms(60_000)));
+        assert!(f.tick(T0.add_ms(60_000), false).is_empty());
+        assert_eq!(f.rules.state("heat"), Some(STATE_FIRING));
+        // Its maximum staleness runs out: lost, and the safe value is claimed.
+        assert_eq!(f.rules.next_deadline(), Some(T0.add_ms(120_000)));
+        assert_eq!(
+            values(&f.tick(T0.add_ms(120_000), false)),
+            [Some(CommandValue::Number(15.0))]
+        );
+        assert_eq!(f.rules.state("heat"), Some(STATE_INPUT_LOST));
+    }
+
+    #[test]
+    fn a_claim_restored_at_restart_stays_through_warmup() {
+        let mut f = Fixture::new(heat(None, RuleFallback::Release), None);
+        let temp = f.ctx.registry.resolve("plant.temp").expect("fixture");
+        let claim = Claim {
+            holder: "rule:heat".into(),
+            band: Band::Automation,
+            priority: 3,
+            value: CommandValue::Number(30.0),
+            since: T0.add_ms(-60_000),
+            until: None,
+        };
+        assert_eq!(f.rules.restore([(temp, &claim)]), 1);
+        // In warmup (its input not live): nothing released, though its input says otherwise.
+        assert!(f.flow(1, 10.0, T0.add_ms(-120_000), T0, false).is_empty());
+        assert!(f.tick(T0.add_ms(1_000), false).is_empty());
+        // Live again: the rule decides, and releases.
+        assert_eq!(
+            values(&f.flow(2, 10.0, T0.add_ms(2_000), T0.add_ms(2_000), false)),
+            [None]
+        );
+    }
+
+    #[test]
+    fn the_state_self_point_is_read_when_the_registry_declares_it() {
+        let rule = heat(None, RuleFallback::Release);
+        for declared in [false, true] {
+            let ctx = rules_ctx(rule.clone(), None, declared);
+            let projection = Projection::restore(&ctx.registry, &RestoredState::default(), &ctx.config, T0);
+            let rules = Rules::new(&ctx.registry, &projection, T0);
+            let readings = rules.readings(&ctx.registry);
+            if declared {
+                let point = ctx
+                    .registry
+                    .resolve("sentinel.rule.heat.state")
+                    .expect("declared");
+                assert_eq!(readings, [(point, f64::from(STATE_WARMUP))]);
+            } else {
+                assert!(readings.is_empty());
+            }
+        }
+    }
+
+    #[test]
+    fn the_replay_keeps_a_pending_start_from_the_log_and_a_gap_restarts_it() {
+        let rule = Rule {
+            for_s: 60,
+            ..heat(None, RuleFallback::Release)
+        };
+        let row = |seq: u64, at: Micros| WindowRow {
+            point_id: "plant.flow".into(),
+            observed_at: at,
+            ingested_at: at,
+            key: crate::log::ObsKey {
+                driver_instance: "modbus-1".into(),
+                source_epoch: 1,
+                source_seq: seq,
+            },
+            quality: Quality::Live,
+            value: Some(1.0),
+            applied: Some(seq as i64),
+        };
+        let mut f = Fixture::new(rule.clone(), None);
+        let requests = f.rules.window_requests(&f.ctx.registry, T0);
+        assert_eq!(requests.len(), 1);
+        assert_eq!(requests[0].since, T0.add_ms(-120_000), "for_s plus one freshness");
+        // Rows 5 s apart (its heartbeat is 10 s), handed out of order.
+        let rows: Vec<_> = (0..6)
+            .rev()
+            .map(|i| row(i, T0.add_ms(-50_000 + i as i64 * 5_000)))
+            .collect();
+        assert_eq!(f.rules.replay(&f.ctx.registry, rows), 6);
+        assert_eq!(
+            f.rules.slots[0].machine.phase,
+            Phase::Pending {
+                since: T0.add_ms(-50_000)
+            }
+        );
+        // A gap of 30 s between two rows: pending from the row after it.
+        let mut f = Fixture::new(rule, None);
+        let rows = vec![
+            row(0, T0.add_ms(-50_000)),
+            row(1, T0.add_ms(-20_000)),
+            row(2, T0.add_ms(-15_000)),
+        ];
+        f.rules.replay(&f.ctx.registry, rows);
+        assert_eq!(
+            f.rules.slots[0].machine.phase,
+            Phase::Pending {
+                since: T0.add_ms(-20_000)
+            }
+        );
+    }
 }
