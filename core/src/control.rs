@@ -676,3 +676,56 @@ pub struct ControlReport {
     pub events: Vec<ControlEvent>,
     pub seqs: Vec<i64>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim_set(provenance: Option<Box<ClaimProvenance>>) -> ControlEvent {
+        ControlEvent {
+            occurred_at: Micros(0),
+            point: None,
+            point_id: "plant.valve".into(),
+            principal: "rule:frost".into(),
+            core_epoch: 2,
+            registry_version: 4,
+            detail: ControlDetail::ClaimSet {
+                command_id: "rule-2-1".into(),
+                holder: "rule:frost".into(),
+                band: Band::Automation,
+                priority: 0,
+                value: CommandValue::Bool(true),
+                until: None,
+                provenance,
+            },
+        }
+    }
+
+    #[test]
+    fn a_claim_s_provenance_is_in_its_payload_only_when_present() {
+        let plain: serde_json::Value = serde_json::from_str(&claim_set(None).payload_json()).expect("JSON");
+        assert!(plain.get("provenance").is_none(), "{plain}");
+        let provenance = ClaimProvenance {
+            rule: "frost".into(),
+            registry_version: 4,
+            rows: vec![(
+                "plant.temp".into(),
+                crate::log::ObsKey {
+                    driver_instance: "modbus-1".into(),
+                    source_epoch: 1,
+                    source_seq: 42,
+                },
+            )],
+        };
+        let with: serde_json::Value =
+            serde_json::from_str(&claim_set(Some(Box::new(provenance))).payload_json()).expect("JSON");
+        assert_eq!(
+            with["provenance"],
+            serde_json::json!({
+                "rule": "frost",
+                "registry_version": 4,
+                "rows": [{"point_id": "plant.temp", "driver_instance": "modbus-1", "source_epoch": 1, "source_seq": 42}],
+            })
+        );
+    }
+}

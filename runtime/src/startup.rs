@@ -9,7 +9,8 @@
 //! Then restart steps 4–8 (each point's newest control event; the desired values, open claims
 //! and open verifications of writable points from their snapshot, never the log from its
 //! start; derived windows; durable timers, the claims' expiries and the verifications included,
-//! those that came due while the core was down decided on the log's evidence; drivers; warmup),
+//! those that came due while the core was down decided on the log's evidence; drivers; the
+//! rules' warmup, their conditions replayed from the log),
 //! each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
 //! command requests) and announces this core's epoch to every driver instance the registry
 //! names, so each raises its epoch floor at the takeover rather than at this core's first
@@ -384,12 +385,32 @@ where
         announced, epoch, "core epoch announced to driver instances"
     );
 
-    // Restart step 8: rules leave warmup as their inputs reach live. No rules exist (the Rules
-    // Engine is not built), so nothing is in warmup; the watchdog's startup grace is this
-    // core's only warm-up. The step is timed so the record has its slot.
+    // Restart step 8 (issue 22 item 5): every rule starts in warmup and leaves it once its
+    // inputs are live (or its deadline passes, counted only while staleness is not
+    // suppressed), on the running loop. What this step does is give the rules their past: the
+    // inputs' committed rows over each input's readers' longest `for_s` plus one freshness,
+    // read in one batched query per class as step 5 reads the derived windows, and replayed
+    // in log order, so a condition that began before the restart keeps its start instant and
+    // a gap in the log starts it again. Nothing fires here: a `for_s` due fires only after
+    // warmup, on current data.
     notify.startup_step("warmup");
     let step = Instant::now();
+    let requests = core.rule_window_requests();
+    let rows = if requests.is_empty() {
+        Vec::new()
+    } else {
+        store
+            .load_windows(&requests, sentinel_core::derived::WINDOW_SAMPLES_MAX)
+            .await?
+    };
+    let replayed = core.rehydrate_rules(rows);
     timings.record("warmup", step);
+    info!(
+        rules = core.rules_count(),
+        inputs = requests.len(),
+        rows = replayed,
+        "rules in warmup, their conditions replayed from the log"
+    );
 
     // Recorded after binding so the record covers the whole cold start. Fenced: a core that
     // has already been replaced fails here rather than starting to ingest.
