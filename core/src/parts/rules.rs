@@ -982,6 +982,14 @@ mod tests {
             (&*provenance.rows[0].0, provenance.rows[0].1.source_seq),
             ("plant.flow", 2)
         );
+        f.accept(&requests);
+        // Firing. A backlog row newer than the head but not current (a driver's replayed
+        // queue) that says otherwise decides nothing.
+        assert!(
+            f.flow(3, 10.0, T0.add_ms(1_600), T0.add_ms(120_000), false)
+                .is_empty()
+        );
+        assert_eq!(f.rules.state("heat"), Some(STATE_FIRING));
     }
 
     #[test]
@@ -1135,6 +1143,24 @@ mod tests {
         // Live again: the rule decides, and releases.
         assert_eq!(
             values(&f.flow(2, 10.0, T0.add_ms(2_000), T0.add_ms(2_000), false)),
+            [None]
+        );
+        // With hysteresis (off above 8), a restored claim is a firing rule: between the
+        // thresholds it keeps its claim.
+        let rule = Rule {
+            until: Some(Condition::Compare {
+                point: "plant.flow".into(),
+                op: CompareOp::Gt,
+                value: CommandValue::Number(8.0),
+            }),
+            ..heat(None, RuleFallback::Release)
+        };
+        let mut f = Fixture::new(rule, None);
+        f.rules.restore([(temp, &claim)]);
+        assert!(f.flow(1, 6.0, T0, T0, false).is_empty());
+        assert_eq!(f.rules.state("heat"), Some(STATE_FIRING));
+        assert_eq!(
+            values(&f.flow(2, 9.0, T0.add_ms(1_000), T0.add_ms(1_000), false)),
             [None]
         );
     }
