@@ -16,6 +16,9 @@
 //! - the projection, the drivers, the watchdog and the derived points see only the rows of a
 //!   RETURNING set, which ingest hands the router batch by batch, in batch order, and the
 //!   router hands them row by row (rules 2 and 3: project and publish only what inserted);
+//! - the rules part decides only on those rows, after the projection applied each, and only
+//!   on current ones, on committed `quality_changed` events and on its own wakes, never while
+//!   staleness is suppressed; its claim changes go to the claims part through the router;
 //! - the watchdog's `quality_changed` and a command's `command_issued` act only once their
 //!   control write commits: the projection follows the watchdog only through
 //!   `ControlCommitted`, and commands publish only from it; a claim's `command_issued` is
@@ -400,8 +403,8 @@ impl Core {
             .unwrap_or_default()
     }
 
-    /// Sets a claim of any band on a writable point at `now`: the rules engine's way in, until
-    /// it exists a test-only path (an automation claim beside an operator's). `Err` with the
+    /// Sets a claim of any band on a writable point at `now`: a test-only path (an automation
+    /// claim beside an operator's); rules claim through the rules part. `Err` with the
     /// reason for a point that is not writable or cannot take another holder.
     pub fn set_claim(
         &mut self,
@@ -716,7 +719,8 @@ impl Core {
 
     /// The cross-part sequence for one committed batch, whose `Ack` ingest has emitted: each
     /// RETURNING row in turn goes through the projection (and its `Publish`), the drivers and
-    /// the watchdog's re-armed deadline, before the next row; then the derived points fold the
+    /// the watchdog's re-armed deadline, the verification and the rules (their claim changes
+    /// handed to the claims part), before the next row; then the derived points fold the
     /// batch's rows and publish their readings.
     fn apply_committed(&mut self, applied: &Applied) {
         let (ctx, out) = (&self.ctx, &mut self.out);
@@ -729,7 +733,8 @@ impl Core {
             let deadline = self.projection.freshness_deadline(row.point);
             self.watchdog.rearm(row.point, deadline);
             self.verification.on_row(row, ctx, out);
-            let suppressed = self.watchdog.suppressed(ctx.now);
+            // A stopping core claims nothing new: its rules are frozen as if suppressed.
+            let suppressed = self.watchdog.suppressed(ctx.now) || self.mode != Mode::Running;
             let requests = self
                 .rules
                 .on_row(row, suppressed, self.projection.view(), ctx, out);
@@ -857,7 +862,7 @@ impl Core {
                     let rearmed = self.watchdog.answered(point, ctx.now);
                     self.projection
                         .apply_quality_event(point, event, *from, *to, *reason, seq, rearmed, ctx, out);
-                    let suppressed = self.watchdog.suppressed(ctx.now);
+                    let suppressed = self.watchdog.suppressed(ctx.now) || self.mode != Mode::Running;
                     let requests = self
                         .rules
                         .on_quality(point, suppressed, self.projection.view(), ctx, out);

@@ -24,6 +24,11 @@ const A: &str = "obs.plant-a.modbus-1";
 const GRACE_MS: i64 = 1_000;
 
 fn registry(for_s: u32) -> Arc<Registry> {
+    registry_with(for_s, |_| {})
+}
+
+/// [`registry`] with `plant.valve`'s descriptor (which carries the rule) changed by `change`.
+fn registry_with(for_s: u32, change: impl FnOnce(&mut Descriptor)) -> Arc<Registry> {
     let mut temp = Descriptor::new(
         "plant.temp",
         Kind::Number,
@@ -67,6 +72,7 @@ fn registry(for_s: u32) -> Arc<Registry> {
         warmup_deadline_s: 60,
         fight: None,
     }];
+    change(&mut valve);
     Arc::new(Registry::compile(4, "sha".into(), "hash".into(), vec![temp, valve]).expect("compiles"))
 }
 
@@ -325,4 +331,33 @@ fn a_rule_whose_inputs_stopped_arriving_during_the_downtime_does_not_fire() {
         1,
         "fires once its for_s passed on current data"
     );
+}
+
+#[test]
+fn an_interlock_rule_refused_at_a_partitionable_site_is_on_the_record_not_a_panic() {
+    let registry = registry_with(0, |valve| {
+        valve.rules[0].claim.band = RuleBand::Interlock;
+        valve.assignment.site = Some(sentinel_core::registry::Site {
+            name: "barn".into(),
+            partitionable: true,
+        });
+    });
+    let mut core = Core::new(config(), registry, 6, &RestoredState::default(), T0).expect("core");
+    let mut effects = lag(&mut core, T0.add_ms(GRACE_MS), 0);
+    for i in 0..3 {
+        let at = T0.add_ms(2_000 + i * 1_000);
+        effects.extend(reading(&mut core, 1 + i as u64, 1.0, at, at));
+    }
+    assert!(
+        !effects.iter().any(|e| matches!(e, Effect::Arbitrate { .. })),
+        "nothing claimed"
+    );
+    let events = rule_events(&effects);
+    let refused: Vec<_> = events
+        .iter()
+        .filter(|e| e.starts_with("rule_claim_refused"))
+        .collect();
+    assert_eq!(refused.len(), 1, "refused once, not asked again: {events:?}");
+    assert!(refused[0].contains("partitionable site"), "{}", refused[0]);
+    assert_eq!(core.metrics().rule_claims, [0, 0, 1, 0]);
 }
