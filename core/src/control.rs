@@ -626,9 +626,9 @@ pub struct CommandRequest {
     pub reply_to: Option<String>,
     /// The claim's band; `None` is `operator`. Never from the body (`serde(skip)`): the bus
     /// decoder cannot set it, so every request from the bus is an operator's. Only code in the
-    /// core's process can — the rules engine, once it exists, and until then the runtime's
-    /// test-only hook (feature `failpoints`, `runtime/src/failpoint.rs`), which no release
-    /// build has.
+    /// core's process can: the runtime's test-only hook (feature `failpoints`,
+    /// `runtime/src/failpoint.rs`), which no release build has. Rules do not send requests:
+    /// the rules part claims through the claims part directly (`parts/rules.rs`).
     #[serde(skip)]
     pub band: Option<Band>,
 }

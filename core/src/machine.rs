@@ -1058,6 +1058,17 @@ fn hand_to_claims(
     out: &mut Out,
 ) {
     for request in requests {
+        debug_assert!(
+            request.holder.starts_with("rule:"),
+            "a rule claims as rule:<id>, never as an operator"
+        );
+        debug_assert!(
+            request
+                .claim
+                .as_ref()
+                .is_none_or(|c| c.band != crate::arbitration::Band::Operator),
+            "a rule never claims in the operator band"
+        );
         let asker = Asker {
             principal: request.holder.clone(),
             command_id: request.command_id.clone(),

@@ -218,7 +218,9 @@ impl Rules {
     /// Restart step 8, the answer: `rows` replayed in the order the cores applied them, each
     /// at its own `observed_at` (the log's time), through every rule reading it. Pending
     /// conditions keep their start instants; nothing fires. Returns how many rows were
-    /// replayed.
+    /// replayed. The store's window rows carry numbers only (`value_num`): a value comparison
+    /// on a bool or codebook input reads as lost in the replay, so such a condition starts
+    /// again after a restart rather than keep an instant the log cannot show here.
     pub fn replay(&mut self, registry: &Registry, mut rows: Vec<WindowRow>) -> usize {
         rows.sort_by(|a, b| {
             (
@@ -560,7 +562,12 @@ impl Rules {
     /// written as `rule_claim_refused`, the rule's claim stays as it was, and the same target
     /// is not asked for again until it changes.
     pub fn answered(&mut self, request: &RuleRequest, answer: Result<(), String>, ctx: &Ctx, out: &mut Out) {
+        debug_assert!(
+            request.rule < self.slots.len(),
+            "an answer to a request this part made"
+        );
         let slot = &mut self.slots[request.rule];
+        debug_assert_eq!(slot.point, request.point, "answered for the point it claims");
         match answer {
             Ok(()) => {
                 let outcome = if request.claim.is_some() { 0 } else { 1 };
