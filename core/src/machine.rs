@@ -281,6 +281,12 @@ impl Core {
         self.rules.replay(&self.ctx.registry, rows)
     }
 
+    /// When a rule's pending condition comes due (its start instant plus `for_s`), if it is
+    /// pending: the start instant may come from the log (restart step 8).
+    pub fn rule_due(&self, rule_id: &str) -> Option<Micros> {
+        self.rules.due(rule_id)
+    }
+
     /// How many rules this core runs.
     pub fn rules_count(&self) -> usize {
         self.rules.len()

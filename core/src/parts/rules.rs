@@ -171,6 +171,14 @@ impl Rules {
         self.slots.iter().find(|s| &*s.id == rule_id).map(code)
     }
 
+    /// When a rule's pending condition comes due, if it is pending.
+    pub fn due(&self, rule_id: &str) -> Option<Micros> {
+        self.slots
+            .iter()
+            .find(|s| &*s.id == rule_id)
+            .and_then(|s| s.machine.due())
+    }
+
     /// Restart: the claims restored from `point_desired` that rules hold (`rule:<id>`). Each
     /// stays as it is during warmup; a claim of the rule's own value means it was firing.
     pub fn restore<'a>(&mut self, claims: impl IntoIterator<Item = (PointIdx, &'a Claim)>) -> usize {
