@@ -409,13 +409,22 @@ impl Rules {
         }
         let mut requests = Vec::new();
         let mut events = Vec::new();
-        while let Some(&(at, i)) = self.wakes.first() {
+        // Each rule's wake is rescheduled past now (or dropped) when it is evaluated, so one
+        // pass over the rules is the most a tick can take.
+        for _ in 0..self.slots.len() {
+            let Some(&(at, i)) = self.wakes.first() else {
+                break;
+            };
             if at > ctx.now {
                 break;
             }
             self.wakes.pop_first();
             self.slots[i].wake = None;
             self.evaluate(i, ctx.now, projection, ctx, &mut events, &mut requests);
+            debug_assert!(
+                self.slots[i].wake.is_none_or(|w| w > ctx.now),
+                "a rule evaluated now wakes later, never now again"
+            );
         }
         self.emit(events, ctx, out);
         requests
