@@ -86,6 +86,9 @@ struct Slot {
     point: PointIdx,
     /// Its inputs, in the rule's order, with what the evaluator needs of each.
     inputs: Vec<(PointIdx, InputSpec)>,
+    /// For each input, whether a value comparison reads it (then it must be current for a
+    /// condition to pend or come due).
+    compared: Vec<bool>,
     machine: Machine,
     gaps: Gaps,
     /// A gap seen while the rule could not evaluate: the condition starts again when it next
@@ -285,8 +288,24 @@ impl Rules {
                     .until
                     .as_ref()
                     .map(|c| eval::evaluate(c, &read, row.observed_at));
-                slot.machine
-                    .step(when, until, row.observed_at, row.observed_at, Mode::Replay);
+                let current = slot
+                    .inputs
+                    .iter()
+                    .zip(&slot.compared)
+                    .all(|((p, spec), &compared)| {
+                        !compared
+                            || readings
+                                .get(p)
+                                .is_some_and(|r| eval::usable(spec, r, row.observed_at))
+                    });
+                slot.machine.evaluate(
+                    when,
+                    until,
+                    current,
+                    row.observed_at,
+                    row.observed_at,
+                    Mode::Replay,
+                );
             }
         }
         replayed
@@ -523,7 +542,13 @@ impl Rules {
         };
         let when = eval::evaluate(&slot.rule.when, &read, now);
         let until = slot.rule.until.as_ref().map(|c| eval::evaluate(c, &read, now));
-        slot.machine.step(when, until, at, now, Mode::Live);
+        let current = slot
+            .inputs
+            .iter()
+            .zip(&readings)
+            .zip(&slot.compared)
+            .all(|(((_, spec), r), &compared)| !compared || eval::usable(spec, r, now));
+        slot.machine.evaluate(when, until, current, at, now, Mode::Live);
         let target = slot.machine.target(&slot.rule);
         let rows: Vec<(Arc<str>, ObsKey)> = slot
             .inputs
@@ -670,6 +695,15 @@ fn slot(registry: &Registry, projection: &Projection, point: PointIdx, rule: &Ru
             },
         ));
     }
+    let named: Vec<&str> = eval::compared_points(&rule.when)
+        .into_iter()
+        .chain(rule.until.iter().flat_map(eval::compared_points))
+        .collect();
+    let compared = rule
+        .inputs
+        .iter()
+        .map(|id| named.contains(&id.as_str()))
+        .collect();
     let mut gaps = Gaps::new(inputs.len());
     for (k, (idx, _)) in inputs.iter().enumerate() {
         gaps.seed(k, projection.state(*idx).observed_at);
@@ -688,6 +722,7 @@ fn slot(registry: &Registry, projection: &Projection, point: PointIdx, rule: &Ru
         refused: None,
         wake: None,
         inputs,
+        compared,
         rule: rule.clone(),
     })
 }

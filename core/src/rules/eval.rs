@@ -152,6 +152,26 @@ pub fn evaluate<'a>(
     }
 }
 
+/// Every point a value comparison of `condition` reads (not those only `quality(x)` reads),
+/// each once, in order of first mention.
+pub fn compared_points(condition: &Condition) -> Vec<&str> {
+    fn walk<'a>(c: &'a Condition, out: &mut Vec<&'a str>) {
+        match c {
+            Condition::Compare { point, .. } => {
+                if !out.contains(&point.as_str()) {
+                    out.push(point);
+                }
+            }
+            Condition::Quality { .. } => {}
+            Condition::All(items) | Condition::Any(items) => items.iter().for_each(|i| walk(i, out)),
+            Condition::Not(inner) => walk(inner, out),
+        }
+    }
+    let mut out = Vec::new();
+    walk(condition, &mut out);
+    out
+}
+
 /// `value <op> constant`: numbers as numbers (NaN compares false); bools and codebook members
 /// only with `eq` / `ne`; a value of another type than the constant never holds.
 pub fn compare(value: &CanonicalValue, op: CompareOp, constant: &CommandValue) -> bool {
@@ -282,6 +302,21 @@ mod tests {
         // `y` is not readable: an `any` that already holds is still lost.
         let with_lost = Condition::Any(vec![yes, cmp("y", CompareOp::Gt, 0.0)]);
         assert_eq!(eval_one(&with_lost, &s, &r, T), Err(Lost));
+        let quality = Condition::Quality {
+            point: "q".into(),
+            equals: true,
+            quality: QualityName::Live,
+        };
+        let mixed = Condition::Not(Box::new(Condition::All(vec![
+            quality,
+            cmp("y", CompareOp::Gt, 0.0),
+            cmp("x", CompareOp::Gt, 0.0),
+        ])));
+        assert_eq!(
+            compared_points(&mixed),
+            ["y", "x"],
+            "not q, read only for its quality"
+        );
     }
 
     #[test]

@@ -85,6 +85,30 @@ impl Machine {
         }
     }
 
+    /// One evaluation at `now` where `current` says whether every input a value comparison
+    /// reads is usable (live and current) rather than standing in by `hold_last_valid`: an
+    /// input not current is a gap, so a pending condition starts again and none starts until
+    /// every such input is current (a `for_s` comes due only on current data); a firing rule
+    /// reads the stand-in values. Then [`Self::step`].
+    pub fn evaluate(
+        &mut self,
+        when: Result<bool, Lost>,
+        until: Option<Result<bool, Lost>>,
+        current: bool,
+        at: Micros,
+        now: Micros,
+        mode: Mode,
+    ) -> bool {
+        let before = self.phase;
+        let when = if current || self.phase == Phase::Firing {
+            when
+        } else {
+            self.gap();
+            when.map(|_| false)
+        };
+        self.step(when, until, at, now, mode) || self.phase != before
+    }
+
     /// One evaluation at `now`: `when` and `until` (when the rule has one) as evaluated on
     /// the inputs' readings, `at` the instant a pending would start from (the `observed_at` of
     /// the row that caused the evaluation, or `now`). Returns whether the phase changed.
@@ -381,6 +405,38 @@ mod tests {
         let mut m = Machine::new(&r);
         m.step(Ok(false), Some(Err(Lost)), T, T, Mode::Live);
         assert_eq!(m.target(&r), Target::Keep);
+    }
+
+    #[test]
+    fn an_input_not_current_restarts_a_pending_condition_and_a_stand_in_never_fires_one() {
+        let r = rule(60, RuleFallback::Release, RuleFallback::Release);
+        let mut m = Machine::new(&r);
+        m.evaluate(Ok(true), None, true, T, T, Mode::Live);
+        // Standing in (not current) past the due instant: no firing, the pending cleared.
+        m.evaluate(Ok(true), None, false, T, T.add_ms(70_000), Mode::Live);
+        assert_eq!(m.phase, Phase::Idle);
+        m.evaluate(
+            Ok(true),
+            None,
+            true,
+            T.add_ms(71_000),
+            T.add_ms(71_000),
+            Mode::Live,
+        );
+        assert_eq!(
+            m.phase,
+            Phase::Pending {
+                since: T.add_ms(71_000)
+            }
+        );
+        // A firing rule reads the stand-in: it keeps firing while `when` holds on it.
+        let r = rule(0, RuleFallback::Release, RuleFallback::Release);
+        let mut m = Machine::new(&r);
+        m.evaluate(Ok(true), None, true, T, T, Mode::Live);
+        m.evaluate(Ok(true), None, false, T, T.add_ms(1), Mode::Live);
+        assert_eq!(m.phase, Phase::Firing);
+        m.evaluate(Ok(false), None, false, T, T.add_ms(2), Mode::Live);
+        assert_eq!(m.phase, Phase::Idle);
     }
 
     #[test]
