@@ -4,7 +4,8 @@
 //! Owns: [`Machine`] (idle → pending since the log-time instant of the row that made `when`
 //! true → firing at `since + for_s` if `when` still holds on usable data; firing ends when
 //! `until` holds, or `when` no longer does without an `until`; a pending that stops holding,
-//! a gap, or lost inputs go back to idle), [`Target`] (what the rule wants claimed in its
+//! a gap, an input not current, or lost inputs go back to idle: a `hold_last_valid` stand-in
+//! serves only a firing rule), [`Target`] (what the rule wants claimed in its
 //! state), [`Gaps`] (consecutive committed rows of an input farther apart than its deadline)
 //! and [`Fight`] (more than `changes_max` changes of the claim within `window_s`: held).
 //!
