@@ -79,6 +79,19 @@ pub enum ControlKind {
     /// points, and the points whose poll interval or instance changed (bounded). The message
     /// goes out only once the event is committed.
     Assignment,
+    /// A rule left warmup (issue 22 item 4): payload rule, reason (`inputs_live`: every input
+    /// usable; `deadline`: its warmup deadline passed, counted only while staleness was not
+    /// suppressed), `waited_ms` (since the core started) and `counted_ms` (of that, not
+    /// suppressed). `point_id` is the point the rule claims.
+    RuleWarmupEnded,
+    /// A rule whose claim changed more than its fight limit allows was held (issue 22 item 8):
+    /// payload rule, `changes` counted in the window, `changes_max`, `window_s`. It keeps its
+    /// last state until the core restarts.
+    RuleHeld,
+    /// The claims part refused a rule's claim or release (payload rule, the one-line reason,
+    /// the value it asked for); the rule does not ask for the same again until its target
+    /// changes.
+    RuleClaimRefused,
 }
 
 impl ControlKind {
@@ -98,6 +111,9 @@ impl ControlKind {
             ControlKind::ClassMoved => "class_moved",
             ControlKind::Availability => "availability",
             ControlKind::Assignment => "assignment",
+            ControlKind::RuleWarmupEnded => "rule_warmup_ended",
+            ControlKind::RuleHeld => "rule_held",
+            ControlKind::RuleClaimRefused => "rule_claim_refused",
         }
     }
 }
@@ -165,6 +181,10 @@ pub enum ControlDetail {
         priority: u8,
         value: CommandValue,
         until: Option<Micros>,
+        /// A rule's claim: the rule, the registry version and the committed rows that made its
+        /// condition true (issue 22 item 7); `None` for every other holder. In the payload only
+        /// when present, so events written before it decode as they did.
+        provenance: Option<Box<ClaimProvenance>>,
     },
     ClaimReleased {
         /// The request that released it, or the core's id for a lapse.
@@ -198,6 +218,56 @@ pub enum ControlDetail {
         changes: Vec<serde_json::Value>,
         /// Changes beyond [`ASSIGNMENT_CHANGES_MAX`], counted.
         changes_omitted: usize,
+    },
+    /// A rule's own event (issue 22 items 4 and 8): its kind is the note's.
+    Rule { rule: Arc<str>, note: RuleNote },
+}
+
+/// Why a rule claimed (issue 22 item 7): the rule, the registry version it was evaluated
+/// under, and the keys of its inputs' current committed rows when its condition was true (at
+/// most [`crate::registry::rule::RULE_INPUTS_MAX`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClaimProvenance {
+    pub rule: Arc<str>,
+    pub registry_version: i32,
+    /// `(point_id, key)` of each input's row, in the rule's input order; an input with no
+    /// committed row is left out.
+    pub rows: Vec<(Arc<str>, crate::log::ObsKey)>,
+}
+
+impl ClaimProvenance {
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "rule": &*self.rule,
+            "registry_version": self.registry_version,
+            "rows": self.rows.iter().map(|(point_id, key)| serde_json::json!({
+                "point_id": &**point_id,
+                "driver_instance": &*key.driver_instance,
+                "source_epoch": key.source_epoch,
+                "source_seq": key.source_seq,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// What a rule's own control event says ([`ControlDetail::Rule`]).
+#[derive(Clone, Debug, PartialEq)]
+pub enum RuleNote {
+    WarmupEnded {
+        /// `inputs_live` or `deadline`.
+        reason: &'static str,
+        waited_ms: u64,
+        counted_ms: u64,
+    },
+    Held {
+        changes: usize,
+        changes_max: u32,
+        window_s: u32,
+    },
+    ClaimRefused {
+        reason: String,
+        /// The value asked for; `None` for a release.
+        value: Option<CommandValue>,
     },
 }
 
@@ -250,6 +320,11 @@ impl ControlEvent {
             ControlDetail::ClaimReleased { .. } => ControlKind::ClaimReleased,
             ControlDetail::Availability { .. } => ControlKind::Availability,
             ControlDetail::Assignment { .. } => ControlKind::Assignment,
+            ControlDetail::Rule { ref note, .. } => match note {
+                RuleNote::WarmupEnded { .. } => ControlKind::RuleWarmupEnded,
+                RuleNote::Held { .. } => ControlKind::RuleHeld,
+                RuleNote::ClaimRefused { .. } => ControlKind::RuleClaimRefused,
+            },
         }
     }
 
@@ -361,15 +436,21 @@ impl ControlEvent {
                 priority,
                 value,
                 until,
-            } => serde_json::json!({
-                "command_id": command_id,
-                "holder": &**holder,
-                "band": band.as_str(),
-                "priority": priority,
-                "value": value.to_json(),
-                "until": until.map(|u| u.to_rfc3339()),
-            })
-            .to_string(),
+                provenance,
+            } => {
+                let mut payload = serde_json::json!({
+                    "command_id": command_id,
+                    "holder": &**holder,
+                    "band": band.as_str(),
+                    "priority": priority,
+                    "value": value.to_json(),
+                    "until": until.map(|u| u.to_rfc3339()),
+                });
+                if let Some(provenance) = provenance {
+                    payload["provenance"] = provenance.to_json();
+                }
+                payload.to_string()
+            }
             ControlDetail::ClaimReleased {
                 command_id,
                 holder,
@@ -395,6 +476,34 @@ impl ControlEvent {
                 "changes": changes,
                 "changes_omitted": changes_omitted,
             })
+            .to_string(),
+            ControlDetail::Rule { rule, note } => match note {
+                RuleNote::WarmupEnded {
+                    reason,
+                    waited_ms,
+                    counted_ms,
+                } => serde_json::json!({
+                    "rule": &**rule,
+                    "reason": reason,
+                    "waited_ms": waited_ms,
+                    "counted_ms": counted_ms,
+                }),
+                RuleNote::Held {
+                    changes,
+                    changes_max,
+                    window_s,
+                } => serde_json::json!({
+                    "rule": &**rule,
+                    "changes": changes,
+                    "changes_max": changes_max,
+                    "window_s": window_s,
+                }),
+                RuleNote::ClaimRefused { reason, value } => serde_json::json!({
+                    "rule": &**rule,
+                    "reason": reason,
+                    "value": value.as_ref().map(CommandValue::to_json),
+                }),
+            }
             .to_string(),
         }
     }
@@ -517,9 +626,9 @@ pub struct CommandRequest {
     pub reply_to: Option<String>,
     /// The claim's band; `None` is `operator`. Never from the body (`serde(skip)`): the bus
     /// decoder cannot set it, so every request from the bus is an operator's. Only code in the
-    /// core's process can — the rules engine, once it exists, and until then the runtime's
-    /// test-only hook (feature `failpoints`, `runtime/src/failpoint.rs`), which no release
-    /// build has.
+    /// core's process can: the runtime's test-only hook (feature `failpoints`,
+    /// `runtime/src/failpoint.rs`), which no release build has. Rules do not send requests:
+    /// the rules part claims through the claims part directly (`parts/rules.rs`).
     #[serde(skip)]
     pub band: Option<Band>,
 }
@@ -566,4 +675,57 @@ pub const COMMAND_VALUE_BYTES_MAX: usize = 256;
 pub struct ControlReport {
     pub events: Vec<ControlEvent>,
     pub seqs: Vec<i64>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn claim_set(provenance: Option<Box<ClaimProvenance>>) -> ControlEvent {
+        ControlEvent {
+            occurred_at: Micros(0),
+            point: None,
+            point_id: "plant.valve".into(),
+            principal: "rule:frost".into(),
+            core_epoch: 2,
+            registry_version: 4,
+            detail: ControlDetail::ClaimSet {
+                command_id: "rule-2-1".into(),
+                holder: "rule:frost".into(),
+                band: Band::Automation,
+                priority: 0,
+                value: CommandValue::Bool(true),
+                until: None,
+                provenance,
+            },
+        }
+    }
+
+    #[test]
+    fn a_claim_s_provenance_is_in_its_payload_only_when_present() {
+        let plain: serde_json::Value = serde_json::from_str(&claim_set(None).payload_json()).expect("JSON");
+        assert!(plain.get("provenance").is_none(), "{plain}");
+        let provenance = ClaimProvenance {
+            rule: "frost".into(),
+            registry_version: 4,
+            rows: vec![(
+                "plant.temp".into(),
+                crate::log::ObsKey {
+                    driver_instance: "modbus-1".into(),
+                    source_epoch: 1,
+                    source_seq: 42,
+                },
+            )],
+        };
+        let with: serde_json::Value =
+            serde_json::from_str(&claim_set(Some(Box::new(provenance))).payload_json()).expect("JSON");
+        assert_eq!(
+            with["provenance"],
+            serde_json::json!({
+                "rule": "frost",
+                "registry_version": 4,
+                "rows": [{"point_id": "plant.temp", "driver_instance": "modbus-1", "source_epoch": 1, "source_seq": 42}],
+            })
+        );
+    }
 }

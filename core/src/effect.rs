@@ -219,6 +219,9 @@ pub enum Deadline {
     Drivers,
     /// An applied command's verification is due.
     Verification,
+    /// A rule's `for_s` comes due, its warmup deadline passes, or an input it reads stops
+    /// being current.
+    Rules,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -19,7 +19,8 @@
 //!   `Ack`s), `projection` (the projection and its checkpoints), `watchdog` (freshness
 //!   deadlines, `quality_changed`), `commands` (admission, refusals, publishing committed
 //!   commands), `claims` (writable points' claims through [`arbitration`], `point_desired`), [`drivers`] (restart step 7 and the driver
-//!   states), `derived` (derived points, the readings held at restart), `maintenance` (rollup
+//!   states), `derived` (derived points, the readings held at restart), `rules` (rules on
+//!   committed current data, warmup, their claims, the replay at restart), `maintenance` (rollup
 //!   and retention schedules, the reprocess slot, "ingest behind") and [`self_points`];
 //!   `parts/context.rs` is what they all read (`Ctx`) and write (`Out`). Only `drivers` and
 //!   `self_points` are public, re-exported here.
@@ -31,6 +32,8 @@
 //! - [`derived`] — derived points: sliding-window and two-input values computed from committed
 //!   rows, keyed by the triggering row, with provenance and typed gaps;
 //! - [`rollup`], [`retention`] — when rollups refresh and partitions drop, and the horizons;
+//! - [`rules`] — rules, evaluated: an input's reading (usable, standing in, lost), a
+//!   condition's value, one rule's state machine (hysteresis, `for_s`, gaps, the fight limit);
 //! - [`arbitration`] — claims on a writable point, their bands (mapped onto BACnet's priority
 //!   levels) and the one resolver that picks the desired value;
 //! - [`reprocess_request`] — a reprocess asked of the running core: admission, the job, the
@@ -72,6 +75,7 @@ pub mod reprocess;
 pub mod reprocess_request;
 pub mod retention;
 pub mod rollup;
+pub mod rules;
 pub mod state;
 pub mod time;
 pub mod wire;

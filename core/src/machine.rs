@@ -16,6 +16,9 @@
 //! - the projection, the drivers, the watchdog and the derived points see only the rows of a
 //!   RETURNING set, which ingest hands the router batch by batch, in batch order, and the
 //!   router hands them row by row (rules 2 and 3: project and publish only what inserted);
+//! - the rules part decides only on those rows, after the projection applied each, and only
+//!   on current ones, on committed `quality_changed` events and on its own wakes, never while
+//!   staleness is suppressed; its claim changes go to the claims part through the router;
 //! - the watchdog's `quality_changed` and a command's `command_issued` act only once their
 //!   control write commits: the projection follows the watchdog only through
 //!   `ControlCommitted`, and commands publish only from it; a claim's `command_issued` is
@@ -43,6 +46,7 @@ use crate::parts::health::{Health, InstanceFacts};
 use crate::parts::ingest::{Applied, Ingest};
 use crate::parts::maintenance::Maintenance;
 use crate::parts::projection::Projector;
+use crate::parts::rules::{RuleRequest, Rules};
 use crate::parts::self_points::{SELF_HOST, SelfPoints};
 use crate::parts::verification::{Convergence, RestoredVerification, Verification};
 use crate::parts::watchdog::Watchdog;
@@ -81,6 +85,7 @@ pub struct Core {
     drivers: Drivers,
     assignments: Assignments,
     derived: DerivedPoints,
+    rules: Rules,
     maintenance: Maintenance,
     self_points: SelfPoints,
     health: Health,
@@ -107,9 +112,11 @@ impl Core {
         };
         let registry = &ctx.registry;
         let config = &ctx.config;
+        let projection = Projector::restore(&ctx, restored);
         let mut core = Core {
             ingest: Ingest::new(config),
-            projection: Projector::restore(&ctx, restored),
+            rules: Rules::new(registry, projection.view(), now),
+            projection,
             watchdog: Watchdog::new(registry.len(), now.add_ms(config.startup_grace_ms)),
             commands: Commands::default(),
             claims: Claims::new(registry),
@@ -246,7 +253,49 @@ impl Core {
     /// Restart: the `point_desired` rows as last written, so a claim for the value a point
     /// already has issues no command. Returns how many writable points were restored.
     pub fn restore_desired(&mut self, rows: impl IntoIterator<Item = DesiredRow>) -> usize {
-        self.claims.restore(&self.ctx.registry, rows)
+        let restored = self.claims.restore(&self.ctx.registry, rows);
+        // The rules' own claims among them stay as they are until each rule leaves warmup.
+        let claims = &self.claims;
+        let held = self
+            .ctx
+            .registry
+            .points()
+            .flat_map(|(idx, _)| claims.claims(idx).map(move |c| (idx, c)));
+        self.rules.restore(held);
+        restored
+    }
+
+    /// Restart step 8, the question: the rules' inputs' committed rows over each input's
+    /// readers' longest `for_s` plus one freshness before now, as the derived points ask
+    /// ([`Self::derived_window_requests`]). Empty when there are no rules.
+    pub fn rule_window_requests(&self) -> Vec<WindowRequest> {
+        self.rules.window_requests(&self.ctx.registry, self.ctx.now)
+    }
+
+    /// Restart step 8, the answer: the rows read for [`Self::rule_window_requests`], replayed
+    /// in log order through the rules (issue 22 item 5): a condition that began before the
+    /// restart keeps its start instant from the log, a gap in the log starts it again, and
+    /// nothing fires (a `for_s` due fires only after warmup, on current data). Returns how
+    /// many rows were replayed.
+    pub fn rehydrate_rules(&mut self, rows: Vec<WindowRow>) -> usize {
+        self.rules.replay(&self.ctx.registry, rows)
+    }
+
+    /// When a rule's pending condition comes due (its start instant plus `for_s`), if it is
+    /// pending: the start instant may come from the log (restart step 8).
+    pub fn rule_due(&self, rule_id: &str) -> Option<Micros> {
+        self.rules.due(rule_id)
+    }
+
+    /// How many rules this core runs.
+    pub fn rules_count(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// A rule's state, as its self-point reports it: 0 idle, 1 pending, 2 firing, 3 warmup,
+    /// -1 held, -2 input lost.
+    pub fn rule_state(&self, rule_id: &str) -> Option<i8> {
+        self.rules.state(rule_id)
     }
 
     /// Restart, the outbox (issue 21 item 3): each point's newest `command_issued` with no
@@ -360,8 +409,8 @@ impl Core {
             .unwrap_or_default()
     }
 
-    /// Sets a claim of any band on a writable point at `now`: the rules engine's way in, until
-    /// it exists a test-only path (an automation claim beside an operator's). `Err` with the
+    /// Sets a claim of any band on a writable point at `now`: a test-only path (an automation
+    /// claim beside an operator's); rules claim through the rules part. `Err` with the
     /// reason for a point that is not writable or cannot take another holder.
     pub fn set_claim(
         &mut self,
@@ -387,6 +436,7 @@ impl Core {
         let asker = Asker {
             principal: claim.holder.clone(),
             command_id: command_id.to_owned(),
+            provenance: None,
         };
         self.claims.set(point, claim, asker, &self.ctx, &mut self.out)
     }
@@ -570,6 +620,7 @@ impl Core {
             consider(self.commands.next_deadline(), Deadline::Commands);
             consider(self.drivers.next_deadline(), Deadline::Drivers);
             consider(self.verification.next_deadline(), Deadline::Verification);
+            consider(self.rules.next_deadline(), Deadline::Rules);
         }
         earliest
     }
@@ -674,7 +725,8 @@ impl Core {
 
     /// The cross-part sequence for one committed batch, whose `Ack` ingest has emitted: each
     /// RETURNING row in turn goes through the projection (and its `Publish`), the drivers and
-    /// the watchdog's re-armed deadline, before the next row; then the derived points fold the
+    /// the watchdog's re-armed deadline, the verification and the rules (their claim changes
+    /// handed to the claims part), before the next row; then the derived points fold the
     /// batch's rows and publish their readings.
     fn apply_committed(&mut self, applied: &Applied) {
         let (ctx, out) = (&self.ctx, &mut self.out);
@@ -687,6 +739,12 @@ impl Core {
             let deadline = self.projection.freshness_deadline(row.point);
             self.watchdog.rearm(row.point, deadline);
             self.verification.on_row(row, ctx, out);
+            // A stopping core claims nothing new: its rules are frozen as if suppressed.
+            let suppressed = self.watchdog.suppressed(ctx.now) || self.mode != Mode::Running;
+            let requests = self
+                .rules
+                .on_row(row, suppressed, self.projection.view(), ctx, out);
+            hand_to_claims(requests, &mut self.claims, &mut self.rules, ctx, out);
         }
         self.derived
             .on_committed(&applied.batch, &applied.inserted, ctx, out);
@@ -720,6 +778,7 @@ impl Core {
                 let asker = Asker {
                     principal: principal.clone(),
                     command_id: command_id.clone(),
+                    provenance: None,
                 };
                 if let Err(reason) = self.claims.set(point, claim, asker, ctx, out) {
                     self.commands
@@ -736,6 +795,7 @@ impl Core {
                 let asker = Asker {
                     principal: principal.clone(),
                     command_id: command_id.clone(),
+                    provenance: None,
                 };
                 if let Err(reason) = self.claims.release(point, &principal, asker, ctx, out) {
                     self.commands
@@ -808,6 +868,11 @@ impl Core {
                     let rearmed = self.watchdog.answered(point, ctx.now);
                     self.projection
                         .apply_quality_event(point, event, *from, *to, *reason, seq, rearmed, ctx, out);
+                    let suppressed = self.watchdog.suppressed(ctx.now) || self.mode != Mode::Running;
+                    let requests = self
+                        .rules
+                        .on_quality(point, suppressed, self.projection.view(), ctx, out);
+                    hand_to_claims(requests, &mut self.claims, &mut self.rules, ctx, out);
                 }
                 ControlDetail::CommandIssued {
                     command_id,
@@ -844,6 +909,7 @@ impl Core {
                 | ControlDetail::CommandDiverged { .. }
                 | ControlDetail::ClaimSet { .. }
                 | ControlDetail::ClaimReleased { .. }
+                | ControlDetail::Rule { .. }
                 | ControlDetail::Availability { .. } => {}
                 ControlDetail::Assignment { .. } => self.assignments.committed(event, seq, ctx, out),
             }
@@ -906,11 +972,17 @@ impl Core {
             let mut health = self.health.take_due(ctx.now, instances, self.projection.view());
             if health_due {
                 health.extend(self.verification.readings(&ctx.registry));
+                health.extend(self.rules.readings(&ctx.registry));
             }
             self.self_points.publish_health(health, ctx, out);
             let pipeline_full = self.ingest.pipeline_full(&ctx.config);
             self.maintenance.on_tick(pipeline_full, ctx, out);
             self.claims.expire(ctx, out);
+            // Frozen exactly while the watchdog holds staleness back.
+            let suppressed = self.watchdog.suppressed(ctx.now);
+            let requests = self.rules.on_tick(suppressed, self.projection.view(), ctx, out);
+            hand_to_claims(requests, &mut self.claims, &mut self.rules, ctx, out);
+            self.rules.gauge(&mut out.metrics);
             // Paused exactly while the watchdog holds staleness back.
             self.verification
                 .set_suppressed(self.watchdog.suppressed(ctx.now), ctx.now);
@@ -979,6 +1051,40 @@ impl Core {
         self.mode = Mode::Exited;
         self.ingest.abandon();
         self.out.push(Effect::Exit(reason));
+    }
+}
+
+/// The rules' claim changes, handed to the claims part in order; each answer goes back to the
+/// rules part (a refusal is on the record there, never a panic).
+fn hand_to_claims(
+    requests: Vec<RuleRequest>,
+    claims: &mut Claims,
+    rules: &mut Rules,
+    ctx: &Ctx,
+    out: &mut Out,
+) {
+    for request in requests {
+        debug_assert!(
+            request.holder.starts_with("rule:"),
+            "a rule claims as rule:<id>, never as an operator"
+        );
+        debug_assert!(
+            request
+                .claim
+                .as_ref()
+                .is_none_or(|c| c.band != crate::arbitration::Band::Operator),
+            "a rule never claims in the operator band"
+        );
+        let asker = Asker {
+            principal: request.holder.clone(),
+            command_id: request.command_id.clone(),
+            provenance: request.provenance.clone(),
+        };
+        let answer = match &request.claim {
+            Some(claim) => claims.set(request.point, claim.clone(), asker, ctx, out),
+            None => claims.release(request.point, &request.holder, asker, ctx, out),
+        };
+        rules.answered(&request, answer, ctx, out);
     }
 }
 

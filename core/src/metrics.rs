@@ -94,7 +94,20 @@ pub struct Metrics {
     pub commands_verified: u64,
     /// Applied commands whose point did not (`command_diverged` written).
     pub commands_diverged: u64,
+    /// Rules in each state, by [`RULE_STATES`] (a gauge, refreshed on ticks; issue 22).
+    pub rules: [u64; RULE_STATES.len()],
+    /// Rules' claim changes, by [`RULE_CLAIM_OUTCOMES`]: set and released as the claims part
+    /// carried them out, refused by it, and changes a fight limit held back.
+    pub rule_claims: [u64; RULE_CLAIM_OUTCOMES.len()],
 }
+
+/// The states of a rule, as the `state` label of `sentinel_rules` (the state self-point's
+/// codes 0, 1, 2, 3, -1, -2 in this order).
+pub const RULE_STATES: [&str; 6] = ["idle", "pending", "firing", "warmup", "held", "input_lost"];
+
+/// The outcomes of a rule's claim change, as the `outcome` label of
+/// `sentinel_rule_claims_total`.
+pub const RULE_CLAIM_OUTCOMES: [&str; 4] = ["set", "released", "refused", "held"];
 
 /// The outcomes of a claim, as the `outcome` label of `sentinel_claims_total`: its
 /// `claim_set` event, or its `claim_released` event's `why`.

@@ -9,7 +9,8 @@
 //! Then restart steps 4–8 (each point's newest control event; the desired values, open claims
 //! and open verifications of writable points from their snapshot, never the log from its
 //! start; derived windows; durable timers, the claims' expiries and the verifications included,
-//! those that came due while the core was down decided on the log's evidence; drivers; warmup),
+//! those that came due while the core was down decided on the log's evidence; drivers; the
+//! rules' warmup, their conditions replayed from the log),
 //! each timed. Step 7 subscribes to the core's inbound subjects (driver hellos and
 //! command requests) and announces this core's epoch to every driver instance the registry
 //! names, so each raises its epoch floor at the takeover rather than at this core's first
@@ -117,6 +118,21 @@ async fn replay_control_heads<S: Store>(store: &S, core: &mut Core) -> Result<(u
     debug_assert!(heads.len() <= core.registry().len());
     let advanced = core.replay_control_events(heads.iter().map(|(point, seq)| (point.as_str(), *seq)));
     Ok((heads.len(), advanced))
+}
+
+/// Restart step 8: the rules' inputs' committed rows over each input's readers' longest
+/// `for_s` plus one freshness before now, in one batched `Store::load_windows` (one query per
+/// class, bounded per point as step 5's), replayed in log order through the rules. Returns
+/// `(inputs read, rows replayed)`; no read at all without rules.
+async fn replay_rules<S: Store>(store: &S, core: &mut Core) -> Result<(usize, usize), StoreError> {
+    let requests = core.rule_window_requests();
+    if requests.is_empty() {
+        return Ok((0, 0));
+    }
+    let rows = store
+        .load_windows(&requests, sentinel_core::derived::WINDOW_SAMPLES_MAX)
+        .await?;
+    Ok((requests.len(), core.rehydrate_rules(rows)))
 }
 
 /// Restart step 6's evidence reads for the restored verifications in flight at once: one per
@@ -387,12 +403,24 @@ where
         announced, epoch, "core epoch announced to driver instances"
     );
 
-    // Restart step 8: rules leave warmup as their inputs reach live. No rules exist (the Rules
-    // Engine is not built), so nothing is in warmup; the watchdog's startup grace is this
-    // core's only warm-up. The step is timed so the record has its slot.
+    // Restart step 8 (issue 22 item 5): every rule starts in warmup and leaves it once its
+    // inputs are live (or its deadline passes, counted only while staleness is not
+    // suppressed), on the running loop. What this step does is give the rules their past: the
+    // inputs' committed rows over each input's readers' longest `for_s` plus one freshness,
+    // read in one batched query per class as step 5 reads the derived windows, and replayed
+    // in log order, so a condition that began before the restart keeps its start instant and
+    // a gap in the log starts it again. Nothing fires here: a `for_s` due fires only after
+    // warmup, on current data.
     notify.startup_step("warmup");
     let step = Instant::now();
+    let (inputs, replayed) = replay_rules(store, &mut core).await?;
     timings.record("warmup", step);
+    info!(
+        rules = core.rules_count(),
+        inputs,
+        rows = replayed,
+        "rules in warmup, their conditions replayed from the log"
+    );
 
     // Recorded after binding so the record covers the whole cold start. Fenced: a core that
     // has already been replaced fails here rather than starting to ingest.
@@ -474,5 +502,123 @@ mod tests {
             (watermark("p"), watermark("q"), watermark("r")),
             (Some(4), Some(5), None)
         );
+    }
+
+    /// A registry whose rule `frost` claims `plant.valve` once `plant.temp < 5` held 60 s.
+    fn rule_registry() -> Arc<Registry> {
+        use sentinel_core::registry::rule::{CompareOp, Condition, Rule, RuleBand, RuleClaim, RuleFallback};
+        use sentinel_core::registry::{CommandValue, Writable};
+        let temp = Descriptor::new("plant.temp", Kind::Number, RetentionClass::Measurement, "h", "i");
+        let mut valve = Descriptor::new("plant.valve", Kind::Bool, RetentionClass::State, "h", "i");
+        valve.writable = Some(Writable {
+            relinquish_default: Some(CommandValue::Bool(false)),
+            verify_s: 60,
+            tolerance: 0.0,
+            min_on_s: None,
+            min_off_s: None,
+        });
+        valve.rules = vec![Rule {
+            id: "frost".into(),
+            inputs: vec!["plant.temp".into()],
+            when: Condition::Compare {
+                point: "plant.temp".into(),
+                op: CompareOp::Lt,
+                value: CommandValue::Number(5.0),
+            },
+            until: None,
+            for_s: 60,
+            point: "plant.valve".into(),
+            claim: RuleClaim {
+                band: RuleBand::Automation,
+                priority: 0,
+                value: CommandValue::Bool(true),
+            },
+            otherwise: RuleFallback::Release,
+            on_input_loss: RuleFallback::Release,
+            warmup_deadline_s: 60,
+            fight: None,
+        }];
+        Arc::new(Registry::compile(1, "sha".into(), "hash".into(), vec![temp, valve]).expect("registry"))
+    }
+
+    #[tokio::test]
+    async fn step_8_replays_the_rules_inputs_from_the_log_and_keeps_a_pending_start() {
+        let registry = rule_registry();
+        let store = MemoryStore::new("OBS", Arc::new(SystemClock));
+        let lease = store.acquire().await.expect("lock");
+        let epoch = lease.epoch();
+        let now = Micros(1_796_000_000_000_000);
+        let temp = registry.resolve("plant.temp").expect("point");
+        // Rows every 5 s from 40 s before now, each holding the condition, and one from an hour
+        // before (outside the window: for_s plus one freshness is 120 s).
+        let at: Vec<Micros> = std::iter::once(now.add_ms(-3_600_000))
+            .chain((0..8).map(|i| now.add_ms(-40_000 + i * 5_000)))
+            .collect();
+        let rows = at
+            .iter()
+            .enumerate()
+            .map(|(i, &t)| sentinel_core::ObsRow {
+                point: temp,
+                point_id: "plant.temp".into(),
+                class: RetentionClass::Measurement,
+                ingested_at: t,
+                observed_at: t,
+                device_time: None,
+                value: Some(sentinel_core::CanonicalValue::Num(1.0)),
+                native_num: Some(1.0),
+                native_text: None,
+                unit_native: None,
+                quality: Quality::Live,
+                reason: None,
+                detail: None,
+                changed: true,
+                registry_version: 1,
+                key: sentinel_core::ObsKey {
+                    driver_instance: "i".into(),
+                    source_epoch: 1,
+                    source_seq: i as u64 + 1,
+                },
+                skew_flagged: false,
+                tag: sentinel_core::DeliveryTag(i as u64 + 1),
+            })
+            .collect();
+        store
+            .commit(sentinel_core::Batch {
+                id: sentinel_core::BatchId(1),
+                epoch,
+                rows,
+                quarantine: Vec::new(),
+            })
+            .await
+            .expect("commit");
+        let mut core =
+            Core::new(Config::default(), registry, epoch, &RestoredState::default(), now).expect("core");
+        let (inputs, replayed) = replay_rules(&store, &mut core).await.expect("step 8");
+        assert_eq!((inputs, replayed), (1, 8), "the window's rows only");
+        assert_eq!(core.rule_state("frost"), Some(3), "in warmup");
+        assert_eq!(
+            core.rule_due("frost"),
+            Some(now.add_ms(20_000)),
+            "pending since the log's first row"
+        );
+        // Without rules, nothing is read.
+        let plain = Arc::new(
+            Registry::compile(
+                1,
+                "sha".into(),
+                "hash".into(),
+                vec![Descriptor::new(
+                    "p",
+                    Kind::Number,
+                    RetentionClass::Measurement,
+                    "h",
+                    "i",
+                )],
+            )
+            .expect("registry"),
+        );
+        let mut core =
+            Core::new(Config::default(), plain, epoch, &RestoredState::default(), now).expect("core");
+        assert_eq!(replay_rules(&store, &mut core).await.expect("step 8"), (0, 0));
     }
 }

@@ -33,7 +33,9 @@ use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::Registry;
 use sentinel_core::drivers::DriverState;
-use sentinel_core::metrics::{BATCH_SIZE_BOUNDS, CLAIM_OUTCOMES, COMMIT_LATENCY_BOUNDS_US, Histogram};
+use sentinel_core::metrics::{
+    BATCH_SIZE_BOUNDS, CLAIM_OUTCOMES, COMMIT_LATENCY_BOUNDS_US, Histogram, RULE_CLAIM_OUTCOMES, RULE_STATES,
+};
 use sentinel_core::{Core, Metrics, Micros, Quality, QuarantineReason, RetentionClass};
 use sentinel_ports::clock::Clock;
 use sentinel_ports::{BusError, Lag, RetainedTable, StoreError};
@@ -556,6 +558,28 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
         "sentinel_claims",
         "Claims on writable points decided, by outcome (set, released by the holder, expired)",
         &claims,
+    )?;
+    let rule_claim_labels: Vec<_> = RULE_CLAIM_OUTCOMES.iter().map(|o| [("outcome", *o)]).collect();
+    let rule_claims: Vec<(&Labels<'_>, u64)> = rule_claim_labels
+        .iter()
+        .zip(m.rule_claims)
+        .map(|(labels, n)| (labels.as_slice(), n))
+        .collect();
+    f.counter(
+        "sentinel_rule_claims",
+        "Rules' claim changes, by outcome (set, released, refused by the claims part, held by a fight limit)",
+        &rule_claims,
+    )?;
+    let rule_state_labels: Vec<_> = RULE_STATES.iter().map(|s| [("state", *s)]).collect();
+    let rules: Vec<(&Labels<'_>, f64)> = rule_state_labels
+        .iter()
+        .zip(m.rules)
+        .map(|(labels, n)| (labels.as_slice(), n as f64))
+        .collect();
+    f.gauge(
+        "sentinel_rules",
+        "Rules by state (idle, pending, firing, warmup, held, input_lost)",
+        &rules,
     )?;
     f.counter(
         "sentinel_driver_hellos",

@@ -191,6 +191,7 @@ async fn write_command_log(
                     priority: 0,
                     value: value.clone(),
                     until: None,
+                    provenance: None,
                 },
             ));
             events.push(event(
@@ -270,6 +271,7 @@ async fn write_command_log(
                 priority: 0,
                 value: value.clone(),
                 until,
+                provenance: None,
             },
         ));
         rows.push(DesiredRow {

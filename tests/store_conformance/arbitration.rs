@@ -23,6 +23,7 @@ fn claim_event(point: &str, epoch: u32, at: Micros, holder: &str, value: Command
             priority: 2,
             value,
             until: Some(at.add_ms(3_600_000)),
+            provenance: None,
         },
     }
 }

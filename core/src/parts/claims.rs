@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use crate::arbitration::{Band, Change, Claim, Desired, DesiredRow, MinHold, PointArbiter};
 use crate::control::{
-    ControlDetail, ControlEvent, PRINCIPAL_ARBITRATION, RELEASED_BY_HOLDER, RELEASED_EXPIRED,
+    ClaimProvenance, ControlDetail, ControlEvent, PRINCIPAL_ARBITRATION, RELEASED_BY_HOLDER, RELEASED_EXPIRED,
 };
 use crate::effect::Effect;
 use crate::registry::{PointIdx, Registry};
@@ -62,6 +62,8 @@ fn arbiter(writable: &crate::registry::Writable, restored: Option<Desired>) -> P
 pub(crate) struct Asker {
     pub principal: Arc<str>,
     pub command_id: String,
+    /// Why a rule asks (issue 22 item 7), recorded on its `claim_set`; `None` for others.
+    pub provenance: Option<Box<ClaimProvenance>>,
 }
 
 impl Claims {
@@ -152,6 +154,7 @@ impl Claims {
             priority: claim.priority,
             value: claim.value.clone(),
             until: claim.until,
+            provenance: asker.provenance.clone(),
         };
         plant(arbiter, ctx);
         let change = arbiter.set(claim)?;
@@ -222,6 +225,7 @@ impl Claims {
                 let asker = Asker {
                     principal: PRINCIPAL_ARBITRATION.into(),
                     command_id: format!("lapse-{}-{}", ctx.epoch, self.lapses),
+                    provenance: None,
                 };
                 let event = ControlDetail::ClaimReleased {
                     command_id: asker.command_id.clone(),
@@ -239,6 +243,7 @@ impl Claims {
             let asker = Asker {
                 principal: PRINCIPAL_ARBITRATION.into(),
                 command_id: format!("hold-{}-{}", ctx.epoch, self.holds_ended),
+                provenance: None,
             };
             let open = arbiter.claims().cloned().collect();
             emit(point, None, change, open, &asker, ctx, out);
@@ -343,6 +348,7 @@ mod tests {
         Asker {
             principal: principal.into(),
             command_id: id.into(),
+            provenance: None,
         }
     }
 

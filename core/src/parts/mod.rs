@@ -14,6 +14,8 @@
 //! - [`assignments`]: each driver instance's assignment (poll intervals), its `assignment`
 //!   events, their publication and the drivers' acknowledgements;
 //! - [`derived`]: derived points, and the readings held back at restart;
+//! - [`rules`]: the rules, evaluated on committed current data, their warmup, their claims
+//!   (handed to the claims part by the router), their replay at restart;
 //! - [`maintenance`]: rollup and retention schedules, the reprocess slot, "ingest behind";
 //! - [`self_points`]: the core's figures about itself, and the envelopes of every self-point;
 //! - [`health`]: the values of the generated health points per driver host and per device;
@@ -29,6 +31,7 @@ pub(crate) mod health;
 pub(crate) mod ingest;
 pub(crate) mod maintenance;
 pub(crate) mod projection;
+pub(crate) mod rules;
 pub mod self_points;
 pub mod verification;
 pub(crate) mod watchdog;

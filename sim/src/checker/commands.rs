@@ -831,6 +831,7 @@ mod tests {
                 priority: 0,
                 value: CommandValue::Number(value),
                 until: None,
+                provenance: None,
             },
         )
     }
