@@ -292,9 +292,8 @@ impl Core {
         self.rules.len()
     }
 
-    /// A rule's state, as its self-point reports it: 0 idle, 1 pending, 2 firing, 3 warmup,
-    /// -1 held, -2 input lost.
-    pub fn rule_state(&self, rule_id: &str) -> Option<i8> {
+    /// A rule's state, as its state self-point reports it.
+    pub fn rule_state(&self, rule_id: &str) -> Option<crate::registry::health::RuleStateCode> {
         self.rules.state(rule_id)
     }
 

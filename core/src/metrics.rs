@@ -101,8 +101,9 @@ pub struct Metrics {
     pub rule_claims: [u64; RULE_CLAIM_OUTCOMES.len()],
 }
 
-/// The states of a rule, as the `state` label of `sentinel_rules` (the state self-point's
-/// codes 0, 1, 2, 3, -1, -2 in this order).
+/// The states of a rule, as the `state` label of `sentinel_rules`: each state's label, in the
+/// order of the state self-point's codes 0, 1, 2, 3, -1, -2 (the rules part's tests check the
+/// two lists are one).
 pub const RULE_STATES: [&str; 6] = ["idle", "pending", "firing", "warmup", "held", "input_lost"];
 
 /// The outcomes of a rule's claim change, as the `outcome` label of

@@ -11,6 +11,7 @@ mod common;
 use std::sync::Arc;
 
 use common::*;
+use sentinel_core::registry::health::RuleStateCode;
 use sentinel_core::registry::rule::{
     CompareOp, Condition, MissingData, Rule, RuleBand, RuleClaim, RuleFallback,
 };
@@ -220,12 +221,16 @@ fn a_drain_of_triggering_backlog_claims_nothing_and_fires_once_from_current_data
         "no rule left warmup: {:?}",
         rule_events(&effects)
     );
-    assert_eq!(core.rule_state("frost"), Some(3), "still in warmup");
+    assert_eq!(
+        core.rule_state("frost"),
+        Some(RuleStateCode::Warmup),
+        "still in warmup"
+    );
     // Caught up: lag low, and the backlog's last rows are not current, so warmup goes on.
     let caught_up = T0.add_ms(250_000);
     let effects = lag(&mut core, caught_up, 0);
     assert!(claims_set(&effects).is_empty() && rule_events(&effects).is_empty());
-    assert_eq!(core.rule_state("frost"), Some(3));
+    assert_eq!(core.rule_state("frost"), Some(RuleStateCode::Warmup));
     // Current data that holds the condition: warmup ends (its inputs live) and it fires once.
     let mut effects = reading(
         &mut core,
@@ -247,7 +252,7 @@ fn a_drain_of_triggering_backlog_claims_nothing_and_fires_once_from_current_data
     let events = rule_events(&effects);
     assert_eq!(events.len(), 1, "{events:?}");
     assert!(events[0].starts_with("rule_warmup_ended") && events[0].contains(r#""reason":"inputs_live""#));
-    assert_eq!(core.rule_state("frost"), Some(2));
+    assert_eq!(core.rule_state("frost"), Some(RuleStateCode::Firing));
 }
 
 #[test]
@@ -263,7 +268,7 @@ fn a_for_s_that_began_before_the_restart_fires_at_its_log_time_instant() {
         effects.extend(reading(&mut core, 10 + i as u64, 1.0, at.add_ms(-100), at));
     }
     assert!(claims_set(&effects).is_empty(), "not due before T0 + 20 s");
-    assert_eq!(core.rule_state("frost"), Some(1), "pending");
+    assert_eq!(core.rule_state("frost"), Some(RuleStateCode::Pending), "pending");
     let effects = tick(&mut core, T0.add_ms(19_999));
     assert!(claims_set(&effects).is_empty(), "not a moment before");
     let effects = tick(&mut core, T0.add_ms(20_000));
@@ -282,7 +287,7 @@ fn a_for_s_due_during_the_downtime_fires_only_after_warmup_and_on_current_data()
         let mut effects = lag(&mut core, T0.add_ms(GRACE_MS), 0);
         effects.extend(tick(&mut core, T0.add_ms(3_000)));
         assert!(claims_set(&effects).is_empty(), "never before warmup ends");
-        assert_eq!(core.rule_state("frost"), Some(3));
+        assert_eq!(core.rule_state("frost"), Some(RuleStateCode::Warmup));
         let at = T0.add_ms(5_000);
         let effects = reading(&mut core, 20, now_holds, at.add_ms(-100), at);
         let expected = if fires {
@@ -314,13 +319,17 @@ fn a_rule_whose_inputs_stopped_arriving_during_the_downtime_does_not_fire() {
         events.len() == 1 && events[0].contains(r#""reason":"deadline""#),
         "{events:?}"
     );
-    assert_eq!(core.rule_state("frost"), Some(-2), "its input is lost");
+    assert_eq!(
+        core.rule_state("frost"),
+        Some(RuleStateCode::InputLost),
+        "its input is lost"
+    );
     // Its input comes back after a gap of 5 minutes in the log: the condition starts again
     // from this row, so it does not fire at once, only 60 s of current data later.
     let at = T0.add_ms(100_000);
     let effects = reading(&mut core, 30, 1.0, at.add_ms(-100), at);
     assert!(claims_set(&effects).is_empty(), "the gap restarted the condition");
-    assert_eq!(core.rule_state("frost"), Some(1));
+    assert_eq!(core.rule_state("frost"), Some(RuleStateCode::Pending));
     let mut effects = Vec::new();
     for i in 1..=12 {
         let at = T0.add_ms(100_000 + i * 5_000);

@@ -595,7 +595,11 @@ mod tests {
             Core::new(Config::default(), registry, epoch, &RestoredState::default(), now).expect("core");
         let (inputs, replayed) = replay_rules(&store, &mut core).await.expect("step 8");
         assert_eq!((inputs, replayed), (1, 8), "the window's rows only");
-        assert_eq!(core.rule_state("frost"), Some(3), "in warmup");
+        assert_eq!(
+            core.rule_state("frost"),
+            Some(sentinel_core::registry::health::RuleStateCode::Warmup),
+            "in warmup"
+        );
         assert_eq!(
             core.rule_due("frost"),
             Some(now.add_ms(20_000)),

@@ -39,6 +39,7 @@ use crate::derived::{WindowRequest, WindowRow};
 use crate::effect::Effect;
 use crate::log::{CanonicalValue, ObsKey, ObsRow, Quality};
 use crate::projection::Projection;
+use crate::registry::health::{RuleStateCode, rule_state_point};
 use crate::registry::rule::{RULE_INPUTS_MAX, RULES_MAX, Rule, RuleBand};
 use crate::registry::{CommandValue, PointIdx, Registry, SELF_HOST};
 use crate::rules::eval::{self, InputSpec, Reading, Resolved};
@@ -47,22 +48,9 @@ use crate::time::Micros;
 
 use super::context::{Ctx, Out};
 
-/// The state self-point's codes (`sentinel.rule.<id>.state`).
-pub const STATE_IDLE: i8 = 0;
-pub const STATE_PENDING: i8 = 1;
-pub const STATE_FIRING: i8 = 2;
-pub const STATE_WARMUP: i8 = 3;
-pub const STATE_HELD: i8 = -1;
-pub const STATE_INPUT_LOST: i8 = -2;
-
 /// A rule's holder name on the points it claims.
 pub fn holder(rule_id: &str) -> String {
     format!("rule:{rule_id}")
-}
-
-/// The id of a rule's generated state self-point.
-pub fn state_point(rule_id: &str) -> String {
-    format!("{SELF_HOST}.rule.{rule_id}.state")
 }
 
 /// What a rule asks of the claims part; the router hands it over and reports a refusal back.
@@ -169,8 +157,8 @@ impl Rules {
         self.slots.len()
     }
 
-    /// A rule's state code (see the `STATE_` constants).
-    pub fn state(&self, rule_id: &str) -> Option<i8> {
+    /// A rule's state, as its state self-point reports it.
+    pub fn state(&self, rule_id: &str) -> Option<RuleStateCode> {
         self.slots.iter().find(|s| &*s.id == rule_id).map(code)
     }
 
@@ -647,7 +635,7 @@ impl Rules {
     pub fn readings(&self, registry: &Registry) -> Vec<(PointIdx, f64)> {
         self.slots
             .iter()
-            .filter_map(|slot| Some((registry.resolve(&state_point(&slot.id))?, f64::from(code(slot)))))
+            .filter_map(|slot| Some((registry.resolve(&rule_state_point(&slot.id))?, code(slot).code())))
             .collect()
     }
 
@@ -655,15 +643,7 @@ impl Rules {
     pub fn gauge(&self, metrics: &mut crate::metrics::Metrics) {
         let mut counts = [0u64; crate::metrics::RULE_STATES.len()];
         for slot in &self.slots {
-            let index = match code(slot) {
-                STATE_IDLE => 0,
-                STATE_PENDING => 1,
-                STATE_FIRING => 2,
-                STATE_WARMUP => 3,
-                STATE_HELD => 4,
-                _ => 5,
-            };
-            counts[index] += 1;
+            counts[code(slot).index()] += 1;
         }
         metrics.rules = counts;
     }
@@ -727,18 +707,18 @@ fn slot(registry: &Registry, projection: &Projection, point: PointIdx, rule: &Ru
     })
 }
 
-fn code(slot: &Slot) -> i8 {
+fn code(slot: &Slot) -> RuleStateCode {
     if slot.held {
-        STATE_HELD
+        RuleStateCode::Held
     } else if slot.warmup {
-        STATE_WARMUP
+        RuleStateCode::Warmup
     } else if slot.machine.lost {
-        STATE_INPUT_LOST
+        RuleStateCode::InputLost
     } else {
         match slot.machine.phase {
-            Phase::Idle => STATE_IDLE,
-            Phase::Pending { .. } => STATE_PENDING,
-            Phase::Firing => STATE_FIRING,
+            Phase::Idle => RuleStateCode::Idle,
+            Phase::Pending { .. } => RuleStateCode::Pending,
+            Phase::Firing => RuleStateCode::Firing,
         }
     }
 }
@@ -890,7 +870,7 @@ mod tests {
             .collect();
         if declared {
             descriptors.push(Descriptor::new(
-                &state_point(&rule.id),
+                &rule_state_point(&rule.id),
                 Kind::Number,
                 RetentionClass::Diagnostic,
                 SELF_HOST,
@@ -997,13 +977,21 @@ mod tests {
     }
 
     #[test]
+    fn the_gauge_labels_and_the_state_point_codes_are_one_list() {
+        for (i, state) in RuleStateCode::ALL.into_iter().enumerate() {
+            assert_eq!(state.index(), i);
+            assert_eq!(crate::metrics::RULE_STATES[i], state.label());
+        }
+    }
+
+    #[test]
     fn only_current_rows_decide_and_warmup_ends_once_the_inputs_are_live() {
         let mut f = Fixture::new(heat(None, RuleFallback::Release), None);
         assert!(f.tick(T0, false).is_empty(), "in warmup: its input is unknown");
         // A replayed row that would trigger it: recorded, not decided on.
         let old = T0.add_ms(-3_600_000);
         assert!(f.flow(1, 1.0, old, T0.add_ms(1_000), false).is_empty());
-        assert_eq!(f.rules.state("heat"), Some(STATE_WARMUP));
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Warmup));
         assert!(f.events().is_empty());
         // Current: warmup ends (its input live), and it claims at once with provenance.
         let requests = f.flow(2, 1.0, T0.add_ms(1_500), T0.add_ms(2_000), false);
@@ -1048,7 +1036,7 @@ mod tests {
             f.flow(3, 10.0, T0.add_ms(1_600), T0.add_ms(120_000), false)
                 .is_empty()
         );
-        assert_eq!(f.rules.state("heat"), Some(STATE_FIRING));
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Firing));
     }
 
     #[test]
@@ -1056,7 +1044,7 @@ mod tests {
         let mut f = Fixture::new(heat(None, RuleFallback::Release), None);
         f.tick(T0, false);
         f.flow(1, 10.0, T0, T0, false);
-        assert_eq!(f.rules.state("heat"), Some(STATE_IDLE));
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Idle));
         // Lag high: a current row that triggers it decides nothing, and no wake is asked.
         assert!(
             f.flow(2, 1.0, T0.add_ms(1_000), T0.add_ms(1_000), true)
@@ -1078,10 +1066,10 @@ mod tests {
         f.tick(T0.add_ms(30_000), true);
         // 30 s counted, then 10 minutes suppressed: not past its 60 s.
         f.tick(T0.add_ms(630_000), false);
-        assert_eq!(f.rules.state("heat"), Some(STATE_WARMUP));
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Warmup));
         assert_eq!(f.rules.next_deadline(), Some(T0.add_ms(660_000)));
         f.tick(T0.add_ms(659_999), false);
-        assert_eq!(f.rules.state("heat"), Some(STATE_WARMUP));
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Warmup));
         f.tick(T0.add_ms(660_000), false);
         let events = f.events();
         assert!(
@@ -1090,7 +1078,7 @@ mod tests {
                 && events[0].contains(r#""counted_ms":60000"#),
             "{events:?}"
         );
-        assert_eq!(f.rules.state("heat"), Some(STATE_INPUT_LOST));
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::InputLost));
     }
 
     #[test]
@@ -1149,7 +1137,7 @@ mod tests {
             ],
             "three changes, then held"
         );
-        assert_eq!(f.rules.state("heat"), Some(STATE_HELD));
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Held));
         let events = f.events();
         let held: Vec<_> = events.iter().filter(|e| e.starts_with("rule_held")).collect();
         assert_eq!(held.len(), 1, "{events:?}");
@@ -1173,14 +1161,14 @@ mod tests {
         // Its freshness (60 s) runs out: the last valid value stands in.
         assert_eq!(f.rules.next_deadline(), Some(T0.add_ms(60_000)));
         assert!(f.tick(T0.add_ms(60_000), false).is_empty());
-        assert_eq!(f.rules.state("heat"), Some(STATE_FIRING));
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Firing));
         // Its maximum staleness runs out: lost, and the safe value is claimed.
         assert_eq!(f.rules.next_deadline(), Some(T0.add_ms(120_000)));
         assert_eq!(
             values(&f.tick(T0.add_ms(120_000), false)),
             [Some(CommandValue::Number(15.0))]
         );
-        assert_eq!(f.rules.state("heat"), Some(STATE_INPUT_LOST));
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::InputLost));
     }
 
     #[test]
@@ -1217,7 +1205,7 @@ mod tests {
         let mut f = Fixture::new(rule, None);
         f.rules.restore([(temp, &claim)]);
         assert!(f.flow(1, 6.0, T0, T0, false).is_empty());
-        assert_eq!(f.rules.state("heat"), Some(STATE_FIRING));
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Firing));
         assert_eq!(
             values(&f.flow(2, 9.0, T0.add_ms(1_000), T0.add_ms(1_000), false)),
             [None]
@@ -1237,7 +1225,7 @@ mod tests {
                     .registry
                     .resolve("sentinel.rule.heat.state")
                     .expect("declared");
-                assert_eq!(readings, [(point, f64::from(STATE_WARMUP))]);
+                assert_eq!(readings, [(point, RuleStateCode::Warmup.code())]);
             } else {
                 assert!(readings.is_empty());
             }

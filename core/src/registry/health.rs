@@ -165,6 +165,23 @@ impl RuleStateCode {
         RuleStateCode::InputLost,
     ];
 
+    /// Its label in the `sentinel_rules{state}` gauge (`crate::metrics::RULE_STATES`).
+    pub fn label(self) -> &'static str {
+        match self {
+            RuleStateCode::Idle => "idle",
+            RuleStateCode::Pending => "pending",
+            RuleStateCode::Firing => "firing",
+            RuleStateCode::Warmup => "warmup",
+            RuleStateCode::Held => "held",
+            RuleStateCode::InputLost => "input_lost",
+        }
+    }
+
+    /// Its position in [`Self::ALL`] (and in the gauge's labels).
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
     /// The published value.
     pub fn code(self) -> f64 {
         match self {
