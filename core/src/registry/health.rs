@@ -165,7 +165,7 @@ impl RuleStateCode {
         RuleStateCode::InputLost,
     ];
 
-    /// Its label in the `sentinel_rules{state}` gauge (`crate::metrics::RULE_STATES`).
+    /// Its label in the `sentinel_rules{state}` gauge.
     pub fn label(self) -> &'static str {
         match self {
             RuleStateCode::Idle => "idle",
