@@ -431,7 +431,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         } else if world.lock().traffic_done {
             let drained = drained_at.is_none()
                 && world.bus.stream_len() == 0
-                && world.lock().checker.uncovered().is_empty()
+                && world.lock().checker.all_covered()
                 && world.lock().driver_queued.values().all(|&n| n == 0);
             if drained {
                 drained_at = Some(now);
