@@ -59,10 +59,14 @@ pub enum PlantedBug {
     /// (planted in `arbitration.rs`'s `PointArbiter`, switched on by the claims part). Caught
     /// by invariant 18: `point_desired` is not the reference arbitration of the open claims.
     ResolverIgnoresBand,
+    /// The event policy ignored: every committed row raises a transition, as if every point
+    /// were `always` (a `never` or `on_change` point then publishes readings that changed
+    /// nothing). Caught by invariant 21.
+    RaiseEveryRow,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 13] = [
+    pub const ALL: [PlantedBug; 14] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
@@ -76,6 +80,7 @@ impl PlantedBug {
         PlantedBug::RollupIgnoresLateRows,
         PlantedBug::PublishBeforeCommit,
         PlantedBug::ResolverIgnoresBand,
+        PlantedBug::RaiseEveryRow,
     ];
 
     pub fn name(self) -> &'static str {
@@ -93,6 +98,7 @@ impl PlantedBug {
             PlantedBug::RollupIgnoresLateRows => "rollup-ignores-late-rows",
             PlantedBug::PublishBeforeCommit => "publish-before-commit",
             PlantedBug::ResolverIgnoresBand => "resolver-ignores-band",
+            PlantedBug::RaiseEveryRow => "raise-every-row",
         }
     }
 

@@ -299,6 +299,21 @@ impl Projection {
         ))
     }
 
+    /// Planted bug only ([`crate::PlantedBug::RaiseEveryRow`]): [`Self::apply`] as if the row's
+    /// point had the event policy `always`.
+    pub fn planted_apply_raising_every_row(
+        &mut self,
+        row: &ObsRow,
+        core_epoch: u32,
+        now: Micros,
+    ) -> Option<Published> {
+        let slot = &mut self.slots[row.point.0 as usize];
+        let policy = std::mem::replace(&mut slot.event_policy, EventPolicy::Always);
+        let published = self.apply(row, core_epoch, now);
+        self.slots[row.point.0 as usize].event_policy = policy;
+        published
+    }
+
     /// Applies a committed watchdog control event: the point's quality becomes `to` (its
     /// value and `observed_at` stay; a degraded quality never nulls the value). Returns the
     /// transition to publish, identified by the event's `seq`.

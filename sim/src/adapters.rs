@@ -550,7 +550,12 @@ impl Store for SimStore {
 
     async fn load_state(&self, points: &[(String, RetentionClass)]) -> Result<RestoredState, StoreError> {
         self.enter(None).await?;
-        self.world.store.load_state(points).await
+        let restored = self.world.store.load_state(points).await?;
+        // Invariant 21's views of this epoch start from what its restore read.
+        if let Some(epoch) = self.incarnation.epoch() {
+            self.world.lock().checker.events.on_restored(epoch, &restored);
+        }
+        Ok(restored)
     }
 
     async fn load_windows(

@@ -5,8 +5,9 @@
 //! driver restarts.
 //!
 //! Owns the traffic mix: good readings (random walks in the native unit, °F devices
-//! included), out-of-range and bad-unit readings, late observations (buffered minutes on the
-//! device, so out of order), skewed device clocks, malformed payloads, unknown points, a host
+//! included), out-of-range and bad-unit readings, readings the device flags `bad` or
+//! `unavailable` while still carrying a value (from a generator of their own,
+//! [`ASSERTED_STREAM`]), late observations (buffered minutes on the device, so out of order), skewed device clocks, malformed payloads, unknown points, a host
 //! publishing a point assigned elsewhere, and publisher retries of the same message. When
 //! the stream is full (discard-new) a driver keeps the message in a bounded local queue and
 //! retries it; only messages the stream accepted are owed a row or quarantine entry, and each
@@ -29,6 +30,14 @@ use crate::checker::Key3;
 use crate::registry::DriverPoint;
 use crate::settings::{CONTROLLER_FIRE_P, Site};
 use crate::world::World;
+
+/// The seed's second generator, for the readings a driver flags itself: XORed into the run's
+/// seed, so drawing them leaves every other draw of the run as it was.
+pub const ASSERTED_STREAM: u64 = 0x5eed_0000_a55e_0000;
+/// Of the readings of a device point, how many per thousand the driver flags `bad` or
+/// `unavailable` while still carrying the value it read (the driver contract allows both;
+/// production keeps such a row, and rollups, derived windows and rules must leave it out).
+const ASSERTED_PERMILLE: u64 = 15;
 
 /// Messages a driver holds while the stream rejects it; the oldest are dropped beyond this.
 const LOCAL_QUEUE_MAX: usize = 10_000;
@@ -271,6 +280,7 @@ impl HostDriver {
         let settings = &self.world.settings;
         let now = self.world.now();
         let mut guard = self.world.lock();
+        let asserted = guard.asserted_rng.below(1_000);
         let rng = &mut guard.rng;
         let idx = rng.below(self.points.len() as u64) as usize;
         let roll = rng.below(1_000);
@@ -284,24 +294,31 @@ impl HostDriver {
         let walked = (self.native_now[idx] + span * 0.002 * step)
             .clamp(p.native_lo + span * 0.2, p.native_hi - span * 0.2);
         self.native_now[idx] = walked;
-        let value = match p.kind {
-            // The driver's own health point: what its local queue's bound has dropped. The
-            // simulated host keeps one queue for all its instances, so each reports the host's.
-            _ if p.id == queue_drops_point(&self.host, &p.instance) => serde_json::json!(self.dropped),
-            _ if p.id == queue_depth_point(&self.host, &p.instance) => serde_json::json!(self.queue.len()),
-            _ if p.id == publish_failures_point(&self.host, &p.instance) => {
-                serde_json::json!(self.publish_failures)
-            }
-            Kind::Number if roll < 20 => serde_json::json!(p.native_hi + span.abs().max(1.0) * 10.0),
-            Kind::Number => serde_json::json!((walked * 100.0).round() / 100.0),
-            Kind::Bool => serde_json::json!(rng.below(2) == 1),
-            Kind::Enum if roll < 20 || p.codes.is_empty() => serde_json::json!("no-such-code"),
-            Kind::Enum => {
+        // The driver's own health points: what its local queue's bound has dropped, what it
+        // holds, what the stream did not take. The simulated host keeps one queue for all its
+        // instances, so each reports the host's.
+        let health = if p.id == queue_drops_point(&self.host, &p.instance) {
+            Some(serde_json::json!(self.dropped))
+        } else if p.id == queue_depth_point(&self.host, &p.instance) {
+            Some(serde_json::json!(self.queue.len()))
+        } else if p.id == publish_failures_point(&self.host, &p.instance) {
+            Some(serde_json::json!(self.publish_failures))
+        } else {
+            None
+        };
+        let own_health = health.is_some();
+        let value = match (health, p.kind) {
+            (Some(value), _) => value,
+            (None, Kind::Number) if roll < 20 => serde_json::json!(p.native_hi + span.abs().max(1.0) * 10.0),
+            (None, Kind::Number) => serde_json::json!((walked * 100.0).round() / 100.0),
+            (None, Kind::Bool) => serde_json::json!(rng.below(2) == 1),
+            (None, Kind::Enum) if roll < 20 || p.codes.is_empty() => serde_json::json!("no-such-code"),
+            (None, Kind::Enum) => {
                 let code = &p.codes[rng.below(p.codes.len() as u64) as usize];
                 code.parse::<i64>()
                     .map_or_else(|_| serde_json::json!(code), |n| serde_json::json!(n))
             }
-            Kind::Text => serde_json::json!(format!("status {}", rng.below(5))),
+            (None, Kind::Text) => serde_json::json!(format!("status {}", rng.below(5))),
         };
 
         // A driver restart bumps its source epoch and restarts its sequence.
@@ -326,6 +343,10 @@ impl HostDriver {
         }
         let mut envelope = EnvelopeOut::new(&p.id, &p.instance, source_epoch, seq, observed_at, value);
         envelope.unit = p.unit_native.clone();
+        if asserted < ASSERTED_PERMILLE && !own_health {
+            // The device flags the reading it still reports (a sensor fault, a comm error).
+            envelope.quality = Some(if asserted.is_multiple_of(2) { "bad" } else { "unavailable" }.to_owned());
+        }
         if (20..30).contains(&roll) && p.unit_native.is_some() {
             envelope.unit = Some("bogus_unit".into());
         }

@@ -71,6 +71,9 @@ pub struct SimRegistry {
     pub reprocess_point: String,
     /// `agg_safe` of every point of either version (for the checker's invariant 10).
     pub agg_safe: std::sync::Arc<BTreeMap<std::sync::Arc<str>, bool>>,
+    /// The event policy and deadbands of every point of either version (for the checker's
+    /// invariant 21).
+    pub events: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::events::EventDef>>,
     /// The writable points of either version (for the checker's invariants 12 and 18–20).
     pub writable: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::commands::WritableDef>>,
 }
@@ -154,7 +157,9 @@ impl SimRegistry {
         );
         let agg_safe = crate::checker::rollups::agg_safe_points(v2_descriptors.iter());
         let writable = crate::checker::commands::writable_points(v2_descriptors.iter());
+        let events = crate::checker::events::definitions(&descriptors, &v2_descriptors);
         Ok(SimRegistry {
+            events: std::sync::Arc::new(events),
             writable: std::sync::Arc::new(writable),
             reprocess_point,
             agg_safe: std::sync::Arc::new(agg_safe),

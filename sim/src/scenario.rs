@@ -118,6 +118,8 @@ pub struct Stats {
     pub arbitrations_checked: u64,
     pub value_changes_checked: u64,
     pub verdicts_checked: u64,
+    /// Committed rows judged against their point's event policy (invariant 21).
+    pub policy_rows_checked: u64,
 }
 
 impl SeedOutcome {
@@ -204,6 +206,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let inner = Inner {
         rng,
         claims_rng: SimRng::new(seed ^ crate::operator::CLAIMS_STREAM),
+        asserted_rng: SimRng::new(seed ^ crate::drivers::ASSERTED_STREAM),
         trace: Trace::new(options.echo_trace, start),
         checker: Checker::new(CheckerConfig {
             freshness_us: registry.freshness_us.clone(),
@@ -215,6 +218,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             derived: registry.derived.clone(),
             agg_safe: registry.agg_safe.clone(),
             writable: registry.writable.clone(),
+            events: registry.events.clone(),
         }),
         links: cores.iter().map(|&c| (c, Links::default())).collect(),
         incarnations: Default::default(),
@@ -427,7 +431,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         } else if world.lock().traffic_done {
             let drained = drained_at.is_none()
                 && world.bus.stream_len() == 0
-                && world.lock().checker.uncovered().is_empty()
+                && world.lock().checker.all_covered()
                 && world.lock().driver_queued.values().all(|&n| n == 0);
             if drained {
                 drained_at = Some(now);
@@ -501,6 +505,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             arbitrations_checked: inner.checker.commands.arbitrations_checked,
             value_changes_checked: inner.checker.commands.changes_checked,
             verdicts_checked: inner.checker.commands.verdicts_checked,
+            policy_rows_checked: inner.checker.events.judged,
         },
     }
 }

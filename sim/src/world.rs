@@ -187,6 +187,9 @@ pub struct Inner {
     pub rng: SimRng,
     /// Who asks for which claim ([`crate::operator::draw_claim`]): a generator of its own.
     pub claims_rng: SimRng,
+    /// Which readings a driver flags `bad` or `unavailable` while they carry a value
+    /// ([`crate::drivers::ASSERTED_STREAM`]): a generator of its own.
+    pub asserted_rng: SimRng,
     pub trace: Trace,
     pub checker: Checker,
     pub links: BTreeMap<CoreId, Links>,

@@ -119,3 +119,8 @@ fn a_planted_livelock_ends_in_a_liveness_violation_with_its_replay_command() {
         "{report}"
     );
 }
+
+#[test]
+fn raising_every_row_whatever_its_event_policy_is_caught_by_invariant_21() {
+    caught_by(PlantedBug::RaiseEveryRow, 21);
+}

@@ -100,7 +100,14 @@ impl Projector {
         } else {
             ctx.now
         };
-        if let Some(published) = self.projection.apply(row, ctx.epoch, now) {
+        // Planted: the event policy ignored, every row raised.
+        let published = if ctx.planted(PlantedBug::RaiseEveryRow) {
+            self.projection
+                .planted_apply_raising_every_row(row, ctx.epoch, now)
+        } else {
+            self.projection.apply(row, ctx.epoch, now)
+        };
+        if let Some(published) = published {
             publish(published, out);
         }
     }

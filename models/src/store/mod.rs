@@ -85,6 +85,10 @@ struct RegistryVersionRow {
     content_hash: String,
     /// `(point_id, hash)`, sorted by point id.
     descriptors: Vec<(String, String)>,
+    /// What the rollups read of this version (agg_safe, retention class), parsed once when it
+    /// is stored: every rollup step reads it, and parsing every descriptor's JSON per step
+    /// was the largest single cost of a simulated seed.
+    rollup_info: Arc<rollup::PointRollupInfo>,
     #[allow(dead_code)] // kept for parity with the table and for future inspection
     loaded_at: Micros,
 }
@@ -119,15 +123,10 @@ struct Model {
 
 impl Model {
     /// What the rollups read from the newest registry version (agg_safe, retention class).
-    fn rollup_info(&self) -> rollup::PointRollupInfo {
-        let Some(newest) = self.registry_versions.last() else {
-            return rollup::PointRollupInfo::new();
-        };
-        rollup::rollup_info(newest.descriptors.iter().filter_map(|(point, hash)| {
-            self.blobs
-                .get(hash)
-                .map(|canonical| (point.as_str(), canonical.as_str()))
-        }))
+    fn rollup_info(&self) -> Arc<rollup::PointRollupInfo> {
+        self.registry_versions
+            .last()
+            .map_or_else(Default::default, |newest| newest.rollup_info.clone())
     }
 
     fn fence(&self, epoch: u32) -> Result<(), StoreError> {

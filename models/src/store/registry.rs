@@ -44,11 +44,18 @@ impl MemoryStore {
             .map(|e| (e.point_id.clone(), e.hash.clone()))
             .collect();
         descriptors.sort();
+        let rollup_info = std::sync::Arc::new(super::rollup::rollup_info(
+            snapshot
+                .entries
+                .iter()
+                .map(|e| (e.point_id.as_str(), e.canonical_json.as_str())),
+        ));
         model.registry_versions.push(RegistryVersionRow {
             version,
             git_sha: snapshot.git_sha.clone(),
             content_hash: snapshot.content_hash.clone(),
             descriptors,
+            rollup_info,
             loaded_at,
         });
         Ok(RegistryLoad {

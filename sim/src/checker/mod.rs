@@ -52,7 +52,12 @@
 //!     its committed point and value, that was the winning value when written — on every
 //!     command a driver applies;
 //! 20. verification ([`commands`]): each `command_verified` / `command_diverged` agrees with
-//!     the committed live rows of its point — on every control write.
+//!     the committed live rows of its point — on every control write;
+//! 21. event policy ([`events`]): every transition a core emits for a row agrees with its
+//!     point's `event_policy` against the committed rows it applied — `always`, one for every
+//!     row; `on_change`, only (and always) for a row that moved the value past the deadband
+//!     from the last edge value, or for one that changed the quality; `never`, only for a
+//!     quality change — on every transition a core emits.
 //!
 //! (11 and 12 are DESIGN.md's derived-point and rules invariants; 11 is checked as 17, and
 //! 12's command half as 12 above: no rules exist yet.)
@@ -60,6 +65,7 @@
 
 pub mod commands;
 pub mod derived;
+pub mod events;
 pub mod ownership;
 pub mod quality;
 pub mod rollups;
@@ -106,6 +112,8 @@ pub struct CheckerConfig {
     pub agg_safe: Arc<BTreeMap<Arc<str>, bool>>,
     /// Invariants 12 and 18–20: the writable points of the run.
     pub writable: Arc<BTreeMap<Arc<str>, commands::WritableDef>>,
+    /// Invariant 21: the event policy and deadbands of every point of the run.
+    pub events: Arc<BTreeMap<Arc<str>, events::EventDef>>,
 }
 
 /// The fold of the log for one point (invariant 5's total order: observed_at, ingested_at,
@@ -155,6 +163,8 @@ pub struct Checker {
     config: CheckerConfig,
     /// Stream sequence → what the message carries.
     accepted: BTreeMap<u64, Accepted>,
+    /// Every accepted message below this stream sequence is covered ([`Self::all_covered`]).
+    covered_below: u64,
     committed: BTreeMap<Key3, RowFacts>,
     quarantined_seqs: BTreeSet<u64>,
     published_keys: BTreeSet<Key3>,
@@ -178,6 +188,8 @@ pub struct Checker {
     pub rollups: rollups::RollupModel,
     /// Invariants 12 and 18–20: the reference arbitration and the commands it allows.
     pub commands: commands::CommandModel,
+    /// Invariant 21: each epoch's reference view of its points' edges and qualities.
+    pub events: events::EventModel,
     /// Keys of observations the core published that the bus refused (a partition, a full
     /// stream): a derived reading among them is lost to the bus, not to a crash.
     refused_publishes: BTreeSet<Key3>,
@@ -195,13 +207,16 @@ impl Checker {
         let derived = derived::DerivedModel::new(config.derived.clone());
         let rollups = rollups::RollupModel::new(config.agg_safe.clone());
         let commands = commands::CommandModel::new(config.writable.clone());
+        let events = events::EventModel::new(config.events.clone());
         Checker {
+            events,
             commands,
             derived,
             rollups,
             refused_publishes: BTreeSet::new(),
             config,
             accepted: BTreeMap::new(),
+            covered_below: 0,
             committed: BTreeMap::new(),
             quarantined_seqs: BTreeSet::new(),
             published_keys: BTreeSet::new(),
@@ -242,6 +257,7 @@ impl Checker {
         observation: Option<(Arc<str>, Micros)>,
         at: Micros,
     ) {
+        self.covered_below = self.covered_below.min(seq);
         self.accepted.insert(
             seq,
             Accepted {
@@ -301,7 +317,13 @@ impl Checker {
             let (a, b) = (&report.batch.rows[a as usize], &report.batch.rows[b as usize]);
             a.order_key().cmp(&b.order_key())
         });
-        let rank = |ordinal: u32| ranked.iter().position(|&o| o == ordinal).unwrap_or(0) as u32;
+        // Each ordinal's rank, looked up per row (a search of `ranked` per row was quadratic
+        // in the batch).
+        let mut ranks = vec![0u32; report.batch.rows.len()];
+        for (n, &ordinal) in ranked.iter().enumerate() {
+            ranks[ordinal as usize] = n as u32;
+        }
+        let rank = |ordinal: u32| ranks[ordinal as usize];
         for &ordinal in &report.inserted {
             let row = &report.batch.rows[ordinal as usize];
             let key = key3(&row.key);
@@ -328,6 +350,7 @@ impl Checker {
         for entry in &report.batch.quarantine {
             self.quarantined_seqs.insert(entry.stream_seq);
         }
+        self.events.on_commit(report);
     }
 
     /// Rows of `points` were rewritten in place by a reprocess (canonical value, quality and
@@ -348,6 +371,7 @@ impl Checker {
             fold_in(&mut self.fold, row);
         }
         self.rollups.on_rewritten(points, rows);
+        self.events.on_rewritten(points);
     }
 
     /// Whether `key` is the latest committed row of `point` under the fold's order.
@@ -601,6 +625,28 @@ impl Checker {
             .missing(|key| committed.contains_key(key), &self.refused_publishes)
         {
             self.fail(17, at, what);
+        }
+    }
+
+    /// Invariant 2's drain test, asked at every controller step once traffic is done: whether
+    /// every accepted message is covered. A covered message stays covered (rows and quarantine
+    /// entries are never taken back), so the scan resumes at the first message it last found
+    /// uncovered instead of walking every accepted message again.
+    pub fn all_covered(&mut self) -> bool {
+        let first = self
+            .accepted
+            .range(self.covered_below..)
+            .map(|(&seq, _)| seq)
+            .find(|&seq| !self.covered(seq));
+        match first {
+            Some(seq) => {
+                self.covered_below = seq;
+                false
+            }
+            None => {
+                self.covered_below = self.accepted.last_key_value().map_or(0, |(&seq, _)| seq + 1);
+                true
+            }
         }
     }
 

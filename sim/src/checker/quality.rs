@@ -129,6 +129,20 @@ impl Checker {
                 self.check_control_transition(*seq, quality, facts.core_epoch, at, stream_seqs)
             }
         };
+        // Invariant 21: a row's transition against its point's event policy; a control
+        // event's tells the policy's view the point's quality.
+        match (&facts.identity, &point) {
+            (Identity::Row(key), _) => {
+                if let Err(what) = self.events.on_row_transition(facts.core_epoch, key, quality) {
+                    self.fail(21, at, what);
+                }
+            }
+            (Identity::Control(_), Some(point)) => {
+                self.events
+                    .on_control_transition(facts.core_epoch, point, quality);
+            }
+            (Identity::Control(_), None) => {}
+        }
         if let Some(point) = point {
             self.quality.last.insert((facts.core_epoch, point), quality);
         }
