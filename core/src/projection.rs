@@ -444,8 +444,8 @@ impl Projection {
 }
 
 /// Merges a log head and a checkpoint for one point; the one with the greater order key sets
-/// quality and position, the value comes from the log head when it has one. Also says whether
-/// the value came from the log head.
+/// quality and position, and the value too when it has one (the log head on a tie), the other's
+/// value standing in when it has none. Also says whether the value came from the log head.
 fn merge(
     point_id: Arc<str>,
     head: Option<&PointState>,
