@@ -345,7 +345,14 @@ impl HostDriver {
         envelope.unit = p.unit_native.clone();
         if asserted < ASSERTED_PERMILLE && !own_health {
             // The device flags the reading it still reports (a sensor fault, a comm error).
-            envelope.quality = Some(if asserted.is_multiple_of(2) { "bad" } else { "unavailable" }.to_owned());
+            envelope.quality = Some(
+                if asserted.is_multiple_of(2) {
+                    "bad"
+                } else {
+                    "unavailable"
+                }
+                .to_owned(),
+            );
         }
         if (20..30).contains(&roll) && p.unit_native.is_some() {
             envelope.unit = Some("bogus_unit".into());
