@@ -344,6 +344,12 @@ on_input_loss = "release"
 warmup = { deadline_s = 2 }
 "#;
 
+/// The drain with rules treats lag as high at this many pending messages: the first third of
+/// the backlog drains while lag is high (everything frozen), the rest after a lag reading has
+/// said low, so replayed rows reach rules that are no longer frozen (lag is read once a second;
+/// the whole drain takes a few seconds).
+const RULES_LAG_HIGH_PENDING: u64 = 40_000;
+
 /// The rule ids of [`DRAIN_RULES`] with the point each claims and the subject its commands go on.
 const DRAIN_RULE_CLAIMS: [(&str, &str, &str); 2] = [
     (
@@ -498,7 +504,7 @@ async fn a_drain_of_triggering_data_keeps_rules_in_warmup_and_each_fires_once_fr
     }
 
     let commands = watch_commands(&env.nats.url()).await;
-    let pending_high = LAG_HIGH_PENDING.to_string();
+    let pending_high = RULES_LAG_HIGH_PENDING.to_string();
     let second = spawn(&[
         "--startup-grace-ms",
         "0",
@@ -507,13 +513,13 @@ async fn a_drain_of_triggering_data_keeps_rules_in_warmup_and_each_fires_once_fr
         "--self-points-interval-ms",
         "1000",
     ]);
-    // The last wall-clock instant the consumer still held LAG_HIGH_PENDING messages or more:
+    // The last wall-clock instant the consumer still held RULES_LAG_HIGH_PENDING messages or more:
     // every lag reading the core took before it said "high".
     let mut last_high = now();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(DRAIN_TIMEOUT_S);
     loop {
         let lag = env.bus.lag().await.expect("lag");
-        if lag.pending + lag.ack_pending >= LAG_HIGH_PENDING {
+        if lag.pending + lag.ack_pending >= RULES_LAG_HIGH_PENDING {
             last_high = now();
         }
         if lag.pending == 0 && lag.ack_pending == 0 && device_rows(&mut conn).await >= total {
