@@ -41,7 +41,7 @@ const KILL_AFTER_MS: i64 = 2_500;
 /// not current at the restart. Shorter than the other inputs' (60 s).
 const DOWNTIME_MS: i64 = 13_000;
 /// How far off the log-time instant a claim may be written (a tick, a fenced write).
-const ON_TIME_MS: i64 = 3_000;
+const ON_TIME_MS: i64 = 1_500;
 
 const RULES: &str = r#"
 [[rule]]
