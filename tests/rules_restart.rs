@@ -131,17 +131,17 @@ fn spawn_devices(
                 seq += 1;
                 batch.push(envelope(p, seq, at, v));
             };
-            push(&flow, serde_json::json!(95.0 * 9.0 / 5.0 + 32.0)); // 95 °C, sent in °F
-            push(&pump2, serde_json::json!(2_500.0));
+            push(flow, serde_json::json!(95.0 * 9.0 / 5.0 + 32.0)); // 95 °C, sent in °F
+            push(pump2, serde_json::json!(2_500.0));
             // In kW, its native unit: 5,000 W, then 500 W.
             let kw = if script.power_dropped.load(Ordering::SeqCst) {
                 0.5
             } else {
                 5.0
             };
-            push(&power, serde_json::json!(kw));
+            push(power, serde_json::json!(kw));
             if !script.meter_stopped.load(Ordering::SeqCst) {
-                push(&meter, serde_json::json!(60.0));
+                push(meter, serde_json::json!(60.0));
             }
             publisher.publish_pipelined(batch, 16).await.expect("publish");
             tokio::time::sleep(Duration::from_millis(PUBLISH_EVERY_MS)).await;
