@@ -3,7 +3,7 @@
 //! issue 14), against a private nats-server and PostgreSQL database.
 //!
 //! Run: `cargo bench -p sentinel-tests --bench cold_start [-- --hours H] [--control-log N]
-//! [--keep-db] [--reuse-db URL]` (after
+//! [--rules N] [--keep-db] [--reuse-db URL]` (after
 //! `scripts/test` has installed a current nats-server, or with SENTINEL_NATS_SERVER set).
 //!
 //! The history a restart finds: a registry of 4,000 points (the stages benchmark's mix: 70%
@@ -28,7 +28,10 @@
 //! Then `startup::start` runs `ROUNDS` times, each a full acquisition
 //! (lock, epoch, registry, restore, connect, bind, restart steps 4–8), and each step's median,
 //! minimum, maximum and first round are printed, with the 59-point sample registry's cold
-//! start measured in the same run for comparison. The database is dropped at the end, unless
+//! start measured in the same run for comparison. With `--rules N` (issue 22), the start is
+//! measured once more after a registry version with N rules on the writable points
+//! (`core/benches/shared/rules_1000.rs`, every fourth with a `for_s` of 300 s) is stored, and
+//! each step, restart step 8 (`warmup`) among them, is printed with and without the rules. The database is dropped at the end, unless
 //! `--keep-db` (to EXPLAIN its queries; drop it by hand after); `--reuse-db URL` measures
 //! again over such a kept database, migrated by this binary, without building the history.
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock
@@ -59,6 +62,9 @@ use sqlx::{Connection, PgConnection};
 /// The stages benchmark's 4,000-point mix.
 #[path = "../../core/benches/shared/fleet_4000.rs"]
 mod fleet_4000;
+/// The rules benchmark's rule set (`--rules`).
+#[path = "../../core/benches/shared/rules_1000.rs"]
+mod rules_1000;
 
 use fleet_4000::{POINTS, descriptors};
 
@@ -74,6 +80,9 @@ const WINDOWS_S: [u32; 4] = [60, 300, 900, 3_600];
 const WRITABLE: usize = 1_000;
 /// A writable point's `verify_s`.
 const VERIFY_S: u32 = 300;
+/// The `for_s` of every fourth rule with `--rules`: step 8 reads its inputs' rows over it plus
+/// one freshness.
+const RULE_FOR_S: u32 = 300;
 
 /// The fleet with its last [`DERIVED`] points made derived: point `3000 + j` computes
 /// `DerivedOp::ALL[j % 8]` over window `WINDOWS_S[(j / 8) % 4]`, reading the `j`-th number
@@ -652,6 +661,24 @@ async fn main() {
         None => None,
     };
 
+    // `--rules N` (issue 22): the same start again with N rules on the writable points
+    // (`shared/rules_1000.rs`, every fourth with a `for_s` of RULE_FOR_S), stored as a registry
+    // version of its own: restart step 8 (`warmup`) reads each input's committed rows over its
+    // readers' longest `for_s` plus one freshness and replays them through the rules.
+    let rules = arg("--rules", 0usize);
+    let with_rules = if rules > 0 {
+        let mut descriptors = derived_fleet();
+        let added = rules_1000::add_rules(&mut descriptors, rules, RULE_FOR_S);
+        assert_eq!(added, rules, "at most one rule per writable point ({WRITABLE})");
+        store
+            .store_registry(&canonical::snapshot("bench-rules", &descriptors))
+            .await
+            .expect("the registry with rules");
+        Some(measure(&bus, &store).await)
+    } else {
+        None
+    };
+
     // The same, for the 59-point sample registry, in the same run.
     let (_db_small, store_small, bus_small) = {
         let nats_small = &nats;
@@ -722,6 +749,43 @@ async fn main() {
             "RESULT cold start steps 4 and 6 (replay_control_events + restore_desired + rehydrate_timers): {:.1} ms over {before} control events, {:.1} ms over {after}",
             steps_4_6(&large) as f64 / 1e3,
             steps_4_6(grown) as f64 / 1e3
+        );
+    }
+    if let Some(with_rules) = &with_rules {
+        println!(
+            "  {:<28} {:>22} {:>22}",
+            "step (median, min-max ms)",
+            "no rules",
+            format!("{rules} rules")
+        );
+        let span = |us: &[u64]| {
+            format!(
+                "{:.2} ({:.2}-{:.2})",
+                median(us) as f64 / 1e3,
+                *us.iter().min().expect("rounds") as f64 / 1e3,
+                *us.iter().max().expect("rounds") as f64 / 1e3
+            )
+        };
+        // Compared with the start just before it without rules: over the grown control log when
+        // there is one (the rules' start runs over that log too).
+        let without = grown.as_ref().map_or(&large, |(_, _, grown)| grown);
+        for ((step, us), (_, rules_us)) in without.iter().zip(with_rules) {
+            println!("  {step:<28} {:>22} {:>22}", span(us), span(rules_us));
+        }
+        let step_of = |steps: &[(String, Vec<u64>)], name: &str| -> u64 {
+            steps
+                .iter()
+                .find(|(s, _)| s == name)
+                .map_or(0, |(_, us)| median(us))
+        };
+        let sum = |steps: &[(String, Vec<u64>)]| -> u64 { steps.iter().map(|(_, us)| median(us)).sum() };
+        println!(
+            "RESULT cold start step 8 (warmup: the rules' inputs' rows read and replayed): {:.1} ms with {rules} rules, \
+             {:.1} ms without; whole start (sum of step medians) {:.1} ms with, {:.1} ms without",
+            step_of(with_rules, "warmup") as f64 / 1e3,
+            step_of(without, "warmup") as f64 / 1e3,
+            sum(with_rules) as f64 / 1e3,
+            sum(without) as f64 / 1e3
         );
     }
     println!("load after: {}", load_average());

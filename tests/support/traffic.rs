@@ -311,3 +311,23 @@ fn raw(subject: String, seq: u64, source_epoch: u32, payload: String) -> Message
         payload: Bytes::from(payload),
     }
 }
+
+/// The rules fixture (`tests/fixtures/registry-rules`) without its derived points, with
+/// `rules` as its `rules.toml`, copied into a scratch folder named after `name` (one per test
+/// process): a rule set tuned to a test's data, over the fixture's points and their
+/// missing-data policies. Derived points are left out for the reason
+/// [`sample_registry_dir`] gives.
+pub fn rules_registry_dir(name: &str, rules: &str) -> PathBuf {
+    let source = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/fixtures/registry-rules"));
+    let target = std::env::temp_dir().join(format!("sentinel-registry-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&target);
+    copy_registry(&source, &target);
+    std::fs::write(target.join("rules.toml"), rules).expect("write rules.toml");
+    target
+}
+
+/// The registry folder `dir` compiled directly (version 0; the store assigns real versions).
+pub fn compile_registry(dir: &std::path::Path) -> Registry {
+    let descriptors = sentinel_runtime::registry_dir::check_dir(dir).expect("the registry is valid");
+    Registry::compile(0, "test".into(), "test".into(), descriptors).expect("the registry compiles")
+}
