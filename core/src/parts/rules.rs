@@ -41,7 +41,7 @@ use crate::log::{CanonicalValue, ObsKey, ObsRow, Quality};
 use crate::projection::Projection;
 use crate::registry::health::{RuleStateCode, rule_state_point};
 use crate::registry::rule::{RULE_INPUTS_MAX, RULES_MAX, Rule, RuleBand};
-use crate::registry::{CommandValue, PointIdx, Registry, SELF_HOST};
+use crate::registry::{CommandValue, PointIdx, Registry};
 use crate::rules::eval::{self, InputSpec, Reading, Resolved};
 use crate::rules::state::{Fight, Gaps, Machine, Mode, Phase, Target};
 use crate::time::Micros;
@@ -873,7 +873,7 @@ mod tests {
                 &rule_state_point(&rule.id),
                 Kind::Number,
                 RetentionClass::Diagnostic,
-                SELF_HOST,
+                crate::registry::SELF_HOST,
                 crate::registry::SELF_INSTANCE,
             ));
         }
