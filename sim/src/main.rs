@@ -196,7 +196,7 @@ fn main() -> anyhow::Result<()> {
 fn result_line(outcome: &SeedOutcome) -> String {
     let s = &outcome.stats;
     format!(
-        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
+        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | rule claims {} warmups {} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
         outcome.seed,
         match &outcome.violation {
             None => "ok".to_owned(),
@@ -216,6 +216,8 @@ fn result_line(outcome: &SeedOutcome) -> String {
         s.arbitrations_checked,
         s.value_changes_checked,
         s.verdicts_checked,
+        s.rule_claims_checked,
+        s.rule_warmups_checked,
         s.steps,
         s.simulated_ms / 1_000,
         s.events_peak,

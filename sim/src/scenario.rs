@@ -118,6 +118,10 @@ pub struct Stats {
     pub arbitrations_checked: u64,
     pub value_changes_checked: u64,
     pub verdicts_checked: u64,
+    /// Rules' claims and releases judged against the reference evaluation, and warmup ends
+    /// judged (invariants 22–25).
+    pub rule_claims_checked: u64,
+    pub rule_warmups_checked: u64,
 }
 
 impl SeedOutcome {
@@ -215,6 +219,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             derived: registry.derived.clone(),
             agg_safe: registry.agg_safe.clone(),
             writable: registry.writable.clone(),
+            rules: registry.rules.clone(),
+            rule_inputs: registry.rule_inputs.clone(),
         }),
         links: cores.iter().map(|&c| (c, Links::default())).collect(),
         incarnations: Default::default(),
@@ -501,6 +507,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             arbitrations_checked: inner.checker.commands.arbitrations_checked,
             value_changes_checked: inner.checker.commands.changes_checked,
             verdicts_checked: inner.checker.commands.verdicts_checked,
+            rule_claims_checked: inner.checker.rules.claims_checked,
+            rule_warmups_checked: inner.checker.rules.warmups_checked,
         },
     }
 }
