@@ -59,10 +59,19 @@ pub enum PlantedBug {
     /// (planted in `arbitration.rs`'s `PointArbiter`, switched on by the claims part). Caught
     /// by invariant 18: `point_desired` is not the reference arbitration of the open claims.
     ResolverIgnoresBand,
+    /// The rules part decides on replayed data: a committed row that is no longer current
+    /// (replayed backlog) is evaluated as if the core's time were the row's `observed_at`, so
+    /// a rule claims from an observation older than its input's freshness (planted in
+    /// `parts/rules.rs`). Caught by invariant 22.
+    RuleOnReplayedData,
+    /// A rule's warmup deadline counts time while staleness is suppressed (the startup grace,
+    /// lag high), so a rule leaves warmup by its deadline during or right after a drain
+    /// (planted in `parts/rules.rs`). Caught by invariant 23.
+    WarmupIgnoresSuppression,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 13] = [
+    pub const ALL: [PlantedBug; 15] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
@@ -76,6 +85,8 @@ impl PlantedBug {
         PlantedBug::RollupIgnoresLateRows,
         PlantedBug::PublishBeforeCommit,
         PlantedBug::ResolverIgnoresBand,
+        PlantedBug::RuleOnReplayedData,
+        PlantedBug::WarmupIgnoresSuppression,
     ];
 
     pub fn name(self) -> &'static str {
@@ -93,6 +104,8 @@ impl PlantedBug {
             PlantedBug::RollupIgnoresLateRows => "rollup-ignores-late-rows",
             PlantedBug::PublishBeforeCommit => "publish-before-commit",
             PlantedBug::ResolverIgnoresBand => "resolver-ignores-band",
+            PlantedBug::RuleOnReplayedData => "rule-on-replayed-data",
+            PlantedBug::WarmupIgnoresSuppression => "warmup-ignores-suppression",
         }
     }
 

@@ -53,6 +53,7 @@ struct Cli {
     /// project-submitted-batch, commit-without-fence, live-from-replayed-row,
     /// stale-while-suppressed, lock-loss-ignored, guard-ignores-announcements,
     /// derive-from-submitted-batch, rollup-ignores-late-rows, publish-before-commit,
+    /// resolver-ignores-band, rule-on-replayed-data, warmup-ignores-suppression,
     /// wake-for-suppressed-deadline (a livelock).
     #[arg(long)]
     plant: Option<String>,

@@ -41,8 +41,9 @@
 //!   `on_input_loss` value) does so only when, for some view in the window, its condition no
 //!   longer certainly holds on usable inputs;
 //! - 25: a `for_s` fires no earlier than its log-time instant: no input row that the core
-//!   applied while current, observed within the `for_s` before the claim, made the condition
-//!   certainly false (whatever the other inputs read); across a restart the pending start
+//!   applied while current, observed within the `for_s` before the claim (or the newest
+//!   observed by its start), made the condition certainly false (whatever the other inputs
+//!   read); across a restart the pending start
 //!   comes from the log, and a `for_s` that came due in a downtime fires only after warmup
 //!   (23).
 
@@ -707,8 +708,14 @@ impl RulesModel {
                 let epoch = event.core_epoch;
                 let acquired_at = self.acquired_at.get(&epoch).copied().unwrap_or(Micros(i64::MAX));
                 let suppression = self.suppression.get(&epoch).cloned().unwrap_or_default();
+                // The newest row observed by the window's start, and every row in it.
+                let start = rows
+                    .iter()
+                    .filter(|r| r.observed_at() <= since && r.committed_at.0 + APPLY_SLACK_US <= t.0)
+                    .max_by(|a, b| a.order.cmp(&b.order))
+                    .map(|r| r.seq);
                 for r in rows {
-                    if r.observed_at() <= since || r.observed_at() > t {
+                    if (r.observed_at() <= since && Some(r.seq) != start) || r.observed_at() > t {
                         continue;
                     }
                     let applied_by = r.committed_at.add_ms(APPLY_SLACK_US / 1_000);
