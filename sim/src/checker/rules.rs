@@ -818,3 +818,68 @@ impl RulesModel {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const S: i64 = 1_000_000;
+
+    #[test]
+    fn the_count_takes_only_the_time_not_suppressed() {
+        let mut m = RulesModel::default();
+        m.on_suppression(1, true, Micros(0));
+        m.on_suppression(1, false, Micros(60 * S));
+        m.on_suppression(1, false, Micros(70 * S));
+        m.on_suppression(1, true, Micros(90 * S));
+        m.on_suppression(1, false, Micros(200 * S));
+        assert_eq!(m.counted_us(1, Micros(90 * S)), 30 * S);
+        assert_eq!(m.counted_us(1, Micros(150 * S)), 30 * S, "suppressed from 90 s");
+        assert_eq!(m.counted_us(1, Micros(210 * S)), 40 * S);
+        assert_eq!(
+            m.counted_us(2, Micros(210 * S)),
+            0,
+            "an epoch never seen counts nothing"
+        );
+        let s = &m.suppression[&1];
+        assert!(s.during(Micros(50 * S), Micros(61 * S)));
+        assert!(!s.during(Micros(61 * S), Micros(89 * S)));
+        assert!(s.during(Micros(89 * S), Micros(91 * S)));
+    }
+
+    #[test]
+    fn a_conditions_value_is_told_only_when_certain() {
+        let cmp = |point: &str, v: f64| Condition::Compare {
+            point: point.into(),
+            op: CompareOp::Gt,
+            value: CommandValue::Number(v),
+        };
+        let read = |point: &str| match point {
+            "x" => Some(Read {
+                value: Some(CanonicalValue::Num(5.0)),
+                live: true,
+            }),
+            _ => Some(Read {
+                value: None,
+                live: false,
+            }),
+        };
+        assert_eq!(told(&cmp("x", 1.0), &read), Some(true));
+        assert_eq!(told(&cmp("y", 1.0), &read), None, "not usable: cannot be told");
+        let both = Condition::All(vec![cmp("x", 9.0), cmp("y", 1.0)]);
+        assert_eq!(told(&both, &read), Some(false), "false whatever y reads");
+        let either = Condition::Any(vec![cmp("x", 1.0), cmp("y", 1.0)]);
+        assert_eq!(told(&either, &read), Some(true));
+        let not_live = Condition::Quality {
+            point: "y".into(),
+            equals: false,
+            quality: QualityName::Live,
+        };
+        assert_eq!(
+            told(&not_live, &read),
+            None,
+            "not certainly live: the watchdog's to time"
+        );
+        assert_eq!(told(&Condition::Not(Box::new(cmp("x", 1.0))), &read), Some(false));
+    }
+}
