@@ -63,10 +63,19 @@ pub enum PlantedBug {
     /// were `always` (a `never` or `on_change` point then publishes readings that changed
     /// nothing). Caught by invariant 21.
     RaiseEveryRow,
+    /// The rules part decides on replayed data: a committed row that is no longer current
+    /// (replayed backlog) is evaluated as if the core's time were the row's `observed_at`, so
+    /// a rule claims from an observation older than its input's freshness (planted in
+    /// `parts/rules.rs`). Caught by invariant 22.
+    RuleOnReplayedData,
+    /// A rule's warmup deadline counts time while staleness is suppressed (the startup grace,
+    /// lag high), so a rule leaves warmup by its deadline during or right after a drain
+    /// (planted in `parts/rules.rs`). Caught by invariant 23.
+    WarmupIgnoresSuppression,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 14] = [
+    pub const ALL: [PlantedBug; 16] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
@@ -81,6 +90,8 @@ impl PlantedBug {
         PlantedBug::PublishBeforeCommit,
         PlantedBug::ResolverIgnoresBand,
         PlantedBug::RaiseEveryRow,
+        PlantedBug::RuleOnReplayedData,
+        PlantedBug::WarmupIgnoresSuppression,
     ];
 
     pub fn name(self) -> &'static str {
@@ -99,6 +110,8 @@ impl PlantedBug {
             PlantedBug::PublishBeforeCommit => "publish-before-commit",
             PlantedBug::ResolverIgnoresBand => "resolver-ignores-band",
             PlantedBug::RaiseEveryRow => "raise-every-row",
+            PlantedBug::RuleOnReplayedData => "rule-on-replayed-data",
+            PlantedBug::WarmupIgnoresSuppression => "warmup-ignores-suppression",
         }
     }
 

@@ -570,6 +570,8 @@ impl Store for SimStore {
     async fn commit(&self, batch: Batch) -> Result<CommitReport, CommitError> {
         let fail = |id, source| CommitError { batch: id, source };
         let id = batch.id;
+        // Invariants 22–25: the core applies its batches in the order it submits them.
+        self.world.lock().checker.rules.on_submit(batch.epoch, id.0);
         // A commit made within the bound and still in flight past it is not judged again.
         self.enter(Some("commits")).await.map_err(|e| fail(id, e))?;
         if self.world.fires(Site::CrashBeforeCommit) {

@@ -53,7 +53,8 @@ struct Cli {
     /// project-submitted-batch, commit-without-fence, live-from-replayed-row,
     /// stale-while-suppressed, lock-loss-ignored, guard-ignores-announcements,
     /// derive-from-submitted-batch, rollup-ignores-late-rows, publish-before-commit,
-    /// resolver-ignores-band, raise-every-row, wake-for-suppressed-deadline (a livelock).
+    /// resolver-ignores-band, raise-every-row, rule-on-replayed-data, warmup-ignores-suppression,
+    /// wake-for-suppressed-deadline (a livelock).
     #[arg(long)]
     plant: Option<String>,
 }
@@ -196,7 +197,7 @@ fn main() -> anyhow::Result<()> {
 fn result_line(outcome: &SeedOutcome) -> String {
     let s = &outcome.stats;
     format!(
-        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | policy rows {} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
+        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | policy rows {} | rule claims {} warmups {} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
         outcome.seed,
         match &outcome.violation {
             None => "ok".to_owned(),
@@ -217,6 +218,8 @@ fn result_line(outcome: &SeedOutcome) -> String {
         s.value_changes_checked,
         s.verdicts_checked,
         s.policy_rows_checked,
+        s.rule_claims_checked,
+        s.rule_warmups_checked,
         s.steps,
         s.simulated_ms / 1_000,
         s.events_peak,

@@ -10,7 +10,10 @@ use std::collections::BTreeMap;
 use anyhow::Context as _;
 use sentinel_core::RegistrySnapshot;
 use sentinel_core::registry::canonical;
-use sentinel_core::registry::{Descriptor, Kind};
+use sentinel_core::registry::rule::{
+    CompareOp, Condition, FightLimit, MissingData, Rule, RuleBand, RuleClaim, RuleFallback,
+};
+use sentinel_core::registry::{CommandValue, Descriptor, Kind};
 use sentinel_runtime::registry_dir;
 
 /// A point a driver publishes, with what it needs to make plausible readings.
@@ -76,6 +79,11 @@ pub struct SimRegistry {
     pub events: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::events::EventDef>>,
     /// The writable points of either version (for the checker's invariants 12 and 18–20).
     pub writable: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::commands::WritableDef>>,
+    /// The rules every seed runs (issue 22), declared on both versions alike, by id (for the
+    /// checker's invariants 22–25).
+    pub rules: std::sync::Arc<BTreeMap<String, Rule>>,
+    /// Freshness and missing-data policy of every point a rule reads.
+    pub rule_inputs: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::rules::InputDef>>,
 }
 
 /// The host that owns the core's self-points; no simulated driver publishes for it.
@@ -87,6 +95,8 @@ impl SimRegistry {
         let descriptors = registry_dir::check_dir(&dir)
             .map_err(|report| anyhow::anyhow!("sample registry does not check: {report}"))
             .with_context(|| format!("loading {}", dir.display()))?;
+        let mut descriptors = descriptors;
+        let rules = sim_rules(&mut descriptors)?;
         let v1 = canonical::snapshot("sim-v1", &descriptors);
 
         let mut hosts: BTreeMap<String, Vec<DriverPoint>> = BTreeMap::new();
@@ -135,6 +145,10 @@ impl SimRegistry {
             .context("the sample registry has no second agg_safe number point outside derived inputs")?;
         reprocess_point.conversion.offset += 1.0;
         let reprocess_point = reprocess_point.id.clone();
+        anyhow::ensure!(
+            !rules.values().any(|r| r.inputs.contains(&reprocess_point)),
+            "the reprocessed point {reprocess_point} must not be a rule's input (invariant 24 reads its rows)"
+        );
         let mut added = template;
         added.id = format!("{}.sim_added", added.id);
         let added_point = driver_point(&added);
@@ -158,8 +172,11 @@ impl SimRegistry {
         let agg_safe = crate::checker::rollups::agg_safe_points(v2_descriptors.iter());
         let writable = crate::checker::commands::writable_points(v2_descriptors.iter());
         let events = crate::checker::events::definitions(&descriptors, &v2_descriptors);
+        let rule_inputs = crate::checker::rules::input_defs(v2_descriptors.iter());
         Ok(SimRegistry {
             events: std::sync::Arc::new(events),
+            rules: std::sync::Arc::new(rules),
+            rule_inputs: std::sync::Arc::new(rule_inputs),
             writable: std::sync::Arc::new(writable),
             reprocess_point,
             agg_safe: std::sync::Arc::new(agg_safe),
@@ -220,4 +237,149 @@ fn driver_point(d: &Descriptor) -> DriverPoint {
             .map(|c| c.keys().cloned().collect())
             .unwrap_or_default(),
     }
+}
+
+/// The rules of every seed (issue 22, "What it must show", the simulator): a handful over the
+/// sample's points, claiming writable points the operator commands too, so rule claims meet
+/// the operator's in the resolver. Between them: the automation and safety bands, with and
+/// without `for_s`, an `until` (hysteresis), `otherwise` release and a safe value, each
+/// `on_input_loss` (release, hold, a value), a fight limit, and a condition on quality. Number
+/// thresholds sit at the middle of the input's range, where the simulated drivers' random
+/// walk starts, so conditions change in most runs; bool inputs change at random. Each rule's
+/// claim, `otherwise` and `on_input_loss` values differ, so the checker can tell which a claim
+/// is. The inputs get the missing-data policies the protection rules need. Pushed into the
+/// descriptors of the points they claim (sorted by id, as a loaded folder stores them).
+fn sim_rules(descriptors: &mut [Descriptor]) -> anyhow::Result<BTreeMap<String, Rule>> {
+    let mid = |id: &str| -> anyhow::Result<f64> {
+        let d = descriptors
+            .iter()
+            .find(|d| d.id == id)
+            .with_context(|| format!("the sample registry has no point {id}"))?;
+        let r = d.range.with_context(|| format!("{id} has no range"))?;
+        Ok((r.min + r.max) / 2.0)
+    };
+    let cmp = |point: &str, op: CompareOp, value: CommandValue| Condition::Compare {
+        point: point.into(),
+        op,
+        value,
+    };
+    let num = CommandValue::Number;
+    let flow = mid("boiler1.flow_temp")?;
+    let outside = mid("ahu1.outside_air_temp")?;
+    let pressure = mid("boiler1.pressure")?;
+    let rule = |id: &str, inputs: &[&str], when: Condition, point: &str, claim: RuleClaim| Rule {
+        id: id.into(),
+        inputs: inputs.iter().map(|s| (*s).to_owned()).collect(),
+        when,
+        until: None,
+        for_s: 0,
+        point: point.into(),
+        claim,
+        otherwise: RuleFallback::Release,
+        on_input_loss: RuleFallback::Release,
+        warmup_deadline_s: 60,
+        fight: None,
+    };
+    let claim = |band, priority, value| RuleClaim {
+        band,
+        priority,
+        value,
+    };
+    let rules = vec![
+        // Hysteresis, at once, releases; held when it fights.
+        Rule {
+            until: Some(cmp("boiler1.flow_temp", CompareOp::Gt, num(flow + 0.3))),
+            fight: Some(FightLimit {
+                changes_max: 6,
+                window_s: 120,
+            }),
+            ..rule(
+                "sim.boost",
+                &["boiler1.flow_temp"],
+                cmp("boiler1.flow_temp", CompareOp::Lt, num(flow)),
+                "boiler1.setpoint",
+                claim(RuleBand::Automation, 5, num(80.0)),
+            )
+        },
+        // Safety, `for_s`, a safe value otherwise, held on input loss (hold_last_valid).
+        Rule {
+            for_s: 20,
+            otherwise: RuleFallback::Value(num(21.0)),
+            on_input_loss: RuleFallback::Hold,
+            warmup_deadline_s: 90,
+            ..rule(
+                "sim.frost",
+                &["ahu1.outside_air_temp"],
+                cmp("ahu1.outside_air_temp", CompareOp::Lt, num(outside)),
+                "ahu1.supply_temp_setpoint",
+                claim(RuleBand::Safety, 1, num(24.0)),
+            )
+        },
+        // Safety on a bool, `for_s`, a value on input loss (fail_closed).
+        Rule {
+            for_s: 6,
+            on_input_loss: RuleFallback::Value(CommandValue::Bool(true)),
+            ..rule(
+                "sim.fan_trip",
+                &["ahu1.fan_alarm"],
+                cmp("ahu1.fan_alarm", CompareOp::Eq, CommandValue::Bool(true)),
+                "ahu1.occupied",
+                claim(RuleBand::Safety, 0, CommandValue::Bool(false)),
+            )
+        },
+        // Two inputs, `for_s`, an enum claim.
+        Rule {
+            for_s: 10,
+            warmup_deadline_s: 30,
+            ..rule(
+                "sim.vent",
+                &["boiler1.gas_valve_open", "boiler1.pressure"],
+                Condition::All(vec![
+                    cmp("boiler1.gas_valve_open", CompareOp::Eq, CommandValue::Bool(true)),
+                    cmp("boiler1.pressure", CompareOp::Gt, num(pressure)),
+                ]),
+                "ahu1.mode",
+                claim(RuleBand::Automation, 2, CommandValue::Member("ventilate".into())),
+            )
+        },
+        // A condition on quality alone (never lost), `for_s`, a safe value otherwise.
+        Rule {
+            for_s: 15,
+            otherwise: RuleFallback::Value(num(62.0)),
+            ..rule(
+                "sim.return_watch",
+                &["boiler1.return_temp"],
+                Condition::Quality {
+                    point: "boiler1.return_temp".into(),
+                    equals: false,
+                    quality: sentinel_core::registry::rule::QualityName::Live,
+                },
+                "boiler1.setpoint",
+                claim(RuleBand::Automation, 1, num(65.0)),
+            )
+        },
+    ];
+    let policies = [
+        (
+            "ahu1.outside_air_temp",
+            MissingData::HoldLastValid { max_staleness_s: 900 },
+        ),
+        ("ahu1.fan_alarm", MissingData::FailClosed),
+    ];
+    for (id, policy) in policies {
+        let d = descriptors
+            .iter_mut()
+            .find(|d| d.id == id)
+            .with_context(|| format!("the sample registry has no point {id}"))?;
+        d.missing_data = Some(policy);
+    }
+    for rule in &rules {
+        let d = descriptors
+            .iter_mut()
+            .find(|d| d.id == rule.point && d.writable.is_some())
+            .with_context(|| format!("rule {}: no writable point {}", rule.id, rule.point))?;
+        d.rules.push(rule.clone());
+        d.rules.sort_by(|a, b| a.id.cmp(&b.id));
+    }
+    Ok(rules.into_iter().map(|r| (r.id.clone(), r)).collect())
 }

@@ -120,6 +120,10 @@ pub struct Stats {
     pub verdicts_checked: u64,
     /// Committed rows judged against their point's event policy (invariant 21).
     pub policy_rows_checked: u64,
+    /// Rules' claims and releases judged against the reference evaluation, and warmup ends
+    /// judged (invariants 22–25).
+    pub rule_claims_checked: u64,
+    pub rule_warmups_checked: u64,
 }
 
 impl SeedOutcome {
@@ -219,6 +223,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             agg_safe: registry.agg_safe.clone(),
             writable: registry.writable.clone(),
             events: registry.events.clone(),
+            rules: registry.rules.clone(),
+            rule_inputs: registry.rule_inputs.clone(),
         }),
         links: cores.iter().map(|&c| (c, Links::default())).collect(),
         incarnations: Default::default(),
@@ -506,6 +512,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             value_changes_checked: inner.checker.commands.changes_checked,
             verdicts_checked: inner.checker.commands.verdicts_checked,
             policy_rows_checked: inner.checker.events.judged,
+            rule_claims_checked: inner.checker.rules.claims_checked,
+            rule_warmups_checked: inner.checker.rules.warmups_checked,
         },
     }
 }

@@ -454,6 +454,14 @@ impl World {
     /// Invariant 5 from the runtime's observer: a core that is the current writer and has no
     /// batch at the store must project exactly the fold of the log.
     pub fn observe(&self, core: &Core) {
+        // Invariant 23's count: the suppression each core reports at every wake-up.
+        if !core.has_exited() {
+            let now = self.now();
+            self.lock()
+                .checker
+                .rules
+                .on_suppression(core.epoch(), core.staleness_suppressed(), now);
+        }
         if core.has_exited() || core.in_flight_batches() > 0 || core.epoch() != self.store.current_epoch() {
             return;
         }

@@ -54,7 +54,19 @@ fn a_thousand_seeds_with_faults_keep_every_invariant() {
             "seed {}: no derived reading committed (invariant 17 checked nothing)",
             o.seed
         );
+        // Issue 22: rules in every seed; each leaves warmup at least once, judged (23).
+        assert!(
+            o.stats.rule_warmups_checked > 0,
+            "seed {}: no rule left warmup (invariant 23 checked nothing)",
+            o.seed
+        );
     }
+    // And rules claim in most seeds, each claim judged against the reference (22-25).
+    let claiming = outcomes
+        .iter()
+        .filter(|o| o.stats.rule_claims_checked > 0)
+        .count();
+    assert!(claiming >= 900, "only {claiming} seeds had a rule claim judged");
     assert!(
         outcomes.iter().filter(|o| o.stats.epochs > 1).count() > 100,
         "few seeds restarted a core"

@@ -38,6 +38,7 @@ use crate::control::{CONTROL_EVENTS_PER_WRITE_MAX, ClaimProvenance, ControlDetai
 use crate::derived::{WindowRequest, WindowRow};
 use crate::effect::Effect;
 use crate::log::{CanonicalValue, ObsKey, ObsRow, Quality};
+use crate::planted::PlantedBug;
 use crate::projection::Projection;
 use crate::registry::health::{RuleStateCode, rule_state_point};
 use crate::registry::rule::{RULE_INPUTS_MAX, RULES_MAX, Rule, RuleBand};
@@ -110,6 +111,9 @@ pub(crate) struct Rules {
     started_at: Micros,
     /// Claim changes asked, for their command ids (`rule-<epoch>-<n>`).
     changes: u64,
+    /// Planted bug only ([`PlantedBug::RuleOnReplayedData`]): the replayed row decided on,
+    /// read as its input's reading at its own `observed_at`; `None` otherwise.
+    planted_row: Option<ObsRow>,
     /// Rules left out: an input or the claimed point not in the registry, or past
     /// [`RULES_MAX`] (admission refuses both; counted, never a panic).
     pub skipped: usize,
@@ -129,6 +133,7 @@ impl Rules {
             counted_at: now,
             started_at: now,
             changes: 0,
+            planted_row: None,
             skipped: 0,
         };
         for (point, compiled) in registry.points() {
@@ -301,8 +306,9 @@ impl Rules {
 
     /// The suppression now, from the watchdog: time counts towards warmup deadlines only while
     /// not suppressed. Returns whether suppression just ended.
-    fn set_suppressed(&mut self, suppressed: bool, now: Micros) -> bool {
-        if !self.suppressed {
+    fn set_suppressed(&mut self, suppressed: bool, ctx: &Ctx) -> bool {
+        let now = ctx.now;
+        if !self.suppressed || ctx.planted(PlantedBug::WarmupIgnoresSuppression) {
             self.counted_us = self
                 .counted_us
                 .saturating_add(now.saturating_sub(self.counted_at).max(0));
@@ -346,7 +352,7 @@ impl Rules {
                 slot.restart = true;
             }
         }
-        let ended = self.set_suppressed(suppressed, ctx.now);
+        let ended = self.set_suppressed(suppressed, ctx);
         if suppressed {
             return Vec::new();
         }
@@ -359,13 +365,18 @@ impl Rules {
             .find(|(p, _)| *p == row.point)
             .map_or(0, |(_, s)| s.freshness_us);
         if row.observed_at.0.saturating_add(freshness_us) <= ctx.now.0 {
-            return Vec::new(); // replayed backlog: recorded, never decided on
+            if !ctx.planted(PlantedBug::RuleOnReplayedData) {
+                return Vec::new(); // replayed backlog: recorded, never decided on
+            }
+            // Planted: the replayed row decided on as if it were now its `observed_at`.
+            self.planted_row = Some(row.clone());
         }
         let mut requests = Vec::new();
         let mut events = Vec::new();
         for i in readers {
             self.evaluate(i, row.observed_at, projection, ctx, &mut events, &mut requests);
         }
+        self.planted_row = None;
         self.emit(events, ctx, out);
         requests
     }
@@ -379,7 +390,7 @@ impl Rules {
         ctx: &Ctx,
         out: &mut Out,
     ) -> Vec<RuleRequest> {
-        let ended = self.set_suppressed(suppressed, ctx.now);
+        let ended = self.set_suppressed(suppressed, ctx);
         if suppressed {
             return Vec::new();
         }
@@ -407,7 +418,7 @@ impl Rules {
         ctx: &Ctx,
         out: &mut Out,
     ) -> Vec<RuleRequest> {
-        let ended = self.set_suppressed(suppressed, ctx.now);
+        let ended = self.set_suppressed(suppressed, ctx);
         if suppressed {
             return Vec::new();
         }
@@ -467,7 +478,9 @@ impl Rules {
         requests: &mut Vec<RuleRequest>,
     ) {
         debug_assert!(!self.suppressed, "frozen rules are not evaluated");
-        let now = ctx.now;
+        // Only a planted bug evaluates at another time than the core's.
+        let planted_row = self.planted_row.as_ref();
+        let now = planted_row.map_or(ctx.now, |r| r.observed_at);
         let counted_us = self.counted_us;
         let started_at = self.started_at;
         let last_valid = &self.last_valid;
@@ -484,7 +497,17 @@ impl Rules {
                 last_valid: last_valid.get(&point).cloned(),
             }
         };
-        let readings: Vec<Reading> = slot.inputs.iter().map(|(p, _)| reading_of(*p)).collect();
+        let mut readings: Vec<Reading> = slot.inputs.iter().map(|(p, _)| reading_of(*p)).collect();
+        if let Some(row) = planted_row
+            && let Some(k) = slot.inputs.iter().position(|(p, _)| *p == row.point)
+        {
+            readings[k] = Reading {
+                value: row.value.clone(),
+                quality: row.quality,
+                observed_at: Some(row.observed_at),
+                last_valid: None,
+            };
+        }
         if slot.warmup {
             let all_usable = slot
                 .inputs
@@ -543,7 +566,10 @@ impl Rules {
             .iter()
             .filter_map(|(p, _)| {
                 let state = projection.state(*p);
-                Some((state.point_id.clone(), state.key.clone()?))
+                match planted_row {
+                    Some(row) if row.point == *p => Some((state.point_id.clone(), row.key.clone())),
+                    _ => Some((state.point_id.clone(), state.key.clone()?)),
+                }
             })
             .collect();
         self.changes += change(slot, i, target, rows, self.changes, ctx, events, requests);

@@ -59,8 +59,14 @@
 //!     from the last edge value, or for one that changed the quality; `never`, only for a
 //!     quality change — on every transition a core emits.
 //!
-//! (11 and 12 are DESIGN.md's derived-point and rules invariants; 11 is checked as 17, and
-//! 12's command half as 12 above: no rules exist yet.)
+//! 22–25. rules ([`rules`], issue 22): a rule's claim derives from no input row older than
+//!     its freshness (22); no rule claims in warmup, and each warmup ends as the reference
+//!     allows (23); a rule's claim state is the reference evaluation's of the committed log
+//!     (24); a `for_s` fires no earlier than its log-time instant (25) — on every control
+//!     write.
+//!
+//! (11 and 12 are DESIGN.md's derived-point and rules invariants; 11 is checked as 17, 12's
+//! command half as 12 above and its rules half as 22–25.)
 //! The first violation is kept; the controller stops the run on it.
 
 pub mod commands;
@@ -69,6 +75,7 @@ pub mod events;
 pub mod ownership;
 pub mod quality;
 pub mod rollups;
+pub mod rules;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -114,6 +121,9 @@ pub struct CheckerConfig {
     pub writable: Arc<BTreeMap<Arc<str>, commands::WritableDef>>,
     /// Invariant 21: the event policy and deadbands of every point of the run.
     pub events: Arc<BTreeMap<Arc<str>, events::EventDef>>,
+    /// Invariants 22–25: the run's rules, by id, and the points they read.
+    pub rules: Arc<BTreeMap<String, sentinel_core::registry::rule::Rule>>,
+    pub rule_inputs: Arc<BTreeMap<Arc<str>, rules::InputDef>>,
 }
 
 /// The fold of the log for one point (invariant 5's total order: observed_at, ingested_at,
@@ -190,6 +200,8 @@ pub struct Checker {
     pub commands: commands::CommandModel,
     /// Invariant 21: each epoch's reference view of its points' edges and qualities.
     pub events: events::EventModel,
+    /// Invariants 22–25: the reference evaluation of the rules.
+    pub rules: rules::RulesModel,
     /// Keys of observations the core published that the bus refused (a partition, a full
     /// stream): a derived reading among them is lost to the bus, not to a crash.
     refused_publishes: BTreeSet<Key3>,
@@ -208,8 +220,10 @@ impl Checker {
         let rollups = rollups::RollupModel::new(config.agg_safe.clone());
         let commands = commands::CommandModel::new(config.writable.clone());
         let events = events::EventModel::new(config.events.clone());
+        let rules = rules::RulesModel::new(config.rules.clone(), config.rule_inputs.clone());
         Checker {
             events,
+            rules,
             commands,
             derived,
             rollups,
@@ -347,6 +361,12 @@ impl Checker {
             }
             self.rollups.on_committed(row);
         }
+        self.rules.on_commit(
+            report.batch.epoch,
+            report.batch.id.0,
+            report.inserted.iter().map(|&o| &report.batch.rows[o as usize]),
+            at,
+        );
         for entry in &report.batch.quarantine {
             self.quarantined_seqs.insert(entry.stream_seq);
         }
@@ -370,6 +390,7 @@ impl Checker {
             }
             fold_in(&mut self.fold, row);
         }
+        self.rules.on_rows_rewritten(rows);
         self.rollups.on_rewritten(points, rows);
         self.events.on_rewritten(points);
     }
@@ -435,6 +456,9 @@ impl Checker {
         at: Micros,
     ) {
         if let Err((invariant, what)) = self.commands.on_write(events, desired, seqs, at) {
+            self.fail(invariant, at, what);
+        }
+        if let Err((invariant, what)) = self.rules.on_write(events, at) {
             self.fail(invariant, at, what);
         }
     }
@@ -573,6 +597,7 @@ impl Checker {
         }
         self.last_epoch = self.last_epoch.max(epoch);
         self.quality.acquired_at.insert(epoch, at);
+        self.rules.on_acquire(epoch, at);
     }
 
     /// Invariant 5 for the current writer, at most once per simulated second per epoch.
