@@ -724,9 +724,10 @@ impl Core {
 
     /// The cross-part sequence for one committed batch, whose `Ack` ingest has emitted: each
     /// RETURNING row in turn goes through the projection (and its `Publish`), the drivers and
-    /// the watchdog's re-armed deadline, the verification and the rules (their claim changes
-    /// handed to the claims part), before the next row; then the derived points fold the
-    /// batch's rows and publish their readings.
+    /// the watchdog's re-armed deadline, the verification and the rules (which record it),
+    /// before the next row; then the rules decide once, on what the whole batch left in the
+    /// projection (their claim changes handed to the claims part), and the derived points fold
+    /// the batch's rows and publish their readings.
     fn apply_committed(&mut self, applied: &Applied) {
         let (ctx, out) = (&self.ctx, &mut self.out);
         for &ordinal in &applied.inserted {
@@ -745,6 +746,9 @@ impl Core {
                 .on_row(row, suppressed, self.projection.view(), ctx, out);
             hand_to_claims(requests, &mut self.claims, &mut self.rules, ctx, out);
         }
+        // Rules decide once per batch, on what the whole batch left in the projection.
+        let requests = self.rules.on_batch_end(self.projection.view(), ctx, out);
+        hand_to_claims(requests, &mut self.claims, &mut self.rules, ctx, out);
         self.derived
             .on_committed(&applied.batch, &applied.inserted, ctx, out);
     }

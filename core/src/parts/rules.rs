@@ -5,9 +5,11 @@
 //! held, its fight memory, what it has claimed), the inputs' last usable values (for
 //! `hold_last_valid`), the time that counted towards warmup deadlines, and one wake per rule.
 //!
-//! When it evaluates (item 3): on each RETURNING row of an input that is current (a replayed
-//! row, `observed_at` plus freshness not ahead of now, is recorded for gaps and
-//! `hold_last_valid` but decides nothing), after the projection applied it; on a committed
+//! When it evaluates (item 3): once at the end of each committed batch for the rules its
+//! current RETURNING rows touched, on the projection as the whole batch left it (so a row that
+//! a later row of the same batch contradicts decides nothing; a replayed row, `observed_at`
+//! plus freshness not ahead of now, is recorded for gaps and `hold_last_valid` but decides
+//! nothing); on a committed
 //! `quality_changed` of an input; and on its own wakes (a `for_s` due, a warmup deadline, an
 //! input's freshness or stand-in running out). While staleness is suppressed (startup grace,
 //! no lag reading yet, lag high) every rule is frozen: nothing is evaluated, nothing claimed
@@ -111,6 +113,13 @@ pub(crate) struct Rules {
     started_at: Micros,
     /// Claim changes asked, for their command ids (`rule-<epoch>-<n>`).
     changes: u64,
+    /// The rules a committed batch's current rows touched, each with the newest such row's
+    /// `observed_at`: evaluated once, at the batch's end ([`Self::on_batch_end`]), on the
+    /// projection as the whole batch left it, so a row a later row of the same batch
+    /// contradicts decides nothing. At most one entry per rule.
+    touched: BTreeMap<usize, Micros>,
+    /// Suppression ended during the batch: every rule is evaluated at its end.
+    all_due: bool,
     /// Planted bug only ([`PlantedBug::RuleOnReplayedData`]): the replayed row decided on,
     /// read as its input's reading at its own `observed_at`; `None` otherwise.
     planted_row: Option<ObsRow>,
@@ -133,6 +142,8 @@ impl Rules {
             counted_at: now,
             started_at: now,
             changes: 0,
+            touched: BTreeMap::new(),
+            all_due: false,
             planted_row: None,
             skipped: 0,
         };
@@ -354,10 +365,13 @@ impl Rules {
         }
         let ended = self.set_suppressed(suppressed, ctx);
         if suppressed {
+            self.touched.clear();
+            self.all_due = false;
             return Vec::new();
         }
         if ended {
-            return self.evaluate_all(projection, ctx, out);
+            self.all_due = true;
+            return Vec::new();
         }
         let freshness_us = self.slots[readers[0]]
             .inputs
@@ -368,15 +382,42 @@ impl Rules {
             if !ctx.planted(PlantedBug::RuleOnReplayedData) {
                 return Vec::new(); // replayed backlog: recorded, never decided on
             }
-            // Planted: the replayed row decided on as if it were now its `observed_at`.
+            // Planted: the replayed row decided on at once, as if it were now its `observed_at`.
             self.planted_row = Some(row.clone());
+            let mut requests = Vec::new();
+            let mut events = Vec::new();
+            for i in readers {
+                self.evaluate(i, row.observed_at, projection, ctx, &mut events, &mut requests);
+            }
+            self.planted_row = None;
+            self.emit(events, ctx, out);
+            return requests;
+        }
+        for i in readers {
+            let at = self.touched.entry(i).or_insert(row.observed_at);
+            *at = (*at).max(row.observed_at);
+        }
+        debug_assert!(self.touched.len() <= self.slots.len());
+        Vec::new()
+    }
+
+    /// The end of a committed batch: every rule its current rows touched is evaluated once, on
+    /// the projection as the batch left it, a pending condition starting from the newest such
+    /// row's `observed_at` (never earlier than a row that made it true); or every rule, when
+    /// suppression ended during the batch.
+    pub fn on_batch_end(&mut self, projection: &Projection, ctx: &Ctx, out: &mut Out) -> Vec<RuleRequest> {
+        let touched = std::mem::take(&mut self.touched);
+        if std::mem::take(&mut self.all_due) {
+            return self.evaluate_all(projection, ctx, out);
+        }
+        if self.suppressed || touched.is_empty() {
+            return Vec::new();
         }
         let mut requests = Vec::new();
         let mut events = Vec::new();
-        for i in readers {
-            self.evaluate(i, row.observed_at, projection, ctx, &mut events, &mut requests);
+        for (i, at) in touched {
+            self.evaluate(i, at, projection, ctx, &mut events, &mut requests);
         }
-        self.planted_row = None;
         self.emit(events, ctx, out);
         requests
     }
@@ -965,8 +1006,14 @@ mod tests {
             self.ctx.now = now;
             let row: ObsRow = row(&self.ctx, "plant.flow", seq, value, observed);
             self.projection.apply(&row, self.ctx.epoch, now);
-            self.rules
-                .on_row(&row, suppressed, &self.projection, &self.ctx, &mut self.out)
+            let mut requests =
+                self.rules
+                    .on_row(&row, suppressed, &self.projection, &self.ctx, &mut self.out);
+            requests.extend(
+                self.rules
+                    .on_batch_end(&self.projection, &self.ctx, &mut self.out),
+            );
+            requests
         }
 
         fn tick(&mut self, now: Micros, suppressed: bool) -> Vec<RuleRequest> {
@@ -1063,6 +1110,44 @@ mod tests {
                 .is_empty()
         );
         assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Firing));
+    }
+
+    #[test]
+    fn a_row_a_later_row_of_the_same_batch_contradicts_decides_nothing() {
+        let mut f = Fixture::new(heat(None, RuleFallback::Release), None);
+        f.tick(T0, false);
+        f.flow(1, 10.0, T0, T0.add_ms(500), false);
+        f.events();
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Idle));
+        // One committed batch of two current rows: the older says `flow < 5`, the newer does
+        // not. Evaluated row by row the rule would claim and release in the same instant.
+        f.ctx.now = T0.add_ms(3_000);
+        let mut requests = Vec::new();
+        for (seq, value, observed_ms) in [(2, 1.0, 1_000), (3, 9.0, 2_000)] {
+            let row: ObsRow = row(&f.ctx, "plant.flow", seq, value, T0.add_ms(observed_ms));
+            f.projection.apply(&row, f.ctx.epoch, f.ctx.now);
+            requests.extend(f.rules.on_row(&row, false, &f.projection, &f.ctx, &mut f.out));
+        }
+        assert!(requests.is_empty(), "rows only record: {requests:?}");
+        let requests = f.rules.on_batch_end(&f.projection, &f.ctx, &mut f.out);
+        assert!(
+            requests.is_empty(),
+            "the batch left flow at 9: nothing to claim, {requests:?}"
+        );
+        assert_eq!(f.rules.state("heat"), Some(RuleStateCode::Idle));
+        // A batch whose newest row makes it true claims once, naming that row.
+        f.ctx.now = T0.add_ms(5_000);
+        for (seq, value, observed_ms) in [(4, 9.5, 3_500), (5, 2.0, 4_500)] {
+            let row: ObsRow = row(&f.ctx, "plant.flow", seq, value, T0.add_ms(observed_ms));
+            f.projection.apply(&row, f.ctx.epoch, f.ctx.now);
+            f.rules.on_row(&row, false, &f.projection, &f.ctx, &mut f.out);
+        }
+        let requests = f.rules.on_batch_end(&f.projection, &f.ctx, &mut f.out);
+        let [request] = &requests[..] else {
+            panic!("one claim: {requests:?}");
+        };
+        let provenance = request.provenance.as_ref().expect("provenance");
+        assert_eq!(provenance.rows[0].1.source_seq, 5);
     }
 
     #[test]
