@@ -407,13 +407,17 @@ pub fn capacity_refusal(registry: &Registry, admission: &Admission) -> Option<St
 }
 
 /// Why a compiled registry's rules may not run, if they may not: an interlock-band rule that
-/// reads or acts on a point at a partitionable site (issue 22 item 6). One line: the first
+/// reads or acts on a point at a partitionable site (issue 22 item 6), or a protection rule
+/// whose input declares `emit_marker` or no missing-data policy (item 2). One line: the first
 /// refusal, and how many more there are. `registry check` and `registry load` refuse such a
-/// folder with the same lines; a starting core checks the stored version it runs with this, so
-/// a version stored before the check existed is refused at start.
+/// folder; a starting core checks the stored version it runs with this, so a version stored
+/// before the checks existed is refused at start.
 pub fn rule_refusal(registry: &Registry) -> Option<String> {
+    use sentinel_core::registry::rule_check::{interlock_refusals, protection_input_refusals};
     let descriptors: Vec<Descriptor> = registry.points().map(|(_, p)| p.descriptor.clone()).collect();
-    let refusals = sentinel_core::registry::rule_check::interlock_refusals(&descriptors);
+    let mut refusals = interlock_refusals(&descriptors);
+    refusals.extend(protection_input_refusals(&descriptors));
+    refusals.sort();
     let (_, first) = refusals.first()?;
     let more = match refusals.len() - 1 {
         0 => String::new(),
@@ -1025,6 +1029,28 @@ on_input_loss = "release"
         })
         .unwrap();
         assert_eq!(rule_refusal(&sample), None, "the fixture's own rules run");
+
+        // Issue 22 item 2 at start: the fixture's safety rule, its input's policy taken away in
+        // a stored version (past the folder's check).
+        let mut descriptors = check_dir(&rules_fixture()).unwrap();
+        descriptors
+            .iter_mut()
+            .find(|d| d.id == "boiler1.flow_temp")
+            .unwrap()
+            .missing_data = None;
+        let store = memory_store();
+        store
+            .store_registry(&canonical::snapshot("sha", &descriptors))
+            .await
+            .unwrap();
+        let registry = compile_stored(store.load_registry(None).await.unwrap().unwrap()).unwrap();
+        assert_eq!(
+            rule_refusal(&registry).as_deref(),
+            Some(
+                "registry version 1: rule \"boiler1.overheat_cutback\": input \"boiler1.flow_temp\" of a safety \
+                 rule must declare missing_data fail_closed or hold_last_valid; it declares none"
+            )
+        );
     }
 
     #[tokio::test]

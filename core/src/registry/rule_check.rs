@@ -497,6 +497,40 @@ pub fn resolve_rules(folder: &SourceFolder) -> (Vec<(String, Rule)>, Vec<Registr
     (rules, issues)
 }
 
+/// A safety- or interlock-band rule whose input declares `emit_marker` or no missing-data
+/// policy (issue 22 item 2, the spec's money-path guard applied to protection), over resolved
+/// descriptors: the refusal `registry check` makes of a folder, in the form a starting core
+/// runs on a stored version (one `(rule id, line)` per rule and input, sorted).
+pub fn protection_input_refusals(descriptors: &[Descriptor]) -> Vec<(String, String)> {
+    let by_id: BTreeMap<&str, &Descriptor> = descriptors.iter().map(|d| (d.id.as_str(), d)).collect();
+    let mut out = Vec::new();
+    for rule in descriptors
+        .iter()
+        .flat_map(|d| &d.rules)
+        .filter(|r| r.claim.band.is_protection())
+    {
+        for input in &rule.inputs {
+            let declared = match by_id.get(input.as_str()).map(|d| d.missing_data) {
+                None => continue, // an unknown input is refused on its own
+                Some(None) => "none",
+                Some(Some(MissingData::EmitMarker)) => "emit_marker",
+                Some(Some(_)) => continue,
+            };
+            out.push((
+                rule.id.clone(),
+                format!(
+                    "rule {:?}: input {input:?} of {} rule must declare missing_data fail_closed or \
+                     hold_last_valid; it declares {declared}",
+                    rule.id,
+                    band_article(rule.claim.band)
+                ),
+            ));
+        }
+    }
+    out.sort();
+    out
+}
+
 /// An interlock-band rule that reads or acts on a point at a partitionable site (issue 22 item
 /// 6; core runtime spec, "Geographic split"): an interlock must hold at its site, not through
 /// a round trip to a core the site can be cut off from. "Reads" counts the points a derived
