@@ -1233,6 +1233,74 @@ async fn derived_windows_are_bounded_by_time_and_rows<B: Backend>(b: &B) {
             .expect("nothing asked")
             .is_empty()
     );
+    // A bool and a codebook point's rows carry their values too (restart step 8 replays the
+    // rules' inputs of every kind); a number's row carries neither.
+    let kinds = vec![
+        row(RowSpec {
+            point: "c",
+            class: RetentionClass::State,
+            instance: "drv-3",
+            seq: 20,
+            ingested_at: t("10:05:00"),
+            observed_at: t("10:05:00"),
+            value: Some(CanonicalValue::Bool(true)),
+            ..RowSpec::default()
+        }),
+        row(RowSpec {
+            point: "d",
+            class: RetentionClass::State,
+            instance: "drv-3",
+            seq: 21,
+            ingested_at: t("10:05:00"),
+            observed_at: t("10:05:00"),
+            value: Some(CanonicalValue::Text(Arc::from("on"))),
+            ..RowSpec::default()
+        }),
+    ];
+    b.store()
+        .commit(batch(2, lease.epoch(), kinds, vec![]))
+        .await
+        .expect("commit");
+    let mut read = b
+        .store()
+        .load_windows(
+            &[
+                request("c", RetentionClass::State, "10:00:00"),
+                request("d", RetentionClass::State, "10:00:00"),
+                request("a", RetentionClass::Measurement, "10:03:00"),
+            ],
+            10,
+        )
+        .await
+        .expect("windows");
+    read.sort_by_key(|r| r.key.source_seq);
+    let values: Vec<_> = read
+        .iter()
+        .map(|r| {
+            (
+                r.key.source_seq,
+                r.value,
+                r.value_bool,
+                r.value_text.as_deref().map(str::to_owned),
+                r.canonical(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        values,
+        vec![
+            (4, Some(4.0), None, None, Some(CanonicalValue::Num(4.0))),
+            (5, None, None, None, None),
+            (20, None, Some(true), None, Some(CanonicalValue::Bool(true))),
+            (
+                21,
+                None,
+                None,
+                Some("on".to_owned()),
+                Some(CanonicalValue::Text(Arc::from("on")))
+            ),
+        ]
+    );
 }
 
 /// Migration 0007: every inserted row records its batch's place in the order the core

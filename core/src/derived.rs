@@ -136,12 +136,24 @@ pub struct WindowRow {
     pub quality: Quality,
     /// `value_num`.
     pub value: Option<f64>,
+    /// `value_bool` and `value_text`: a bool or codebook point's value, for readers of any kind
+    /// (restart step 8's replay of the rules' inputs); the derived windows read `value` only.
+    pub value_bool: Option<bool>,
+    pub value_text: Option<Arc<str>>,
     /// The row's place in the order the core applied commits (migration 0007's `applied`);
     /// `None` for rows written before it existed (they sort first).
     pub applied: Option<i64>,
 }
 
 impl WindowRow {
+    /// The row's canonical value, whatever its point's kind.
+    pub fn canonical(&self) -> Option<CanonicalValue> {
+        self.value
+            .map(CanonicalValue::Num)
+            .or(self.value_bool.map(CanonicalValue::Bool))
+            .or_else(|| self.value_text.clone().map(CanonicalValue::Text))
+    }
+
     /// The replay order: applied, then the fold's order within a batch.
     fn replay_order(&self) -> (i64, Micros, Micros, &ObsKey) {
         (
@@ -295,6 +307,8 @@ impl Derivations {
             key: row.key.clone(),
             quality: row.quality,
             value,
+            value_bool: None,
+            value_text: None,
             applied: None,
         };
         if !self.update(row.point, &seen) {

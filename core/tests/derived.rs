@@ -401,6 +401,8 @@ fn stored_rows(
             key: r.key.clone(),
             quality: r.quality,
             value: r.value.as_ref().and_then(CanonicalValue::num),
+            value_bool: None,
+            value_text: None,
             applied: Some(i as i64),
         }
     });
@@ -421,6 +423,8 @@ fn stored_rows(
                 Quality::Live
             },
             value: d.value,
+            value_bool: None,
+            value_text: None,
             applied: Some((log.len() + i) as i64),
         }
     });

@@ -125,6 +125,8 @@ fn log_rows(at: &[Micros], value: f64) -> Vec<WindowRow> {
             key: key(i as u64 + 1),
             quality: Quality::Live,
             value: Some(value),
+            value_bool: None,
+            value_text: None,
             applied: Some(i as i64),
         })
         .collect()

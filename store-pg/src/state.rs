@@ -56,16 +56,16 @@ macro_rules! windows {
     ($table:literal) => {
         concat!(
             "SELECT w.point_id, o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
-             o.source_seq, o.quality::text, o.value_num, o.applied \
+             o.source_seq, o.quality::text, o.value_num, o.applied, o.value_bool, o.value_text \
              FROM unnest($1::text[], $2::timestamptz[], $4::bigint[]) AS w(point_id, since, rows_min) \
              CROSS JOIN LATERAL ((SELECT o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
-               o.source_seq, o.quality, o.value_num, o.applied FROM ",
+               o.source_seq, o.quality, o.value_num, o.applied, o.value_bool, o.value_text FROM ",
             $table,
             " o WHERE o.point_id = w.point_id AND o.observed_at >= w.since \
                ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
                o.source_epoch DESC, o.source_seq DESC LIMIT $3) \
              UNION (SELECT o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
-               o.source_seq, o.quality, o.value_num, o.applied FROM ",
+               o.source_seq, o.quality, o.value_num, o.applied, o.value_bool, o.value_text FROM ",
             $table,
             " o WHERE o.point_id = w.point_id \
                ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
@@ -95,9 +95,12 @@ pub(crate) fn window_row(row: &PgRow) -> Result<WindowRow, StoreError> {
             row.try_get::<String, _>(6)?,
             row.try_get::<Option<f64>, _>(7)?,
             row.try_get::<Option<i64>, _>(8)?,
+            row.try_get::<Option<bool>, _>(9)?,
+            row.try_get::<Option<String>, _>(10)?,
         ))
     };
-    let (id, observed, ingested, instance, epoch, seq, quality, value, applied) = decode().map_err(get)?;
+    let (id, observed, ingested, instance, epoch, seq, quality, value, applied, value_bool, value_text) =
+        decode().map_err(get)?;
     let key = key_from_columns(Some(instance), Some(epoch), Some(seq))?
         .ok_or_else(|| StoreError::Other("a window row without a key".to_owned()))?;
     Ok(WindowRow {
@@ -107,6 +110,8 @@ pub(crate) fn window_row(row: &PgRow) -> Result<WindowRow, StoreError> {
         key,
         quality: quality_from_db(&quality)?,
         value,
+        value_bool,
+        value_text: value_text.map(Arc::from),
         applied,
     })
 }

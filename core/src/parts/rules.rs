@@ -233,9 +233,8 @@ impl Rules {
     /// Restart step 8, the answer: `rows` replayed in the order the cores applied them, each
     /// at its own `observed_at` (the log's time), through every rule reading it. Pending
     /// conditions keep their start instants; nothing fires. Returns how many rows were
-    /// replayed. The store's window rows carry numbers only (`value_num`): a value comparison
-    /// on a bool or codebook input reads as lost in the replay, so such a condition starts
-    /// again after a restart rather than keep an instant the log cannot show here.
+    /// replayed. A row carries its value whatever its point's kind (numbers, bools, codebook
+    /// members), so a condition on any input keeps its start instant.
     pub fn replay(&mut self, registry: &Registry, mut rows: Vec<WindowRow>) -> usize {
         rows.sort_by(|a, b| {
             (
@@ -265,7 +264,7 @@ impl Rules {
             if reading.observed_at.is_some_and(|o| o > row.observed_at) {
                 continue; // a late row does not move the head
             }
-            let value = row.value.map(CanonicalValue::Num);
+            let value = row.canonical();
             if row.quality == Quality::Live
                 && let Some(v) = &value
             {
@@ -1344,6 +1343,45 @@ mod tests {
     }
 
     #[test]
+    fn the_replay_keeps_a_pending_start_on_a_bool_input_too() {
+        let rule = Rule {
+            for_s: 60,
+            when: Condition::Compare {
+                point: "plant.flow".into(),
+                op: CompareOp::Eq,
+                value: CommandValue::Bool(true),
+            },
+            ..heat(None, RuleFallback::Release)
+        };
+        let rows: Vec<_> = (0..4)
+            .map(|i| WindowRow {
+                point_id: "plant.flow".into(),
+                observed_at: T0.add_ms(-40_000 + i as i64 * 5_000),
+                ingested_at: T0.add_ms(-40_000 + i as i64 * 5_000),
+                key: crate::log::ObsKey {
+                    driver_instance: "modbus-1".into(),
+                    source_epoch: 1,
+                    source_seq: i,
+                },
+                quality: Quality::Live,
+                value: None,
+                value_bool: Some(true),
+                value_text: None,
+                applied: Some(i as i64),
+            })
+            .collect();
+        let mut f = Fixture::new(rule, None);
+        assert_eq!(f.rules.replay(&f.ctx.registry, rows), 4);
+        assert_eq!(
+            f.rules.slots[0].machine.phase,
+            Phase::Pending {
+                since: T0.add_ms(-40_000)
+            },
+            "a bool row's value is read, so the condition keeps its start from the log"
+        );
+    }
+
+    #[test]
     fn the_replay_keeps_a_pending_start_from_the_log_and_a_gap_restarts_it() {
         let rule = Rule {
             for_s: 60,
@@ -1360,6 +1398,8 @@ mod tests {
             },
             quality: Quality::Live,
             value: Some(1.0),
+            value_bool: None,
+            value_text: None,
             applied: Some(seq as i64),
         };
         let mut f = Fixture::new(rule.clone(), None);

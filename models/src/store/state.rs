@@ -77,6 +77,14 @@ impl MemoryStore {
                 key: r.key.clone(),
                 quality: r.quality,
                 value: r.value.as_ref().and_then(sentinel_core::CanonicalValue::num),
+                value_bool: match r.value {
+                    Some(sentinel_core::CanonicalValue::Bool(b)) => Some(b),
+                    _ => None,
+                },
+                value_text: match &r.value {
+                    Some(sentinel_core::CanonicalValue::Text(t)) => Some(t.clone()),
+                    _ => None,
+                },
                 applied,
             }));
         }
