@@ -342,6 +342,18 @@ fn sim_rules(descriptors: &mut [Descriptor]) -> anyhow::Result<BTreeMap<String, 
                 claim(RuleBand::Automation, 2, CommandValue::Member("ventilate".into())),
             )
         },
+        // An interlock at a site that cannot be cut off (plant-a stands in main-building):
+        // outranks every other claim and breaks minimum holds; its input fail-closed.
+        Rule {
+            until: Some(cmp("boiler1.pressure", CompareOp::Lt, num(pressure))),
+            ..rule(
+                "sim.overpressure",
+                &["boiler1.pressure"],
+                cmp("boiler1.pressure", CompareOp::Gt, num(pressure + 2.0)),
+                "boiler1.setpoint",
+                claim(RuleBand::Interlock, 0, num(40.0)),
+            )
+        },
         // A condition on quality alone (never lost), `for_s`, a safe value otherwise.
         Rule {
             for_s: 15,
@@ -365,6 +377,7 @@ fn sim_rules(descriptors: &mut [Descriptor]) -> anyhow::Result<BTreeMap<String, 
             MissingData::HoldLastValid { max_staleness_s: 900 },
         ),
         ("ahu1.fan_alarm", MissingData::FailClosed),
+        ("boiler1.pressure", MissingData::FailClosed),
     ];
     for (id, policy) in policies {
         let d = descriptors
