@@ -383,13 +383,9 @@ impl Rules {
             }
             // Planted: the replayed row decided on at once, as if it were now its `observed_at`.
             self.planted_row = Some(row.clone());
-            let mut requests = Vec::new();
-            let mut events = Vec::new();
-            for i in readers {
-                self.evaluate(i, row.observed_at, projection, ctx, &mut events, &mut requests);
-            }
+            let at = row.observed_at;
+            let requests = self.evaluate_each(readers.into_iter().map(|i| (i, at)), projection, ctx, out);
             self.planted_row = None;
-            self.emit(events, ctx, out);
             return requests;
         }
         for i in readers {
@@ -412,13 +408,7 @@ impl Rules {
         if self.suppressed || touched.is_empty() {
             return Vec::new();
         }
-        let mut requests = Vec::new();
-        let mut events = Vec::new();
-        for (i, at) in touched {
-            self.evaluate(i, at, projection, ctx, &mut events, &mut requests);
-        }
-        self.emit(events, ctx, out);
-        requests
+        self.evaluate_each(touched, projection, ctx, out)
     }
 
     /// A committed `quality_changed` of `point`: every rule reading it is evaluated.
@@ -430,23 +420,14 @@ impl Rules {
         ctx: &Ctx,
         out: &mut Out,
     ) -> Vec<RuleRequest> {
-        let ended = self.set_suppressed(suppressed, ctx);
-        if suppressed {
-            return Vec::new();
-        }
-        if ended {
-            return self.evaluate_all(projection, ctx, out);
+        if let Some(thawed) = self.thaw(suppressed, projection, ctx, out) {
+            return thawed;
         }
         let Some(readers) = self.readers.get(&point).cloned() else {
             return Vec::new();
         };
-        let mut requests = Vec::new();
-        let mut events = Vec::new();
-        for i in readers {
-            self.evaluate(i, ctx.now, projection, ctx, &mut events, &mut requests);
-        }
-        self.emit(events, ctx, out);
-        requests
+        let now = ctx.now;
+        self.evaluate_each(readers.into_iter().map(|i| (i, now)), projection, ctx, out)
     }
 
     /// Time passed: when suppression just ended, every rule; otherwise the rules whose wake
@@ -458,12 +439,8 @@ impl Rules {
         ctx: &Ctx,
         out: &mut Out,
     ) -> Vec<RuleRequest> {
-        let ended = self.set_suppressed(suppressed, ctx);
-        if suppressed {
-            return Vec::new();
-        }
-        if ended {
-            return self.evaluate_all(projection, ctx, out);
+        if let Some(thawed) = self.thaw(suppressed, projection, ctx, out) {
+            return thawed;
         }
         let mut requests = Vec::new();
         let mut events = Vec::new();
@@ -497,13 +474,44 @@ impl Rules {
     }
 
     fn evaluate_all(&mut self, projection: &Projection, ctx: &Ctx, out: &mut Out) -> Vec<RuleRequest> {
+        let now = ctx.now;
+        self.evaluate_each((0..self.slots.len()).map(|i| (i, now)), projection, ctx, out)
+    }
+
+    /// Each `(rule, instant)` evaluated in turn, their events written in one go.
+    fn evaluate_each(
+        &mut self,
+        rules: impl IntoIterator<Item = (usize, Micros)>,
+        projection: &Projection,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) -> Vec<RuleRequest> {
         let mut requests = Vec::new();
         let mut events = Vec::new();
-        for i in 0..self.slots.len() {
-            self.evaluate(i, ctx.now, projection, ctx, &mut events, &mut requests);
+        for (i, at) in rules {
+            self.evaluate(i, at, projection, ctx, &mut events, &mut requests);
         }
         self.emit(events, ctx, out);
         requests
+    }
+
+    /// The suppression prologue of a quality change and a tick: frozen, nothing (`Some` of
+    /// none); suppression just ended, every rule; otherwise `None`, and the caller goes on.
+    fn thaw(
+        &mut self,
+        suppressed: bool,
+        projection: &Projection,
+        ctx: &Ctx,
+        out: &mut Out,
+    ) -> Option<Vec<RuleRequest>> {
+        let ended = self.set_suppressed(suppressed, ctx);
+        if suppressed {
+            Some(Vec::new())
+        } else if ended {
+            Some(self.evaluate_all(projection, ctx, out))
+        } else {
+            None
+        }
     }
 
     /// One rule, evaluated now (not suppressed): warmup first, then the condition, then the
