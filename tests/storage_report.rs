@@ -3,7 +3,8 @@
 //! and each partition's rows exactly as committed (with `--exact`, and as PostgreSQL's
 //! estimates after ANALYZE without it), bytes that add up, and the projection of the configured
 //! horizons at the registry's declared rates, with bytes per row measured once a table holds
-//! enough rows and declared before.
+//! enough rows and the storage format's measured cost before, as `registry plan` sizes them;
+//! and that format cost is what a populated partition measures.
 
 use std::borrow::Cow;
 use std::process::Command;
@@ -16,7 +17,7 @@ use sentinel_core::{
 };
 use sentinel_ports::{Lease, Store};
 use sentinel_runtime::registry_dir;
-use sentinel_store_pg::{PgStore, PgStoreConfig};
+use sentinel_store_pg::{PgStore, PgStoreConfig, RAW_ROW_BYTES, ROLLUP_ROW_BYTES};
 use sentinel_tests::bin::sentinel_bin;
 use sentinel_tests::harness::output_within;
 use sentinel_tests::pg::TestDb;
@@ -210,18 +211,15 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
 
     // The projection: declared rows per day (recomputed here from the stored registry), the
     // horizon given (45 days) and the measured bytes per row; the state class too few rows to
-    // measure, so its declared row size.
+    // measure, so the storage format's measured cost per row (not the declared `row_bytes`).
     assert_eq!(exact["projection"]["registry_version"], loaded.version);
     let stored = store.load_registry(None).await.expect("load").expect("stored");
-    let (mut rate_m, mut rate_s, mut bytes_s) = (0.0, 0.0, 0.0);
+    let (mut rate_m, mut rate_s) = (0.0, 0.0);
     for (_, text) in &stored.descriptors {
         let d = sentinel_core::registry::canonical::parse_stored(text).expect("descriptor");
         match d.retention {
             Measurement => rate_m += d.manifest.peak_rate_hz,
-            State => {
-                rate_s += d.manifest.peak_rate_hz;
-                bytes_s += d.manifest.peak_rate_hz * f64::from(d.manifest.row_bytes);
-            }
+            State => rate_s += d.manifest.peak_rate_hz,
             Diagnostic => {}
         }
     }
@@ -236,8 +234,55 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
     );
     let s = projected(&exact, "raw_state");
     assert_eq!(s["horizon_days"], 90);
-    assert_eq!(s["bytes_per_row_from"], "declared");
-    assert!((s["bytes_per_row"].as_f64().expect("bytes/row") - bytes_s / rate_s).abs() < 1e-6);
+    assert_eq!(s["bytes_per_row_from"], "format");
+    assert_eq!(s["bytes_per_row"].as_f64(), Some(RAW_ROW_BYTES));
+    assert!((s["rows_per_day"].as_f64().expect("rows/day") - rate_s * 86_400.0).abs() < 1e-3);
+    assert!(
+        (s["bytes"].as_f64().expect("bytes") - rate_s * 86_400.0 * 90.0 * RAW_ROW_BYTES).abs() < 1.0,
+        "{s}"
+    );
+    assert_eq!(
+        projected(&exact, "rollup_1m")["bytes_per_row"].as_f64(),
+        Some(ROLLUP_ROW_BYTES)
+    );
+
+    // `registry plan` sizes the same folder with the same horizons at the format's cost: for
+    // every table this database has too few rows to measure, the same projection.
+    let plan = output_within(
+        Command::new(sentinel_bin()).args([
+            "registry",
+            "plan",
+            registry_dir::sample_dir().to_str().expect("path"),
+            "--json",
+            "--retention-measurement-days",
+            "45",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(plan.status.success(), "{}", String::from_utf8_lossy(&plan.stderr));
+    let plan: Value = serde_json::from_slice(&plan.stdout).expect("one JSON object");
+    let planned: Vec<&Value> = plan["disk"]["tables"]
+        .as_array()
+        .expect("disk tables")
+        .iter()
+        .collect();
+    assert_eq!(planned.len(), 5, "{plan}");
+    for p in planned {
+        assert_eq!(p["bytes_per_row_from"], "format", "{p}");
+        let name = p["table"].as_str().expect("table");
+        let reported = projected(&exact, name);
+        assert_eq!(p["horizon_days"], reported["horizon_days"], "{name}");
+        assert!(
+            (p["rows_per_day"].as_f64().expect("rows/day")
+                - reported["rows_per_day"].as_f64().expect("rows/day"))
+            .abs()
+                < 1e-6,
+            "{name}"
+        );
+        if reported["bytes_per_row_from"] == "format" {
+            assert_eq!(p["bytes"], reported["bytes"], "{name}");
+        }
+    }
     let total: f64 = exact["projection"]["tables"]
         .as_array()
         .expect("projected")
@@ -269,5 +314,50 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
     assert!(
         text.contains(&format!("projected at registry version {}", loaded.version)),
         "{text}"
+    );
+}
+
+/// [`RAW_ROW_BYTES`], the cost per raw row `registry plan` and `sentinel storage` size a table
+/// with, is what PostgreSQL measures for a populated partition: 100,000 rows of 4,000 points
+/// with ids of 25–30 bytes from 16 driver instances, as a design-rate hour lays them out
+/// (filled server-side, as the rollups bench does), within 15 %.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_format_cost_per_raw_row_is_what_a_populated_partition_measures() {
+    const ROWS: i64 = 100_000;
+    let db = TestDb::create().await.expect("database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    let mut admin = sentinel_tests::harness::pg(&db.url).await;
+    sqlx::query("SELECT sentinel_ensure_partitions(DATE '2026-01-15', 1)")
+        .execute(&mut admin)
+        .await
+        .expect("partition");
+    sqlx::query(
+        "INSERT INTO observation_measurement (ingested_at, point_id, observed_at, value_num, \
+           native_num, unit_native, quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
+         SELECT t + interval '150 milliseconds', 'site' || (p / 100) || '.ahu' || (p % 100) || '.supply_air_temp', \
+                t, 20 + (n % 97) * 0.25, 68 + (n % 97) * 0.45, 'degF', \
+                CASE WHEN n % 20 = 0 THEN 'stale'::quality ELSE 'live'::quality END, n % 3 = 0, 1, \
+                'modbus-' || (p % 16) || '.plant-a', 1, n \
+         FROM (SELECT n, n % 4000 AS p, TIMESTAMPTZ '2026-01-15' + n * interval '2 milliseconds' AS t \
+               FROM generate_series(0, $1 - 1) n) s",
+    )
+    .bind(ROWS)
+    .execute(&mut admin)
+    .await
+    .expect("fill");
+    sqlx::query("VACUUM ANALYZE observation_measurement")
+        .execute(&mut admin)
+        .await
+        .expect("vacuum");
+    let report = storage(&db.url, &["--exact"]);
+    let measurement = table(&report, "raw_measurement");
+    assert_eq!(measurement["rows"], ROWS);
+    let measured = measurement["bytes_per_row"].as_f64().expect("bytes/row");
+    assert!(
+        (measured - RAW_ROW_BYTES).abs() <= 0.15 * RAW_ROW_BYTES,
+        "a populated partition measures {measured:.1} B a row; the format's cost says {RAW_ROW_BYTES}"
     );
 }

@@ -14,6 +14,7 @@ mod command;
 mod db;
 mod demo;
 mod desired;
+mod disk;
 mod history;
 mod metrics_http;
 mod plan;
@@ -293,13 +294,17 @@ enum RegistryCommand {
         #[arg(long, requires = "database_url")]
         move_class: bool,
     },
-    /// Print the declared load per retention class (rows/day, bytes/day), the stream an outage
-    /// needs against its bound, and the derived points in dependency order (exit 1 if the
-    /// folder fails its checks).
+    /// Print the declared load per retention class (rows/day, bytes/day), the disk the
+    /// configured horizons need at the storage format's measured cost per row, the stream an
+    /// outage needs against its bound, and the derived points and rules in dependency order
+    /// (exit 1 if the folder fails its checks).
     Plan {
         dir: PathBuf,
         #[command(flatten)]
         admission: plan::AdmissionArgs,
+        /// The horizons to size the disk for (the flags `sentinel run` and `retention` take).
+        #[command(flatten)]
+        horizons: RetentionArgs,
         /// One JSON object on stdout instead of text.
         #[arg(long)]
         json: bool,
@@ -440,8 +445,14 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                 },
         } => registry::check(&dir, &admission.validated()?, database_url.as_deref(), move_class).await,
         Command::Registry {
-            command: RegistryCommand::Plan { dir, admission, json },
-        } => plan::run(&dir, &admission.validated()?, json),
+            command:
+                RegistryCommand::Plan {
+                    dir,
+                    admission,
+                    horizons,
+                    json,
+                },
+        } => plan::run(&dir, &admission.validated()?, &horizons.config()?, json),
         Command::Registry {
             command:
                 RegistryCommand::Load {
@@ -584,5 +595,14 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             bucket,
             json,
         } => history::run(&db.database_url, &point_id, &from, &to, bucket, json).await,
+    }
+}
+
+/// Writes the report; a reader that stopped early (`| head`) is not an error.
+pub(crate) fn write_stdout(out: &str) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    match std::io::stdout().lock().write_all(out.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e).context("writing the report"),
+        _ => Ok(()),
     }
 }

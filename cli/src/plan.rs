@@ -1,17 +1,22 @@
 //! `sentinel registry plan DIR`: the declared load of a registry against the installation's
 //! capacity (sensor paradigm, "Write-budget sizing"; core runtime spec, "Buffer sizing"), and
 //! the admission flags `registry check` and `registry plan` share; with each driver host's disk
-//! queue through a cut-off (issue 25 item 2 leftover). The arithmetic is
-//! `sentinel_core::registry::plan`; this file parses flags and prints.
+//! queue through a cut-off (issue 25 item 2 leftover), and the disk the configured horizons
+//! need (issue 24 item 6, `crate::disk`). The arithmetic is `sentinel_core::registry::plan`
+//! and `crate::disk`; this file parses flags and prints.
 
 use std::path::Path;
 use std::process::ExitCode;
+
+use sentinel_core::retention::RetentionConfig;
 
 use sentinel_core::registry::plan::{
     Admission, DISK_QUEUE_AGE_MAX_S_DEFAULT, DISK_QUEUE_BYTES_MAX_DEFAULT, DISK_QUEUE_RECORD_BYTES_ESTIMATE,
     INGEST_BUDGET_OBS_S_DEFAULT, OUTAGE_S_DEFAULT, Plan, STREAM_MAX_BYTES_DEFAULT, STREAM_MAX_MSGS_DEFAULT,
 };
 use sentinel_runtime::registry_dir;
+
+use crate::disk;
 
 /// The installation's capacity a registry is admitted against, and the bounds `sentinel run`
 /// gives the observation stream: one configuration (issue 24 item 4). `registry check`,
@@ -62,23 +67,34 @@ impl AdmissionArgs {
 }
 
 /// Prints the plan; exit 1 with the issues if the folder fails its checks.
-pub fn run(dir: &Path, admission: &Admission, json: bool) -> anyhow::Result<ExitCode> {
-    let plan = match registry_dir::plan_dir(dir, admission) {
-        Ok(plan) => plan,
+pub fn run(
+    dir: &Path,
+    admission: &Admission,
+    horizons: &RetentionConfig,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let descriptors = match registry_dir::check_dir_with(dir, admission) {
+        Ok(descriptors) => descriptors,
         Err(report) => {
             eprintln!("{report}");
             return Ok(ExitCode::from(1));
         }
     };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&plan)?);
+    let plan = Plan::of(&descriptors, admission);
+    // Nothing is measured before the database exists: every table at the format's cost.
+    let disk = disk::project(&descriptors, horizons, &[]);
+    let out = if json {
+        let mut value = serde_json::to_value(&plan)?;
+        value["disk"] = disk::json(&disk);
+        format!("{}\n", serde_json::to_string_pretty(&value)?)
     } else {
-        print!("{}", text(dir, &plan));
-    }
+        text(dir, &plan, &disk)
+    };
+    crate::write_stdout(&out)?;
     Ok(ExitCode::SUCCESS)
 }
 
-fn text(dir: &Path, plan: &Plan) -> String {
+fn text(dir: &Path, plan: &Plan, disk: &[disk::Projection]) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let load = &plan.load;
@@ -93,7 +109,7 @@ fn text(dir: &Path, plan: &Plan) -> String {
     let _ = writeln!(
         out,
         "{:<12} {:>7} {:>12} {:>16} {:>18}",
-        "class", "points", "peak obs/s", "rows/day", "bytes/day"
+        "class", "points", "peak obs/s", "rows/day", "declared B/day"
     );
     for c in &load.classes {
         let _ = writeln!(
@@ -109,6 +125,14 @@ fn text(dir: &Path, plan: &Plan) -> String {
         "{:<12} {:>7} {:>12.2} {:>16.0} {:>18.0}",
         "total", plan.points, load.total_peak_obs_s, rows, bytes
     );
+    let _ = writeln!(
+        out,
+        "disk over the configured horizons at the storage format's measured cost per row \
+         (table and indexes; the retention flags change the days):"
+    );
+    for line in disk::text(disk).lines() {
+        let _ = writeln!(out, "  {line}");
+    }
     let _ = writeln!(
         out,
         "ingest budget: {:.2} of {} obs/s ({})",
@@ -260,7 +284,7 @@ mod tests {
     fn the_plan_lists_the_rules_in_dependency_order_and_the_feedback_loops() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/registry-rules");
         let plan = registry_dir::plan_dir(&dir, &Admission::default()).expect("the fixture passes");
-        let printed = text(&dir, &plan);
+        let printed = text(&dir, &plan, &[]);
         let from = printed
             .find("derived points in dependency order")
             .expect("the derived section");
@@ -284,7 +308,7 @@ mod tests {
         );
         let sample =
             registry_dir::plan_dir(&registry_dir::sample_dir(), &Admission::default()).expect("sample");
-        assert!(text(&dir, &sample).ends_with("rules: none\n"));
+        assert!(text(&dir, &sample, &[]).ends_with("rules: none\n"));
         let json = serde_json::to_value(&plan).expect("json");
         assert_eq!(
             json["rules_in_dependency_order"][2]["feedback_loop"],

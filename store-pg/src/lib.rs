@@ -50,7 +50,9 @@ mod store_impl;
 
 pub use lock::{LOCK_KEY, LockHolder, MigrateReport, PgLease, PgLock, SchemaState};
 pub(crate) use state::key_from_columns;
-pub use storage::{PartitionSize, STORAGE_PARTITIONS_MAX, StorageReport, TableSize};
+pub use storage::{
+    PartitionSize, RAW_ROW_BYTES, ROLLUP_ROW_BYTES, STORAGE_PARTITIONS_MAX, StorageReport, TableSize,
+};
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,297 @@
+//! The disk a registry needs (issue 24 item 6): each retained table's rows per day at the
+//! registry's declared rates, times its horizon (the flags `sentinel run` and `sentinel
+//! retention` take), times its bytes per row. `registry plan` sizes every table at the storage
+//! format's measured cost per row ([`RAW_ROW_BYTES`], [`ROLLUP_ROW_BYTES`]); `sentinel storage`
+//! uses a table's own bytes per row once it holds [`MEASURED_ROWS_MIN`] rows.
+//!
+//! Owns: the projection arithmetic ([`project`]), its text table and JSON, and how bytes read.
+//! A point's declared `row_bytes` is not used here: it is the sensor's declared write size for
+//! the write budget (sensor paradigm, "Write-budget sizing"), not what PostgreSQL stores.
+
+use sentinel_core::registry::Descriptor;
+use sentinel_core::retention::RetentionConfig;
+use sentinel_ports::{RetainedTable, RollupGrain};
+use sentinel_store_pg::{RAW_ROW_BYTES, ROLLUP_ROW_BYTES, TableSize};
+
+/// A table's bytes per row are its own once it holds at least this many rows; below, page and
+/// index overhead of a nearly empty table would say nothing about a full one.
+pub const MEASURED_ROWS_MIN: u64 = 10_000;
+const SECONDS_PER_DAY: f64 = 86_400.0;
+/// A rollup bucket a point reports in at most: one a minute, one an hour.
+const MINUTES_PER_DAY: f64 = 1_440.0;
+const HOURS_PER_DAY: f64 = 24.0;
+
+/// Where a projection's bytes per row came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RowBytesFrom {
+    /// The table's own, in this database.
+    Measured,
+    /// The storage format's measured cost per row.
+    Format,
+}
+
+impl RowBytesFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowBytesFrom::Measured => "measured",
+            RowBytesFrom::Format => "format",
+        }
+    }
+}
+
+/// One table's projected size over its horizon.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Projection {
+    pub table: RetainedTable,
+    pub horizon_days: u32,
+    pub rows_per_day: f64,
+    pub bytes_per_row: f64,
+    pub bytes_per_row_from: RowBytesFrom,
+    pub bytes: f64,
+}
+
+/// A table's bytes per row, if it holds any.
+pub fn bytes_per_row(size: &TableSize) -> Option<f64> {
+    (size.rows > 0).then(|| size.bytes() as f64 / size.rows as f64)
+}
+
+/// The projected size of each retained table over its horizon in `config`, at the declared
+/// rates of `descriptors`, with the bytes per row `measured` holds for a table when it holds
+/// at least [`MEASURED_ROWS_MIN`] rows, else the format's. A rollup has one row per point per
+/// bucket the point reports in: a point slower than a bucket fills only some.
+pub fn project(
+    descriptors: &[Descriptor],
+    config: &RetentionConfig,
+    measured: &[(RetainedTable, usize, TableSize)],
+) -> Vec<Projection> {
+    RetainedTable::ALL
+        .into_iter()
+        .map(|table| {
+            let rows_per_day: f64 = descriptors
+                .iter()
+                .map(|d| {
+                    let rate = d.manifest.peak_rate_hz;
+                    let rows = if rate.is_finite() && rate > 0.0 {
+                        rate * SECONDS_PER_DAY
+                    } else {
+                        0.0
+                    };
+                    match table {
+                        RetainedTable::Raw(class) if class == d.retention => rows,
+                        RetainedTable::Raw(_) => 0.0,
+                        RetainedTable::Rollup(RollupGrain::Minute) => rows.min(MINUTES_PER_DAY),
+                        RetainedTable::Rollup(RollupGrain::Hour) => rows.min(HOURS_PER_DAY),
+                    }
+                })
+                .sum();
+            let size = measured
+                .iter()
+                .find(|(t, _, _)| *t == table)
+                .map(|(_, _, size)| *size)
+                .unwrap_or_default();
+            let (bytes_per_row, bytes_per_row_from) = match bytes_per_row(&size) {
+                Some(b) if size.rows >= MEASURED_ROWS_MIN => (b, RowBytesFrom::Measured),
+                _ => (format_row_bytes(table), RowBytesFrom::Format),
+            };
+            let horizon_days = horizon_days(config, table);
+            let bytes = rows_per_day * f64::from(horizon_days) * bytes_per_row;
+            debug_assert!(bytes.is_finite() && bytes >= 0.0, "a projection is a size");
+            Projection {
+                table,
+                horizon_days,
+                rows_per_day,
+                bytes_per_row,
+                bytes_per_row_from,
+                bytes,
+            }
+        })
+        .collect()
+}
+
+/// The storage format's measured cost of one row of `table`, table and indexes.
+pub fn format_row_bytes(table: RetainedTable) -> f64 {
+    match table {
+        RetainedTable::Raw(_) => RAW_ROW_BYTES,
+        RetainedTable::Rollup(_) => ROLLUP_ROW_BYTES,
+    }
+}
+
+fn horizon_days(config: &RetentionConfig, table: RetainedTable) -> u32 {
+    match table {
+        RetainedTable::Raw(class) => config.raw_days[class.index()],
+        RetainedTable::Rollup(RollupGrain::Minute) => config.rollup_1m_days,
+        RetainedTable::Rollup(RollupGrain::Hour) => config.rollup_1h_days,
+    }
+}
+
+/// The table's name in the database's terms: `raw_measurement`, `rollup_1m`.
+pub fn table_name(table: RetainedTable) -> String {
+    match table {
+        RetainedTable::Raw(class) => format!("raw_{}", class.as_str()),
+        RetainedTable::Rollup(grain) => format!("rollup_{}", grain.as_str()),
+    }
+}
+
+/// The projection as a table of text, one line per table and a total.
+pub fn text(projections: &[Projection]) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<17} {:>6} {:>14} {:>20} {:>10}",
+        "table", "days", "rows/day", "bytes/row", "size"
+    );
+    for p in projections {
+        let _ = writeln!(
+            out,
+            "{:<17} {:>6} {:>14.0} {:>20} {:>10}",
+            p.table.label(),
+            p.horizon_days,
+            p.rows_per_day,
+            format!("{:.0} ({})", p.bytes_per_row, p.bytes_per_row_from.as_str()),
+            human_bytes(p.bytes)
+        );
+    }
+    let _ = writeln!(
+        out,
+        "{:<17} {:>6} {:>14} {:>20} {:>10}",
+        "total",
+        "",
+        "",
+        "",
+        human_bytes(projections.iter().map(|p| p.bytes).sum())
+    );
+    out
+}
+
+/// The projection for `--json`: each table and the total bytes.
+pub fn json(projections: &[Projection]) -> serde_json::Value {
+    let tables: Vec<_> = projections
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "table": table_name(p.table),
+                "horizon_days": p.horizon_days,
+                "rows_per_day": p.rows_per_day,
+                "bytes_per_row": p.bytes_per_row,
+                "bytes_per_row_from": p.bytes_per_row_from.as_str(),
+                "bytes": p.bytes,
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "tables": tables,
+        "bytes": projections.iter().map(|p| p.bytes).sum::<f64>(),
+    })
+}
+
+/// Bytes as an operator reads them: B, kB, MB, GB, TB (powers of 1000, as disks are sold).
+pub fn human_bytes(bytes: f64) -> String {
+    const UNITS: [&str; 5] = ["B", "kB", "MB", "GB", "TB"];
+    let mut value = bytes.max(0.0);
+    let mut unit = 0;
+    while value >= 1_000.0 && unit + 1 < UNITS.len() {
+        value /= 1_000.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{value:.0} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sentinel_core::RetentionClass;
+    use sentinel_core::registry::Kind;
+
+    fn point(id: &str, class: RetentionClass, rate_hz: f64, row_bytes: u32) -> Descriptor {
+        let mut d = Descriptor::new(id, Kind::Number, class, "h", "i");
+        d.manifest.peak_rate_hz = rate_hz;
+        d.manifest.row_bytes = row_bytes;
+        d
+    }
+
+    #[test]
+    fn projection_is_rate_times_horizon_times_bytes_per_row_measured_when_there_are_enough_rows() {
+        let points = [
+            point("a", RetentionClass::Measurement, 1.0, 100),
+            point("b", RetentionClass::Measurement, 0.5, 200),
+            point("c", RetentionClass::State, 0.001, 80),
+        ];
+        let config = RetentionConfig::default();
+        let measured_size = TableSize {
+            rows: MEASURED_ROWS_MIN,
+            rows_exact: true,
+            heap_bytes: 900_000,
+            index_bytes: 300_000,
+        };
+        let too_few = TableSize {
+            rows: MEASURED_ROWS_MIN - 1,
+            rows_exact: true,
+            heap_bytes: 10_000_000,
+            index_bytes: 0,
+        };
+        let measured = [
+            (RetainedTable::Raw(RetentionClass::Measurement), 1, measured_size),
+            (RetainedTable::Raw(RetentionClass::State), 1, too_few),
+        ];
+        let p = project(&points, &config, &measured);
+        let m = &p[0];
+        assert_eq!(m.rows_per_day, 1.5 * 86_400.0);
+        assert_eq!(
+            (m.bytes_per_row, m.bytes_per_row_from),
+            (120.0, RowBytesFrom::Measured)
+        );
+        assert_eq!(m.bytes, 1.5 * 86_400.0 * 30.0 * 120.0);
+        // State: too few rows measured, so the format's cost, not the declared row size.
+        let s = &p[1];
+        assert_eq!(
+            (s.bytes_per_row, s.bytes_per_row_from),
+            (RAW_ROW_BYTES, RowBytesFrom::Format)
+        );
+        assert!((s.rows_per_day - 86.4).abs() < 1e-9);
+        assert_eq!(s.horizon_days, 90);
+        // Rollups: one row per point per minute it reports in, at most 1,440 a day.
+        let minute = &p[3];
+        assert!((minute.rows_per_day - (1_440.0 + 1_440.0 + 86.4)).abs() < 1e-9);
+        assert_eq!(
+            (minute.bytes_per_row, minute.bytes_per_row_from),
+            (ROLLUP_ROW_BYTES, RowBytesFrom::Format)
+        );
+        let hour = &p[4];
+        assert!((hour.rows_per_day - (24.0 + 24.0 + 24.0)).abs() < 1e-9);
+        assert_eq!(hour.horizon_days, 730);
+    }
+
+    #[test]
+    fn the_spec_estate_at_the_format_cost() {
+        // The core runtime spec's estate: ~19M raw rows a day from about 4,000 points, each
+        // reporting at least once a minute, under 90 days of measurement retention. The spec
+        // puts it at ~40 GB with compression from day seven; this format, uncompressed, is
+        // about 19M × 90 × 371 B ≈ 634 GB raw plus the minute rollup's 5.76M rows a day.
+        let rate_hz = 19_000_000.0 / 86_400.0 / 4_000.0;
+        let points: Vec<_> = (0..4_000)
+            .map(|i| point(&format!("p{i}"), RetentionClass::Measurement, rate_hz, 100))
+            .collect();
+        let config = RetentionConfig {
+            raw_days: [90, 90, 7],
+            ..RetentionConfig::default()
+        };
+        let p = project(&points, &config, &[]);
+        assert!((p[0].rows_per_day - 19e6).abs() < 1.0);
+        assert!((p[0].bytes - 19e6 * 90.0 * RAW_ROW_BYTES).abs() < 1e3);
+        assert!((p[3].rows_per_day - 5_760_000.0).abs() < 1e-3);
+        assert!(p.iter().all(|p| p.bytes_per_row_from == RowBytesFrom::Format));
+    }
+
+    #[test]
+    fn bytes_read_in_powers_of_a_thousand() {
+        assert_eq!(human_bytes(999.0), "999 B");
+        assert_eq!(human_bytes(1_500.0), "1.5 kB");
+        assert_eq!(human_bytes(40e9), "40.0 GB");
+        assert_eq!(human_bytes(2.5e12), "2.5 TB");
+    }
+}
