@@ -361,3 +361,31 @@ async fn the_format_cost_per_raw_row_is_what_a_populated_partition_measures() {
         "a populated partition measures {measured:.1} B a row; the format's cost says {RAW_ROW_BYTES}"
     );
 }
+
+/// A report read by a reader that stops early (`| head`) ends quietly: no panic on "Broken
+/// pipe" and no exit 101. `registry check` prints with `println!`; its reader is gone before
+/// it prints, so the print meets a closed pipe.
+#[test]
+fn a_report_whose_reader_stopped_early_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt as _;
+    use std::process::Stdio;
+    let sample = registry_dir::sample_dir();
+    let mut child = Command::new(sentinel_bin())
+        .args(["registry", "check", sample.to_str().expect("path")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn sentinel");
+    // Closing the only read end: the child's first print meets a closed pipe.
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_ne!(output.status.code(), Some(101), "{stderr}");
+    assert_eq!(
+        output.status.signal(),
+        Some(13),
+        "ended by SIGPIPE, as `ls | head` ends: {:?} {stderr}",
+        output.status
+    );
+}

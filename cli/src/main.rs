@@ -415,6 +415,7 @@ fn init_logging(format: LogFormat, command: &Command) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    quiet_on_closed_stdout(&cli.command);
     init_logging(cli.log_format, &cli.command);
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -429,6 +430,24 @@ fn main() -> ExitCode {
             eprintln!("sentinel: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// A report piped into a reader that stops early (`sentinel status | head`) ends quietly, as
+/// `ls | head` does, instead of panicking on "Broken pipe" in `println!`: the report commands
+/// take SIGPIPE's default action (Rust ignores it, so a closed stdout is an error every print
+/// would panic on). Sockets are unaffected (the standard library sends with `MSG_NOSIGNAL`).
+/// The commands that run a core (`run`, `demo`) keep Rust's default, so nothing but an
+/// explicit signal ends a daemon.
+fn quiet_on_closed_stdout(command: &Command) {
+    if matches!(command, Command::Run { .. } | Command::Demo { .. }) {
+        return;
+    }
+    // SAFETY: called first thing in `main`, before any thread exists; `signal` with SIG_DFL
+    // installs no handler code.
+    #[cfg(unix)]
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 
