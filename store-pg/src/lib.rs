@@ -8,7 +8,7 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | `lib.rs` | the pool and its configuration, the conversions between core types and columns, the epoch fence every write takes |
+//! | `lib.rs` | the pool and its configuration, the conversions between core types and columns, the fence every write takes (epoch and start identity, migration 0013) |
 //! | [`hosts`] | several hosts in the database URL, and choosing the writable one (libpq's `target_session_attrs`) |
 //! | [`lock`] | the single-writer lock, migrations under it, the epoch, lock liveness and the holder |
 //! | [`partitions`] | daily partitions ahead of need |

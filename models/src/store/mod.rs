@@ -6,7 +6,9 @@
 //! - the single-writer advisory lock, held by a session; a dead session releases it
 //!   ([`MemoryStore::kill_session`], [`MemoryStore::kill_lock_holder`]) the way PostgreSQL
 //!   does when a connection dies;
-//! - the core epoch, incremented only on acquisition, and the fence every write verifies;
+//! - the core epoch, incremented only on acquisition with the start identity it records as the
+//!   holder's, and the fence every write verifies: its epoch and its handle's identity (one per
+//!   handle, shared by clones; [`MemoryStore::another_handle`] is another process's);
 //! - one `core_start` record per acquisition, its startup timings written under the fence;
 //! - one table per retention class with the 4-column unique key and `ON CONFLICT DO NOTHING
 //!   RETURNING` (only new rows are reported);
