@@ -471,6 +471,93 @@ fn only_the_postgres_adapter_names_the_observation_tables() {
     );
 }
 
+/// The SQL functions that write fenced (their bodies take `sentinel_rollup_fence`).
+const FENCED_SQL_FUNCTIONS: [&str; 6] = [
+    "sentinel_rollup_refresh_range",
+    "sentinel_rollup_claim",
+    "sentinel_rollup_apply",
+    "sentinel_retention_drop",
+    "sentinel_move_point_class",
+    "sentinel_reprocess_apply",
+];
+
+/// Issue 25 item 3 (migration 0013): the store fences every write on (epoch, start identity).
+/// In store-pg, every statement that locks the epoch row for a fence (`FOR SHARE`) or updates
+/// it names `core_start`; in the migrations, every fenced SQL function (and the fence itself)
+/// has exactly one live definition — each `CREATE FUNCTION` of it but the newest dropped by a
+/// `DROP FUNCTION` — and that newest definition takes `p_core_start` and passes it to
+/// `sentinel_rollup_fence`.
+#[test]
+fn every_fenced_statement_names_the_start_identity() {
+    let mut violations = Vec::new();
+    for source in sources("store-pg/src", Scope::ProductionCode) {
+        let (text, starts) = source.joined();
+        for (at, _) in text.match_indices("core_epoch") {
+            // The statement: from the string literal's start to its end (`";` or `")`).
+            let begin = text[..at]
+                .rfind("const ")
+                .max(text[..at].rfind("query"))
+                .unwrap_or(0);
+            let end = text[at..]
+                .find("\";")
+                .into_iter()
+                .chain(text[at..].find("\")"))
+                .min()
+                .map_or(text.len(), |e| at + e);
+            let statement = &text[begin..end];
+            let fences = statement.contains("FOR SHARE") || statement.contains("UPDATE core_epoch");
+            if fences && !statement.contains("core_start") {
+                violations.push(format!(
+                    "{}:{}: a statement fencing on core_epoch does not name core_start",
+                    source.path,
+                    line_at(&starts, at)
+                ));
+            }
+        }
+    }
+    let root = workspace_root().join("migrations");
+    let mut files: Vec<PathBuf> = fs::read_dir(&root)
+        .expect("migrations/")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sql"))
+        .collect();
+    files.sort();
+    let all: String = files
+        .iter()
+        .map(|f| fs::read_to_string(f).expect("a migration"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for function in FENCED_SQL_FUNCTIONS.iter().chain(&["sentinel_rollup_fence"]) {
+        let created = all.matches(&format!("CREATE FUNCTION {function}(")).count();
+        let dropped = all.matches(&format!("DROP FUNCTION {function}(")).count();
+        if created != dropped + 1 {
+            violations.push(format!(
+                "migrations/: {function} is created {created} times and dropped {dropped}: \
+                 every definition but the newest must be dropped"
+            ));
+            continue;
+        }
+        let newest = all
+            .rfind(&format!("CREATE FUNCTION {function}("))
+            .expect("created");
+        let body_end = all[newest..].find("$$;").map_or(all.len(), |e| newest + e);
+        let definition = &all[newest..body_end];
+        let signature = definition.split(')').next().unwrap_or_default();
+        let passes = *function == "sentinel_rollup_fence"
+            || definition.contains("PERFORM sentinel_rollup_fence(epoch, p_core_start);")
+            || definition.contains("PERFORM sentinel_rollup_fence(p_epoch, p_core_start);");
+        if !signature.contains("p_core_start bigint") || !passes {
+            violations.push(format!(
+                "migrations/: the newest {function} does not take the start identity and fence on it"
+            ));
+        }
+    }
+    fail_if_any(
+        violations,
+        "every store write is fenced on (epoch, start identity), not the epoch alone",
+    );
+}
+
 #[test]
 fn only_the_nats_adapter_and_the_driver_library_name_async_nats() {
     let dirs: Vec<&str> = LIBRARY_SOURCES

@@ -81,12 +81,17 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
     );
 
     // Rollups (migrations/0004_rollups.sql): only through the functions, fenced on the epoch
-    // (0 in a database no core has locked yet); the insert above went through the
-    // invalidation trigger, which the writer cannot write to either.
+    // and the start identity (epoch 0 in a database no core has locked yet; the identity 77
+    // set by the owner as an acquisition records one, migration 0013); the insert above went
+    // through the invalidation trigger, which the writer cannot write to either.
+    sqlx::query("UPDATE core_epoch SET core_start = 77")
+        .execute(&mut pg(&db.url).await)
+        .await
+        .expect("a holder's identity");
     for sql in [
-        "SELECT * FROM sentinel_rollup_refresh_range(0, now() - interval '1 hour', now())",
-        "SELECT sentinel_rollup_claim(0, now(), 60, 1000)",
-        "SELECT * FROM sentinel_rollup_apply(0)",
+        "SELECT * FROM sentinel_rollup_refresh_range(0, 77, now() - interval '1 hour', now())",
+        "SELECT sentinel_rollup_claim(0, 77, now(), 60, 1000)",
+        "SELECT * FROM sentinel_rollup_apply(0, 77)",
         "SELECT count(*) FROM rollup_1m_avg",
         "SELECT count(*) FROM rollup_1h",
         "SELECT refreshed_to FROM rollup_watermark",
@@ -95,8 +100,8 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         REPROCESS_APPLY,
         // Retention and class moves (migrations/0005_retention.sql): only through the
         // fenced functions; a partition that does not exist is no drop (NULL).
-        "SELECT sentinel_retention_drop(0, 'rollup_1m', '2001-01-01', '2001-01-02', 'core:retention', now())",
-        "SELECT * FROM sentinel_move_point_class(0, 'nobody', 'state', 'operator:x', now())",
+        "SELECT sentinel_retention_drop(0, 77, 'rollup_1m', '2001-01-01', '2001-01-02', 'core:retention', now())",
+        "SELECT * FROM sentinel_move_point_class(0, 77, 'nobody', 'state', 'operator:x', now())",
         "SELECT count(*) FROM retention_mark",
         // The command plane's desired values (migrations/0008_point_desired.sql): the
         // writer upserts them, always beside a fenced control event (Store::write_arbitration).
@@ -179,7 +184,7 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
 }
 
 /// An empty chunk through the reprocess function, fenced on epoch 0 (no core has locked yet).
-const REPROCESS_APPLY: &str = "SELECT sentinel_reprocess_apply(0, 'measurement', '{}', '{}', '{}', \
+const REPROCESS_APPLY: &str = "SELECT sentinel_reprocess_apply(0, 77, 'measurement', '{}', '{}', '{}', \
      '{}', '{}', '{}', '{}', '{}', '{}', '{}', 1)";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,11 +223,11 @@ async fn the_reader_reads_and_cannot_write_or_see_payloads() {
         "UPDATE core_epoch SET epoch = 99",
         "SELECT payload FROM quarantine",
         "SELECT sentinel_ensure_partitions(current_date, 1)",
-        "SELECT * FROM sentinel_rollup_refresh_range(0, now() - interval '1 hour', now())",
+        "SELECT * FROM sentinel_rollup_refresh_range(0, 77, now() - interval '1 hour', now())",
         "DELETE FROM rollup_1m",
         REPROCESS_APPLY,
-        "SELECT sentinel_retention_drop(0, 'rollup_1m', '2001-01-01', '2001-01-02', 'me', now())",
-        "SELECT * FROM sentinel_move_point_class(0, 'p', 'state', 'me', now())",
+        "SELECT sentinel_retention_drop(0, 77, 'rollup_1m', '2001-01-01', '2001-01-02', 'me', now())",
+        "SELECT * FROM sentinel_move_point_class(0, 77, 'p', 'state', 'me', now())",
         "INSERT INTO point_desired (point_id, since, core_epoch, control_seq) VALUES ('p', now(), 0, 0)",
     ] {
         let error = refused(&roles.reader_url, sql)

@@ -33,6 +33,8 @@ use sqlx::PgPool;
 mod arbitration;
 #[path = "store_conformance/class_change.rs"]
 mod class_change;
+#[path = "store_conformance/fence_identity.rs"]
+mod fence_identity;
 use arbitration::{
     control_heads_are_each_points_newest_event, open_claims_round_trip_with_point_desired,
     open_verifications_are_each_points_newest_applied_command_without_a_verdict,
@@ -40,6 +42,7 @@ use arbitration::{
     the_recorded_epoch_is_the_newest_acquisitions,
     unanswered_commands_are_each_points_newest_without_a_result,
 };
+use fence_identity::a_repeated_epoch_is_fenced_on_the_start_identity;
 #[path = "store_conformance/retention.rs"]
 mod retention;
 #[path = "store_conformance/rollups.rs"]
@@ -83,6 +86,13 @@ trait Backend: Sized {
         closed_before: Micros,
         limits: sentinel_ports::RollupStepLimits,
     ) -> Result<(), StoreError>;
+    /// A second handle on the same database, with no start identity of its own (another
+    /// core's process).
+    fn another_handle(&self) -> Self::S;
+    /// A failover that lost the last acquisition (issue 25 item 3): the epoch and its holder's
+    /// identity go back to the previous acquisition's and its `core_start` record goes. The
+    /// lock must already be free. Returns the epoch now recorded.
+    async fn lose_last_acquisition(&self) -> u32;
 }
 
 struct Mem(MemoryStore);
@@ -126,6 +136,12 @@ impl Backend for Mem {
         limits: sentinel_ports::RollupStepLimits,
     ) -> Result<(), StoreError> {
         self.0.rollup_claim(epoch, closed_before, limits)
+    }
+    fn another_handle(&self) -> MemoryStore {
+        self.0.another_handle()
+    }
+    async fn lose_last_acquisition(&self) -> u32 {
+        self.0.lose_last_acquisition()
     }
 }
 
@@ -230,6 +246,23 @@ impl Backend for Pg {
     ) -> Result<(), StoreError> {
         self.store.rollup_claim(epoch, closed_before, limits).await
     }
+    fn another_handle(&self) -> PgStore {
+        self.store.another_handle()
+    }
+    /// As the promoted standby would hold it: the acquisition's one statement (the increment,
+    /// the holder's identity, the `core_start` row) never replicated.
+    async fn lose_last_acquisition(&self) -> u32 {
+        let epoch: i32 = sqlx::query_scalar(
+            "WITH gone AS (DELETE FROM core_start WHERE epoch = (SELECT epoch FROM core_epoch WHERE singleton)) \
+             UPDATE core_epoch SET epoch = epoch - 1, \
+               core_start = (SELECT c.core_start FROM core_start c WHERE c.epoch = core_epoch.epoch - 1) \
+             WHERE singleton AND epoch > 0 RETURNING epoch",
+        )
+        .fetch_one(&self.raw)
+        .await
+        .expect("lose the last acquisition");
+        epoch as u32
+    }
 }
 
 /// Generates, per test body, a module with one `#[tokio::test]` per backend.
@@ -297,6 +330,7 @@ conformance!(
     open_verifications_are_each_points_newest_applied_command_without_a_verdict,
     control_heads_are_each_points_newest_event,
     the_cold_start_records_the_start_identity,
+    a_repeated_epoch_is_fenced_on_the_start_identity,
 );
 
 on_conflict_form!(
@@ -805,6 +839,7 @@ async fn batches_with_keys_already_present_commit_only_their_new_rows<B: Backend
             StoreError::Fenced {
                 epoch: refused,
                 current,
+                ..
             } => assert_eq!((refused, current), (epoch, new.epoch())),
             other => panic!("expected Fenced, got {other}"),
         },
@@ -888,9 +923,9 @@ async fn epoch_increments_only_on_acquisition<B: Backend>(b: &B) {
     b.release(lease).await;
 }
 
-/// Issue 25 item 3: each acquisition's record holds the start identity its core announced,
-/// written with the cold-start timings, fenced; one outside JSON's exact integers is refused
-/// before anything is written, and a start that announces none records none.
+/// Issue 25 item 3: each acquisition's record holds its start identity, recorded by the
+/// acquisition and again with the cold-start timings, fenced; one outside JSON's exact integers
+/// is refused before anything is written, and a start that names none keeps the acquisition's.
 async fn the_cold_start_records_the_start_identity<B: Backend>(b: &B) {
     use sentinel_core::wire::CORE_START_MAX;
     use sentinel_ports::StartupStep;
@@ -926,12 +961,17 @@ async fn the_cold_start_records_the_start_identity<B: Backend>(b: &B) {
     let lease = b.store().acquire().await.expect("acquire");
     assert!(matches!(
         b.store().record_cold_start(1, Some(5), steps()).await,
-        Err(StoreError::Fenced { epoch: 1, current: 2 })
+        Err(StoreError::Fenced {
+            epoch: 1,
+            current: 2,
+            ..
+        })
     ));
     b.store()
         .record_cold_start(2, None, steps())
         .await
         .expect("record");
+    let second = lease.core_start();
     b.release(lease).await;
     let starts = b.cold_starts().await;
     assert_eq!(
@@ -939,7 +979,8 @@ async fn the_cold_start_records_the_start_identity<B: Backend>(b: &B) {
             .iter()
             .map(|s| (s.epoch, s.core_start, s.steps.len()))
             .collect::<Vec<_>>(),
-        [(1, Some(CORE_START_MAX), 1), (2, None, 1)]
+        [(1, Some(CORE_START_MAX), 1), (2, Some(second), 1)],
+        "a start that names none keeps the identity its acquisition recorded"
     );
 }
 
@@ -961,7 +1002,7 @@ async fn stale_epoch_is_fenced_and_writes_nothing<B: Backend>(b: &B) {
         Err(e) => {
             assert_eq!(e.batch, BatchId(7));
             match e.source {
-                StoreError::Fenced { epoch, current } => {
+                StoreError::Fenced { epoch, current, .. } => {
                     assert_eq!((epoch, current), (old_epoch, new.epoch()))
                 }
                 other => panic!("expected Fenced, got {other}"),
@@ -1855,6 +1896,7 @@ async fn postgres_a_fallback_after_a_new_epoch_is_fenced() {
                 StoreError::Fenced {
                     epoch: refused,
                     current,
+                    ..
                 } => assert_eq!((refused, current), (epoch, epoch + 1)),
                 other => panic!("expected Fenced, got {other}"),
             },
@@ -1915,7 +1957,9 @@ async fn control_events_are_sequenced_fenced_and_carry_the_epoch<B: Backend>(b: 
         .write_control_events(old_epoch, vec![control_event("c", old_epoch, t)])
         .await
     {
-        Err(StoreError::Fenced { epoch, current }) => assert_eq!((epoch, current), (old_epoch, new.epoch())),
+        Err(StoreError::Fenced { epoch, current, .. }) => {
+            assert_eq!((epoch, current), (old_epoch, new.epoch()))
+        }
         other => panic!("expected Fenced, got {other:?}"),
     }
     assert!(

@@ -669,13 +669,13 @@ async fn raise_epoch<S: Store>(
             );
             EpochRaise::Raised { epoch: raised }
         }
-        Err(StoreError::Fenced { epoch, current }) => {
+        Err(fenced @ StoreError::Fenced { .. }) => {
             warn!(
-                epoch,
-                current, "a driver has seen a higher core epoch; a newer core holds the lock"
+                refusal = %fenced,
+                "a driver has seen a higher core epoch; a newer core holds the lock"
             );
             if let Some(t) = telemetry {
-                t.store_error(StoreOp::Control, Some(&StoreError::Fenced { epoch, current }));
+                t.store_error(StoreOp::Control, Some(&fenced));
             }
             EpochRaise::Fenced
         }
@@ -852,10 +852,10 @@ async fn execute<B: Bus, S: Store>(
                                 < Micros(step.closed_before.0.div_euclid(60_000_000) * 60_000_000);
                         Input::RollupStepped(RollupStepOutcome::Done { behind })
                     }
-                    Err(StoreError::Fenced { epoch, current }) => {
-                        error!(epoch, current, "rollup step fenced");
+                    Err(fenced @ StoreError::Fenced { .. }) => {
+                        error!(refusal = %fenced, "rollup step fenced");
                         if let Some(t) = &telemetry {
-                            t.store_error(StoreOp::Rollup, Some(&StoreError::Fenced { epoch, current }));
+                            t.store_error(StoreOp::Rollup, Some(&fenced));
                         }
                         Input::RollupStepFenced
                     }
@@ -922,10 +922,10 @@ async fn execute<B: Bus, S: Store>(
                             more: done.more,
                         })
                     }
-                    Err(StoreError::Fenced { epoch, current }) => {
-                        error!(epoch, current, "retention run fenced");
+                    Err(fenced @ StoreError::Fenced { .. }) => {
+                        error!(refusal = %fenced, "retention run fenced");
                         if let Some(t) = &telemetry {
-                            t.store_error(StoreOp::Retention, Some(&StoreError::Fenced { epoch, current }));
+                            t.store_error(StoreOp::Retention, Some(&fenced));
                         }
                         Input::RetentionFenced
                     }

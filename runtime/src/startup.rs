@@ -197,8 +197,12 @@ where
     let step = Instant::now();
     let lease = store.acquire().await?;
     let epoch = lease.epoch();
+    // This start's identity (issue 25 item 3), taken by the store at the acquisition and
+    // recorded with the epoch: an epoch can repeat after a failover that lost its increment,
+    // and two starts at one epoch still differ here, on the bus and in the store's fence.
+    let core_start = lease.core_start();
     timings.record("lock_and_epoch", step);
-    info!(epoch, "single-writer lock held");
+    info!(epoch, core_start, "single-writer lock held");
 
     notify.startup_step("registry");
     let step = Instant::now();
@@ -237,11 +241,7 @@ where
     let restored = store.load_state(&points).await?;
     let mut core = Core::new(config, registry, epoch, &restored, clock.now())
         .map_err(|e| StartError::Core(e.to_string()))?;
-    // This start's identity (issue 25 item 3): an epoch can repeat after a failover that lost
-    // its increment; two starts at one epoch still differ here.
-    let core_start = clock.start_token();
     core.set_core_start(core_start);
-    info!(epoch, core_start, "core start identity taken");
     timings.record("restore_projection", step);
 
     // Only now, holding the lock with the projection restored, does the core touch the bus.

@@ -20,7 +20,7 @@ use sentinel_core::{
     RegistrySnapshot, RestoredState, RetentionClass,
 };
 use sentinel_models::MemoryConsumer;
-use sentinel_models::MemoryLease;
+use sentinel_models::{MemoryLease, MemoryStore};
 use sentinel_ports::PublishAck;
 use sentinel_ports::{
     Bus, BusError, ClassExtent, ClassMove, CommitError, Consumer, HistoryRow, INBOUND_QUEUED_MAX, Inbound,
@@ -365,16 +365,24 @@ impl Consumer for SimConsumer {
     }
 }
 
-/// The store as one core incarnation sees it.
+/// The store as one core incarnation sees it: the world's one model, through a handle of its
+/// own (issue 25 item 3: a handle's acquisition gives it the start identity its writes are
+/// fenced on, so two incarnations at one epoch are told apart as two processes are).
 #[derive(Clone)]
 pub struct SimStore {
     world: Arc<World>,
     incarnation: Arc<Incarnation>,
+    handle: MemoryStore,
 }
 
 impl SimStore {
     pub fn new(world: Arc<World>, incarnation: Arc<Incarnation>) -> SimStore {
-        SimStore { world, incarnation }
+        let handle = world.store.another_handle();
+        SimStore {
+            world,
+            incarnation,
+            handle,
+        }
     }
 
     /// A control write, with `point_desired` rows when it is an arbitration: the checker hears
@@ -403,7 +411,7 @@ impl SimStore {
             }
             return Err(e);
         }
-        let epoch_at_write = self.world.store.current_epoch();
+        let epoch_at_write = self.handle.current_epoch();
         let stamps: Vec<u32> = events.iter().map(|e| e.core_epoch).collect();
         let commands: Vec<String> = events
             .iter()
@@ -426,8 +434,8 @@ impl SimStore {
         // Invariants 12 and 18–20 judge the write's events and rows as they commit.
         let written = (events.clone(), desired.clone());
         let seqs = match desired {
-            None => self.world.store.write_control_events(epoch, events).await?,
-            Some(desired) => self.world.store.write_arbitration(epoch, events, desired).await?,
+            None => self.handle.write_control_events(epoch, events).await?,
+            Some(desired) => self.handle.write_arbitration(epoch, events, desired).await?,
         };
         let now = self.world.now();
         let mut inner = self.world.lock();
@@ -459,7 +467,7 @@ impl SimStore {
         write: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         self.enter(Some(action)).await?;
-        let epoch_at_write = self.world.store.current_epoch();
+        let epoch_at_write = self.handle.current_epoch();
         let out = write.await?;
         let now = self.world.now();
         self.world
@@ -495,6 +503,10 @@ impl Lease for SimLease {
         self.inner.epoch()
     }
 
+    fn core_start(&self) -> u64 {
+        self.inner.core_start()
+    }
+
     async fn alive(&mut self) -> Result<bool, StoreError> {
         self.store.enter(None).await?;
         self.inner.alive().await
@@ -506,7 +518,7 @@ impl Store for SimStore {
 
     async fn acquire(&self) -> Result<SimLease, StoreError> {
         self.enter(None).await?;
-        let result = self.world.store.acquire().await;
+        let result = self.handle.acquire().await;
         let now = self.world.now();
         let host = self.incarnation.core.host();
         let mut inner = self.world.lock();
@@ -540,17 +552,17 @@ impl Store for SimStore {
 
     async fn store_registry(&self, snapshot: &RegistrySnapshot) -> Result<RegistryLoad, StoreError> {
         self.enter(None).await?;
-        self.world.store.store_registry(snapshot).await
+        self.handle.store_registry(snapshot).await
     }
 
     async fn load_registry(&self, version: Option<i32>) -> Result<Option<StoredRegistry>, StoreError> {
         self.enter(None).await?;
-        self.world.store.load_registry(version).await
+        self.handle.load_registry(version).await
     }
 
     async fn load_state(&self, points: &[(String, RetentionClass)]) -> Result<RestoredState, StoreError> {
         self.enter(None).await?;
-        let restored = self.world.store.load_state(points).await?;
+        let restored = self.handle.load_state(points).await?;
         // Invariant 21's views of this epoch start from what its restore read.
         if let Some(epoch) = self.incarnation.epoch() {
             self.world.lock().checker.events.on_restored(epoch, &restored);
@@ -564,7 +576,7 @@ impl Store for SimStore {
         rows_max_per_point: usize,
     ) -> Result<Vec<sentinel_core::derived::WindowRow>, StoreError> {
         self.enter(None).await?;
-        self.world.store.load_windows(requests, rows_max_per_point).await
+        self.handle.load_windows(requests, rows_max_per_point).await
     }
 
     async fn commit(&self, batch: Batch) -> Result<CommitReport, CommitError> {
@@ -586,8 +598,8 @@ impl Store for SimStore {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             self.enter(None).await.map_err(|e| fail(id, e))?;
         }
-        let epoch_at_commit = self.world.store.current_epoch();
-        let report = self.world.store.commit(batch).await?;
+        let epoch_at_commit = self.handle.current_epoch();
+        let report = self.handle.commit(batch).await?;
         let now = self.world.now();
         {
             let mut inner = self.world.lock();
@@ -614,7 +626,7 @@ impl Store for SimStore {
     }
 
     async fn checkpoint(&self, epoch: u32, states: Vec<PointState>) -> Result<(), StoreError> {
-        let write = self.world.store.checkpoint(epoch, states);
+        let write = self.handle.checkpoint(epoch, states);
         self.fenced_write("writes a checkpoint", "a checkpoint", epoch, write)
             .await
     }
@@ -638,32 +650,32 @@ impl Store for SimStore {
 
     async fn load_point_desired(&self) -> Result<Vec<sentinel_ports::StoredDesired>, StoreError> {
         self.enter(None).await?;
-        self.world.store.load_point_desired().await
+        self.handle.load_point_desired().await
     }
 
     async fn recorded_epoch(&self) -> Result<u32, StoreError> {
         self.enter(None).await?;
-        self.world.store.recorded_epoch().await
+        self.handle.recorded_epoch().await
     }
 
     async fn raise_epoch(&self, epoch: u32, floor: u32) -> Result<u32, StoreError> {
         self.enter(None).await?;
-        self.world.store.raise_epoch(epoch, floor).await
+        self.handle.raise_epoch(epoch, floor).await
     }
 
     async fn load_unanswered_commands(&self) -> Result<Vec<StoredControlEvent>, StoreError> {
         self.enter(None).await?;
-        self.world.store.load_unanswered_commands().await
+        self.handle.load_unanswered_commands().await
     }
 
     async fn load_open_verifications(&self) -> Result<Vec<sentinel_core::OpenVerification>, StoreError> {
         self.enter(None).await?;
-        self.world.store.load_open_verifications().await
+        self.handle.load_open_verifications().await
     }
 
     async fn load_control_heads(&self, point_ids: Vec<String>) -> Result<Vec<(String, i64)>, StoreError> {
         self.enter(None).await?;
-        self.world.store.load_control_heads(point_ids).await
+        self.handle.load_control_heads(point_ids).await
     }
 
     async fn load_control_events(
@@ -672,7 +684,7 @@ impl Store for SimStore {
         limit: usize,
     ) -> Result<Vec<StoredControlEvent>, StoreError> {
         self.enter(None).await?;
-        self.world.store.load_control_events(after_seq, limit).await
+        self.handle.load_control_events(after_seq, limit).await
     }
 
     async fn record_cold_start(
@@ -681,7 +693,7 @@ impl Store for SimStore {
         core_start: Option<u64>,
         steps: Vec<StartupStep>,
     ) -> Result<(), StoreError> {
-        let write = self.world.store.record_cold_start(epoch, core_start, steps);
+        let write = self.handle.record_cold_start(epoch, core_start, steps);
         self.fenced_write("writes its cold start", "a cold-start record", epoch, write)
             .await
     }
@@ -692,7 +704,7 @@ impl Store for SimStore {
         from: Micros,
         to: Micros,
     ) -> Result<RollupRefresh, StoreError> {
-        let write = self.world.store.refresh_rollups(epoch, from, to);
+        let write = self.handle.refresh_rollups(epoch, from, to);
         let refresh = self
             .fenced_write("refreshes rollups", "a rollup refresh", epoch, write)
             .await?;
@@ -709,8 +721,8 @@ impl Store for SimStore {
         limits: RollupStepLimits,
     ) -> Result<RollupStep, StoreError> {
         self.enter(Some("refreshes rollups")).await?;
-        let epoch_at_write = self.world.store.current_epoch();
-        self.world.store.rollup_claim(epoch, closed_before, limits)?;
+        let epoch_at_write = self.handle.current_epoch();
+        self.handle.rollup_claim(epoch, closed_before, limits)?;
         self.world
             .lock()
             .checker
@@ -721,8 +733,8 @@ impl Store for SimStore {
             return hang().await;
         }
         self.enter(Some("refreshes rollups")).await?;
-        let epoch_at_write = self.world.store.current_epoch();
-        let step = self.world.store.rollup_apply(epoch)?;
+        let epoch_at_write = self.handle.current_epoch();
+        let step = self.handle.rollup_apply(epoch)?;
         let now = self.world.now();
         self.world
             .lock()
@@ -745,7 +757,7 @@ impl Store for SimStore {
         to: Option<Micros>,
     ) -> Result<Vec<ClassExtent>, StoreError> {
         self.enter(None).await?;
-        self.world.store.reprocess_extent(points, from, to).await
+        self.handle.reprocess_extent(points, from, to).await
     }
 
     async fn load_reprocess_rows(
@@ -758,8 +770,7 @@ impl Store for SimStore {
         limit: usize,
     ) -> Result<Vec<StoredObservation>, StoreError> {
         self.enter(None).await?;
-        self.world
-            .store
+        self.handle
             .load_reprocess_rows(class, point, from, to, after, limit)
             .await
     }
@@ -771,11 +782,11 @@ impl Store for SimStore {
         updates: Vec<RowUpdate>,
     ) -> Result<u64, StoreError> {
         self.enter(Some("reprocesses rows")).await?;
-        let epoch_at_write = self.world.store.current_epoch();
+        let epoch_at_write = self.handle.current_epoch();
         let keys: std::collections::BTreeSet<(sentinel_core::ObsKey, Micros)> =
             updates.iter().map(|u| (u.key.clone(), u.ingested_at)).collect();
-        let updated = self.world.store.apply_reprocess(epoch, class, updates).await?;
-        let rows = self.world.store.rows(class);
+        let updated = self.handle.apply_reprocess(epoch, class, updates).await?;
+        let rows = self.handle.rows(class);
         let points: std::collections::BTreeSet<Arc<str>> = rows
             .iter()
             .filter(|r| keys.contains(&(r.key.clone(), r.ingested_at)))
@@ -815,7 +826,7 @@ impl Store for SimStore {
         limit: usize,
     ) -> Result<Vec<Partition>, StoreError> {
         self.enter(None).await?;
-        self.world.store.expired_partitions(cutoffs, limit).await
+        self.handle.expired_partitions(cutoffs, limit).await
     }
 
     async fn drop_expired(
@@ -836,12 +847,12 @@ impl Store for SimStore {
 
     async fn retention_marks(&self) -> Result<[Option<Micros>; 5], StoreError> {
         self.enter(None).await?;
-        self.world.store.retention_marks().await
+        self.handle.retention_marks().await
     }
 
     async fn partitions_created_until(&self) -> Result<Option<Micros>, StoreError> {
         self.enter(None).await?;
-        self.world.store.partitions_created_until().await
+        self.handle.partitions_created_until().await
     }
 
     async fn ensure_partitions_ahead(
@@ -851,8 +862,7 @@ impl Store for SimStore {
         lock_timeout_ms: u32,
     ) -> Result<sentinel_ports::PartitionsAhead, StoreError> {
         self.enter(None).await?;
-        self.world
-            .store
+        self.handle
             .ensure_partitions_ahead(today, days_ahead, lock_timeout_ms)
             .await
     }
@@ -882,15 +892,12 @@ impl Store for SimStore {
         limit: usize,
     ) -> Result<Vec<HistoryRow>, StoreError> {
         self.enter(None).await?;
-        self.world
-            .store
-            .load_history(point_id, class, from, to, limit)
-            .await
+        self.handle.load_history(point_id, class, from, to, limit).await
     }
 
     async fn rollup_watermark(&self) -> Result<Option<RollupWatermark>, StoreError> {
         self.enter(None).await?;
-        self.world.store.rollup_watermark().await
+        self.handle.rollup_watermark().await
     }
 
     async fn load_rollups(
@@ -901,7 +908,7 @@ impl Store for SimStore {
         point_id: Option<&str>,
     ) -> Result<Vec<RollupRow>, StoreError> {
         self.enter(None).await?;
-        self.world.store.load_rollups(grain, from, to, point_id).await
+        self.handle.load_rollups(grain, from, to, point_id).await
     }
 }
 

@@ -2,7 +2,7 @@
 //! retention class" and exit criterion "Class routing"): a point's history into its new class
 //! table through `sentinel_move_point_class` (migrations/0005_retention.sql), which moves the
 //! rows, recomputes the rollups over them and writes the `class_moved` control event in one
-//! transaction fenced on the epoch.
+//! transaction fenced on the epoch and the start identity.
 //!
 //! Owns: the call and mapping its answer onto [`ClassMove`].
 
@@ -10,11 +10,11 @@ use sentinel_core::{Micros, RetentionClass};
 use sqlx::Row;
 use time::OffsetDateTime;
 
-use super::{PgStore, db_error, epoch_to_db, from_odt, to_odt};
+use super::{PgStore, core_start_to_db, db_error, epoch_to_db, from_odt, to_odt};
 use sentinel_ports::{ClassMove, StoreError};
 
 const MOVE: &str = "SELECT moved, observed_from, observed_to, seq \
-     FROM sentinel_move_point_class($1, $2, $3, $4, $5)";
+     FROM sentinel_move_point_class($1, $2, $3, $4, $5, $6)";
 
 impl PgStore {
     pub(super) async fn move_point_class_inner(
@@ -27,6 +27,7 @@ impl PgStore {
     ) -> Result<ClassMove, StoreError> {
         let answer = sqlx::query(MOVE)
             .bind(epoch_to_db(epoch)?)
+            .bind(core_start_to_db(self.core_start()))
             .bind(point_id)
             .bind(to.as_str())
             .bind(principal)

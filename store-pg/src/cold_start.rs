@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 use crate::{PgStore, db_error, epoch_to_db, fence, from_odt};
 
 /// Steps arrive as two parallel arrays and are kept in their given order.
-pub(crate) const RECORD_COLD_START: &str = "UPDATE core_start SET ready_at = now(), core_start = $4, steps = \
+pub(crate) const RECORD_COLD_START: &str = "UPDATE core_start SET ready_at = now(), core_start = COALESCE($4, core_start), steps = \
      (SELECT coalesce(jsonb_agg(jsonb_build_object('step', s, 'duration_us', d) ORDER BY n), '[]'::jsonb) \
       FROM unnest($2::text[], $3::bigint[]) WITH ORDINALITY AS u(s, d, n)) \
      WHERE epoch = $1";
@@ -42,7 +42,7 @@ impl PgStore {
             .begin()
             .await
             .map_err(db_error("beginning the cold-start transaction"))?;
-        fence(&mut tx, epoch).await?;
+        fence(&mut tx, epoch, self.core_start()).await?;
         let updated = sqlx::query(RECORD_COLD_START)
             .bind(epoch_db)
             .bind(names)

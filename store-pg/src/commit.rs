@@ -21,8 +21,8 @@ use crate::{CommitInsert, PgStore, db_error, epoch_to_db, from_odt, key_to_db, t
 /// and COMMIT. Data-modifying CTEs run with one snapshot and commit or roll back together.
 /// The fence locks the epoch row FOR SHARE, so a new core's epoch increment waits for this
 /// batch and every later batch of ours sees the new epoch and inserts nothing; the statement
-/// always returns the current epoch so the caller can tell a refused batch from an
-/// all-conflict one. Rows are routed by `class` (0 measurement, 1 state, 2 diagnostic).
+/// always returns the holder's epoch and start identity so the caller can tell a refused batch
+/// from an all-conflict one. Rows are routed by `class` (0 measurement, 1 state, 2 diagnostic).
 ///
 /// Two forms share the fence and the source (issue 13, [`CommitInsert`]): `COMMIT_BATCH`, the
 /// spec's `ON CONFLICT DO NOTHING RETURNING`, and `COMMIT_BATCH_PLAIN`, plain inserts that
@@ -35,12 +35,14 @@ macro_rules! observation_columns {
     };
 }
 
-/// The fence and the batch's rows (`src`, empty when the fence refuses); `$1`–`$21`.
+/// The fence and the batch's rows (`src`, empty when the fence refuses); `$1`–`$21`, and `$31`
+/// the writing handle's start identity: the batch is allowed only while (`$20`, `$31`) is the
+/// holder's (issue 25 item 3).
 macro_rules! fenced_source {
     () => {
         concat!(
-            "WITH fence AS (SELECT epoch FROM core_epoch WHERE singleton FOR SHARE), \
-             allowed AS (SELECT 1 FROM fence WHERE epoch = $20), \
+            "WITH fence AS (SELECT epoch, core_start FROM core_epoch WHERE singleton FOR SHARE), \
+             allowed AS (SELECT 1 FROM fence WHERE epoch = $20 AND core_start = $31::bigint), \
              src AS (SELECT u.* FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], \
                $4::timestamptz[], $5::float8[], $6::bool[], $7::text[], $8::float8[], $9::text[], \
                $10::text[], $11::text[]::quality[], $12::text[], $13::text[]::jsonb[], $14::bool[], \
@@ -69,9 +71,9 @@ macro_rules! insert_class {
 }
 
 /// [`insert_class`] with the late-duplicate check (issue 25 item 2,
-/// [`sentinel_ports::LATE_DUPLICATE_AFTER_MS`]): a row late by more than `$31` µs
+/// [`sentinel_ports::LATE_DUPLICATE_AFTER_MS`]): a row late by more than `$32` µs
 /// (`ingested_at − observed_at`) is skipped when its three-column key is already in the table
-/// with an earlier `ingested_at` at or after `observed_at − $32` µs. The probe is the unique
+/// with an earlier `ingested_at` at or after `observed_at − $33` µs. The probe is the unique
 /// index's prefix plus a range on its last column, in the partitions of that range only.
 macro_rules! insert_class_checked {
     ($table:literal, $class:literal, $tail:literal) => {
@@ -84,12 +86,12 @@ macro_rules! insert_class_checked {
             observation_columns!(),
             ", $30::bigint FROM src WHERE class = ",
             $class,
-            " AND NOT (src.ingested_at - src.observed_at > $31::bigint * interval '1 microsecond' \
+            " AND NOT (src.ingested_at - src.observed_at > $32::bigint * interval '1 microsecond' \
                AND EXISTS (SELECT 1 FROM ",
             $table,
             " o WHERE o.driver_instance = src.driver_instance AND o.source_epoch = src.source_epoch \
                AND o.source_seq = src.source_seq \
-               AND o.ingested_at >= src.observed_at - $32::bigint * interval '1 microsecond' \
+               AND o.ingested_at >= src.observed_at - $33::bigint * interval '1 microsecond' \
                AND o.ingested_at < src.ingested_at))",
             $tail
         )
@@ -111,9 +113,9 @@ macro_rules! insert_quarantine {
 }
 
 /// The redelivery-safe form: what the unique index refuses, and a late copy of a stored key
-/// (`insert_class_checked`, `$31` and `$32`), is skipped, and RETURNING keys (`kind = 0`),
-/// quarantine sequences (`kind = 1`) and the current epoch (`kind = 2`) come back in one
-/// result.
+/// (`insert_class_checked`, `$32` and `$33`), is skipped, and RETURNING keys (`kind = 0`),
+/// quarantine sequences (`kind = 1`) and the holder's epoch and start identity (`kind = 2`)
+/// come back in one result.
 pub(crate) const COMMIT_BATCH: &str = concat!(
     fenced_source!(),
     ", m AS (",
@@ -140,13 +142,13 @@ pub(crate) const COMMIT_BATCH: &str = concat!(
      UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM s \
      UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM d \
      UNION ALL SELECT 1::smallint, NULL::text, NULL::integer, stream_seq, NULL::timestamptz FROM q \
-     UNION ALL SELECT 2::smallint, NULL::text, epoch, NULL::bigint, NULL::timestamptz FROM fence"
+     UNION ALL SELECT 2::smallint, NULL::text, epoch, core_start, NULL::timestamptz FROM fence"
 );
 
 /// The optimistic form: no speculative insertion, so a unique violation (SQLSTATE 23505)
 /// aborts the whole statement and nothing of it stays. When it succeeds every row and entry
 /// was inserted, so RETURNING only has to be counted per table: one row back with the four
-/// counts and the current epoch (none when the epoch row is missing).
+/// counts and the holder's epoch and start identity (none when the epoch row is missing).
 pub(crate) const COMMIT_BATCH_PLAIN: &str = concat!(
     fenced_source!(),
     ", m AS (",
@@ -158,7 +160,7 @@ pub(crate) const COMMIT_BATCH_PLAIN: &str = concat!(
     "), q AS (",
     insert_quarantine!(" RETURNING 1"),
     ") SELECT (SELECT count(*) FROM m), (SELECT count(*) FROM s), (SELECT count(*) FROM d), \
-     (SELECT count(*) FROM q), epoch FROM fence"
+     (SELECT count(*) FROM q), epoch, core_start FROM fence"
 );
 
 impl PgStore {
@@ -231,6 +233,7 @@ impl PgStore {
             COMMIT_BATCH_PLAIN,
             epoch,
             batch.applied(),
+            crate::core_start_to_db(self.core_start()),
             &self.config.stream_name,
             rows,
             quarantine,
@@ -243,7 +246,7 @@ impl PgStore {
             Err(e) => return Err(db_error("committing the batch")(e)),
         };
         let answer = answer.ok_or_else(|| StoreError::Other("the core_epoch row is missing".into()))?;
-        let decode = || -> Result<([i64; 4], i32), sqlx::Error> {
+        let decode = || -> Result<([i64; 4], i32, Option<i64>), sqlx::Error> {
             Ok((
                 [
                     answer.try_get(0)?,
@@ -252,16 +255,14 @@ impl PgStore {
                     answer.try_get(3)?,
                 ],
                 answer.try_get(4)?,
+                answer.try_get(5)?,
             ))
         };
-        let (counts, current) = decode().map_err(db_error("decoding the commit counts"))?;
-        if current != epoch {
+        let (counts, current, current_start) = decode().map_err(db_error("decoding the commit counts"))?;
+        if let Err(refusal) = crate::check_fence(batch.epoch, self.core_start(), current, current_start) {
             // The fence refused: nothing was inserted (every INSERT reads `allowed`).
             debug_assert_eq!(counts, [0; 4]);
-            return Err(StoreError::Fenced {
-                epoch: batch.epoch,
-                current: current.max(0) as u32,
-            });
+            return Err(refusal);
         }
         // A plain INSERT inserts every row it selects or fails, so the counts must be the
         // batch's own; anything else means a row matched no class table.
@@ -292,6 +293,7 @@ impl PgStore {
             COMMIT_BATCH,
             epoch,
             batch.applied(),
+            crate::core_start_to_db(self.core_start()),
             &self.config.stream_name,
             rows,
             quarantine,
@@ -305,7 +307,7 @@ impl PgStore {
         let by_key = ordinals_by_key(&batch.rows)?;
         let mut inserted = Vec::with_capacity(returned.len());
         let mut quarantine_inserted = 0u32;
-        let mut current_epoch = None;
+        let mut holder = None;
         for row in &returned {
             let kind: i16 = row.try_get(0).map_err(db_error("decoding RETURNING"))?;
             match kind {
@@ -324,18 +326,21 @@ impl PgStore {
                     inserted.push(*ordinal);
                 }
                 1 => quarantine_inserted += 1,
-                _ => current_epoch = Some(row.try_get::<i32, _>(2).map_err(db_error("decoding the fence"))?),
+                _ => {
+                    holder = Some((
+                        row.try_get::<i32, _>(2).map_err(db_error("decoding the fence"))?,
+                        row.try_get::<Option<i64>, _>(3)
+                            .map_err(db_error("decoding the fence"))?,
+                    ))
+                }
             }
         }
-        let current =
-            current_epoch.ok_or_else(|| StoreError::Other("the core_epoch row is missing".into()))?;
-        if current != epoch {
+        let (current, current_start) =
+            holder.ok_or_else(|| StoreError::Other("the core_epoch row is missing".into()))?;
+        if let Err(refusal) = crate::check_fence(batch.epoch, self.core_start(), current, current_start) {
             // The fence refused: nothing was inserted (every INSERT reads `allowed`).
             debug_assert!(inserted.is_empty() && quarantine_inserted == 0);
-            return Err(StoreError::Fenced {
-                epoch: batch.epoch,
-                current: current.max(0) as u32,
-            });
+            return Err(refusal);
         }
         inserted.sort_unstable();
         Ok((inserted, quarantine_inserted))
@@ -366,6 +371,7 @@ pub(crate) fn bind_batch<'q>(
     sql: &'static str,
     epoch: i32,
     applied: i64,
+    core_start: Option<i64>,
     stream_name: &str,
     rows: &ObservationColumns<'_>,
     quarantine: &QuarantineColumns<'_>,
@@ -401,6 +407,7 @@ pub(crate) fn bind_batch<'q>(
         .bind(&quarantine.payload)
         .bind(&quarantine.payload_bytes)
         .bind(applied)
+        .bind(core_start)
 }
 
 /// A batch's rows as the column arrays the commit statements bind, built in one pass.

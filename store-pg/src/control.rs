@@ -78,7 +78,7 @@ impl PgStore {
             .begin()
             .await
             .map_err(db_error("beginning the control-event transaction"))?;
-        fence(&mut tx, epoch).await?;
+        fence(&mut tx, epoch, self.core_start()).await?;
         let seqs = insert_control_events(&mut tx, epoch, &events, "inserting control events").await?;
         tx.commit().await.map_err(db_error("committing control events"))?;
         debug_assert_eq!(seqs.len(), n);

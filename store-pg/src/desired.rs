@@ -92,7 +92,7 @@ impl PgStore {
             .begin()
             .await
             .map_err(db_error("beginning the arbitration transaction"))?;
-        fence(&mut tx, epoch).await?;
+        fence(&mut tx, epoch, self.core_start()).await?;
         let seqs =
             insert_control_events(&mut tx, epoch, &events, "inserting a claim's control events").await?;
         if !desired.is_empty() {

@@ -8,7 +8,7 @@
 //!
 //! | file | owns |
 //! | --- | --- |
-//! | `lib.rs` | the pool and its configuration, the conversions between core types and columns, the epoch fence every write takes |
+//! | `lib.rs` | the pool and its configuration, the conversions between core types and columns, the fence every write takes (epoch and start identity, migration 0013) |
 //! | [`hosts`] | several hosts in the database URL, and choosing the writable one (libpq's `target_session_attrs`) |
 //! | [`lock`] | the single-writer lock, migrations under it, the epoch, lock liveness and the holder |
 //! | [`partitions`] | daily partitions ahead of need |
@@ -161,6 +161,9 @@ pub struct PgStore {
     commit_fallbacks: Arc<AtomicU64>,
     /// Batches with a late row, committed with the late-duplicate check (issue 25 item 2).
     commit_late_checked: Arc<AtomicU64>,
+    /// The start identity of this handle's acquisition (issue 25 item 3; 0: none yet), shared
+    /// by its clones: every fenced write carries it beside the epoch ([`fence`]).
+    core_start: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -228,25 +231,48 @@ pub(crate) fn quality_from_db(text: &str) -> Result<Quality, StoreError> {
     Quality::parse(text).ok_or_else(|| StoreError::Other(format!("unknown quality {text:?} in the database")))
 }
 
-pub(crate) const FENCE: &str = "SELECT epoch FROM core_epoch WHERE singleton FOR SHARE";
+pub(crate) const FENCE: &str = "SELECT epoch, core_start FROM core_epoch WHERE singleton FOR SHARE";
 
-/// Verifies inside the transaction that `epoch` is still current. `FOR SHARE` lets commits
-/// run concurrently while making an acquisition's epoch increment wait for them, so no commit
-/// of a deposed core can land after the new epoch is visible.
-async fn fence(tx: &mut PgConnection, epoch: u32) -> Result<(), StoreError> {
-    let current: i32 = sqlx::query_scalar(FENCE)
+/// Verifies inside the transaction that (`epoch`, `start`) is still the holder's: the epoch
+/// and the start identity the newest acquisition recorded (issue 25 item 3: an epoch repeated
+/// after a failover that lost its increment is told apart by the identity). `FOR SHARE` lets
+/// commits run concurrently while making an acquisition's epoch increment wait for them, so no
+/// commit of a deposed core can land after the new epoch is visible. A handle with no identity
+/// (it never acquired) and a holder with none recorded (a database not acquired since
+/// migration 0013) match nothing.
+async fn fence(tx: &mut PgConnection, epoch: u32, start: Option<u64>) -> Result<(), StoreError> {
+    let (current, current_start): (i32, Option<i64>) = sqlx::query_as(FENCE)
         .fetch_one(&mut *tx)
         .await
         .map_err(db_error("reading the core epoch"))?;
-    if i64::from(current) == i64::from(epoch) {
+    check_fence(epoch, start, current, current_start)
+}
+
+/// The fence's verdict on (`epoch`, `start`) against the holder's row, as every fenced
+/// statement judges it in SQL: both equal, neither identity missing.
+pub(crate) fn check_fence(
+    epoch: u32,
+    start: Option<u64>,
+    current: i32,
+    current_start: Option<i64>,
+) -> Result<(), StoreError> {
+    let current_start = current_start.and_then(|s| u64::try_from(s).ok());
+    if i64::from(current) == i64::from(epoch) && start.is_some() && start == current_start {
         Ok(())
     } else {
         // Dropping the transaction rolls it back.
         Err(StoreError::Fenced {
             epoch,
             current: current.max(0) as u32,
+            start,
+            current_start,
         })
     }
+}
+
+/// A start identity as the `bigint` columns and parameters hold it (`None`: none).
+pub(crate) fn core_start_to_db(start: Option<u64>) -> Option<i64> {
+    start.and_then(|s| i64::try_from(s).ok())
 }
 
 impl PgStore {
@@ -321,7 +347,27 @@ impl PgStore {
             ensured_days: Default::default(),
             commit_fallbacks: Default::default(),
             commit_late_checked: Default::default(),
+            core_start: Default::default(),
         })
+    }
+
+    /// The start identity of this handle's acquisition ([`sentinel_ports::Lease::core_start`]),
+    /// which its fenced writes carry; `None` before it acquired.
+    pub fn core_start(&self) -> Option<u64> {
+        match self.core_start.load(Ordering::Relaxed) {
+            0 => None,
+            start => Some(start),
+        }
+    }
+
+    /// Another handle on the same pool with no identity of its own: what a second process
+    /// connected to the same database is, for tests that run two cores' stores side by side
+    /// (its acquisition and its writes are fenced apart from this one's).
+    pub fn another_handle(&self) -> PgStore {
+        PgStore {
+            core_start: Default::default(),
+            ..self.clone()
+        }
     }
 
     /// The database host this store connected to, as the URL names it (`host:port`).

@@ -9,6 +9,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use sentinel_core::Micros;
+use sentinel_ports::clock::{Clock, SystemClock};
 use sentinel_ports::{LOCK_SESSION_NAME_PREFIX, LOCK_SESSION_NAME_UNLOCKED, Lease, StoreError};
 use sqlx::Connection;
 use sqlx::migrate::{Migrate, Migrator};
@@ -141,19 +142,27 @@ pub(crate) const LOCK_ALIVE: &str = "SELECT EXISTS (SELECT 1 FROM pg_locks WHERE
      AND classid::bigint = ($1::bigint >> 32) AND objid::bigint = ($1::bigint & 4294967295))";
 
 /// The acquisition, in one statement on the lock session so that it happens only while holding
-/// the lock and all three parts commit together: increment the epoch, rename the session after
-/// it (so `pg_stat_activity` shows which core holds the lock), and insert its `core_start` row.
-/// `set_config(.., false)` outlives the statement's implicit transaction.
-pub(crate) const ACQUIRE_EPOCH: &str = "WITH bumped AS (UPDATE core_epoch SET epoch = epoch + 1 WHERE singleton RETURNING epoch), \
-     named AS (SELECT epoch, set_config('application_name', $1::text || epoch, false) AS app FROM bumped), \
-     recorded AS (INSERT INTO core_start (epoch, started_at, backend_pid, application_name) \
-       SELECT epoch, now(), pg_backend_pid(), app FROM named RETURNING epoch) \
+/// the lock and all three parts commit together: increment the epoch and record the start
+/// identity `$2` as the holder's (issue 25 item 3: the fence of every write names both), rename
+/// the session after it (so `pg_stat_activity` shows which core holds the lock), and insert its
+/// `core_start` row with the identity. `set_config(.., false)` outlives the statement's implicit
+/// transaction.
+pub(crate) const ACQUIRE_EPOCH: &str = "WITH bumped AS (UPDATE core_epoch SET epoch = epoch + 1, core_start = $2::bigint \
+       WHERE singleton RETURNING epoch, core_start), \
+     named AS (SELECT epoch, core_start, set_config('application_name', $1::text || epoch, false) AS app FROM bumped), \
+     recorded AS (INSERT INTO core_start (epoch, started_at, backend_pid, application_name, core_start) \
+       SELECT epoch, now(), pg_backend_pid(), app, core_start FROM named RETURNING epoch) \
      SELECT epoch FROM recorded";
 
-/// The raise of issue 25 item 3, fenced: no row comes back when `$1` is no longer the
-/// recorded epoch.
-pub(crate) const RAISE_EPOCH: &str = "UPDATE core_epoch SET epoch = GREATEST(epoch, $2::integer) WHERE singleton AND epoch = $1::integer \
+/// The raise of issue 25 item 3, fenced on (`$1`, `$3`) like every write: no row comes back
+/// when they are no longer the holder's. The identity stays: the same start holds the raised
+/// epoch.
+pub(crate) const RAISE_EPOCH: &str = "UPDATE core_epoch SET epoch = GREATEST(epoch, $2::integer) \
+     WHERE singleton AND epoch = $1::integer AND core_start = $3::bigint \
      RETURNING epoch";
+
+/// The holder's row, read to name it in a refusal.
+pub(crate) const HOLDER: &str = "SELECT epoch, core_start FROM core_epoch WHERE singleton";
 
 /// The session holding the single-writer lock in this database (advisory locks are per
 /// database, and pg_locks shows every database's), with what pg_stat_activity says about it.
@@ -281,6 +290,7 @@ impl PgStore {
         let raised: Option<i32> = sqlx::query_scalar(RAISE_EPOCH)
             .bind(mine)
             .bind(floor_db)
+            .bind(crate::core_start_to_db(self.core_start()))
             .fetch_optional(&self.pool)
             .await
             .map_err(db_error("raising the core epoch"))?;
@@ -295,10 +305,29 @@ impl PgStore {
                 );
                 Ok(raised)
             }
-            None => Err(StoreError::Fenced {
-                epoch,
-                current: self.current_epoch().await?,
-            }),
+            None => Err(self.fenced(epoch).await),
+        }
+    }
+
+    /// The refusal of a write fenced on `epoch` and this handle's identity, naming the holder
+    /// as it stands now (read after the refused statement, outside it).
+    pub(crate) async fn fenced(&self, epoch: u32) -> StoreError {
+        let holder: Result<(i32, Option<i64>), _> = sqlx::query_as(HOLDER).fetch_one(&self.pool).await;
+        match holder {
+            Ok((current, current_start)) => {
+                match crate::check_fence(epoch, self.core_start(), current, current_start) {
+                    Err(refusal) => refusal,
+                    // The holder changed back in between (it cannot: epochs only grow, and an
+                    // identity is recorded only with an increment); name it as read.
+                    Ok(()) => StoreError::Fenced {
+                        epoch,
+                        current: current.max(0) as u32,
+                        start: self.core_start(),
+                        current_start: current_start.and_then(|s| u64::try_from(s).ok()),
+                    },
+                }
+            }
+            Err(e) => db_error("reading the core epoch")(e),
         }
     }
 
@@ -402,22 +431,34 @@ impl PgLock {
 
     /// Increments the core epoch on the lock session (so only while holding the lock), names
     /// the session after it and records the acquisition.
+    ///
+    /// Takes this start's identity ([`Clock::start_token`] of the system clock) and records
+    /// it as the holder's beside the epoch; `store` and its clones fence every write on both
+    /// from then on (issue 25 item 3).
     pub async fn begin_epoch(mut self, store: &PgStore) -> Result<PgLease, StoreError> {
+        let core_start = SystemClock.start_token();
+        sentinel_ports::check_core_start(Some(core_start))?;
         let epoch: i32 = sqlx::query_scalar(ACQUIRE_EPOCH)
             .bind(LOCK_SESSION_NAME_PREFIX)
+            .bind(crate::core_start_to_db(Some(core_start)))
             .fetch_one(&mut self.conn)
             .await
             .map_err(db_error("incrementing the core epoch"))?;
         let epoch =
             u32::try_from(epoch).map_err(|_| StoreError::Other(format!("negative core epoch {epoch}")))?;
+        store
+            .core_start
+            .store(core_start, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(
             epoch,
+            core_start,
             backend_pid = self.backend_pid,
             "acquired single-writer lock"
         );
         Ok(PgLease {
             conn: Some(self.conn),
             epoch,
+            core_start,
             backend_pid: self.backend_pid,
             alive_timeout_ms: store.config.alive_timeout_ms,
         })
@@ -443,6 +484,7 @@ pub struct PgLease {
     /// `None` once the session is known to be dead.
     conn: Option<PgConnection>,
     epoch: u32,
+    core_start: u64,
     backend_pid: i32,
     alive_timeout_ms: u64,
 }
@@ -451,6 +493,7 @@ impl std::fmt::Debug for PgLease {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgLease")
             .field("epoch", &self.epoch)
+            .field("core_start", &self.core_start)
             .field("backend_pid", &self.backend_pid)
             .field("connected", &self.conn.is_some())
             .finish()
@@ -484,6 +527,10 @@ impl PgLease {
 impl Lease for PgLease {
     fn epoch(&self) -> u32 {
         self.epoch
+    }
+
+    fn core_start(&self) -> u64 {
+        self.core_start
     }
 
     /// False when the session died, was terminated, no longer shows the lock in pg_locks, or

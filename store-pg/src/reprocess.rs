@@ -67,7 +67,8 @@ const OLDEST_PARTITION: &str = "SELECT (min(to_date(substring(c.relname from '_p
      ::timestamp AT TIME ZONE 'UTC') FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
      WHERE i.inhparent = to_regclass($1)";
 
-const APPLY: &str = "SELECT sentinel_reprocess_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+const APPLY: &str =
+    "SELECT sentinel_reprocess_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
 
 const INSERT_EVENT: &str = "INSERT INTO control_event \
      (occurred_at, kind, point_id, principal, core_epoch, payload, registry_version) \
@@ -289,6 +290,7 @@ impl PgStore {
         }
         let answer = sqlx::query_scalar::<_, i64>(APPLY)
             .bind(epoch_to_db(epoch)?)
+            .bind(crate::core_start_to_db(self.core_start()))
             .bind(class.as_str())
             .bind(&instances)
             .bind(&epochs)
@@ -321,7 +323,7 @@ impl PgStore {
             .begin()
             .await
             .map_err(db_error("beginning the reprocess event transaction"))?;
-        fence(&mut tx, epoch).await?;
+        fence(&mut tx, epoch, self.core_start()).await?;
         let seq: i64 = sqlx::query_scalar(INSERT_EVENT)
             .bind(to_odt(occurred_at)?)
             .bind(principal)

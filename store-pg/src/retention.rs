@@ -1,7 +1,7 @@
 //! The PostgreSQL adapter's retention (issue 9 item 2; ingest spec, "Retention and rollups";
 //! DESIGN.md §3): lists the partitions wholly before their table's cut-off and drops them one
-//! by one through `sentinel_retention_drop` (migrations/0005_retention.sql), which fences on the
-//! epoch, moves the table's retention mark and writes the `retention_drop` control event in the
+//! by one through `sentinel_retention_drop` (migrations/0005_retention.sql, fenced on the epoch
+//! and the start identity since 0013), which fences, moves the table's retention mark and writes the `retention_drop` control event in the
 //! same transaction. Never a row DELETE: old data goes only with its whole partition.
 //!
 //! Owns: the physical names of the retained tables and their partitions
@@ -12,7 +12,7 @@ use sentinel_core::{Micros, RetentionClass};
 use sqlx::Row;
 use time::OffsetDateTime;
 
-use super::{PgStore, db_error, epoch_to_db, from_odt, to_odt};
+use super::{PgStore, core_start_to_db, db_error, epoch_to_db, from_odt, to_odt};
 use sentinel_ports::{
     DroppedPartition, EXPIRED_PARTITIONS_LIST_MAX, Partition, RetainedTable, RetentionCutoffs, RetentionRun,
     RollupGrain, StoreError,
@@ -38,7 +38,7 @@ const LIST_PARTITIONS: &str = "SELECT p.relname::text, c.relname::text \
      FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent \
      WHERE p.relnamespace = current_schema()::regnamespace AND p.relname::text = ANY($1)";
 
-const DROP: &str = "SELECT sentinel_retention_drop($1, $2, $3, $4, $5, $6)";
+const DROP: &str = "SELECT sentinel_retention_drop($1, $2, $3, $4, $5, $6, $7)";
 
 const MARKS: &str = "SELECT tbl, kept_from FROM retention_mark";
 
@@ -134,6 +134,7 @@ impl PgStore {
         for partition in expired {
             let answer = sqlx::query_scalar::<_, Option<i64>>(DROP)
                 .bind(epoch_db)
+                .bind(core_start_to_db(self.core_start()))
                 .bind(physical(partition.table))
                 .bind(to_odt(partition.from)?)
                 .bind(to_odt(partition.table.kept_from(&cutoffs))?)

@@ -12,20 +12,21 @@ use sqlx::Row;
 use sqlx::postgres::PgRow;
 use time::OffsetDateTime;
 
-use super::{PgStore, db_error, epoch_to_db, from_odt, to_odt};
+use super::{PgStore, core_start_to_db, db_error, epoch_to_db, from_odt, to_odt};
 use sentinel_ports::{
     ROLLUPS_LOAD_MAX, RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark,
     StoreError,
 };
 
-/// The SQLSTATE `sentinel_rollup_fence` raises when the epoch is no longer current.
+/// The SQLSTATE `sentinel_rollup_fence` raises when (epoch, start identity) is no longer the
+/// holder's (migration 0013).
 const FENCED_SQLSTATE: &str = "SN001";
 
 const REFRESH_RANGE: &str = "SELECT from_1m, to_1m, buckets_1m, from_1h, to_1h, buckets_1h \
-     FROM sentinel_rollup_refresh_range($1, $2, $3)";
-const CLAIM: &str = "SELECT sentinel_rollup_claim($1, $2, $3, $4)";
+     FROM sentinel_rollup_refresh_range($1, $2, $3, $4)";
+const CLAIM: &str = "SELECT sentinel_rollup_claim($1, $2, $3, $4, $5)";
 const APPLY: &str = "SELECT refreshed_from, refreshed_to, minutes_advanced, invalidated_minutes, \
-     buckets_written, more FROM sentinel_rollup_apply($1)";
+     buckets_written, more FROM sentinel_rollup_apply($1, $2)";
 const WATERMARK: &str =
     "SELECT refreshed_from, refreshed_to, claimed_to FROM rollup_watermark WHERE singleton";
 const LOAD_1M: &str = "SELECT point_id, bucket, retention_class, count, live_count, sum, min, max \
@@ -63,15 +64,12 @@ fn rollup_from_row(row: &PgRow) -> Result<RollupRow, sqlx::Error> {
 }
 
 impl PgStore {
-    /// Maps the fence's refusal to [`StoreError::Fenced`] with the epoch now current.
+    /// Maps the fence's refusal to [`StoreError::Fenced`] naming the holder now.
     pub(super) async fn rollup_error(&self, epoch: u32, context: &'static str, e: sqlx::Error) -> StoreError {
         if let sqlx::Error::Database(db) = &e
             && db.code().as_deref() == Some(FENCED_SQLSTATE)
         {
-            return match self.current_epoch().await {
-                Ok(current) => StoreError::Fenced { epoch, current },
-                Err(read) => read,
-            };
+            return self.fenced(epoch).await;
         }
         db_error(context)(e)
     }
@@ -89,6 +87,7 @@ impl PgStore {
         }
         let answer = sqlx::query(REFRESH_RANGE)
             .bind(epoch_to_db(epoch)?)
+            .bind(core_start_to_db(self.core_start()))
             .bind(to_odt(from)?)
             .bind(to_odt(to)?)
             .fetch_one(&self.pool)
@@ -141,6 +140,7 @@ impl PgStore {
         let invalidations = i32::try_from(limits.invalidations_max).unwrap_or(i32::MAX);
         match sqlx::query(CLAIM)
             .bind(epoch_to_db(epoch)?)
+            .bind(core_start_to_db(self.core_start()))
             .bind(to_odt(closed_before)?)
             .bind(step)
             .bind(invalidations)
@@ -155,7 +155,12 @@ impl PgStore {
     /// The second half (`sentinel_rollup_apply`): recomputes the open claim.
     pub async fn rollup_apply(&self, epoch: u32) -> Result<RollupStep, StoreError> {
         let epoch_db = epoch_to_db(epoch)?;
-        let row = match sqlx::query(APPLY).bind(epoch_db).fetch_one(&self.pool).await {
+        let row = match sqlx::query(APPLY)
+            .bind(epoch_db)
+            .bind(core_start_to_db(self.core_start()))
+            .fetch_one(&self.pool)
+            .await
+        {
             Ok(row) => row,
             Err(e) => return Err(self.rollup_error(epoch, "applying a rollup step", e).await),
         };

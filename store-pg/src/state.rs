@@ -259,7 +259,7 @@ impl PgStore {
             .begin()
             .await
             .map_err(db_error("beginning the checkpoint transaction"))?;
-        fence(&mut tx, epoch).await?;
+        fence(&mut tx, epoch, self.core_start()).await?;
         sqlx::query(UPSERT_POINT_STATE)
             .bind(ids)
             .bind(nums)

@@ -252,6 +252,7 @@ pub async fn point_desired_is_written_with_its_claim_fenced_and_read_back<B: Bac
         Err(StoreError::Fenced {
             epoch: fenced,
             current,
+            ..
         }) => assert_eq!((fenced, current), (epoch, new.epoch())),
         other => panic!("expected Fenced, got {other:?}"),
     }
@@ -428,7 +429,9 @@ pub async fn the_epoch_is_raised_fenced_past_a_drivers<B: Backend>(b: &B) {
         "a floor not above the recorded epoch changes nothing"
     );
     match b.store().raise_epoch(epoch + 1, epoch + 9).await {
-        Err(StoreError::Fenced { epoch: e, current }) => assert_eq!((e, current), (epoch + 1, epoch)),
+        Err(StoreError::Fenced {
+            epoch: e, current, ..
+        }) => assert_eq!((e, current), (epoch + 1, epoch)),
         other => panic!("a raise from an epoch not recorded is fenced, got {other:?}"),
     }
     let too_high = b

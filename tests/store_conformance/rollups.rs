@@ -481,7 +481,7 @@ pub(super) async fn rollup_writes_are_fenced<B: Backend>(b: &B) {
     let far = Micros(t.0 + 3_600_000_000);
     assert!(matches!(
         store.refresh_rollups(stale, t, far).await,
-        Err(StoreError::Fenced { epoch, current }) if epoch == stale && current == new.epoch()
+        Err(StoreError::Fenced { epoch, current, .. }) if epoch == stale && current == new.epoch()
     ));
     assert!(matches!(
         store.refresh_closed_rollups(stale, far, LIMITS).await,

@@ -16,12 +16,13 @@ impl Model {
     pub(super) fn move_point_class(
         &mut self,
         epoch: u32,
+        start: Option<u64>,
         point_id: &str,
         to: RetentionClass,
         principal: &str,
         occurred_at: Micros,
     ) -> Result<ClassMove, StoreError> {
-        self.fence(epoch)?;
+        self.fence(epoch, start)?;
         let target_kept = self.retention.kept_from(RetainedTable::Raw(to));
         let mut moving: Vec<(RetentionClass, Vec<usize>)> = Vec::new();
         for class in RetentionClass::ALL {

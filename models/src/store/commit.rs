@@ -15,7 +15,7 @@ impl MemoryStore {
             source,
         };
         if !model.commit_unfenced {
-            model.fence(batch.epoch).map_err(fail)?;
+            model.fence(batch.epoch, self.core_start()).map_err(fail)?;
         }
         for row in &batch.rows {
             check_key_range(&row.key).map_err(fail)?;

@@ -37,7 +37,7 @@ impl MemoryStore {
         }
         sentinel_ports::check_control_stamps(epoch, &events)?;
         let mut model = lock(&self.model);
-        model.fence(epoch)?;
+        model.fence(epoch, self.core_start())?;
         Ok(append(&mut model, events))
     }
 
@@ -49,7 +49,7 @@ impl MemoryStore {
     ) -> Result<Vec<i64>, StoreError> {
         sentinel_ports::check_arbitration_write(epoch, &events, &desired)?;
         let mut model = lock(&self.model);
-        model.fence(epoch)?;
+        model.fence(epoch, self.core_start())?;
         let seqs = append(&mut model, events);
         // As the SQL: the row records the write's last event (the newest seq when it has none).
         let control_seq = seqs

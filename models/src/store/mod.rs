@@ -6,7 +6,9 @@
 //! - the single-writer advisory lock, held by a session; a dead session releases it
 //!   ([`MemoryStore::kill_session`], [`MemoryStore::kill_lock_holder`]) the way PostgreSQL
 //!   does when a connection dies;
-//! - the core epoch, incremented only on acquisition, and the fence every write verifies;
+//! - the core epoch, incremented only on acquisition with the start identity it records as the
+//!   holder's, and the fence every write verifies: its epoch and its handle's identity (one per
+//!   handle, shared by clones; [`MemoryStore::another_handle`] is another process's);
 //! - one `core_start` record per acquisition, its startup timings written under the fence;
 //! - one table per retention class with the 4-column unique key and `ON CONFLICT DO NOTHING
 //!   RETURNING` (only new rows are reported);
@@ -20,6 +22,7 @@
 //! [`Model`] and checked at the top of each operation.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use bytes::Bytes;
@@ -97,6 +100,9 @@ struct RegistryVersionRow {
 struct Model {
     stream_name: String,
     epoch: u32,
+    /// The holder's start identity (`core_epoch.core_start`, issue 25 item 3): recorded with
+    /// the epoch by each acquisition, kept by a raise; `None` before the first.
+    core_start: Option<u64>,
     /// Session ids are never reused, so a stale lease can never look alive again.
     next_session: u64,
     lock_holder: Option<u64>,
@@ -129,13 +135,18 @@ impl Model {
             .map_or_else(Default::default, |newest| newest.rollup_info.clone())
     }
 
-    fn fence(&self, epoch: u32) -> Result<(), StoreError> {
-        if epoch == self.epoch {
+    /// The fence every write verifies (migration 0013's): `epoch` and the writing handle's
+    /// start identity `start` must both be the holder's; a handle with no identity (it never
+    /// acquired) matches nothing, nor does a holder with none.
+    fn fence(&self, epoch: u32, start: Option<u64>) -> Result<(), StoreError> {
+        if epoch == self.epoch && start.is_some() && start == self.core_start {
             Ok(())
         } else {
             Err(StoreError::Fenced {
                 epoch,
                 current: self.epoch,
+                start,
+                current_start: self.core_start,
             })
         }
     }
@@ -146,11 +157,16 @@ fn class_rows(tables: &[ClassTable; 3]) -> [&[ObsRow]; 3] {
     std::array::from_fn(|i| tables[i].rows.as_slice())
 }
 
-/// The in-memory store. Cheap to clone; clones share one model.
+/// The in-memory store. Cheap to clone; clones share one model and one handle identity.
+/// [`MemoryStore::another_handle`] is a second connection to the same model (another core's
+/// store): its acquisitions and writes are fenced apart from this one's.
 #[derive(Clone)]
 pub struct MemoryStore {
     model: Arc<Mutex<Model>>,
     clock: Arc<dyn Clock>,
+    /// The start identity of this handle's acquisition (0: none yet), which every fenced
+    /// write of it and its clones carries (issue 25 item 3), as `PgStore`'s does.
+    core_start: Arc<AtomicU64>,
 }
 
 impl std::fmt::Debug for MemoryStore {
@@ -179,6 +195,7 @@ impl MemoryStore {
             model: Arc::new(Mutex::new(Model {
                 stream_name: stream_name.into(),
                 epoch: 0,
+                core_start: None,
                 next_session: 1,
                 lock_holder: None,
                 tables: Default::default(),
@@ -194,7 +211,32 @@ impl MemoryStore {
                 retention: retention::RetentionState::default(),
             })),
             clock,
+            core_start: Default::default(),
         }
+    }
+
+    /// Another handle on the same model with no identity of its own (what another process
+    /// connected to the same database is): the simulator gives each core incarnation one.
+    pub fn another_handle(&self) -> MemoryStore {
+        MemoryStore {
+            model: self.model.clone(),
+            clock: self.clock.clone(),
+            core_start: Default::default(),
+        }
+    }
+
+    /// The start identity of this handle's acquisition, which its fenced writes carry; `None`
+    /// before it acquired.
+    pub fn core_start(&self) -> Option<u64> {
+        match self.core_start.load(Ordering::Relaxed) {
+            0 => None,
+            start => Some(start),
+        }
+    }
+
+    /// The holder's start identity as the model records it (`core_epoch.core_start`).
+    pub fn holder_core_start(&self) -> Option<u64> {
+        lock(&self.model).core_start
     }
 
     /// Simulates the death of `lease`'s session: its lock is released at once and its
@@ -232,14 +274,14 @@ impl MemoryStore {
         limits: RollupStepLimits,
     ) -> Result<(), StoreError> {
         let mut guard = lock(&self.model);
-        guard.fence(epoch)?;
+        guard.fence(epoch, self.core_start())?;
         guard.rollups.claim(closed_before, limits)
     }
 
     /// The second half (`sentinel_rollup_apply`): recomputes the open claim.
     pub fn rollup_apply(&self, epoch: u32) -> Result<RollupStep, StoreError> {
         let mut guard = lock(&self.model);
-        guard.fence(epoch)?;
+        guard.fence(epoch, self.core_start())?;
         let registry = guard.rollup_info();
         let model = &mut *guard;
         model
@@ -314,6 +356,7 @@ pub struct MemoryLease {
     model: Arc<Mutex<Model>>,
     session: u64,
     epoch: u32,
+    core_start: u64,
 }
 
 impl std::fmt::Debug for MemoryLease {
@@ -321,6 +364,7 @@ impl std::fmt::Debug for MemoryLease {
         f.debug_struct("MemoryLease")
             .field("session", &self.session)
             .field("epoch", &self.epoch)
+            .field("core_start", &self.core_start)
             .finish()
     }
 }
@@ -344,6 +388,10 @@ impl Drop for MemoryLease {
 impl Lease for MemoryLease {
     fn epoch(&self) -> u32 {
         self.epoch
+    }
+
+    fn core_start(&self) -> u64 {
+        self.core_start
     }
 
     async fn alive(&mut self) -> Result<bool, StoreError> {
@@ -467,7 +515,7 @@ impl Store for MemoryStore {
             return Err(sentinel_ports::epoch_floor_too_high(floor));
         }
         let mut model = lock(&self.model);
-        model.fence(epoch)?;
+        model.fence(epoch, self.core_start())?;
         model.epoch = model.epoch.max(floor);
         Ok(model.epoch)
     }
@@ -500,7 +548,7 @@ impl Store for MemoryStore {
         to: Micros,
     ) -> Result<RollupRefresh, StoreError> {
         let mut guard = lock(&self.model);
-        guard.fence(epoch)?;
+        guard.fence(epoch, self.core_start())?;
         let registry = guard.rollup_info();
         let model = &mut *guard;
         model.rollups.refresh_range(
@@ -542,7 +590,7 @@ impl Store for MemoryStore {
         occurred_at: Micros,
     ) -> Result<RetentionRun, StoreError> {
         let mut model = lock(&self.model);
-        model.fence(epoch)?;
+        model.fence(epoch, self.core_start())?;
         let max = partitions_max as usize;
         let mut expired = model.retention.expired(&cutoffs, max + 1);
         let more = expired.len() > max;
@@ -619,7 +667,7 @@ impl Store for MemoryStore {
         principal: &str,
         occurred_at: Micros,
     ) -> Result<ClassMove, StoreError> {
-        lock(&self.model).move_point_class(epoch, point_id, to, principal, occurred_at)
+        lock(&self.model).move_point_class(epoch, self.core_start(), point_id, to, principal, occurred_at)
     }
 
     async fn load_history(
@@ -672,7 +720,7 @@ impl Store for MemoryStore {
         class: RetentionClass,
         updates: Vec<sentinel_core::reprocess::RowUpdate>,
     ) -> Result<u64, StoreError> {
-        lock(&self.model).apply_reprocess(epoch, class, updates)
+        lock(&self.model).apply_reprocess(epoch, self.core_start(), class, updates)
     }
 
     async fn write_reprocess_event(
@@ -682,6 +730,6 @@ impl Store for MemoryStore {
         principal: &str,
         record: &sentinel_core::reprocess::ReprocessRecord,
     ) -> Result<i64, StoreError> {
-        lock(&self.model).write_reprocess_event(epoch, occurred_at, principal, record)
+        lock(&self.model).write_reprocess_event(epoch, self.core_start(), occurred_at, principal, record)
     }
 }

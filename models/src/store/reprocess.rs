@@ -132,10 +132,11 @@ impl Model {
     pub(super) fn apply_reprocess(
         &mut self,
         epoch: u32,
+        start: Option<u64>,
         class: RetentionClass,
         updates: Vec<RowUpdate>,
     ) -> Result<u64, StoreError> {
-        self.fence(epoch)?;
+        self.fence(epoch, start)?;
         let mut by_key: std::collections::BTreeMap<_, RowUpdate> = updates
             .into_iter()
             .map(|u| ((u.key.clone(), u.ingested_at), u))
@@ -168,11 +169,12 @@ impl Model {
     pub(super) fn write_reprocess_event(
         &mut self,
         epoch: u32,
+        start: Option<u64>,
         occurred_at: Micros,
         principal: &str,
         record: &ReprocessRecord,
     ) -> Result<i64, StoreError> {
-        self.fence(epoch)?;
+        self.fence(epoch, start)?;
         let seq = self.control_events.last().map_or(1, |e| e.seq + 1);
         self.control_events.push(StoredControlEvent {
             seq,

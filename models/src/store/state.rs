@@ -97,7 +97,7 @@ impl MemoryStore {
         states: Vec<PointState>,
     ) -> Result<(), StoreError> {
         let mut model = lock(&self.model);
-        model.fence(epoch)?;
+        model.fence(epoch, self.core_start())?;
         for state in &states {
             if let Some(key) = &state.key {
                 check_key_range(key)?;

@@ -82,13 +82,31 @@ pub enum StoreError {
     /// Another session holds the single-writer lock.
     #[error("the single-writer lock is held by another core")]
     LockHeld,
-    /// The write's epoch is no longer current: a newer core has taken over.
-    #[error("epoch {epoch} is stale; the current epoch is {current}")]
-    Fenced { epoch: u32, current: u32 },
+    /// The write's (epoch, start identity) is not the holder's: a newer core has taken over,
+    /// or another start took the same epoch after a failover that lost the increment (issue
+    /// 25 item 3). `start` is the writing handle's identity, `current_start` the holder's
+    /// (`None`: none recorded, e.g. a handle that never acquired, or a database not acquired
+    /// since migration 0013).
+    #[error(
+        "fenced: epoch {epoch} start {} is not the holder (epoch {current} start {})",
+        show_start(.start),
+        show_start(.current_start)
+    )]
+    Fenced {
+        epoch: u32,
+        current: u32,
+        start: Option<u64>,
+        current_start: Option<u64>,
+    },
     #[error("database schema version {found} is newer than this binary's {supported}")]
     SchemaFromFuture { found: i64, supported: i64 },
     #[error("store: {0}")]
     Other(String),
+}
+
+/// A start identity in a [`StoreError::Fenced`] message: the number, or `none`.
+fn show_start(start: &Option<u64>) -> String {
+    start.map_or_else(|| "none".to_owned(), |s| s.to_string())
 }
 
 /// A failed commit names its batch so the core can tell which one.
@@ -103,6 +121,11 @@ pub struct CommitError {
 pub trait Lease: Send + 'static {
     /// The epoch this acquisition incremented to.
     fn epoch(&self) -> u32;
+    /// This acquisition's start identity (issue 25 item 3): taken by the store from its clock
+    /// ([`crate::clock::Clock::start_token`]) and recorded with the epoch, so the store fences
+    /// every write of the acquiring handle on both; the runtime hands it to the core
+    /// (`Core::set_core_start`). Within `1..=`[`sentinel_core::wire::CORE_START_MAX`].
+    fn core_start(&self) -> u64;
     /// Checks the lock is still held by this session.
     fn alive(&mut self) -> impl Future<Output = Result<bool, StoreError>> + Send;
 }
@@ -112,7 +135,11 @@ pub trait Store: Clone + Send + Sync + 'static {
     type Lease: Lease;
 
     /// Takes the single-writer lock (or fails with `LockHeld` at once), then increments and
-    /// reads the core epoch and records the acquisition (a [`ColdStart`] without steps).
+    /// reads the core epoch, takes a start identity ([`Lease::core_start`]) and records both as
+    /// the holder's and the acquisition (a [`ColdStart`] without steps). From then on every
+    /// fenced write of this handle and its clones carries that identity: a write is refused
+    /// ([`StoreError::Fenced`]) unless its epoch AND this handle's identity are the holder's.
+    /// A handle that never acquired writes nothing fenced.
     fn acquire(&self) -> impl Future<Output = Result<Self::Lease, StoreError>> + Send;
 
     /// Stores a registry snapshot; identical content creates no new version.
