@@ -171,8 +171,8 @@ mod tests {
     use std::sync::Arc;
 
     use sentinel_core::{
-        Batch, BatchId, CanonicalValue, ControlDetail, ControlEvent, DeliveryTag, Micros, ObsKey,
-        Quality, RetentionClass, registry::PointIdx,
+        Batch, BatchId, CanonicalValue, ControlDetail, ControlEvent, DeliveryTag, Micros, ObsKey, Quality,
+        RetentionClass, registry::PointIdx,
     };
     use sentinel_ports::{Lease, Store};
 
@@ -266,7 +266,10 @@ mod tests {
         assert_eq!(events, [2]);
         assert_eq!((lost.epoch_before, lost.epoch_after), (2, 1));
         assert_eq!(store.row_counts().total(), 1);
-        assert!(!now_or_never(second.alive()).expect("alive"), "the old session died");
+        assert!(
+            !now_or_never(second.alive()).expect("alive"),
+            "the old session died"
+        );
         // The lost epoch is taken again, and a write of it lands: only the lock and the
         // drivers' identity floor tell the two cores of epoch 2 apart.
         let third = now_or_never(store.acquire()).expect("acquire");

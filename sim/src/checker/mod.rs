@@ -72,6 +72,7 @@
 pub mod commands;
 pub mod derived;
 pub mod events;
+pub mod failover;
 pub mod ownership;
 pub mod quality;
 pub mod rollups;
@@ -82,6 +83,7 @@ use std::sync::Arc;
 
 use sentinel_core::{CanonicalValue, CommitReport, Core, Micros, ObsKey, Quality};
 
+pub use failover::FailoverCopy;
 pub use ownership::IncarnationId;
 
 /// `(driver_instance, source_epoch, source_seq)`.
@@ -212,6 +214,8 @@ pub struct Checker {
     pub commands_refused: u64,
     /// `command_issued` writes that never reached the store (a core cut off from it).
     pub command_writes_refused: u64,
+    /// What lossy database failovers rolled back, and the acked messages lost with it.
+    pub failover: failover::Losses,
 }
 
 impl Checker {
@@ -249,6 +253,7 @@ impl Checker {
             commands_applied_deposed: 0,
             commands_refused: 0,
             command_writes_refused: 0,
+            failover: failover::Losses::default(),
         }
     }
 
@@ -292,9 +297,10 @@ impl Checker {
     }
 
     /// A message is covered once its own quarantine entry or a row with its key is committed
-    /// (a duplicate of a committed key is acked without a row of its own).
+    /// (a duplicate of a committed key is acked without a row of its own), or once a lossy
+    /// failover rolled that back after it was acked ([`failover`]: lost for good, excused).
     fn covered(&self, seq: u64) -> bool {
-        if self.quarantined_seqs.contains(&seq) {
+        if self.quarantined_seqs.contains(&seq) || self.failover.is_lost(seq) {
             return true;
         }
         matches!(self.accepted.get(&seq), Some(Accepted { key: Some(key), .. }) if self.committed.contains_key(key))
@@ -356,7 +362,9 @@ impl Checker {
             }
             fold_in(&mut self.fold, row);
             self.commands.on_row(row, at);
-            if let Some(what) = self.derived.on_committed(row, (applied, rank(ordinal))) {
+            if let Some(what) = self.derived.on_committed(row, (applied, rank(ordinal)))
+                && self.failover.judges_reading(&key)
+            {
                 self.fail(17, at, what);
             }
             self.rollups.on_committed(row);
@@ -644,18 +652,19 @@ impl Checker {
     /// Invariant 17 at the end of a run: every trigger's readings committed (or refused by
     /// the bus), so none a crash lost stayed lost.
     pub fn check_derived_complete(&mut self, at: Micros) {
-        let committed = &self.committed;
-        if let Some(what) = self
-            .derived
-            .missing(|key| committed.contains_key(key), &self.refused_publishes)
-        {
+        let (committed, losses) = (&self.committed, &self.failover);
+        if let Some(what) = self.derived.missing(
+            |key| committed.contains_key(key) || losses.is_lost_key(key),
+            &self.refused_publishes,
+        ) {
             self.fail(17, at, what);
         }
     }
 
     /// Invariant 2's drain test, asked at every controller step once traffic is done: whether
     /// every accepted message is covered. A covered message stays covered (rows and quarantine
-    /// entries are never taken back), so the scan resumes at the first message it last found
+    /// entries are never taken back but by a lossy failover, which moves the scan's start
+    /// back, [`Checker::on_promoted`]), so the scan resumes at the first message it last found
     /// uncovered instead of walking every accepted message again.
     pub fn all_covered(&mut self) -> bool {
         let first = self
