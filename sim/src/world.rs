@@ -356,7 +356,9 @@ impl World {
         let command = match message {
             ToDriver::Command(command) => command,
             ToDriver::CoreStarted(started) => {
-                inner.checker.on_announcement(subject, started.core_epoch);
+                inner
+                    .checker
+                    .on_announcement(subject, started.core_epoch, started.core_start);
                 let current = inner
                     .driver_guard(subject)
                     .observe(started.core_epoch, started.core_start);

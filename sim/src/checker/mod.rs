@@ -40,8 +40,9 @@
 //!     when repeated bus failures did) —
 //!     on every such call, every exit and every controller step;
 //! 16. command epochs: a driver never applies a command whose epoch is below one already
-//!     announced to it, by the checker's own record of announcements — on every command a
-//!     driver applies;
+//!     announced to it, nor, at that epoch, one of another core start than the first it heard
+//!     there (an epoch repeated after a lossy database failover, issue 25), by the checker's
+//!     own record of announcements and applied commands — on every command a driver applies;
 //! 17. derived points ([`derived`]): every derived reading that commits equals the fold of
 //!     its committed inputs up to its trigger, and its trigger is a committed row that was
 //!     its input's newest — on every commit of a derived reading;
@@ -191,9 +192,10 @@ pub struct Checker {
     pub transitions: u64,
     /// `(command_id, epoch)` of every committed `command_issued` event.
     committed_commands: BTreeSet<(String, u32)>,
-    /// Per driver command subject, the highest core epoch announced to it (invariant 16),
-    /// from the announcements the bus delivered, not from the driver's guard.
-    announced: BTreeMap<String, u32>,
+    /// Per driver command subject, the highest core epoch announced to it (invariant 16) and
+    /// the start identity first heard at that epoch, from the announcements the bus delivered
+    /// and the commands the driver applied, not from the driver's guard.
+    announced: BTreeMap<String, (u32, Option<u64>)>,
     quality: quality::QualityModel,
     ownership: ownership::Ownership,
     pub derived: derived::DerivedModel,
@@ -471,11 +473,16 @@ impl Checker {
         }
     }
 
-    /// Invariant 16's record: a core's `core_started` announcement reached the driver
-    /// instance of command subject `subject`.
-    pub fn on_announcement(&mut self, subject: &str, core_epoch: u32) {
+    /// Invariant 16's record: a core's `core_started` announcement (or a command the driver
+    /// applied) from core start `core_start` at `core_epoch` reached the driver instance of
+    /// command subject `subject`.
+    pub fn on_announcement(&mut self, subject: &str, core_epoch: u32, core_start: Option<u64>) {
         let floor = self.announced.entry(subject.to_owned()).or_default();
-        *floor = (*floor).max(core_epoch);
+        if core_epoch > floor.0 {
+            *floor = (core_epoch, core_start);
+        } else if core_epoch == floor.0 && floor.1.is_none() {
+            floor.1 = core_start;
+        }
     }
 
     /// Invariants 6 and 16 for commands: a driver applies only a command whose
@@ -493,19 +500,33 @@ impl Checker {
         if command.core_epoch < current_epoch {
             self.commands_applied_deposed += 1;
         }
-        if let Some(&floor) = self.announced.get(subject)
-            && command.core_epoch < floor
-        {
-            self.fail(
-                16,
-                at,
-                format!(
-                    "driver {subject} applied command {} of epoch {} after epoch {floor} had been \
-                     announced to it",
-                    command.command_id, command.core_epoch
-                ),
-            );
+        if let Some(&(floor, floor_start)) = self.announced.get(subject) {
+            if command.core_epoch < floor {
+                self.fail(
+                    16,
+                    at,
+                    format!(
+                        "driver {subject} applied command {} of epoch {} after epoch {floor} had \
+                         been announced to it",
+                        command.command_id, command.core_epoch
+                    ),
+                );
+            } else if command.core_epoch == floor
+                && let (Some(first), Some(theirs)) = (floor_start, command.core_start)
+                && first != theirs
+            {
+                self.fail(
+                    16,
+                    at,
+                    format!(
+                        "driver {subject} applied command {} of epoch {floor} from core start \
+                         {theirs} after hearing start {first} at that epoch (a repeated epoch)",
+                        command.command_id
+                    ),
+                );
+            }
         }
+        self.on_announcement(subject, command.core_epoch, command.core_start);
         if !self
             .committed_commands
             .contains(&(command.command_id.clone(), command.core_epoch))
