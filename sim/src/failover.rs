@@ -7,10 +7,10 @@
 //! [`crate::adapters::SimStore`] call fails while [`FailoverState::store_down_until`] is
 //! ahead), the standby's copy of a lossy failover (taken when the site fires, promoted
 //! 0.2–3 s later while traffic flows), and which core incarnations ran on the lost primary
-//! ([`FailoverState::deposed`]): what they do after a lossy promotion (acks, transitions,
-//! projections, submits of commits that can no longer land) is judged against the log they
-//! wrote, which the promoted database no longer holds, so the adapters and the observer do
-//! not hand it to the checker. The checker is told exactly what was lost
+//! (`FailoverState::deposed`): what they do after a lossy promotion (acks, transitions,
+//! projections, lag readings, submits of commits) and the readings they derived since the
+//! copy would be judged against a log the promoted database no longer holds, so the adapters
+//! and the observer do not hand them to the checker. The checker is told exactly what was lost
 //! ([`crate::checker::Checker::on_promoted`]) and excuses that and nothing else.
 //!
 //! Both shapes kill every lock session at once through the store model's promotion
