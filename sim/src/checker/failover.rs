@@ -180,6 +180,19 @@ impl Checker {
             events,
             rules,
         } = copy;
+        // The run's counts of checks made stay as they are: those checks were made.
+        let counts = (
+            self.derived.checked,
+            self.rollups.checked,
+            self.events.judged,
+            (self.rules.claims_checked, self.rules.warmups_checked),
+            (
+                self.commands.arbitrations_checked,
+                self.commands.changes_checked,
+                self.commands.verdicts_checked,
+                self.commands.claims_set,
+            ),
+        );
         self.committed = committed;
         self.quarantined_seqs = quarantined_seqs;
         self.committed_controls = committed_controls;
@@ -190,6 +203,17 @@ impl Checker {
         self.commands = commands;
         self.events = events;
         self.rules = rules;
+        let (derived, rollups, events, rules, commands) = counts;
+        self.derived.checked = derived;
+        self.rollups.checked = rollups;
+        self.events.judged = events;
+        (self.rules.claims_checked, self.rules.warmups_checked) = rules;
+        (
+            self.commands.arbitrations_checked,
+            self.commands.changes_checked,
+            self.commands.verdicts_checked,
+            self.commands.claims_set,
+        ) = commands;
         let kept = promoted.epoch_after;
         self.last_epoch = self.last_epoch.min(kept);
         self.last_full_check.retain(|&epoch, _| epoch <= kept);
