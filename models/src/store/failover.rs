@@ -113,6 +113,7 @@ fn copy(model: &Model) -> Model {
     let Model {
         stream_name,
         epoch,
+        core_start,
         next_session,
         lock_holder,
         tables,
@@ -130,6 +131,9 @@ fn copy(model: &Model) -> Model {
     Model {
         stream_name: stream_name.clone(),
         epoch: *epoch,
+        // The epoch row's holder identity is the database's (`core_epoch.core_start`): a
+        // standby has it as of its copy, as it has the epoch.
+        core_start: *core_start,
         next_session: *next_session,
         lock_holder: *lock_holder,
         tables: std::array::from_fn(|i| copy_table(&tables[i])),
