@@ -197,7 +197,7 @@ fn main() -> anyhow::Result<()> {
 fn result_line(outcome: &SeedOutcome) -> String {
     let s = &outcome.stats;
     format!(
-        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | policy rows {} | rule claims {} warmups {} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
+        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | policy rows {} | rule claims {} warmups {} windows {} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
         outcome.seed,
         match &outcome.violation {
             None => "ok".to_owned(),
@@ -220,6 +220,7 @@ fn result_line(outcome: &SeedOutcome) -> String {
         s.policy_rows_checked,
         s.rule_claims_checked,
         s.rule_warmups_checked,
+        s.rule_windows_checked,
         s.steps,
         s.simulated_ms / 1_000,
         s.events_peak,
