@@ -72,10 +72,15 @@ pub enum PlantedBug {
     /// lag high), so a rule leaves warmup by its deadline during or right after a drain
     /// (planted in `parts/rules.rs`). Caught by invariant 23.
     WarmupIgnoresSuppression,
+    /// A pending `for_s` asks for no timer wake at its due instant (the rules part still
+    /// wakes for its inputs' freshness), so the rule fires only when a later row of an input
+    /// happens to evaluate it, seconds late or not at all (planted in `parts/rules.rs`).
+    /// Caught by invariant 26.
+    ForSWithoutWake,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 16] = [
+    pub const ALL: [PlantedBug; 17] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
@@ -92,6 +97,7 @@ impl PlantedBug {
         PlantedBug::RaiseEveryRow,
         PlantedBug::RuleOnReplayedData,
         PlantedBug::WarmupIgnoresSuppression,
+        PlantedBug::ForSWithoutWake,
     ];
 
     pub fn name(self) -> &'static str {
@@ -112,6 +118,7 @@ impl PlantedBug {
             PlantedBug::RaiseEveryRow => "raise-every-row",
             PlantedBug::RuleOnReplayedData => "rule-on-replayed-data",
             PlantedBug::WarmupIgnoresSuppression => "warmup-ignores-suppression",
+            PlantedBug::ForSWithoutWake => "for-s-without-wake",
         }
     }
 

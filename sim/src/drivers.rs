@@ -13,7 +13,9 @@
 //! retries it; only messages the stream accepted are owed a row or quarantine entry, and each
 //! instance's `queue_drops` point reports what that queue's bound has dropped (its
 //! `queue_depth`, what the queue holds; its `publish_failures`, the messages the stream did not
-//! take when first published).
+//! take when first published). And the report-on-change point's driver
+//! ([`HostDriver::run_on_change`]): a change at once, an unchanged state as a heartbeat, a
+//! heartbeat missed now and then, every draw from [`ON_CHANGE_STREAM`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -28,6 +30,7 @@ use sentinel_ports::BusError;
 
 use crate::checker::Key3;
 use crate::registry::DriverPoint;
+use crate::rng::SimRng;
 use crate::settings::{CONTROLLER_FIRE_P, Site};
 use crate::world::World;
 
@@ -38,6 +41,18 @@ pub const ASSERTED_STREAM: u64 = 0x5eed_0000_a55e_0000;
 /// `unavailable` while still carrying the value it read (the driver contract allows both;
 /// production keeps such a row, and rollups, derived windows and rules must leave it out).
 const ASSERTED_PERMILLE: u64 = 15;
+
+/// The seed's generator for the report-on-change driver ([`HostDriver::run_on_change`]):
+/// every draw it makes (its point's changes, missed heartbeats, its publishes' faults) comes
+/// from it, so the other drivers' draws stay as they were.
+pub const ON_CHANGE_STREAM: u64 = 0x5eed_0000_0c4a_0000;
+/// The report-on-change point changes state with this probability each second, and its
+/// driver sends a due heartbeat this long before the declared `heartbeat_s` runs out...
+const ON_CHANGE_FLIP_P: f64 = 1.0 / 30.0;
+const HEARTBEAT_EARLY_S: i64 = 2;
+/// ...but misses one heartbeat in this many (the device was busy): a gap in the log longer
+/// than `heartbeat_s`, which the watchdog reports and which starts a rule's `for_s` again.
+const HEARTBEAT_MISSED_P: f64 = 0.04;
 
 /// Messages a driver holds while the stream rejects it; the oldest are dropped beyond this.
 const LOCAL_QUEUE_MAX: usize = 10_000;
@@ -81,6 +96,11 @@ pub struct HostDriver {
     dropped: u64,
     /// Messages the stream did not take when first published (queued instead).
     publish_failures: u64,
+    /// A generator of its own (the report-on-change driver's), else the run's.
+    own_rng: Option<SimRng>,
+    /// The name its local queue is reported under (invariant 2's drain): the host, or the
+    /// host's report-on-change driver.
+    queue_name: String,
 }
 
 impl HostDriver {
@@ -111,6 +131,90 @@ impl HostDriver {
             retries: Vec::new(),
             dropped: 0,
             publish_failures: 0,
+            own_rng: None,
+            queue_name: host.to_owned(),
+        }
+    }
+
+    /// The driver of a report-on-change point (`reporting = "on_change"`, `heartbeat_s`):
+    /// `point` alone, on a driver instance of its own, every draw from `rng`.
+    pub fn on_change(world: Arc<World>, point: DriverPoint, rng: SimRng) -> HostDriver {
+        let host = point.host.clone();
+        let mut driver = HostDriver::new(world, &host, vec![point], Vec::new(), None);
+        driver.own_rng = Some(rng);
+        driver.queue_name = format!("{host} on change");
+        driver
+    }
+
+    fn chance(&mut self, p: f64) -> bool {
+        match &mut self.own_rng {
+            Some(rng) => rng.chance(p),
+            None => self.world.lock().rng.chance(p),
+        }
+    }
+
+    fn between(&mut self, lo: u64, hi: u64) -> u64 {
+        match &mut self.own_rng {
+            Some(rng) => rng.between(lo, hi),
+            None => self.world.between(lo, hi),
+        }
+    }
+
+    /// A report-on-change point's software: each second the device's state may change; the
+    /// driver publishes a change at once, and an unchanged state as a heartbeat
+    /// [`HEARTBEAT_EARLY_S`] before `heartbeat_s` runs out (missing one now and then), until
+    /// the traffic window closes; queued messages are retried after that too.
+    pub async fn run_on_change(mut self, heartbeat_s: u32) {
+        let mut state = false;
+        let mut sent_at: Option<Micros> = None;
+        let every_us = (i64::from(heartbeat_s) - HEARTBEAT_EARLY_S).max(1) * 1_000_000;
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            self.retry_due();
+            if self.world.lock().traffic_done {
+                continue;
+            }
+            let now = self.world.now();
+            let changed = self.chance(ON_CHANGE_FLIP_P);
+            state ^= changed;
+            let due = sent_at.is_none_or(|at| now.saturating_sub(at) >= every_us);
+            if !changed && !due {
+                continue;
+            }
+            sent_at = Some(now);
+            if !changed && self.chance(HEARTBEAT_MISSED_P) {
+                continue;
+            }
+            let message = self.on_change_message(state);
+            self.world.lock().published += 1;
+            self.publish(message);
+        }
+    }
+
+    fn on_change_message(&mut self, state: bool) -> Outgoing {
+        let jitter_ms = self.between(0, 500) as i64;
+        let observed_at = self.world.now().add_ms(-jitter_ms);
+        let p = &self.points[0];
+        let instance = self
+            .instances
+            .get_mut(&p.instance)
+            .expect("invariant: every point's instance has a sequence");
+        let (source_epoch, seq) = (instance.source_epoch, instance.next_seq);
+        instance.next_seq += 1;
+        let envelope = EnvelopeOut::new(
+            &p.id,
+            &p.instance,
+            source_epoch,
+            seq,
+            observed_at,
+            serde_json::json!(state),
+        );
+        Outgoing {
+            subject: format!("obs.{}.{}", self.host, p.instance),
+            msg_id: envelope.msg_id(),
+            payload: Bytes::from(envelope.to_bytes()),
+            key: Some((Arc::from(p.instance.as_str()), source_epoch, seq)),
+            observation: Some((Arc::from(p.id.as_str()), observed_at)),
         }
     }
 
@@ -172,7 +276,7 @@ impl HostDriver {
             // is full now, the original is still in it, so the retry is simply given up; while
             // the stream has no leader the library keeps retrying, inside the window above.
             if !self.publish_once(&message) && self.world.leader_changing() {
-                let delay_ms = self.world.between(ELECTION_RETRY_MS.0, ELECTION_RETRY_MS.1) as i64;
+                let delay_ms = self.between(ELECTION_RETRY_MS.0, ELECTION_RETRY_MS.1) as i64;
                 self.retries.push((now.add_ms(delay_ms), accepted_at, message));
             }
         }
@@ -191,14 +295,12 @@ impl HostDriver {
             self.report_queue();
             return;
         }
-        if self.world.settings.is_active(Site::PublisherRetry)
-            && self.world.lock().rng.chance(CONTROLLER_FIRE_P)
-        {
+        if self.world.settings.is_active(Site::PublisherRetry) && self.chance(CONTROLLER_FIRE_P) {
             // As if the publish ack was lost: the driver library republishes the same message
             // within the duplicate window of the first publish (driver contract). A retry
             // beyond the window would be a second message to the stream, which only the
             // core's bounded fast-path set could catch.
-            let delay_ms = self.world.between(1, self.world.settings.duplicate_window_ms / 2) as i64;
+            let delay_ms = self.between(1, self.world.settings.duplicate_window_ms / 2) as i64;
             let now = self.world.now();
             self.retries.push((now.add_ms(delay_ms), now, message));
         }
@@ -209,7 +311,7 @@ impl HostDriver {
         self.world
             .lock()
             .driver_queued
-            .insert(self.host.clone(), self.queue.len());
+            .insert(self.queue_name.clone(), self.queue.len());
     }
 
     /// One publish attempt. False when the stream is full, or is between leaders and did not
@@ -220,7 +322,7 @@ impl HostDriver {
     fn publish_once(&mut self, message: &Outgoing) -> bool {
         let election = self.world.leader_changing();
         let now = self.world.now();
-        if election && !self.world.lock().rng.chance(ELECTION_LANDS_P) {
+        if election && !self.chance(ELECTION_LANDS_P) {
             self.world.lock().trace.event(
                 now,
                 format_args!("{} no stream leader for {}", self.host, message.msg_id),
@@ -231,6 +333,12 @@ impl HostDriver {
             self.world
                 .bus
                 .publish_observation(&message.subject, &message.msg_id, message.payload.clone());
+        // Drawn before the world is locked (from this driver's generator, or the run's).
+        let retry_ms = if election && matches!(result, Ok(ref ack) if !ack.duplicate) {
+            self.between(ELECTION_RETRY_MS.0, ELECTION_RETRY_MS.1) as i64
+        } else {
+            0
+        };
         let mut inner = self.world.lock();
         match result {
             Ok(ack) if ack.duplicate => {
@@ -255,9 +363,8 @@ impl HostDriver {
                     format_args!("{} pub seq {} {}{lost}", self.host, ack.seq, message.msg_id),
                 );
                 if election {
-                    let delay_ms = inner.rng.between(ELECTION_RETRY_MS.0, ELECTION_RETRY_MS.1) as i64;
                     drop(inner);
-                    self.retries.push((now.add_ms(delay_ms), now, message.clone()));
+                    self.retries.push((now.add_ms(retry_ms), now, message.clone()));
                 }
                 true
             }

@@ -210,7 +210,7 @@ fn result_line(outcome: &SeedOutcome) -> String {
             String::new()
         };
     format!(
-        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | policy rows {} | rule claims {} warmups {}{} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
+        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | policy rows {} | rule claims {} warmups {} windows {}{} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
         outcome.seed,
         match &outcome.violation {
             None => "ok".to_owned(),
@@ -233,6 +233,7 @@ fn result_line(outcome: &SeedOutcome) -> String {
         s.policy_rows_checked,
         s.rule_claims_checked,
         s.rule_warmups_checked,
+        s.rule_windows_checked,
         failover,
         s.steps,
         s.simulated_ms / 1_000,

@@ -82,6 +82,9 @@ pub struct SimRegistry {
     /// The rules every seed runs (issue 22), declared on both versions alike, by id (for the
     /// checker's invariants 22–25).
     pub rules: std::sync::Arc<BTreeMap<String, Rule>>,
+    /// The report-on-change point (issue 22: a rule input whose gaps are judged by its
+    /// heartbeat), published by a driver of its own, and its `heartbeat_s`.
+    pub on_change: (DriverPoint, u32),
     /// Freshness and missing-data policy of every point a rule reads.
     pub rule_inputs: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::rules::InputDef>>,
 }
@@ -96,12 +99,13 @@ impl SimRegistry {
             .map_err(|report| anyhow::anyhow!("sample registry does not check: {report}"))
             .with_context(|| format!("loading {}", dir.display()))?;
         let mut descriptors = descriptors;
+        let on_change = on_change_point(&mut descriptors)?;
         let rules = sim_rules(&mut descriptors)?;
         let v1 = canonical::snapshot("sim-v1", &descriptors);
 
         let mut hosts: BTreeMap<String, Vec<DriverPoint>> = BTreeMap::new();
         for d in &descriptors {
-            if d.assignment.host != SELF_HOST {
+            if d.assignment.host != SELF_HOST && d.id != on_change.0.id {
                 hosts
                     .entry(d.assignment.host.clone())
                     .or_default()
@@ -174,6 +178,7 @@ impl SimRegistry {
         let events = crate::checker::events::definitions(&descriptors, &v2_descriptors);
         let rule_inputs = crate::checker::rules::input_defs(v2_descriptors.iter());
         Ok(SimRegistry {
+            on_change,
             events: std::sync::Arc::new(events),
             rules: std::sync::Arc::new(rules),
             rule_inputs: std::sync::Arc::new(rule_inputs),
@@ -237,6 +242,31 @@ fn driver_point(d: &Descriptor) -> DriverPoint {
             .map(|c| c.keys().cloned().collect())
             .unwrap_or_default(),
     }
+}
+
+/// The report-on-change point of every seed: `ahu1.filter_alarm`, a bool copied from
+/// `ahu1.fan_alarm` on a driver instance of its own (`onchange-ahu1`, so its sequence is its
+/// own), `reporting = "on_change"` with a 10 s heartbeat and a 30 s freshness. The watchdog's
+/// deadline and a rule's gap are its heartbeat, not its freshness. Added here rather than to
+/// the sample registry, whose drivers publish every point at random.
+fn on_change_point(descriptors: &mut Vec<Descriptor>) -> anyhow::Result<(DriverPoint, u32)> {
+    const HEARTBEAT_S: u32 = 10;
+    let mut d = descriptors
+        .iter()
+        .find(|d| d.id == "ahu1.fan_alarm")
+        .cloned()
+        .context("the sample registry has no point ahu1.fan_alarm")?;
+    d.id = "ahu1.filter_alarm".into();
+    d.assignment.driver_instance = "onchange-ahu1".into();
+    d.freshness_s = 30;
+    d.manifest.reporting = Some(sentinel_core::registry::Reporting::OnChange);
+    d.manifest.heartbeat_s = Some(HEARTBEAT_S);
+    d.manifest.event_policy = sentinel_core::registry::EventPolicy::OnChange;
+    d.rules.clear();
+    let point = driver_point(&d);
+    descriptors.push(d);
+    descriptors.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok((point, HEARTBEAT_S))
 }
 
 /// The rules of every seed (issue 22, "What it must show", the simulator): a handful over the
@@ -352,6 +382,18 @@ fn sim_rules(descriptors: &mut [Descriptor]) -> anyhow::Result<BTreeMap<String, 
                 cmp("boiler1.pressure", CompareOp::Gt, num(pressure + 2.0)),
                 "boiler1.setpoint",
                 claim(RuleBand::Interlock, 0, num(40.0)),
+            )
+        },
+        // A report-on-change input: its gaps are judged by its heartbeat (10 s), not its
+        // freshness (30 s), so a missed heartbeat starts the `for_s` again.
+        Rule {
+            for_s: 12,
+            ..rule(
+                "sim.filter",
+                &["ahu1.filter_alarm"],
+                cmp("ahu1.filter_alarm", CompareOp::Eq, CommandValue::Bool(true)),
+                "ahu1.supply_temp_setpoint",
+                claim(RuleBand::Automation, 3, num(19.0)),
             )
         },
         // A condition on quality alone (never lost), `for_s`, a safe value otherwise.

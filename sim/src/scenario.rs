@@ -4,7 +4,8 @@
 //! Hosts: `core-a` (and `core-b` when the seed asks for two cores), each a supervisor that
 //! starts a core process through the production startup sequence and runtime loop
 //! (`sentinel_runtime::startup`, `sentinel_runtime::event_loop`) over the sim's adapters and restarts it
-//! after it exits; one driver host per device host of the registry. The bus and store models
+//! after it exits; one driver host per device host of the registry, and one for the
+//! report-on-change point (`SimRegistry::on_change`). The bus and store models
 //! are shared state that every host reaches through its ports.
 //!
 //! Phases: a safety phase with faults on (`Settings::safety_ms`), then a liveness phase with
@@ -124,6 +125,9 @@ pub struct Stats {
     /// judged (invariants 22–25).
     pub rule_claims_checked: u64,
     pub rule_warmups_checked: u64,
+    /// Windows in which a rule's condition held long enough that it had to fire, judged at
+    /// the end of the run (invariant 26).
+    pub rule_windows_checked: u64,
     /// Database failovers (issue 25, both shapes), and of the lossy ones: rows and control
     /// events rolled back, epochs lost, and accepted observations lost for good (acked before
     /// their rows were lost: the documented cost of asynchronous replication).
@@ -253,6 +257,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     };
     let world = Arc::new(World::new(settings.clone(), bus, store, clock.clone(), inner));
     world.trace(format_args!("settings {settings}"));
+    world.lock().checker.rules.tick_us = settings.tick_ms as i64 * 1_000;
 
     // Invariant 9's bound on a run: every phase's simulated time plus a minute, in steps.
     // turmoil's own duration limit sits one step later, so the bound is what a run meets.
@@ -299,6 +304,24 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             );
             async move {
                 driver.run(mean_interval_ms).await;
+                Ok(())
+            }
+        });
+    }
+
+    // The report-on-change point's driver: a host of its own, outside the pacing above and
+    // drawing from its own generator, so the other drivers' traffic stays as it was.
+    {
+        let world = world.clone();
+        let (point, heartbeat_s) = registry.on_change.clone();
+        sim.host(format!("driver-{}-on-change", point.host), move || {
+            let driver = HostDriver::on_change(
+                world.clone(),
+                point.clone(),
+                crate::rng::SimRng::new(seed ^ crate::drivers::ON_CHANGE_STREAM),
+            );
+            async move {
+                driver.run_on_change(heartbeat_s).await;
                 Ok(())
             }
         });
@@ -484,6 +507,10 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
                 // Invariant 17's end: no reading a crash lost stays lost.
                 let mut inner = world.lock();
                 inner.checker.check_derived_complete(now);
+                // Invariant 26's end: every rule whose condition held long enough fired.
+                if let Err((invariant, what)) = inner.checker.rules.check_timely(now) {
+                    inner.checker.fail(invariant, now, what);
+                }
                 break inner.checker.violation().cloned();
             }
         }
@@ -525,6 +552,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             policy_rows_checked: inner.checker.events.judged,
             rule_claims_checked: inner.checker.rules.claims_checked,
             rule_warmups_checked: inner.checker.rules.warmups_checked,
+            rule_windows_checked: inner.checker.rules.timely_checked,
             failovers: inner.failover.count,
             failover_rows_rolled_back: inner.checker.failover.rows_rolled_back,
             failover_control_events_rolled_back: inner.checker.failover.control_events_rolled_back,

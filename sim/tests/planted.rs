@@ -140,3 +140,11 @@ fn a_planted_livelock_ends_in_a_liveness_violation_with_its_replay_command() {
 fn raising_every_row_whatever_its_event_policy_is_caught_by_invariant_21() {
     caught_by(PlantedBug::RaiseEveryRow, 21);
 }
+
+/// A `for_s` that asks for no wake at its due instant fires only when a later row happens to
+/// evaluate its rule: seconds late (past the two ticks allowed after `for_s`) or never, in a
+/// window where its condition held on usable, current inputs (invariant 26).
+#[test]
+fn a_for_s_without_its_timer_wake_is_caught_by_invariant_26() {
+    caught_by(PlantedBug::ForSWithoutWake, 26);
+}

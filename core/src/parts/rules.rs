@@ -622,7 +622,10 @@ impl Rules {
             .collect();
         self.changes += change(slot, i, target, rows, self.changes, ctx, events, requests);
         // The next wake: a due `for_s`, an input's freshness or stand-in running out.
-        let mut wake = slot.machine.due();
+        let mut wake = slot
+            .machine
+            .due()
+            .filter(|_| !ctx.planted(PlantedBug::ForSWithoutWake));
         for ((_, spec), r) in slot.inputs.iter().zip(&readings) {
             let until = match eval::resolve(spec, r, now) {
                 Resolved::Usable(_) => eval::usable_until(spec, r),

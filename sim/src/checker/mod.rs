@@ -64,7 +64,8 @@
 //!     its freshness (22); no rule claims in warmup, and each warmup ends as the reference
 //!     allows (23); a rule's claim state is the reference evaluation's of the committed log
 //!     (24); a `for_s` fires no earlier than its log-time instant (25) — on every control
-//!     write.
+//!     write; and a rule whose condition held long enough fired in time (26) — at the end
+//!     of the run.
 //!
 //! (11 and 12 are DESIGN.md's derived-point and rules invariants; 11 is checked as 17, 12's
 //! command half as 12 above and its rules half as 22–25.)

@@ -1,4 +1,4 @@
-//! The rules' invariants (issue 22, "What it must show", the simulator): 22–25 of
+//! The rules' invariants (issue 22, "What it must show", the simulator): 22–26 of
 //! ARCHITECTURE.md's "The simulator's invariants", judged against a reference evaluation of
 //! each rule written here, independently of the core's (`core/src/rules/`, which this file
 //! never calls: only the registry's data types `Rule`, `Condition`, `MissingData` and the
@@ -8,7 +8,10 @@
 //! `observed_at`, when it committed); per core epoch, the time counted towards warmup
 //! deadlines (from the suppression each core reports at every wake-up of its loop:
 //! [`sentinel_core::Core::staleness_suppressed`]); the committed `rule_warmup_ended` events;
-//! and what each rule holds by the log (its last `claim_set` or `claim_released`).
+//! and what each rule holds by the log (its last `claim_set` or `claim_released`); for
+//! invariant 26, each epoch's last wake-up and last committed write, the `quality_changed`
+//! its watchdog committed for a rule's input, and each rule's claim changes by the instant
+//! the core decided them.
 //!
 //! **The reference evaluation.** An input's reading at time `t`, as of the rows committed by
 //! some instant, is its newest row in the fold's order (`observed_at`, `ingested_at`, key):
@@ -45,7 +48,16 @@
 //!   observed by its start), made the condition certainly false (whatever the other inputs
 //!   read); across a restart the pending start
 //!   comes from the log, and a `for_s` that came due in a downtime fires only after warmup
-//!   (23).
+//!   (23);
+//!
+//! and at the end of the run ([`RulesModel::check_timely`]):
+//!
+//! - 26: a rule fires at its instant, and at all: when its condition held by the reference
+//!   on usable, current, committed inputs with no gap (an input's gap is its heartbeat when
+//!   it declares one: [`InputDef::gap_us`]) from a row's commit through that commit plus
+//!   [`APPLY_SLACK_US`], its `for_s` and [`FIRE_SLACK_TICKS`] ticks, while its epoch held
+//!   the lock, ran, committed and was not suppressed, out of warmup, neither held nor
+//!   refused, its last claim change decided by then claims its value.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -63,6 +75,17 @@ pub const APPLY_SLACK_US: i64 = 5_000_000;
 /// Invariant 23's allowance on counted time: the core reports its deadline's count in whole
 /// milliseconds, and the reference counts from the wake-ups it saw.
 pub const COUNT_SLACK_US: i64 = 1_000_000;
+/// Invariant 26: a timer wake lands on the first tick at or after its instant, and the loop
+/// decides on it within the next: a `for_s` due at `D` is decided by `D` plus two ticks.
+pub const FIRE_SLACK_TICKS: i64 = 2;
+/// Invariant 26: a window is judged only when its epoch's core still woke and committed
+/// this long after the window's end, so a decision it made by then has committed (a slow
+/// commit takes up to twice the longest `ack_wait` the settings draw, 10 s) or the core died
+/// with it (which excuses the window).
+pub const COMMIT_SLACK_US: i64 = 30_000_000;
+/// Invariant 26 evaluates a window's condition over every combination of its inputs'
+/// candidate readings; a window with more combinations than this is not judged.
+const COMBOS_MAX: usize = 4_096;
 /// At most this many rows are kept per input (the oldest forgotten first): far more than a
 /// run commits of one point.
 const ROWS_PER_INPUT_MAX: usize = 200_000;
@@ -74,6 +97,12 @@ const PENDING_BATCHES_MAX: usize = 1_024;
 #[derive(Clone, Debug, PartialEq)]
 pub struct InputDef {
     pub freshness_us: i64,
+    /// How far apart two consecutive rows may be before the log has a gap, which is also
+    /// how long after its newest row the watchdog lets the point stay `live`: the point's
+    /// `heartbeat_s` when it declares one (a report-on-change point promises a reading that
+    /// often), never past `freshness_s`; else `freshness_s` (sensor paradigm, "Missing data";
+    /// the core's watchdog deadline).
+    pub gap_us: i64,
     pub missing: Option<MissingData>,
 }
 
@@ -86,6 +115,8 @@ pub fn input_defs<'a>(descriptors: impl IntoIterator<Item = &'a Descriptor>) -> 
                 Arc::from(d.id.as_str()),
                 InputDef {
                     freshness_us: i64::from(d.freshness_s) * 1_000_000,
+                    gap_us: i64::from(d.manifest.heartbeat_s.unwrap_or(d.freshness_s).min(d.freshness_s))
+                        * 1_000_000,
                     missing: d.missing_data,
                 },
             )
@@ -106,6 +137,8 @@ struct LogRow {
     /// Its place in the order the core applies rows: commit order, then each commit's
     /// RETURNING order.
     seq: u64,
+    /// The epoch whose batch it was.
+    epoch: u32,
 }
 
 impl LogRow {
@@ -182,6 +215,23 @@ pub struct RulesModel {
     holds: BTreeMap<String, Option<CommandValue>>,
     pub claims_checked: u64,
     pub warmups_checked: u64,
+    /// Invariant 26: each epoch's last wake-up its observer reported (its core was running
+    /// then) and its last committed write (its store was reachable then).
+    last_wake: BTreeMap<u32, Micros>,
+    last_commit: BTreeMap<u32, Micros>,
+    /// When each `(epoch, rule)`'s warmup ended, and the first `rule_held` or
+    /// `rule_claim_refused` of each (either leaves the rule's claim as it is).
+    warm_at: BTreeMap<(u32, String), Micros>,
+    stuck_at: BTreeMap<(u32, String), Micros>,
+    /// When each epoch's watchdog reported a rule input's quality changed (a missed
+    /// heartbeat, a freshness lost), as committed.
+    quality_changed: BTreeMap<(u32, Arc<str>), BTreeSet<Micros>>,
+    /// Each rule's committed claim changes, as `(occurred_at, claims its own value)`.
+    decisions: BTreeMap<String, Vec<(Micros, bool)>>,
+    /// One turmoil tick, in µs: how late a timer wake may land ([`FIRE_SLACK_TICKS`]).
+    pub tick_us: i64,
+    /// Windows invariant 26 judged, and rule firings it found in time.
+    pub timely_checked: u64,
 }
 
 /// The rule a holder names, when it is `rule:<id>` of a rule of the run.
@@ -293,6 +343,7 @@ impl RulesModel {
         RulesModel {
             rules,
             inputs,
+            tick_us: 500_000,
             ..RulesModel::default()
         }
     }
@@ -340,14 +391,21 @@ impl RulesModel {
         for key in ready {
             if let Some(rows) = self.pending.remove(&key) {
                 for row in rows {
-                    self.push(&row, at);
+                    self.push(&row, at, key.0);
                 }
             }
         }
+        self.committed(epoch, at);
+    }
+
+    /// Epoch `epoch` committed a write at `at`: its store was reachable then.
+    fn committed(&mut self, epoch: u32, at: Micros) {
+        let last = self.last_commit.entry(epoch).or_insert(at);
+        *last = (*last).max(at);
     }
 
     /// A row the core can apply from `at` on.
-    fn push(&mut self, row: &ObsRow, at: Micros) {
+    fn push(&mut self, row: &ObsRow, at: Micros, epoch: u32) {
         let rows = self.rows.entry(row.point_id.clone()).or_default();
         if rows.len() >= ROWS_PER_INPUT_MAX {
             return; // counted out: a run never gets here
@@ -362,6 +420,7 @@ impl RulesModel {
             quality: row.quality,
             value: row.value.clone(),
             committed_at: at,
+            epoch,
         });
         debug_assert!(rows.len() <= ROWS_PER_INPUT_MAX);
     }
@@ -381,6 +440,7 @@ impl RulesModel {
 
     /// Epoch `epoch`'s core reported, at a wake-up at `at`, whether staleness is suppressed.
     pub fn on_suppression(&mut self, epoch: u32, suppressed: bool, at: Micros) {
+        self.last_wake.insert(epoch, at);
         let s = self.suppression.entry(epoch).or_default();
         if s.changes.last().is_none_or(|(_, last)| *last != suppressed) {
             s.changes.push((at, suppressed));
@@ -396,7 +456,7 @@ impl RulesModel {
         for key in older {
             if let Some(rows) = self.pending.remove(&key) {
                 for row in rows {
-                    self.push(&row, at);
+                    self.push(&row, at, key.0);
                 }
             }
         }
@@ -478,6 +538,8 @@ impl RulesModel {
     /// warmup events in it.
     pub fn on_write(&mut self, events: &[ControlEvent], at: Micros) -> Result<(), Broken> {
         for event in events {
+            self.committed(event.core_epoch, at);
+            self.record(event);
             match &event.detail {
                 ControlDetail::Rule {
                     rule,
@@ -517,6 +579,43 @@ impl RulesModel {
             }
         }
         Ok(())
+    }
+
+    /// Invariant 26's record of a committed rule event: warmup ends, holds and refusals, and
+    /// each claim change with the instant the core decided it.
+    fn record(&mut self, event: &ControlEvent) {
+        let t = event.occurred_at;
+        match &event.detail {
+            ControlDetail::Rule { rule, note } => {
+                let key = (event.core_epoch, rule.to_string());
+                let map = match note {
+                    RuleNote::WarmupEnded { .. } => &mut self.warm_at,
+                    _ => &mut self.stuck_at,
+                };
+                let first = map.entry(key).or_insert(t);
+                *first = (*first).min(t);
+            }
+            ControlDetail::ClaimSet { holder, value, .. } => {
+                if let Some(rule) = rule_of(&self.rules, holder) {
+                    let own = *value == rule.claim.value;
+                    let id = rule.id.clone();
+                    self.decisions.entry(id).or_default().push((t, own));
+                }
+            }
+            ControlDetail::ClaimReleased { holder, .. } => {
+                if let Some(rule) = rule_of(&self.rules, holder) {
+                    let id = rule.id.clone();
+                    self.decisions.entry(id).or_default().push((t, false));
+                }
+            }
+            ControlDetail::QualityChanged { .. } if self.is_input(&event.point_id) => {
+                self.quality_changed
+                    .entry((event.core_epoch, event.point_id.clone()))
+                    .or_default()
+                    .insert(t);
+            }
+            _ => {}
+        }
     }
 
     /// Invariant 23: a `rule_warmup_ended` the reference justifies.
@@ -574,6 +673,182 @@ impl RulesModel {
         self.warm.insert((epoch, rule_id.to_owned()));
         self.warmups_checked += 1;
         Ok(())
+    }
+
+    /// Invariant 26, judged when the run has ended at `end` (and can be asked earlier: a
+    /// window is judged only once the slack after it has passed). For each rule with
+    /// compared inputs, each window that starts at a row `r0` of a compared input that its
+    /// epoch `E` committed at `c0`: with `T1 = c0 + APPLY_SLACK_US + for_s + FIRE_SLACK_TICKS`
+    /// ticks, if the condition held by the reference from `r0`'s application through `T1`,
+    /// the rule's last claim change decided by `T1` is a claim of its value. "Held" is: every
+    /// compared input's candidate readings — its newest row as of `r0` and each row applied
+    /// after `r0`, committed by `T1` and not certainly late (a row the core applies after a
+    /// newer one moves nothing) — is `live` and valued, and the condition is certainly true
+    /// (and its `until` certainly false) on every combination of them; no row applied after
+    /// `r0` follows the newest before it by more than the input's gap ([`InputDef::gap_us`],
+    /// the heartbeat for a report-on-change point: the core's "a gap starts the condition
+    /// again"); the newest row the core had certainly applied (committed [`APPLY_SLACK_US`]
+    /// before) is current (within `freshness_s`) at every instant up to `T1`; and the
+    /// epoch's watchdog committed no `quality_changed` of the input from `c0` less the slack
+    /// to `T1` plus the commit slack (a missed heartbeat, a freshness lost: the core saw the
+    /// input stale, whatever the checker's timing says). What excuses a window: `r0` not
+    /// committed by the epoch then holding the lock, or a newer epoch taking it by `T1` plus
+    /// [`COMMIT_SLACK_US`] (a takeover, a lock loss, a crash, a partition that cost the
+    /// session); `E`'s core not waking, or not committing, as late as that (it stopped, or
+    /// lost its store); `E` suppressed (startup grace, no lag reading, lag high) at any
+    /// wake-up from a second before `c0` to a second after `T1`; the rule's warmup in `E`
+    /// ending after `c0`, or the rule held or a claim of it refused in `E`.
+    pub fn check_timely(&mut self, end: Micros) -> Result<(), Broken> {
+        let rules: Vec<Rule> = self.rules.values().cloned().collect();
+        for rule in &rules {
+            let compared: Vec<String> = compared_inputs(rule).into_iter().collect();
+            if compared.is_empty() {
+                continue; // a condition on quality alone: the watchdog's timing, not told
+            }
+            for input in &compared {
+                let rows = self.rows.get(input.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+                for r0 in rows {
+                    match self.judge_window(rule, &compared, input, r0, end) {
+                        None => {}
+                        Some(Ok(())) => self.timely_checked += 1,
+                        Some(Err(broken)) => return Err(broken),
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One window of [`Self::check_timely`]: `None` when it is not judged (excused, or the
+    /// condition did not certainly hold throughout), else whether the rule fired in time.
+    fn judge_window(
+        &self,
+        rule: &Rule,
+        compared: &[String],
+        first: &str,
+        r0: &LogRow,
+        end: Micros,
+    ) -> Option<Result<(), Broken>> {
+        let epoch = r0.epoch;
+        let c0 = r0.committed_at;
+        let for_us = i64::from(rule.for_s) * 1_000_000;
+        let t1 = Micros(c0.0 + APPLY_SLACK_US + for_us + FIRE_SLACK_TICKS * self.tick_us);
+        let after = Micros(t1.0 + COMMIT_SLACK_US);
+        // The core: E held the lock from before c0 to after T1, ran, committed, thawed.
+        if after > end
+            || self.acquired_at.get(&epoch).is_none_or(|&a| a > c0)
+            || self.acquired_at.range(epoch + 1..).any(|(_, &a)| a <= after)
+            || self.last_wake.get(&epoch).is_none_or(|&w| w < after)
+            || self.last_commit.get(&epoch).is_none_or(|&w| w < after)
+            || self
+                .suppression
+                .get(&epoch)
+                .is_none_or(|s| s.during(c0.add_ms(-1_000), t1.add_ms(1_000)))
+        {
+            return None;
+        }
+        let key = (epoch, rule.id.clone());
+        if self.warm_at.get(&key).is_none_or(|&w| w > c0)
+            || self.stuck_at.get(&key).is_some_and(|&s| s <= after)
+        {
+            return None;
+        }
+        // The inputs: candidates, gaps and currency.
+        let mut candidates: Vec<(String, Vec<Read>)> = Vec::new();
+        for input in compared {
+            let def = self.inputs.get(input.as_str())?;
+            let rows = self.rows.get(input.as_str()).map(Vec::as_slice).unwrap_or(&[]);
+            let before: Vec<&LogRow> = rows.iter().filter(|r| r.seq <= r0.seq).collect();
+            let head = before.iter().max_by(|a, b| a.order.cmp(&b.order))?;
+            if input == first && r0.order.2 != head.order.2 {
+                return None; // r0 is late: it moves nothing
+            }
+            let mut newest = head.order.clone();
+            let mut newest_at = before.iter().map(|r| r.observed_at()).max()?;
+            let mut reads = vec![*head];
+            for r in rows.iter().filter(|r| r.seq > r0.seq && r.committed_at <= t1) {
+                // Current up to the instant this row is certainly applied, and no gap.
+                let applied_by = Micros((r.committed_at.0 + APPLY_SLACK_US).min(t1.0));
+                if newest_at.0 + def.freshness_us <= applied_by.0
+                    || r.observed_at().0 - newest_at.0 > def.gap_us
+                {
+                    return None;
+                }
+                newest_at = newest_at.max(r.observed_at());
+                if r.order > newest {
+                    newest = r.order.clone();
+                    reads.push(r);
+                }
+            }
+            if newest_at.0 + def.freshness_us <= t1.0
+                || self
+                    .quality_changed
+                    .get(&(epoch, Arc::from(input.as_str())))
+                    .is_some_and(|at| at.range(Micros(c0.0 - APPLY_SLACK_US)..=after).next().is_some())
+            {
+                return None; // not current by T1, or the watchdog reported it
+            }
+            if reads
+                .iter()
+                .any(|r| r.quality != Quality::Live || r.value.is_none())
+            {
+                return None;
+            }
+            let reads = reads
+                .iter()
+                .map(|r| Read {
+                    value: r.value.clone(),
+                    live: true,
+                })
+                .collect();
+            candidates.push((input.clone(), reads));
+        }
+        let combos = candidates
+            .iter()
+            .try_fold(1usize, |n, (_, c)| n.checked_mul(c.len()))?;
+        if combos > COMBOS_MAX {
+            return None;
+        }
+        for n in 0..combos {
+            let mut rest = n;
+            let mut pick: BTreeMap<&str, &Read> = BTreeMap::new();
+            for (input, reads) in &candidates {
+                pick.insert(input.as_str(), &reads[rest % reads.len()]);
+                rest /= reads.len();
+            }
+            let read = |point: &str| pick.get(point).map(|r| (*r).clone());
+            if told(&rule.when, &read) != Some(true)
+                || rule.until.as_ref().is_some_and(|u| told(u, &read) != Some(false))
+            {
+                return None;
+            }
+        }
+        // Judged: the rule's last decision by T1 claims its value.
+        let last = self.decisions.get(&rule.id).and_then(|d| {
+            d.iter()
+                .filter(|(at, _)| *at <= t1)
+                .max_by_key(|(at, _)| *at)
+                .copied()
+        });
+        if last.is_some_and(|(_, own)| own) {
+            return Some(Ok(()));
+        }
+        Some(Err((
+            26,
+            format!(
+                "epoch {epoch}: rule {} (for_s {}) held on usable, current inputs from row {:?} of {first} \
+                 (committed {}) through {} without a gap, out of warmup and not suppressed, but {}",
+                rule.id,
+                rule.for_s,
+                r0.order.2,
+                c0.0,
+                t1.0,
+                match last {
+                    None => "it never claimed its value by then".to_owned(),
+                    Some((at, _)) => format!("its last claim change by then ({}) was not its value", at.0),
+                }
+            ),
+        )))
     }
 
     /// Invariant 23: a claim or release by a rule whose warmup ended in its epoch.
@@ -845,6 +1120,167 @@ mod tests {
         assert!(s.during(Micros(50 * S), Micros(61 * S)));
         assert!(!s.during(Micros(61 * S), Micros(89 * S)));
         assert!(s.during(Micros(89 * S), Micros(91 * S)));
+    }
+
+    /// Invariant 26 on a made-up log: one rule (`x > 1` for 10 s) over one input whose
+    /// freshness is 60 s and whose gap is `gap_s` (its heartbeat), a row every 5 s (15 s
+    /// after the row at `gap_after_s`) from 10 s to 150 s, each committed half a second after
+    /// it was observed, one epoch awake and not suppressed from 4 s on.
+    fn timely_model(gap_after_s: Option<i64>, gap_s: i64) -> RulesModel {
+        use sentinel_core::registry::rule::{RuleBand, RuleClaim};
+        let rule = Rule {
+            id: "r".into(),
+            inputs: vec!["x".into()],
+            when: Condition::Compare {
+                point: "x".into(),
+                op: CompareOp::Gt,
+                value: CommandValue::Number(1.0),
+            },
+            until: None,
+            for_s: 10,
+            point: "w".into(),
+            claim: RuleClaim {
+                band: RuleBand::Automation,
+                priority: 0,
+                value: CommandValue::Bool(true),
+            },
+            otherwise: RuleFallback::Release,
+            on_input_loss: RuleFallback::Release,
+            warmup_deadline_s: 60,
+            fight: None,
+        };
+        let inputs = BTreeMap::from([(
+            Arc::from("x"),
+            InputDef {
+                freshness_us: 60 * S,
+                gap_us: gap_s * S,
+                missing: None,
+            },
+        )]);
+        let mut m = RulesModel::new(
+            Arc::new(BTreeMap::from([("r".to_owned(), rule)])),
+            Arc::new(inputs),
+        );
+        m.on_acquire(1, Micros(0));
+        for i in 0..200 {
+            m.on_suppression(1, i < 4, Micros(i * S));
+        }
+        m.record(&event(
+            5 * S,
+            ControlDetail::Rule {
+                rule: "r".into(),
+                note: RuleNote::WarmupEnded {
+                    reason: "inputs_live",
+                    waited_ms: 5_000,
+                    counted_ms: 1_000,
+                },
+            },
+        ));
+        let (mut t, mut n) = (10, 0);
+        while t <= 150 {
+            n += 1;
+            let row = ObsRow {
+                point: sentinel_core::registry::PointIdx(0),
+                point_id: "x".into(),
+                class: sentinel_core::registry::RetentionClass::State,
+                ingested_at: Micros(t * S),
+                observed_at: Micros(t * S),
+                device_time: None,
+                value: Some(CanonicalValue::Num(5.0)),
+                native_num: None,
+                native_text: None,
+                unit_native: None,
+                quality: Quality::Live,
+                reason: None,
+                detail: None,
+                changed: true,
+                registry_version: 1,
+                key: sentinel_core::ObsKey {
+                    driver_instance: "d".into(),
+                    source_epoch: 1,
+                    source_seq: n,
+                },
+                skew_flagged: false,
+                tag: sentinel_core::DeliveryTag(n),
+            };
+            m.on_submit(1, n);
+            m.on_commit(1, n, [&row], Micros(t * S + S / 2));
+            t += if gap_after_s == Some(t) { 15 } else { 5 };
+        }
+        m
+    }
+
+    fn event(at: i64, detail: ControlDetail) -> ControlEvent {
+        ControlEvent {
+            occurred_at: Micros(at),
+            point: None,
+            point_id: "w".into(),
+            principal: "core:rules".into(),
+            core_epoch: 1,
+            registry_version: 1,
+            detail,
+        }
+    }
+
+    fn fired(at: i64) -> ControlEvent {
+        event(
+            at,
+            ControlDetail::ClaimSet {
+                command_id: "rule-1-1".into(),
+                holder: "rule:r".into(),
+                band: sentinel_core::arbitration::Band::Automation,
+                priority: 0,
+                value: CommandValue::Bool(true),
+                until: None,
+                provenance: None,
+            },
+        )
+    }
+
+    #[test]
+    fn a_rule_whose_condition_held_past_its_for_s_has_fired_by_then() {
+        // Never fired: the first window (row at 10 s, committed 10.5 s) ends at 10.5 + 5
+        // (apply slack) + 10 (for_s) + 1 (two ticks) = 26.5 s.
+        let err = timely_model(None, 10).check_timely(Micros(200 * S)).unwrap_err();
+        assert_eq!(err.0, 26, "{}", err.1);
+        assert!(err.1.contains("never claimed"), "{}", err.1);
+        // Fired at 26.5 s: in time for every window.
+        let mut m = timely_model(None, 10);
+        m.record(&fired(26 * S + S / 2));
+        assert_eq!(m.check_timely(Micros(200 * S)), Ok(()));
+        assert!(m.timely_checked > 10, "{} windows judged", m.timely_checked);
+        // Fired at 41.5 s: late for the window from 10 s.
+        let mut m = timely_model(None, 10);
+        m.record(&fired(41 * S + S / 2));
+        let err = m.check_timely(Micros(200 * S)).unwrap_err();
+        assert!(
+            err.1.contains("was not its value") || err.1.contains("never claimed"),
+            "{}",
+            err.1
+        );
+    }
+
+    #[test]
+    fn a_gap_longer_than_the_heartbeat_starts_the_window_again() {
+        // Rows at 10, then 25 s: 15 s apart, past the 10 s heartbeat (though within the 60 s
+        // freshness), so the condition starts again at 25 s and 41.5 s is in time...
+        let mut m = timely_model(Some(10), 10);
+        m.record(&fired(41 * S + S / 2));
+        assert_eq!(m.check_timely(Micros(200 * S)), Ok(()));
+        // ...but not for an input whose gap is its freshness: no gap there.
+        let mut m = timely_model(Some(10), 60);
+        m.record(&fired(41 * S + S / 2));
+        assert_eq!(m.check_timely(Micros(200 * S)).map_err(|e| e.0), Err(26));
+        // A suppressed epoch excuses every window it touches.
+        let mut m = timely_model(None, 10);
+        m.suppression.insert(
+            1,
+            Suppression {
+                changes: vec![(Micros(0), true)],
+            },
+        );
+        assert_eq!(m.check_timely(Micros(200 * S)), Ok(()));
+        assert_eq!(m.timely_checked, 0);
     }
 
     #[test]
