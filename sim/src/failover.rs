@@ -142,7 +142,7 @@ fn fail_over(world: &World, now: Micros, site: Site, snapshot: Snapshot, copy: O
             inner.failover.deposed.extend(running.iter().copied());
             inner
                 .checker
-                .on_promoted(*copy, &promoted, &running, |seq| stream.contains(&seq))
+                .on_promoted(*copy, &promoted, |seq| stream.contains(&seq))
         }
         None => Default::default(),
     };

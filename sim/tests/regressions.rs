@@ -48,3 +48,18 @@ fn seed_280_retry_fired_late_past_the_duplicate_window() {
 fn seed_17137_bus_failure_exit_after_losing_the_lock() {
     passes(17137);
 }
+
+// Seeds 452, 488: a lossy database failover rolled back a committed row; the core that had
+// derived a reading from it crashed after its commit, before the promotion, and the new core
+// committed the reading from the stream (invariant 17: a trigger no commit inserted). Every
+// core reading the stream took between the standby's copy and the promotion was derived on the
+// lost primary and is now not judged against the promoted log, not only a running core's.
+#[test]
+fn seed_452_reading_of_a_crashed_core_of_a_lost_primary() {
+    passes(452);
+}
+
+#[test]
+fn seed_488_reading_of_a_crashed_core_of_a_lost_primary() {
+    passes(488);
+}
