@@ -35,21 +35,56 @@ macro_rules! observation_columns {
     };
 }
 
+/// The class tables' columns (migration 0014): the two ids as their integer keys.
+macro_rules! table_columns {
+    () => {
+        "ingested_at, point_key, observed_at, device_time, value_num, value_bool, value_text, \
+         native_num, native_text, unit_native, quality, reason, detail, changed, registry_version, \
+         instance_key, source_epoch, source_seq, skew_flagged"
+    };
+}
+
 /// The fence and the batch's rows (`src`, empty when the fence refuses); `$1`–`$21`, and `$31`
 /// the writing handle's start identity: the batch is allowed only while (`$20`, `$31`) is the
 /// holder's (issue 25 item 3).
+///
+/// The rows arrive with text ids and `src` carries their integer keys beside them (migration
+/// 0014): `points` and `instances` are the keys the mappings hold for the batch's ids, plus a
+/// key assigned here, fenced like the rows, to an id that has none (`NOT EXISTS` first, so an
+/// identity value is drawn only for an id really new; a registry load assigns every key its
+/// version needs, so in a running core this inserts nothing). A key inserted by this statement
+/// is not in its snapshot of the mapping, hence the `UNION ALL` with what RETURNING gave. A key
+/// another transaction assigned after this statement's snapshot is in neither: the row keeps a
+/// NULL key and the statement fails on the column's NOT NULL (the batch is retried, and the
+/// retry sees the key), never silently skipping the row.
 macro_rules! fenced_source {
     () => {
         concat!(
             "WITH fence AS (SELECT epoch, core_start FROM core_epoch WHERE singleton FOR SHARE), \
              allowed AS (SELECT 1 FROM fence WHERE epoch = $20 AND core_start = $31::bigint), \
-             src AS (SELECT u.* FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], \
+             batch_rows AS (SELECT u.* FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], \
                $4::timestamptz[], $5::float8[], $6::bool[], $7::text[], $8::float8[], $9::text[], \
                $10::text[], $11::text[]::quality[], $12::text[], $13::text[]::jsonb[], $14::bool[], \
                $15::integer[], $16::text[], $17::integer[], $18::bigint[], $19::bool[], $21::smallint[]) \
                AS u(",
             observation_columns!(),
-            ", class) WHERE EXISTS (SELECT 1 FROM allowed))"
+            ", class) WHERE EXISTS (SELECT 1 FROM allowed)), \
+             new_points AS (INSERT INTO point_key (point_id) SELECT DISTINCT b.point_id FROM batch_rows b \
+               WHERE NOT EXISTS (SELECT 1 FROM point_key k WHERE k.point_id = b.point_id) \
+               ON CONFLICT DO NOTHING RETURNING point_id, key), \
+             new_instances AS (INSERT INTO instance_key (driver_instance) \
+               SELECT DISTINCT b.driver_instance FROM batch_rows b \
+               WHERE NOT EXISTS (SELECT 1 FROM instance_key k WHERE k.driver_instance = b.driver_instance) \
+               ON CONFLICT DO NOTHING RETURNING driver_instance, key), \
+             points AS (SELECT k.point_id, k.key FROM point_key k \
+               WHERE k.point_id IN (SELECT point_id FROM batch_rows) \
+               UNION ALL SELECT point_id, key FROM new_points), \
+             instances AS (SELECT k.driver_instance, k.key FROM instance_key k \
+               WHERE k.driver_instance IN (SELECT driver_instance FROM batch_rows) \
+               UNION ALL SELECT driver_instance, key FROM new_instances), \
+             src AS (SELECT b.*, p.key AS point_key, i.key AS instance_key FROM batch_rows b \
+               LEFT JOIN points p ON p.point_id = b.point_id \
+               LEFT JOIN instances i ON i.driver_instance = b.driver_instance)"
         )
     };
 }
@@ -60,9 +95,9 @@ macro_rules! insert_class {
             "INSERT INTO ",
             $table,
             " (",
-            observation_columns!(),
+            table_columns!(),
             ", applied) SELECT ",
-            observation_columns!(),
+            table_columns!(),
             ", $30::bigint FROM src WHERE class = ",
             $class,
             $tail
@@ -81,15 +116,15 @@ macro_rules! insert_class_checked {
             "INSERT INTO ",
             $table,
             " (",
-            observation_columns!(),
+            table_columns!(),
             ", applied) SELECT ",
-            observation_columns!(),
+            table_columns!(),
             ", $30::bigint FROM src WHERE class = ",
             $class,
             " AND NOT (src.ingested_at - src.observed_at > $32::bigint * interval '1 microsecond' \
                AND EXISTS (SELECT 1 FROM ",
             $table,
-            " o WHERE o.driver_instance = src.driver_instance AND o.source_epoch = src.source_epoch \
+            " o WHERE o.instance_key = src.instance_key AND o.source_epoch = src.source_epoch \
                AND o.source_seq = src.source_seq \
                AND o.ingested_at >= src.observed_at - $33::bigint * interval '1 microsecond' \
                AND o.ingested_at < src.ingested_at))",
@@ -122,25 +157,25 @@ pub(crate) const COMMIT_BATCH: &str = concat!(
     insert_class_checked!(
         "observation_measurement",
         "0",
-        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+        " ON CONFLICT DO NOTHING RETURNING instance_key, source_epoch, source_seq, ingested_at"
     ),
     "), s AS (",
     insert_class_checked!(
         "observation_state",
         "1",
-        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+        " ON CONFLICT DO NOTHING RETURNING instance_key, source_epoch, source_seq, ingested_at"
     ),
     "), d AS (",
     insert_class_checked!(
         "observation_diagnostic",
         "2",
-        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+        " ON CONFLICT DO NOTHING RETURNING instance_key, source_epoch, source_seq, ingested_at"
     ),
     "), q AS (",
     insert_quarantine!(" ON CONFLICT (stream, stream_seq) DO NOTHING RETURNING stream_seq"),
-    ") SELECT 0::smallint AS kind, driver_instance, source_epoch, source_seq, ingested_at FROM m \
-     UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM s \
-     UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM d \
+    "), inserted AS (SELECT * FROM m UNION ALL SELECT * FROM s UNION ALL SELECT * FROM d) \
+     SELECT 0::smallint AS kind, i.driver_instance, r.source_epoch, r.source_seq, r.ingested_at \
+       FROM inserted r JOIN instances i ON i.key = r.instance_key \
      UNION ALL SELECT 1::smallint, NULL::text, NULL::integer, stream_seq, NULL::timestamptz FROM q \
      UNION ALL SELECT 2::smallint, NULL::text, epoch, core_start, NULL::timestamptz FROM fence"
 );

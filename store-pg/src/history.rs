@@ -26,9 +26,9 @@ macro_rules! history {
 
 fn history_sql(class: RetentionClass) -> &'static str {
     match class {
-        RetentionClass::Measurement => history!("observation_measurement"),
-        RetentionClass::State => history!("observation_state"),
-        RetentionClass::Diagnostic => history!("observation_diagnostic"),
+        RetentionClass::Measurement => history!("observation_measurement_named"),
+        RetentionClass::State => history!("observation_state_named"),
+        RetentionClass::Diagnostic => history!("observation_diagnostic_named"),
     }
 }
 

@@ -76,20 +76,20 @@ const INSERT_EVENT: &str = "INSERT INTO control_event \
 
 fn extent_sql(class: RetentionClass) -> &'static str {
     match class {
-        RetentionClass::Measurement => extent!("observation_measurement"),
-        RetentionClass::State => extent!("observation_state"),
-        RetentionClass::Diagnostic => extent!("observation_diagnostic"),
+        RetentionClass::Measurement => extent!("observation_measurement_named"),
+        RetentionClass::State => extent!("observation_state_named"),
+        RetentionClass::Diagnostic => extent!("observation_diagnostic_named"),
     }
 }
 
 fn rows_sql(class: RetentionClass, next: bool) -> &'static str {
     match (class, next) {
-        (RetentionClass::Measurement, false) => rows_first!("observation_measurement"),
-        (RetentionClass::State, false) => rows_first!("observation_state"),
-        (RetentionClass::Diagnostic, false) => rows_first!("observation_diagnostic"),
-        (RetentionClass::Measurement, true) => rows_next!("observation_measurement"),
-        (RetentionClass::State, true) => rows_next!("observation_state"),
-        (RetentionClass::Diagnostic, true) => rows_next!("observation_diagnostic"),
+        (RetentionClass::Measurement, false) => rows_first!("observation_measurement_named"),
+        (RetentionClass::State, false) => rows_first!("observation_state_named"),
+        (RetentionClass::Diagnostic, false) => rows_first!("observation_diagnostic_named"),
+        (RetentionClass::Measurement, true) => rows_next!("observation_measurement_named"),
+        (RetentionClass::State, true) => rows_next!("observation_state_named"),
+        (RetentionClass::Diagnostic, true) => rows_next!("observation_diagnostic_named"),
     }
 }
 

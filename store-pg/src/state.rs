@@ -42,11 +42,11 @@ macro_rules! log_heads {
     };
 }
 
-pub(crate) const HEADS_MEASUREMENT: &str = log_heads!("observation_measurement");
+pub(crate) const HEADS_MEASUREMENT: &str = log_heads!("observation_measurement_named");
 
-pub(crate) const HEADS_STATE: &str = log_heads!("observation_state");
+pub(crate) const HEADS_STATE: &str = log_heads!("observation_state_named");
 
-pub(crate) const HEADS_DIAGNOSTIC: &str = log_heads!("observation_diagnostic");
+pub(crate) const HEADS_DIAGNOSTIC: &str = log_heads!("observation_diagnostic_named");
 
 /// Restart step 5: per requested point, its rows since its bound (newest first, at most `$3`)
 /// and, whatever their age, its newest `rows_min` (`$4`); `UNION` drops a row both return.
@@ -76,9 +76,9 @@ macro_rules! windows {
 
 pub(crate) fn windows_sql(class: RetentionClass) -> &'static str {
     match class {
-        RetentionClass::Measurement => windows!("observation_measurement"),
-        RetentionClass::State => windows!("observation_state"),
-        RetentionClass::Diagnostic => windows!("observation_diagnostic"),
+        RetentionClass::Measurement => windows!("observation_measurement_named"),
+        RetentionClass::State => windows!("observation_state_named"),
+        RetentionClass::Diagnostic => windows!("observation_diagnostic_named"),
     }
 }
 
