@@ -198,6 +198,7 @@ impl Bus for SimBus {
             return Ok(());
         }
         let now = self.world.now();
+        let judged = self.world.judged(&self.incarnation);
         {
             let mut map = self.tags.lock().unwrap_or_else(|p| p.into_inner());
             let mut inner = self.world.lock();
@@ -205,7 +206,11 @@ impl Bus for SimBus {
             for tag in &tags {
                 if let Some(seq) = map.remove(&tag.0) {
                     first.get_or_insert(seq);
-                    inner.checker.on_ack(seq, now);
+                    if judged {
+                        inner.checker.on_ack(seq, now);
+                    } else {
+                        inner.checker.on_ack_deposed(seq, now);
+                    }
                 }
             }
             inner.trace.event(
@@ -233,6 +238,15 @@ impl Bus for SimBus {
         // A transition: the projection changed whether or not the bus takes it (invariants 13
         // and 14 judge the change), and only a published one counts for invariant 4.
         self.alive(Some("publishes a transition")).await;
+        if !self.world.judged(&self.incarnation) {
+            // Of a row or control event a lossy failover may have taken back: not judged.
+            self.link()?;
+            self.world.trace(format_args!(
+                "{} transition {subject} (of a lost primary: not judged)",
+                self.incarnation.core.host()
+            ));
+            return self.world.bus.publish(subject, payload).await;
+        }
         let facts = crate::checker::transition_facts(&payload);
         let now = self.world.now();
         if let Some(facts) = &facts {
@@ -289,7 +303,11 @@ impl Bus for SimBus {
             .map_err(refused)?;
         if !ack.duplicate {
             let now = self.world.now();
+            let judged = self.world.judged(&self.incarnation);
             let mut inner = self.world.lock();
+            inner
+                .checker
+                .on_core_reading(ack.seq, key.clone(), self.incarnation.id(), judged);
             inner.checker.on_accepted(ack.seq, key, observation, now);
             inner.trace.event(
                 now,
@@ -305,7 +323,11 @@ impl Bus for SimBus {
             return Err(BusError::Connection(NO_LEADER.into()));
         }
         let lag = self.world.bus.lag().await?;
-        if let Some(epoch) = self.incarnation.epoch() {
+        if let Some(epoch) = self
+            .incarnation
+            .epoch()
+            .filter(|_| self.world.judged(&self.incarnation))
+        {
             let now = self.world.now();
             self.world.lock().checker.on_lag_reading(
                 epoch,
@@ -489,6 +511,11 @@ impl SimStore {
         if self.world.links(self.incarnation.core).store_cut {
             return Err(StoreError::Other("partitioned from the store".into()));
         }
+        if self.world.store_down() {
+            return Err(StoreError::Other(
+                "no primary: a database failover is in progress".into(),
+            ));
+        }
         Ok(())
     }
 }
@@ -583,7 +610,9 @@ impl Store for SimStore {
         let fail = |id, source| CommitError { batch: id, source };
         let id = batch.id;
         // Invariants 22–25: the core applies its batches in the order it submits them.
-        self.world.lock().checker.rules.on_submit(batch.epoch, id.0);
+        if self.world.judged(&self.incarnation) {
+            self.world.lock().checker.rules.on_submit(batch.epoch, id.0);
+        }
         // A commit made within the bound and still in flight past it is not judged again.
         self.enter(Some("commits")).await.map_err(|e| fail(id, e))?;
         if self.world.fires(Site::CrashBeforeCommit) {

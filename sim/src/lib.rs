@@ -14,6 +14,7 @@
 pub mod adapters;
 pub mod checker;
 pub mod drivers;
+pub mod failover;
 pub mod operator;
 pub mod registry;
 pub mod rng;

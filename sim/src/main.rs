@@ -196,8 +196,21 @@ fn main() -> anyhow::Result<()> {
 
 fn result_line(outcome: &SeedOutcome) -> String {
     let s = &outcome.stats;
+    // Only a seed whose lossy database failover rolled something back says so.
+    let failover =
+        if s.failover_rows_rolled_back + s.failover_control_events_rolled_back + s.failover_epochs_lost > 0 {
+            format!(
+                " | failovers rolled back {} rows, {} control events, {} epochs; {} acked observations lost",
+                s.failover_rows_rolled_back,
+                s.failover_control_events_rolled_back,
+                s.failover_epochs_lost,
+                s.failover_observations_lost
+            )
+        } else {
+            String::new()
+        };
     format!(
-        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | policy rows {} | rule claims {} warmups {} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
+        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | policy rows {} | rule claims {} warmups {}{} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
         outcome.seed,
         match &outcome.violation {
             None => "ok".to_owned(),
@@ -220,6 +233,7 @@ fn result_line(outcome: &SeedOutcome) -> String {
         s.policy_rows_checked,
         s.rule_claims_checked,
         s.rule_warmups_checked,
+        failover,
         s.steps,
         s.simulated_ms / 1_000,
         s.events_peak,

@@ -108,6 +108,9 @@ const RUN_P: f64 = 0.5;
 
 /// The crash hook: every active maintenance site gets its chance.
 pub fn maintenance(world: &World, registry: &SimRegistry, now: Micros) {
+    if world.store_down() {
+        return;
+    }
     for site in [Site::OperatorRollupRefresh, Site::OperatorReprocess] {
         if !world.settings.is_active(site) || !world.lock().rng.chance(RUN_P) {
             continue;

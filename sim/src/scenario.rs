@@ -124,6 +124,14 @@ pub struct Stats {
     /// judged (invariants 22–25).
     pub rule_claims_checked: u64,
     pub rule_warmups_checked: u64,
+    /// Database failovers (issue 25, both shapes), and of the lossy ones: rows and control
+    /// events rolled back, epochs lost, and accepted observations lost for good (acked before
+    /// their rows were lost: the documented cost of asynchronous replication).
+    pub failovers: u64,
+    pub failover_rows_rolled_back: u64,
+    pub failover_control_events_rolled_back: u64,
+    pub failover_epochs_lost: u64,
+    pub failover_observations_lost: u64,
 }
 
 impl SeedOutcome {
@@ -230,6 +238,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         incarnations: Default::default(),
         faults_on: true,
         leader_change_until: None,
+        failover: Default::default(),
         crash_requests: Vec::new(),
         published: 0,
         driver_landed: 0,
@@ -410,6 +419,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         }
 
         if now < safety_end {
+            crate::failover::step(&world, now);
             if now >= next_fault_at {
                 next_fault_at = now.add_ms(1_000);
                 controller_faults(&world, &cores, now, &mut scheduled, registry, &mut reloaded);
@@ -434,6 +444,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             inner.trace.event(now, format_args!("faults healed"));
             drop(inner);
             scheduled.retain(|(_, s)| matches!(s, Scheduled::Bounce(_)));
+            crate::failover::heal(&world);
         } else if world.lock().traffic_done {
             let drained = drained_at.is_none()
                 && world.bus.stream_len() == 0
@@ -514,6 +525,11 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             policy_rows_checked: inner.checker.events.judged,
             rule_claims_checked: inner.checker.rules.claims_checked,
             rule_warmups_checked: inner.checker.rules.warmups_checked,
+            failovers: inner.failover.count,
+            failover_rows_rolled_back: inner.checker.failover.rows_rolled_back,
+            failover_control_events_rolled_back: inner.checker.failover.control_events_rolled_back,
+            failover_epochs_lost: inner.checker.failover.epochs_lost,
+            failover_observations_lost: inner.checker.failover.observations_lost(),
         },
     }
 }
@@ -584,7 +600,8 @@ async fn core_process(world: Arc<World>, core: CoreId, plant: Option<PlantedBug>
                 let runtime_config = runtime_config(&world.settings);
                 let observer = {
                     let world = world.clone();
-                    move |c: &sentinel_core::Core| world.observe(c)
+                    let incarnation = incarnation.clone();
+                    move |c: &sentinel_core::Core| world.observe(&incarnation, c)
                 };
                 let outcome = runtime::run_observed(
                     core_machine,
@@ -870,6 +887,7 @@ fn controller_faults(
             Site::StreamLeaderChange.name()
         ));
     }
+    crate::failover::faults(world, now);
     if fires(Site::AckWaitExpiry) {
         world.bus.expire_in_flight();
         world.trace(format_args!("fault ack_wait_expiry"));

@@ -62,10 +62,19 @@ pub enum Site {
     /// message id), the core's pulls stall or fail, its acks and lag requests are lost, and its
     /// self-point publishes fail.
     StreamLeaderChange,
+    /// The database primary dies and a synchronous standby is promoted (issue 25; docs/deploy.md,
+    /// "Losing the primary"): every lock session dies at once, the store answers no
+    /// core for a promotion's 1–10 s, then the new primary answers with every commit.
+    DatabaseFailover,
+    /// As `database_failover`, but the standby replicated asynchronously (or a synchronous wait
+    /// was cancelled): it is 0.2–3 s behind, so every commit of those last seconds is lost,
+    /// epoch increments included, and the next core may take an epoch a lost core had
+    /// (docs/deploy.md, "Without synchronous replication").
+    DatabaseFailoverLostCommits,
 }
 
 impl Site {
-    pub const ALL: [Site; 18] = [
+    pub const ALL: [Site; 20] = [
         Site::CrashBeforeCommit,
         Site::CrashAfterCommit,
         Site::CrashAfterAck,
@@ -84,6 +93,8 @@ impl Site {
         Site::OperatorRollupRefresh,
         Site::OperatorReprocess,
         Site::StreamLeaderChange,
+        Site::DatabaseFailover,
+        Site::DatabaseFailoverLostCommits,
     ];
     /// Sites added after the first twelve are drawn from a generator of their own, so the
     /// seeds of `sim/tests/regressions.rs` keep the settings and runs they failed with.
@@ -109,6 +120,8 @@ impl Site {
             Site::OperatorRollupRefresh => "operator_rollup_refresh",
             Site::OperatorReprocess => "operator_reprocess",
             Site::StreamLeaderChange => "stream_leader_change",
+            Site::DatabaseFailover => "database_failover",
+            Site::DatabaseFailoverLostCommits => "database_failover_lost_commits",
         }
     }
 }
@@ -119,6 +132,9 @@ pub const SITE_ACTIVE_P: f64 = 0.25;
 /// the ports get an opportunity per call; the controller's sites one per simulated second.
 pub const PORT_FIRE_P: f64 = 0.05;
 pub const CONTROLLER_FIRE_P: f64 = 0.04;
+/// A database failover's chance per simulated second: one every couple of minutes, so a
+/// run sees a few, each with its promotion window and restart.
+pub const FAILOVER_FIRE_P: f64 = 0.01;
 
 /// Mixed into the seed for the generator that draws the later sites' activity.
 const LATER_SITES_STREAM: u64 = 0x5eed_0000_0000_0d0d;

@@ -200,6 +200,8 @@ pub struct Inner {
     /// A stream leader election runs until this instant (the `stream_leader_change` site);
     /// `None` while the stream has a leader.
     pub leader_change_until: Option<Micros>,
+    /// A database failover in progress or pending ([`crate::failover`]).
+    pub failover: crate::failover::FailoverState,
     /// Hosts whose process must die at the end of this step.
     pub crash_requests: Vec<CoreId>,
     /// Distinct observations the drivers have published so far.
@@ -354,7 +356,9 @@ impl World {
         let command = match message {
             ToDriver::Command(command) => command,
             ToDriver::CoreStarted(started) => {
-                inner.checker.on_announcement(subject, started.core_epoch);
+                inner
+                    .checker
+                    .on_announcement(subject, started.core_epoch, started.core_start);
                 let current = inner
                     .driver_guard(subject)
                     .observe(started.core_epoch, started.core_start);
@@ -452,8 +456,12 @@ impl World {
     }
 
     /// Invariant 5 from the runtime's observer: a core that is the current writer and has no
-    /// batch at the store must project exactly the fold of the log.
-    pub fn observe(&self, core: &Core) {
+    /// batch at the store must project exactly the fold of the log. A core of a primary lost
+    /// with its last commits projects a log that is gone: not judged ([`crate::failover`]).
+    pub fn observe(&self, incarnation: &Incarnation, core: &Core) {
+        if !self.judged(incarnation) {
+            return;
+        }
         // Invariant 23's count: the suppression each core reports at every wake-up.
         if !core.has_exited() {
             let now = self.now();

@@ -39,6 +39,7 @@ use sentinel_ports::ClassCounts;
 mod class_change;
 mod commit;
 mod control;
+pub mod failover;
 mod history;
 mod lock;
 mod registry;

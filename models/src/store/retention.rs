@@ -17,7 +17,7 @@ use sentinel_ports::{
     EXPIRED_PARTITIONS_LIST_MAX, Partition, RetainedTable, RetentionCutoffs, RollupGrain, StoreError,
 };
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct RetentionState {
     /// Per table, the `from` of every existing partition.
     partitions: BTreeMap<RetainedTable, BTreeSet<Micros>>,

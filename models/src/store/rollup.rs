@@ -19,7 +19,7 @@ use sentinel_ports::{
 };
 
 /// The rollup half of the modelled database.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Rollups {
     minute: BTreeMap<(String, Micros), RollupRow>,
     hour: BTreeMap<(String, Micros), RollupRow>,

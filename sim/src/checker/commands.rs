@@ -135,7 +135,7 @@ struct AppliedResult {
 /// A violation: its invariant and what broke.
 pub type Broken = (u8, String);
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct CommandModel {
     writable: Arc<BTreeMap<Arc<str>, WritableDef>>,
     points: BTreeMap<Arc<str>, PointLog>,

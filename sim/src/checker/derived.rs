@@ -83,7 +83,7 @@ impl InputRow {
     }
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct DerivedModel {
     defs: Arc<BTreeMap<Arc<str>, DerivedDef>>,
     /// Per input point, its committed rows in commit order.

@@ -131,6 +131,7 @@ fn moves_edge(edge: Option<&CanonicalValue>, new: &CanonicalValue, deadband: f64
     }
 }
 
+#[derive(Clone)]
 pub struct EventModel {
     defs: Arc<BTreeMap<Arc<str>, EventDef>>,
     /// Epochs whose restore the checker saw: only those are judged.

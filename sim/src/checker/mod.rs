@@ -40,8 +40,9 @@
 //!     when repeated bus failures did) —
 //!     on every such call, every exit and every controller step;
 //! 16. command epochs: a driver never applies a command whose epoch is below one already
-//!     announced to it, by the checker's own record of announcements — on every command a
-//!     driver applies;
+//!     announced to it, nor, at that epoch, one of another core start than the first it heard
+//!     there (an epoch repeated after a lossy database failover, issue 25), by the checker's
+//!     own record of announcements and applied commands — on every command a driver applies;
 //! 17. derived points ([`derived`]): every derived reading that commits equals the fold of
 //!     its committed inputs up to its trigger, and its trigger is a committed row that was
 //!     its input's newest — on every commit of a derived reading;
@@ -72,6 +73,7 @@
 pub mod commands;
 pub mod derived;
 pub mod events;
+pub mod failover;
 pub mod ownership;
 pub mod quality;
 pub mod rollups;
@@ -82,6 +84,7 @@ use std::sync::Arc;
 
 use sentinel_core::{CanonicalValue, CommitReport, Core, Micros, ObsKey, Quality};
 
+pub use failover::FailoverCopy;
 pub use ownership::IncarnationId;
 
 /// `(driver_instance, source_epoch, source_seq)`.
@@ -189,9 +192,10 @@ pub struct Checker {
     pub transitions: u64,
     /// `(command_id, epoch)` of every committed `command_issued` event.
     committed_commands: BTreeSet<(String, u32)>,
-    /// Per driver command subject, the highest core epoch announced to it (invariant 16),
-    /// from the announcements the bus delivered, not from the driver's guard.
-    announced: BTreeMap<String, u32>,
+    /// Per driver command subject, the highest core epoch announced to it (invariant 16) and
+    /// the start identity first heard at that epoch, from the announcements the bus delivered
+    /// and the commands the driver applied, not from the driver's guard.
+    announced: BTreeMap<String, (u32, Option<u64>)>,
     quality: quality::QualityModel,
     ownership: ownership::Ownership,
     pub derived: derived::DerivedModel,
@@ -212,6 +216,8 @@ pub struct Checker {
     pub commands_refused: u64,
     /// `command_issued` writes that never reached the store (a core cut off from it).
     pub command_writes_refused: u64,
+    /// What lossy database failovers rolled back, and the acked messages lost with it.
+    pub failover: failover::Losses,
 }
 
 impl Checker {
@@ -249,6 +255,7 @@ impl Checker {
             commands_applied_deposed: 0,
             commands_refused: 0,
             command_writes_refused: 0,
+            failover: failover::Losses::default(),
         }
     }
 
@@ -292,9 +299,10 @@ impl Checker {
     }
 
     /// A message is covered once its own quarantine entry or a row with its key is committed
-    /// (a duplicate of a committed key is acked without a row of its own).
+    /// (a duplicate of a committed key is acked without a row of its own), or once a lossy
+    /// failover rolled that back after it was acked ([`failover`]: lost for good, excused).
     fn covered(&self, seq: u64) -> bool {
-        if self.quarantined_seqs.contains(&seq) {
+        if self.quarantined_seqs.contains(&seq) || self.failover.is_lost(seq) {
             return true;
         }
         matches!(self.accepted.get(&seq), Some(Accepted { key: Some(key), .. }) if self.committed.contains_key(key))
@@ -356,7 +364,9 @@ impl Checker {
             }
             fold_in(&mut self.fold, row);
             self.commands.on_row(row, at);
-            if let Some(what) = self.derived.on_committed(row, (applied, rank(ordinal))) {
+            if let Some(what) = self.derived.on_committed(row, (applied, rank(ordinal)))
+                && self.failover.judges_reading(&key)
+            {
                 self.fail(17, at, what);
             }
             self.rollups.on_committed(row);
@@ -463,11 +473,16 @@ impl Checker {
         }
     }
 
-    /// Invariant 16's record: a core's `core_started` announcement reached the driver
-    /// instance of command subject `subject`.
-    pub fn on_announcement(&mut self, subject: &str, core_epoch: u32) {
+    /// Invariant 16's record: a core's `core_started` announcement (or a command the driver
+    /// applied) from core start `core_start` at `core_epoch` reached the driver instance of
+    /// command subject `subject`.
+    pub fn on_announcement(&mut self, subject: &str, core_epoch: u32, core_start: Option<u64>) {
         let floor = self.announced.entry(subject.to_owned()).or_default();
-        *floor = (*floor).max(core_epoch);
+        if core_epoch > floor.0 {
+            *floor = (core_epoch, core_start);
+        } else if core_epoch == floor.0 && floor.1.is_none() {
+            floor.1 = core_start;
+        }
     }
 
     /// Invariants 6 and 16 for commands: a driver applies only a command whose
@@ -485,19 +500,33 @@ impl Checker {
         if command.core_epoch < current_epoch {
             self.commands_applied_deposed += 1;
         }
-        if let Some(&floor) = self.announced.get(subject)
-            && command.core_epoch < floor
-        {
-            self.fail(
-                16,
-                at,
-                format!(
-                    "driver {subject} applied command {} of epoch {} after epoch {floor} had been \
-                     announced to it",
-                    command.command_id, command.core_epoch
-                ),
-            );
+        if let Some(&(floor, floor_start)) = self.announced.get(subject) {
+            if command.core_epoch < floor {
+                self.fail(
+                    16,
+                    at,
+                    format!(
+                        "driver {subject} applied command {} of epoch {} after epoch {floor} had \
+                         been announced to it",
+                        command.command_id, command.core_epoch
+                    ),
+                );
+            } else if command.core_epoch == floor
+                && let (Some(first), Some(theirs)) = (floor_start, command.core_start)
+                && first != theirs
+            {
+                self.fail(
+                    16,
+                    at,
+                    format!(
+                        "driver {subject} applied command {} of epoch {floor} from core start \
+                         {theirs} after hearing start {first} at that epoch (a repeated epoch)",
+                        command.command_id
+                    ),
+                );
+            }
         }
+        self.on_announcement(subject, command.core_epoch, command.core_start);
         if !self
             .committed_commands
             .contains(&(command.command_id.clone(), command.core_epoch))
@@ -644,18 +673,19 @@ impl Checker {
     /// Invariant 17 at the end of a run: every trigger's readings committed (or refused by
     /// the bus), so none a crash lost stayed lost.
     pub fn check_derived_complete(&mut self, at: Micros) {
-        let committed = &self.committed;
-        if let Some(what) = self
-            .derived
-            .missing(|key| committed.contains_key(key), &self.refused_publishes)
-        {
+        let (committed, losses) = (&self.committed, &self.failover);
+        if let Some(what) = self.derived.missing(
+            |key| committed.contains_key(key) || losses.is_lost_key(key),
+            &self.refused_publishes,
+        ) {
             self.fail(17, at, what);
         }
     }
 
     /// Invariant 2's drain test, asked at every controller step once traffic is done: whether
     /// every accepted message is covered. A covered message stays covered (rows and quarantine
-    /// entries are never taken back), so the scan resumes at the first message it last found
+    /// entries are never taken back but by a lossy failover, which moves the scan's start
+    /// back, [`Checker::on_promoted`]), so the scan resumes at the first message it last found
     /// uncovered instead of walking every accepted message again.
     pub fn all_covered(&mut self) -> bool {
         let first = self

@@ -59,7 +59,7 @@ struct LagReading {
     oldest_unacked_age_ms: Option<u64>,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct QualityModel {
     /// (epoch, point) → quality of the last transition that epoch's core emitted for it.
     last: BTreeMap<(u32, Arc<str>), Quality>,

@@ -38,6 +38,7 @@ struct Agg {
 /// Buckets by `(bucket, point)`, so a time range is a range of the map.
 type Table = BTreeMap<(Micros, Arc<str>), Agg>;
 
+#[derive(Clone)]
 pub struct RollupModel {
     /// `agg_safe` of every point any registry version of the run knows (the same in each).
     agg_safe: Arc<BTreeMap<Arc<str>, bool>>,

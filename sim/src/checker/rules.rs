@@ -160,7 +160,7 @@ type Told = Option<bool>;
 /// A violation: its invariant and what broke.
 pub type Broken = (u8, String);
 
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct RulesModel {
     rules: Arc<BTreeMap<String, Rule>>,
     inputs: Arc<BTreeMap<Arc<str>, InputDef>>,

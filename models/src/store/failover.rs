@@ -1,0 +1,299 @@
+//! The model's database failover (issue 25, "What it must show": the simulator's failover
+//! shapes; docs/deploy.md, "Without synchronous replication").
+//!
+//! Owns: a copy of the whole modelled database taken at one instant ([`Snapshot`], what an
+//! asynchronous standby has replayed when the primary dies) and the promotion of such a copy
+//! ([`MemoryStore::promote`]): every session of the old primary dies at once (the lock with
+//! them), the contents go back to the copy's — every commit after it is lost, epoch increments
+//! included, so the next acquisition can take an epoch an earlier core already used — and
+//! [`Promoted`] says exactly what was lost, for a checker to excuse that and nothing else.
+//! A failover with synchronous replication loses nothing: promoting a snapshot taken at the
+//! instant of the failover is that shape. Session ids are never reused across a promotion
+//! (a lease of the old primary never looks alive again), and a planted bug stays planted.
+
+use std::collections::BTreeSet;
+
+use sentinel_core::ObsRow;
+use sentinel_ports::StoredControlEvent;
+
+use super::{ClassTable, MemoryStore, Model, RegistryVersionRow, UniqueKey, lock};
+
+/// The modelled database as a standby had it at one instant. Opaque: it can only be promoted.
+pub struct Snapshot {
+    model: Model,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("epoch", &self.model.epoch)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What a promotion lost: everything committed on the old primary after the snapshot.
+#[derive(Clone, Debug, Default)]
+pub struct Promoted {
+    /// Whether a session held the lock when the old primary died.
+    pub lock_was_held: bool,
+    /// Rows whose unique key the promoted database does not hold, in the old primary's order.
+    pub rows_lost: Vec<ObsRow>,
+    /// Stream sequences of the quarantine entries it does not hold.
+    pub quarantine_lost: Vec<u64>,
+    /// Control events it does not hold (their seqs will be handed out again).
+    pub control_events_lost: Vec<StoredControlEvent>,
+    /// The old primary's epoch and the promoted one's: the epochs above the latter were taken
+    /// and lost, and the next acquisition takes the first of them again.
+    pub epoch_before: u32,
+    pub epoch_after: u32,
+}
+
+impl MemoryStore {
+    /// The whole modelled database as it is now (a standby's copy; see [`Snapshot`]).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            model: copy(&lock(&self.model)),
+        }
+    }
+
+    /// The old primary dies and a standby holding `snapshot` is promoted: every session dies,
+    /// the contents become the snapshot's. Returns what was lost.
+    pub fn promote(&self, snapshot: Snapshot) -> Promoted {
+        let mut model = lock(&self.model);
+        let Snapshot { model: mut promoted } = snapshot;
+        let kept: BTreeSet<&UniqueKey> = promoted.tables.iter().flat_map(|t| t.keys.iter()).collect();
+        let rows_lost = model
+            .tables
+            .iter()
+            .flat_map(|t| t.rows.iter())
+            .filter(|r| {
+                let key = (
+                    r.key.driver_instance.clone(),
+                    r.key.source_epoch,
+                    r.key.source_seq,
+                    r.ingested_at,
+                );
+                !kept.contains(&key)
+            })
+            .cloned()
+            .collect();
+        let quarantine_lost = model
+            .quarantine
+            .keys()
+            .filter(|k| !promoted.quarantine.contains_key(*k))
+            .map(|(_, seq)| *seq)
+            .collect();
+        let last_kept = promoted.control_events.last().map_or(0, |e| e.seq);
+        let control_events_lost = model
+            .control_events
+            .iter()
+            .filter(|e| e.seq > last_kept)
+            .cloned()
+            .collect();
+        let lost = Promoted {
+            lock_was_held: model.lock_holder.is_some(),
+            rows_lost,
+            quarantine_lost,
+            control_events_lost,
+            epoch_before: model.epoch,
+            epoch_after: promoted.epoch,
+        };
+        // Not the database's contents: sessions are the server's, a planted bug the run's.
+        promoted.next_session = model.next_session;
+        promoted.lock_holder = None;
+        promoted.commit_unfenced = model.commit_unfenced;
+        *model = promoted;
+        lost
+    }
+}
+
+/// A copy of every table of `model`. Exhaustive on purpose: a field added to [`Model`] does
+/// not compile here until someone decides whether a standby has it.
+fn copy(model: &Model) -> Model {
+    let Model {
+        stream_name,
+        epoch,
+        core_start,
+        next_session,
+        lock_holder,
+        tables,
+        quarantine,
+        point_state,
+        registry_versions,
+        blobs,
+        cold_starts,
+        commit_unfenced,
+        control_events,
+        point_desired,
+        rollups,
+        retention,
+    } = model;
+    Model {
+        stream_name: stream_name.clone(),
+        epoch: *epoch,
+        // The epoch row's holder identity is the database's (`core_epoch.core_start`): a
+        // standby has it as of its copy, as it has the epoch.
+        core_start: *core_start,
+        next_session: *next_session,
+        lock_holder: *lock_holder,
+        tables: std::array::from_fn(|i| copy_table(&tables[i])),
+        quarantine: quarantine.clone(),
+        point_state: point_state.clone(),
+        registry_versions: registry_versions.iter().map(copy_version).collect(),
+        blobs: blobs.clone(),
+        cold_starts: cold_starts.clone(),
+        commit_unfenced: *commit_unfenced,
+        control_events: control_events.clone(),
+        point_desired: point_desired.clone(),
+        rollups: rollups.clone(),
+        retention: retention.clone(),
+    }
+}
+
+fn copy_table(table: &ClassTable) -> ClassTable {
+    ClassTable {
+        rows: table.rows.clone(),
+        applied: table.applied.clone(),
+        keys: table.keys.clone(),
+    }
+}
+
+fn copy_version(row: &RegistryVersionRow) -> RegistryVersionRow {
+    RegistryVersionRow {
+        version: row.version,
+        git_sha: row.git_sha.clone(),
+        content_hash: row.content_hash.clone(),
+        descriptors: row.descriptors.clone(),
+        rollup_info: row.rollup_info.clone(),
+        loaded_at: row.loaded_at,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+    use std::sync::Arc;
+
+    use sentinel_core::{
+        Batch, BatchId, CanonicalValue, ControlDetail, ControlEvent, DeliveryTag, Micros, ObsKey, Quality,
+        RetentionClass, registry::PointIdx,
+    };
+    use sentinel_ports::{Lease, Store};
+
+    use super::*;
+
+    fn now_or_never<F: std::future::Future>(future: F) -> F::Output {
+        let mut future = std::pin::pin!(future);
+        let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+        match future.as_mut().poll(&mut cx) {
+            std::task::Poll::Ready(out) => out,
+            std::task::Poll::Pending => unreachable!("a memory store operation waited"),
+        }
+    }
+
+    fn row(seq: u64) -> ObsRow {
+        let at = Micros(1_767_225_600_000_000 + seq as i64);
+        ObsRow {
+            point: PointIdx(0),
+            point_id: Arc::from("p1"),
+            class: RetentionClass::Measurement,
+            ingested_at: at,
+            observed_at: at,
+            device_time: None,
+            value: Some(CanonicalValue::Num(seq as f64)),
+            native_num: Some(seq as f64),
+            native_text: None,
+            unit_native: None,
+            quality: Quality::Live,
+            reason: None::<Cow<'static, str>>,
+            detail: None,
+            changed: true,
+            registry_version: 1,
+            key: ObsKey {
+                driver_instance: Arc::from("drv-1"),
+                source_epoch: 1,
+                source_seq: seq,
+            },
+            skew_flagged: false,
+            tag: DeliveryTag(seq),
+        }
+    }
+
+    fn commit(store: &MemoryStore, epoch: u32, id: u64, seq: u64) {
+        let batch = Batch {
+            id: BatchId(id),
+            epoch,
+            rows: vec![row(seq)],
+            quarantine: Vec::new(),
+        };
+        now_or_never(store.commit(batch)).expect("commit");
+    }
+
+    fn event(epoch: u32) -> ControlEvent {
+        ControlEvent {
+            occurred_at: Micros(1_767_225_600_000_000),
+            point: None,
+            point_id: Arc::from("p1"),
+            principal: Arc::from("operator:test"),
+            core_epoch: epoch,
+            registry_version: 1,
+            detail: ControlDetail::ClaimReleased {
+                command_id: "c1".into(),
+                holder: Arc::from("operator:test"),
+                why: "released",
+            },
+        }
+    }
+
+    /// Issue 25: a promoted standby that missed the last commits loses exactly them, the
+    /// epoch increments among them too, and every old session with them.
+    #[test]
+    fn promoting_a_snapshot_loses_every_commit_after_it_and_says_which() {
+        let store = MemoryStore::default();
+        let first = now_or_never(store.acquire()).expect("acquire");
+        commit(&store, 1, 1, 1);
+        now_or_never(store.write_control_events(1, vec![event(1)])).expect("event");
+        let snapshot = store.snapshot();
+        commit(&store, 1, 2, 2);
+        now_or_never(store.write_control_events(1, vec![event(1)])).expect("event");
+        drop(first);
+        let mut second = now_or_never(store.acquire()).expect("acquire");
+        assert_eq!(second.epoch(), 2);
+        commit(&store, 2, 1, 3);
+
+        let lost = store.promote(snapshot);
+
+        assert!(lost.lock_was_held);
+        let seqs: Vec<u64> = lost.rows_lost.iter().map(|r| r.key.source_seq).collect();
+        assert_eq!(seqs, [2, 3]);
+        let events: Vec<i64> = lost.control_events_lost.iter().map(|e| e.seq).collect();
+        assert_eq!(events, [2]);
+        assert_eq!((lost.epoch_before, lost.epoch_after), (2, 1));
+        assert_eq!(store.row_counts().total(), 1);
+        assert!(
+            !now_or_never(second.alive()).expect("alive"),
+            "the old session died"
+        );
+        // The lost epoch is taken again, and a write of it lands: only the lock and the
+        // drivers' identity floor tell the two cores of epoch 2 apart.
+        let third = now_or_never(store.acquire()).expect("acquire");
+        assert_eq!(third.epoch(), 2);
+        assert!(third.session() > second.session(), "session ids are never reused");
+        commit(&store, 2, 2, 3);
+        assert_eq!(store.row_counts().total(), 2);
+    }
+
+    /// Synchronous replication: a snapshot taken at the failover loses nothing.
+    #[test]
+    fn promoting_a_current_snapshot_loses_nothing_but_the_sessions() {
+        let store = MemoryStore::default();
+        let lease = now_or_never(store.acquire()).expect("acquire");
+        commit(&store, 1, 1, 1);
+        let lost = store.promote(store.snapshot());
+        assert!(lost.lock_was_held && !store.lock_held());
+        assert!(lost.rows_lost.is_empty() && lost.control_events_lost.is_empty());
+        assert_eq!((lost.epoch_before, lost.epoch_after), (1, 1));
+        drop(lease);
+        assert_eq!(now_or_never(store.acquire()).expect("acquire").epoch(), 2);
+    }
+}
