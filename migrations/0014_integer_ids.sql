@@ -10,10 +10,10 @@
 --     removed from the registry and added back keeps its key, a new point gets a new one.
 --   * Keys are assigned when a registry version is stored (`Store::store_registry`: every point
 --     of the version and every driver instance its assignments name), so a row of a point the
---     registry names finds its keys there. The commit statement also assigns a key to an id it
---     has none for, in the same statement and fenced like the rows (a row whose point the
---     registry does not name is quarantined by stage 5 and never reaches it; the statement
---     keeps a commit correct for a caller that stores no registry, as the store tests do).
+--     registry names finds its keys there (a row whose point the registry does not name is
+--     quarantined by stage 5). The store binds a batch's keys from a cache it fills from these
+--     tables, and assigns a key itself only to an id that has none (a caller that stored no
+--     registry, as the store tests do), in a statement of its own before the commit.
 --   * The text ids are read back by joining the mapping: `observation_<class>_named` (each class
 --     table with `point_id` and `driver_instance` beside the keys, for the store's reads) and the
 --     `observation` view, whose columns are exactly those it had, so ad-hoc SQL reads as before.

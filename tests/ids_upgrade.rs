@@ -189,6 +189,9 @@ async fn reads(store: &PgStore) -> String {
         })
         .collect();
     let windows = store.load_windows(&requests, 1_000).await.expect("load_windows");
+    // In no particular order (the port's contract): compared as a sorted set.
+    let mut windows: Vec<String> = windows.iter().map(|w| format!("{w:?}")).collect();
+    windows.sort_unstable();
     out.push_str(&format!("windows {windows:?}\n"));
     out
 }
