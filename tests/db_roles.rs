@@ -53,9 +53,13 @@ async fn refused(url: &str, sql: &str) -> Option<String> {
     }
 }
 
-const ONE_ROW: &str = "INSERT INTO observation_measurement (ingested_at, point_id, observed_at, \
-     native_num, quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
-     VALUES (now(), 'p', now(), 1, 'live', true, 1, 'i', 1, 1)";
+/// A row as the commit writes it (migration 0014): the ids' keys first, then the row with them.
+const ONE_ROW: &str = "INSERT INTO point_key (point_id) VALUES ('p'); \
+     INSERT INTO instance_key (driver_instance) VALUES ('i'); \
+     INSERT INTO observation_measurement (ingested_at, point_key, observed_at, \
+     native_num, quality, changed, registry_version, instance_key, source_epoch, source_seq) \
+     VALUES (now(), (SELECT key FROM point_key WHERE point_id = 'p'), now(), 1, 'live', true, 1, \
+     (SELECT key FROM instance_key WHERE driver_instance = 'i'), 1, 1)";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
@@ -149,6 +153,14 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         ),
         ("DELETE", "DELETE FROM observation_measurement"),
         ("UPDATE", "UPDATE observation_measurement SET quality = 'bad'"),
+        // A key is never reused nor reassigned (migration 0014).
+        ("DELETE a point key", "DELETE FROM point_key"),
+        ("UPDATE a point key", "UPDATE point_key SET point_id = 'q'"),
+        ("DELETE an instance key", "DELETE FROM instance_key"),
+        (
+            "UPDATE an instance key",
+            "UPDATE instance_key SET driver_instance = 'j'",
+        ),
         ("TRUNCATE", "TRUNCATE observation_measurement"),
         ("DROP", "DROP TABLE observation_measurement"),
         ("ALTER", "ALTER TABLE observation_measurement ADD COLUMN x int"),
@@ -199,6 +211,8 @@ async fn the_reader_reads_and_cannot_write_or_see_payloads() {
     for sql in [
         "SELECT count(*) FROM observation",
         "SELECT count(*) FROM observation_measurement",
+        "SELECT point_id, driver_instance FROM observation_measurement_named",
+        "SELECT * FROM point_key, instance_key",
         "SELECT * FROM point_state",
         "SELECT * FROM control_event",
         "SELECT epoch FROM core_epoch",

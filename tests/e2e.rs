@@ -273,7 +273,7 @@ async fn log_rows(url: &str, points: &[String]) -> Vec<LogRow> {
         let sql = format!(
             "SELECT point_id, (extract(epoch FROM observed_at) * 1000000)::bigint, \
              (extract(epoch FROM ingested_at) * 1000000)::bigint, driver_instance, source_epoch, \
-             source_seq, quality::text, reason, value_num, detail::text, applied FROM {table} \
+             source_seq, quality::text, reason, value_num, detail::text, applied FROM {table}_named \
              WHERE point_id = ANY($1)"
         );
         let rows: Vec<LogColumns> = sqlx::query_as(sqlx::AssertSqlSafe(sql))

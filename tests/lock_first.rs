@@ -238,10 +238,12 @@ async fn rollup_refresh_runs_only_under_the_lock_it_takes() {
     store.migrate().await.expect("migrate");
     sqlx::raw_sql(
         "SELECT sentinel_ensure_partitions('2026-01-15', 1); \
-         INSERT INTO observation_measurement (ingested_at, point_id, observed_at, value_num, \
-           quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
-         VALUES ('2026-01-15T10:00:05Z', 'p', '2026-01-15T10:00:01Z', 1, 'live', true, 1, 'i', 1, 1), \
-                ('2026-01-15T10:00:06Z', 'p', '2026-01-15T10:00:02Z', 2, 'bad', true, 1, 'i', 1, 2)",
+         INSERT INTO point_key (point_id) VALUES ('p') ON CONFLICT DO NOTHING; \
+         INSERT INTO instance_key (driver_instance) VALUES ('i') ON CONFLICT DO NOTHING; \
+         INSERT INTO observation_measurement (ingested_at, point_key, observed_at, value_num, \
+           quality, changed, registry_version, instance_key, source_epoch, source_seq) \
+         VALUES ('2026-01-15T10:00:05Z', (SELECT key FROM point_key WHERE point_id = 'p'), '2026-01-15T10:00:01Z', 1, 'live', true, 1, (SELECT key FROM instance_key WHERE driver_instance = 'i'), 1, 1), \
+                ('2026-01-15T10:00:06Z', (SELECT key FROM point_key WHERE point_id = 'p'), '2026-01-15T10:00:02Z', 2, 'bad', true, 1, (SELECT key FROM instance_key WHERE driver_instance = 'i'), 1, 2)",
     )
     .execute(&mut pg(&db.url).await)
     .await
@@ -324,9 +326,11 @@ async fn retention_drops_only_under_the_lock_it_takes_and_a_dry_run_only_reads()
     // rollup_1h month, one row in it.
     sqlx::raw_sql(
         "SELECT sentinel_ensure_partitions('2000-01-01', 1); \
-         INSERT INTO observation_measurement (ingested_at, point_id, observed_at, value_num, \
-           quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
-         VALUES ('2000-01-01T10:00:05Z', 'p', '2000-01-01T10:00:01Z', 1, 'live', true, 1, 'i', 1, 1)",
+         INSERT INTO point_key (point_id) VALUES ('p') ON CONFLICT DO NOTHING; \
+         INSERT INTO instance_key (driver_instance) VALUES ('i') ON CONFLICT DO NOTHING; \
+         INSERT INTO observation_measurement (ingested_at, point_key, observed_at, value_num, \
+           quality, changed, registry_version, instance_key, source_epoch, source_seq) \
+         VALUES ('2000-01-01T10:00:05Z', (SELECT key FROM point_key WHERE point_id = 'p'), '2000-01-01T10:00:01Z', 1, 'live', true, 1, (SELECT key FROM instance_key WHERE driver_instance = 'i'), 1, 1)",
     )
     .execute(&mut pg(&db.url).await)
     .await

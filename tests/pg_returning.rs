@@ -85,7 +85,7 @@ impl Backend for Pg {
         )
         .expect("a test timestamp");
         let found: i64 = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FROM {table} WHERE driver_instance = $1 AND source_epoch = $2 \
+            "SELECT count(*) FROM {table}_named WHERE driver_instance = $1 AND source_epoch = $2 \
              AND source_seq = $3 AND ingested_at = $4 AND point_id = $5"
         )))
         .bind(&*row.key.driver_instance)

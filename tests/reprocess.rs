@@ -351,7 +351,7 @@ async fn a_real_run_fixes_a_wrong_scale_and_reinterpretation_gives_back_the_orig
                  sum(value_num) FILTER (WHERE quality = 'live') AS s, \
                  min(value_num) FILTER (WHERE quality = 'live') AS lo, \
                  max(value_num) FILTER (WHERE quality = 'live') AS hi \
-               FROM (SELECT * FROM observation_measurement UNION ALL SELECT * FROM observation_state) o \
+               FROM (SELECT * FROM observation_measurement_named UNION ALL SELECT * FROM observation_state_named) o \
                GROUP BY 1, 2) \
              SELECT count(*) FROM raw FULL JOIN {table} r ON r.point_id = raw.point_id AND r.bucket = raw.b \
              WHERE r.point_id IS NULL OR raw.point_id IS NULL OR r.count <> raw.n OR r.live_count <> raw.live \

@@ -34,9 +34,11 @@ async fn a_running_core_drops_expired_partitions_with_its_epoch_on_each_event() 
     let pool = sqlx::PgPool::connect(&db.url).await.expect("raw pool");
     sqlx::raw_sql(
         "SELECT sentinel_ensure_partitions('2000-01-01', 1); \
-         INSERT INTO observation_state (ingested_at, point_id, observed_at, value_num, \
-           quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
-         VALUES ('2000-01-01T10:00:05Z', 'p', '2000-01-01T10:00:01Z', 1, 'live', true, 1, 'i', 1, 1)",
+         INSERT INTO point_key (point_id) VALUES ('p') ON CONFLICT DO NOTHING; \
+         INSERT INTO instance_key (driver_instance) VALUES ('i') ON CONFLICT DO NOTHING; \
+         INSERT INTO observation_state (ingested_at, point_key, observed_at, value_num, \
+           quality, changed, registry_version, instance_key, source_epoch, source_seq) \
+         VALUES ('2000-01-01T10:00:05Z', (SELECT key FROM point_key WHERE point_id = 'p'), '2000-01-01T10:00:01Z', 1, 'live', true, 1, (SELECT key FROM instance_key WHERE driver_instance = 'i'), 1, 1)",
     )
     .execute(&pool)
     .await

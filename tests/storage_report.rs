@@ -334,15 +334,27 @@ async fn the_format_cost_per_raw_row_is_what_a_populated_partition_measures() {
         .execute(&mut admin)
         .await
         .expect("partition");
+    // The ids' keys, as a registry load assigns them (migration 0014), then the rows.
+    sqlx::raw_sql(
+        "INSERT INTO point_key (point_id) \
+           SELECT 'site' || (p / 100) || '.ahu' || (p % 100) || '.supply_air_temp' FROM generate_series(0, 3999) p; \
+         INSERT INTO instance_key (driver_instance) SELECT 'modbus-' || i || '.plant-a' FROM generate_series(0, 15) i",
+    )
+    .execute(&mut admin)
+    .await
+    .expect("keys");
     sqlx::query(
-        "INSERT INTO observation_measurement (ingested_at, point_id, observed_at, value_num, \
-           native_num, unit_native, quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
-         SELECT t + interval '150 milliseconds', 'site' || (p / 100) || '.ahu' || (p % 100) || '.supply_air_temp', \
+        "INSERT INTO observation_measurement (ingested_at, point_key, observed_at, value_num, \
+           native_num, unit_native, quality, changed, registry_version, instance_key, source_epoch, source_seq) \
+         SELECT t + interval '150 milliseconds', pk.key, \
                 t, 20 + (n % 97) * 0.25, 68 + (n % 97) * 0.45, 'degF', \
                 CASE WHEN n % 20 = 0 THEN 'stale'::quality ELSE 'live'::quality END, n % 3 = 0, 1, \
-                'modbus-' || (p % 16) || '.plant-a', 1, n \
+                ik.key, 1, n \
          FROM (SELECT n, n % 4000 AS p, TIMESTAMPTZ '2026-01-15' + n * interval '2 milliseconds' AS t \
-               FROM generate_series(0, $1 - 1) n) s",
+               FROM generate_series(0, $1 - 1) n) s \
+         JOIN point_key pk ON pk.point_id = 'site' || (s.p / 100) || '.ahu' || (s.p % 100) || '.supply_air_temp' \
+         JOIN instance_key ik ON ik.driver_instance = 'modbus-' || (s.p % 16) || '.plant-a' \
+         ORDER BY n",
     )
     .bind(ROWS)
     .execute(&mut admin)

@@ -1796,16 +1796,28 @@ async fn postgres_a_fallback_after_a_new_epoch_is_fenced() {
             .execute(&b.raw)
             .await
             .expect("the partition of DAY1");
+        // The ids' keys (migration 0014) exist before, as a registry load leaves them.
+        sqlx::query(
+            "WITH p AS (INSERT INTO point_key (point_id) VALUES ($1)) \
+             INSERT INTO instance_key (driver_instance) VALUES ($2)",
+        )
+        .bind(&*present.point_id)
+        .bind(&*present.key.driver_instance)
+        .execute(&b.raw)
+        .await
+        .expect("the keys");
         let mut holder = b.raw.begin().await.expect("begin the key holder");
         sqlx::query(
-            "INSERT INTO observation_measurement (ingested_at, point_id, observed_at, quality, changed, \
-             registry_version, driver_instance, source_epoch, source_seq) \
-             VALUES ($1::timestamptz, 'p.temp', $1::timestamptz, 'live', true, 1, $2, $3, $4)",
+            "INSERT INTO observation_measurement (ingested_at, point_key, observed_at, quality, changed, \
+             registry_version, instance_key, source_epoch, source_seq) \
+             VALUES ($1::timestamptz, (SELECT key FROM point_key WHERE point_id = $5), $1::timestamptz, \
+             'live', true, 1, (SELECT key FROM instance_key WHERE driver_instance = $2), $3, $4)",
         )
         .bind(present.ingested_at.to_rfc3339())
         .bind(&*present.key.driver_instance)
         .bind(present.key.source_epoch as i32)
         .bind(present.key.source_seq as i64)
+        .bind(&*present.point_id)
         .execute(&mut *holder)
         .await
         .expect("hold the key");
@@ -2145,5 +2157,110 @@ async fn partitions_are_reported_as_far_ahead_as_they_exist<B: Backend>(b: &B) {
         Some(day(11)),
         "the batch's day was made in every raw class table"
     );
+    b.release(lease).await;
+}
+
+/// The integer keys of the raw rows (migration 0014): a registry version gives every point and
+/// driver instance it names a key, a key is never reused, and a point removed from the registry
+/// and added back keeps its key. A commit's rows carry the keys the registry gave.
+#[tokio::test]
+async fn postgres_point_and_instance_keys_are_never_reused() {
+    let b = Pg::fresh().await;
+    let descriptor = |id: &str, instance: &str| {
+        format!(
+            r#"{{"id":"{id}","kind":"number","retention":"measurement","assignment":{{"driver_instance":"{instance}","host":"h"}}}}"#
+        )
+    };
+    let (a, c, x) = (
+        descriptor("p.a", "drv-1"),
+        descriptor("p.c", "drv-1"),
+        descriptor("p.x", "drv-2"),
+    );
+    let keys = |table: &'static str| {
+        let raw = b.raw.clone();
+        async move {
+            let sql = format!(
+                "SELECT {}, key FROM {table} ORDER BY key",
+                if table == "point_key" {
+                    "point_id"
+                } else {
+                    "driver_instance"
+                }
+            );
+            sqlx::query_as::<_, (String, i32)>(sqlx::AssertSqlSafe(sql))
+                .fetch_all(&raw)
+                .await
+                .expect("read the mapping")
+        }
+    };
+    let store = b.store();
+    store
+        .store_registry(&snapshot("s1", "c1", &[("p.a", "h-a", &a), ("p.x", "h-x", &x)]))
+        .await
+        .expect("v1");
+    let v1_points = keys("point_key").await;
+    assert_eq!(
+        v1_points.iter().map(|(p, _)| p.as_str()).collect::<Vec<_>>(),
+        ["p.a", "p.x"]
+    );
+    let v1_instances = keys("instance_key").await;
+    assert_eq!(
+        v1_instances.iter().map(|(i, _)| i.as_str()).collect::<Vec<_>>(),
+        ["drv-1", "drv-2"],
+        "every driver instance the version's assignments name has a key"
+    );
+    // v2 removes p.a and adds p.c; v3 adds p.a back.
+    store
+        .store_registry(&snapshot("s2", "c2", &[("p.c", "h-c", &c), ("p.x", "h-x", &x)]))
+        .await
+        .expect("v2");
+    store
+        .store_registry(&snapshot(
+            "s3",
+            "c3",
+            &[("p.a", "h-a", &a), ("p.c", "h-c", &c), ("p.x", "h-x", &x)],
+        ))
+        .await
+        .expect("v3");
+    let v3_points = keys("point_key").await;
+    let key_of = |points: &[(String, i32)], id: &str| points.iter().find(|(p, _)| p == id).map(|(_, k)| *k);
+    assert_eq!(
+        key_of(&v3_points, "p.a"),
+        key_of(&v1_points, "p.a"),
+        "a point added back keeps its key"
+    );
+    assert_eq!(key_of(&v3_points, "p.x"), key_of(&v1_points, "p.x"));
+    let new_key = key_of(&v3_points, "p.c").expect("p.c has a key");
+    assert!(
+        v1_points.iter().all(|(_, k)| *k != new_key),
+        "a new point gets a new key, never one another point had: {v3_points:?}"
+    );
+    assert_eq!(keys("instance_key").await, v1_instances, "no instance was new");
+
+    // A committed row carries the registry's keys, and reads back with its text ids.
+    let lease = store.acquire().await.expect("acquire");
+    let mut r = seq_row(RetentionClass::Measurement, 1);
+    r.point_id = Arc::from("p.a");
+    r.key.driver_instance = Arc::from("drv-1");
+    store
+        .commit(batch(1, lease.epoch(), vec![r], vec![]))
+        .await
+        .expect("commit");
+    let stored: (i32, i32, String, String) = sqlx::query_as(
+        "SELECT point_key, instance_key, point_id, driver_instance FROM observation_measurement_named",
+    )
+    .fetch_one(&b.raw)
+    .await
+    .expect("the row");
+    assert_eq!(
+        stored,
+        (
+            key_of(&v1_points, "p.a").expect("p.a"),
+            key_of(&v1_instances, "drv-1").expect("drv-1"),
+            "p.a".to_owned(),
+            "drv-1".to_owned()
+        )
+    );
+    assert_eq!(keys("point_key").await, v3_points, "the commit assigned no key");
     b.release(lease).await;
 }

@@ -271,7 +271,7 @@ mod tests {
         // The core runtime spec's estate: ~19M raw rows a day from about 4,000 points, each
         // reporting at least once a minute, under 90 days of measurement retention. The spec
         // puts it at ~40 GB with compression from day seven; this format, uncompressed, is
-        // about 19M × 90 × 371 B ≈ 634 GB raw plus the minute rollup's 5.76M rows a day.
+        // about 19M × 90 × 250 B ≈ 428 GB raw plus the minute rollup's 5.76M rows a day.
         let rate_hz = 19_000_000.0 / 86_400.0 / 4_000.0;
         let points: Vec<_> = (0..4_000)
             .map(|i| point(&format!("p{i}"), RetentionClass::Measurement, rate_hz, 100))

@@ -27,28 +27,30 @@ use crate::{CommitInsert, PgStore, db_error, epoch_to_db, from_odt, key_to_db, t
 /// Two forms share the fence and the source (issue 13, [`CommitInsert`]): `COMMIT_BATCH`, the
 /// spec's `ON CONFLICT DO NOTHING RETURNING`, and `COMMIT_BATCH_PLAIN`, plain inserts that
 /// either insert every row and entry of the batch or fail as a whole on the unique index.
-macro_rules! observation_columns {
+/// The class tables' columns (migration 0014): the two ids as their integer keys.
+macro_rules! table_columns {
     () => {
-        "ingested_at, point_id, observed_at, device_time, value_num, value_bool, value_text, \
+        "ingested_at, point_key, observed_at, device_time, value_num, value_bool, value_text, \
          native_num, native_text, unit_native, quality, reason, detail, changed, registry_version, \
-         driver_instance, source_epoch, source_seq, skew_flagged"
+         instance_key, source_epoch, source_seq, skew_flagged"
     };
 }
 
 /// The fence and the batch's rows (`src`, empty when the fence refuses); `$1`–`$21`, and `$31`
 /// the writing handle's start identity: the batch is allowed only while (`$20`, `$31`) is the
-/// holder's (issue 25 item 3).
+/// holder's (issue 25 item 3). The ids come as their integer keys (`$2`, `$16`; migration
+/// 0014), resolved before the statement from the handle's cache ([`crate::keys`]).
 macro_rules! fenced_source {
     () => {
         concat!(
             "WITH fence AS (SELECT epoch, core_start FROM core_epoch WHERE singleton FOR SHARE), \
              allowed AS (SELECT 1 FROM fence WHERE epoch = $20 AND core_start = $31::bigint), \
-             src AS (SELECT u.* FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], \
+             src AS (SELECT u.* FROM UNNEST($1::timestamptz[], $2::integer[], $3::timestamptz[], \
                $4::timestamptz[], $5::float8[], $6::bool[], $7::text[], $8::float8[], $9::text[], \
                $10::text[], $11::text[]::quality[], $12::text[], $13::text[]::jsonb[], $14::bool[], \
-               $15::integer[], $16::text[], $17::integer[], $18::bigint[], $19::bool[], $21::smallint[]) \
+               $15::integer[], $16::integer[], $17::integer[], $18::bigint[], $19::bool[], $21::smallint[]) \
                AS u(",
-            observation_columns!(),
+            table_columns!(),
             ", class) WHERE EXISTS (SELECT 1 FROM allowed))"
         )
     };
@@ -60,9 +62,9 @@ macro_rules! insert_class {
             "INSERT INTO ",
             $table,
             " (",
-            observation_columns!(),
+            table_columns!(),
             ", applied) SELECT ",
-            observation_columns!(),
+            table_columns!(),
             ", $30::bigint FROM src WHERE class = ",
             $class,
             $tail
@@ -81,15 +83,15 @@ macro_rules! insert_class_checked {
             "INSERT INTO ",
             $table,
             " (",
-            observation_columns!(),
+            table_columns!(),
             ", applied) SELECT ",
-            observation_columns!(),
+            table_columns!(),
             ", $30::bigint FROM src WHERE class = ",
             $class,
             " AND NOT (src.ingested_at - src.observed_at > $32::bigint * interval '1 microsecond' \
                AND EXISTS (SELECT 1 FROM ",
             $table,
-            " o WHERE o.driver_instance = src.driver_instance AND o.source_epoch = src.source_epoch \
+            " o WHERE o.instance_key = src.instance_key AND o.source_epoch = src.source_epoch \
                AND o.source_seq = src.source_seq \
                AND o.ingested_at >= src.observed_at - $33::bigint * interval '1 microsecond' \
                AND o.ingested_at < src.ingested_at))",
@@ -122,27 +124,27 @@ pub(crate) const COMMIT_BATCH: &str = concat!(
     insert_class_checked!(
         "observation_measurement",
         "0",
-        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+        " ON CONFLICT DO NOTHING RETURNING instance_key, source_epoch, source_seq, ingested_at"
     ),
     "), s AS (",
     insert_class_checked!(
         "observation_state",
         "1",
-        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+        " ON CONFLICT DO NOTHING RETURNING instance_key, source_epoch, source_seq, ingested_at"
     ),
     "), d AS (",
     insert_class_checked!(
         "observation_diagnostic",
         "2",
-        " ON CONFLICT DO NOTHING RETURNING driver_instance, source_epoch, source_seq, ingested_at"
+        " ON CONFLICT DO NOTHING RETURNING instance_key, source_epoch, source_seq, ingested_at"
     ),
     "), q AS (",
     insert_quarantine!(" ON CONFLICT (stream, stream_seq) DO NOTHING RETURNING stream_seq"),
-    ") SELECT 0::smallint AS kind, driver_instance, source_epoch, source_seq, ingested_at FROM m \
-     UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM s \
-     UNION ALL SELECT 0::smallint, driver_instance, source_epoch, source_seq, ingested_at FROM d \
-     UNION ALL SELECT 1::smallint, NULL::text, NULL::integer, stream_seq, NULL::timestamptz FROM q \
-     UNION ALL SELECT 2::smallint, NULL::text, epoch, core_start, NULL::timestamptz FROM fence"
+    ") SELECT 0::smallint AS kind, instance_key, source_epoch, source_seq, ingested_at FROM m \
+     UNION ALL SELECT 0::smallint, instance_key, source_epoch, source_seq, ingested_at FROM s \
+     UNION ALL SELECT 0::smallint, instance_key, source_epoch, source_seq, ingested_at FROM d \
+     UNION ALL SELECT 1::smallint, NULL::integer, NULL::integer, stream_seq, NULL::timestamptz FROM q \
+     UNION ALL SELECT 2::smallint, NULL::integer, epoch, core_start, NULL::timestamptz FROM fence"
 );
 
 /// The optimistic form: no speculative insertion, so a unique violation (SQLSTATE 23505)
@@ -175,7 +177,8 @@ impl PgStore {
         let epoch = epoch_to_db(batch.epoch)?;
         self.ensure_days_for(&batch.rows).await?;
 
-        let rows = ObservationColumns::new(&batch.rows)?;
+        let (point_keys, instance_keys) = self.row_keys(&batch.rows).await?;
+        let rows = ObservationColumns::new(&batch.rows, point_keys, instance_keys)?;
         let quarantine = QuarantineColumns::new(&batch.quarantine)?;
         let (inserted, quarantine_inserted) = match self.config.commit_insert {
             CommitInsert::OnConflict => self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?,
@@ -304,7 +307,7 @@ impl PgStore {
         .await
         .map_err(db_error("committing the batch"))?;
 
-        let by_key = ordinals_by_key(&batch.rows)?;
+        let by_key = ordinals_by_key(&batch.rows, &rows.instance_key)?;
         let mut inserted = Vec::with_capacity(returned.len());
         let mut quarantine_inserted = 0u32;
         let mut holder = None;
@@ -312,7 +315,7 @@ impl PgStore {
             let kind: i16 = row.try_get(0).map_err(db_error("decoding RETURNING"))?;
             match kind {
                 0 => {
-                    let instance: &str = row.try_get(1).map_err(db_error("decoding RETURNING"))?;
+                    let instance: i32 = row.try_get(1).map_err(db_error("decoding RETURNING"))?;
                     let source_epoch: i32 = row.try_get(2).map_err(db_error("decoding RETURNING"))?;
                     let seq: i64 = row.try_get(3).map_err(db_error("decoding RETURNING"))?;
                     let at: OffsetDateTime = row.try_get(4).map_err(db_error("decoding RETURNING"))?;
@@ -320,7 +323,7 @@ impl PgStore {
                         .get(&(instance, source_epoch, seq, from_odt(at).0))
                         .ok_or_else(|| {
                             StoreError::Other(format!(
-                                "RETURNING named key ({instance}, {source_epoch}, {seq}) not in the batch"
+                                "RETURNING named key (instance key {instance}, {source_epoch}, {seq}) not in the batch"
                             ))
                         })?;
                     inserted.push(*ordinal);
@@ -347,18 +350,22 @@ impl PgStore {
     }
 }
 
-/// A row's full unique key as the database returns it: driver_instance, source_epoch,
+/// A row's full unique key as the database returns it: instance key, source_epoch,
 /// source_seq, ingested_at in µs.
-pub(crate) type DbKey<'a> = (&'a str, i32, i64, i64);
+pub(crate) type DbKey = (i32, i32, i64, i64);
 
 /// The full unique key → the first ordinal carrying it (a key repeated within a batch inserts
 /// once; the first occurrence is the one reported). Only the `ON CONFLICT` form needs it.
-pub(crate) fn ordinals_by_key(rows: &[ObsRow]) -> Result<HashMap<DbKey<'_>, u32>, StoreError> {
+/// `instance_keys` are the rows' instance keys, in row order.
+pub(crate) fn ordinals_by_key(
+    rows: &[ObsRow],
+    instance_keys: &[i32],
+) -> Result<HashMap<DbKey, u32>, StoreError> {
     let mut by_key = HashMap::with_capacity(rows.len());
-    for (ordinal, row) in rows.iter().enumerate() {
+    for (ordinal, (row, instance)) in rows.iter().zip(instance_keys).enumerate() {
         let (epoch, seq) = key_to_db(&row.key)?;
         by_key
-            .entry((&*row.key.driver_instance, epoch, seq, row.ingested_at.0))
+            .entry((*instance, epoch, seq, row.ingested_at.0))
             .or_insert(ordinal as u32);
     }
     Ok(by_key)
@@ -378,7 +385,7 @@ pub(crate) fn bind_batch<'q>(
 ) -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments> {
     sqlx::query(sql)
         .bind(&rows.ingested_at)
-        .bind(&rows.point_id)
+        .bind(&rows.point_key)
         .bind(&rows.observed_at)
         .bind(&rows.device_time)
         .bind(&rows.value_num)
@@ -392,7 +399,7 @@ pub(crate) fn bind_batch<'q>(
         .bind(&rows.detail)
         .bind(&rows.changed)
         .bind(&rows.registry_version)
-        .bind(&rows.driver_instance)
+        .bind(&rows.instance_key)
         .bind(&rows.source_epoch)
         .bind(&rows.source_seq)
         .bind(&rows.skew_flagged)
@@ -413,7 +420,7 @@ pub(crate) fn bind_batch<'q>(
 /// A batch's rows as the column arrays the commit statements bind, built in one pass.
 pub(crate) struct ObservationColumns<'a> {
     ingested_at: Vec<OffsetDateTime>,
-    point_id: Vec<&'a str>,
+    point_key: Vec<i32>,
     observed_at: Vec<OffsetDateTime>,
     device_time: Vec<Option<OffsetDateTime>>,
     value_num: Vec<Option<f64>>,
@@ -427,7 +434,7 @@ pub(crate) struct ObservationColumns<'a> {
     detail: Vec<Option<&'a str>>,
     changed: Vec<bool>,
     registry_version: Vec<i32>,
-    driver_instance: Vec<&'a str>,
+    instance_key: Vec<i32>,
     source_epoch: Vec<i32>,
     source_seq: Vec<i64>,
     skew_flagged: Vec<bool>,
@@ -437,11 +444,19 @@ pub(crate) struct ObservationColumns<'a> {
 }
 
 impl<'a> ObservationColumns<'a> {
-    pub(crate) fn new(rows: &'a [ObsRow]) -> Result<ObservationColumns<'a>, StoreError> {
+    /// `point_key` and `instance_key`: each row's keys, in row order ([`crate::keys`]).
+    pub(crate) fn new(
+        rows: &'a [ObsRow],
+        point_key: Vec<i32>,
+        instance_key: Vec<i32>,
+    ) -> Result<ObservationColumns<'a>, StoreError> {
         let n = rows.len();
+        if point_key.len() != n || instance_key.len() != n {
+            return Err(StoreError::Other("the batch's keys do not match its rows".into()));
+        }
         let mut c = ObservationColumns {
             ingested_at: Vec::with_capacity(n),
-            point_id: Vec::with_capacity(n),
+            point_key,
             observed_at: Vec::with_capacity(n),
             device_time: Vec::with_capacity(n),
             value_num: Vec::with_capacity(n),
@@ -455,7 +470,7 @@ impl<'a> ObservationColumns<'a> {
             detail: Vec::with_capacity(n),
             changed: Vec::with_capacity(n),
             registry_version: Vec::with_capacity(n),
-            driver_instance: Vec::with_capacity(n),
+            instance_key,
             source_epoch: Vec::with_capacity(n),
             source_seq: Vec::with_capacity(n),
             skew_flagged: Vec::with_capacity(n),
@@ -465,7 +480,6 @@ impl<'a> ObservationColumns<'a> {
         for row in rows {
             let (epoch, seq) = key_to_db(&row.key)?;
             c.ingested_at.push(to_odt(row.ingested_at)?);
-            c.point_id.push(&row.point_id);
             c.observed_at.push(to_odt(row.observed_at)?);
             c.device_time.push(row.device_time.map(to_odt).transpose()?);
             let (num, boolean, text) = value_columns(&row.value);
@@ -480,7 +494,6 @@ impl<'a> ObservationColumns<'a> {
             c.detail.push(row.detail.as_deref());
             c.changed.push(row.changed);
             c.registry_version.push(row.registry_version);
-            c.driver_instance.push(&row.key.driver_instance);
             c.source_epoch.push(epoch);
             c.source_seq.push(seq);
             c.skew_flagged.push(row.skew_flagged);

@@ -17,9 +17,11 @@ macro_rules! history {
         concat!(
             "SELECT observed_at, ingested_at, value_num, value_bool, value_text, quality::text, reason FROM ",
             $table,
-            " WHERE point_id = $1 AND observed_at >= $2 AND observed_at < $3 \
-             ORDER BY observed_at, ingested_at, driver_instance COLLATE \"C\", source_epoch, source_seq \
-             LIMIT $4"
+            " o WHERE o.point_key = ",
+            point_key_of!("$1"),
+            " AND observed_at >= $2 AND observed_at < $3 ORDER BY observed_at, ingested_at, ",
+            instance_of!("o"),
+            " COLLATE \"C\", source_epoch, source_seq LIMIT $4"
         )
     };
 }

@@ -402,12 +402,25 @@ impl PgLock {
         }
         let pending = MIGRATOR.iter().any(|m| !before.contains(&m.version));
         let after = if pending {
+            // A migration that rewrites a populated table (0014 rewrites every raw row) runs
+            // for minutes under the lock, far past the session's `statement_timeout`: lifted
+            // for the migrations alone, and set back before the session does anything else.
+            sqlx::query("SET statement_timeout = 0")
+                .execute(&mut self.conn)
+                .await
+                .map_err(db_error("lifting the statement timeout for the migrations"))?;
             // `run_direct` on the lock session itself (sqlx's documented way around the
             // "`Acquire` is not general enough" error of `run` on a borrowed connection).
-            MIGRATOR
+            let ran = MIGRATOR
                 .run_direct(None, &mut self.conn, false)
                 .await
-                .map_err(migrate_error("applying migrations"))?;
+                .map_err(migrate_error("applying migrations"));
+            sqlx::query("SELECT set_config('statement_timeout', $1, false)")
+                .bind(store.config.statement_timeout_ms.to_string())
+                .execute(&mut self.conn)
+                .await
+                .map_err(db_error("restoring the statement timeout"))?;
+            ran?;
             applied_versions(&mut self.conn).await?
         } else {
             before.clone()

@@ -1,12 +1,26 @@
 //! Registry storage (ingest spec, "The registry is versioned data"; DESIGN.md §4): one blob per
 //! new descriptor hash, one `point_descriptor` row per point per version, a version only for new
-//! content; and reading a version back.
+//! content, the integer keys of its points and driver instances (migration 0014); and reading a
+//! version back.
 
 use sentinel_core::RegistrySnapshot;
 
 use sentinel_ports::{RegistryLoad, StoreError, StoredRegistry};
 
 use crate::{PgStore, db_error};
+
+/// A key for each of the version's points that has none, in the ids' byte order.
+const ASSIGN_POINT_KEYS: &str = "INSERT INTO point_key (point_id) \
+     SELECT p FROM unnest($1::text[]) AS u(p) \
+     WHERE NOT EXISTS (SELECT 1 FROM point_key k WHERE k.point_id = u.p) \
+     ORDER BY p COLLATE \"C\" ON CONFLICT DO NOTHING";
+
+/// A key for each driver instance the version's assignments name that has none.
+const ASSIGN_INSTANCE_KEYS: &str = "INSERT INTO instance_key (driver_instance) \
+     SELECT di FROM (SELECT DISTINCT b.descriptor -> 'assignment' ->> 'driver_instance' AS di \
+       FROM point_descriptor pd JOIN descriptor_blob b ON b.hash = pd.hash WHERE pd.version = $1) u \
+     WHERE di IS NOT NULL AND NOT EXISTS (SELECT 1 FROM instance_key k WHERE k.driver_instance = u.di) \
+     ORDER BY di COLLATE \"C\" ON CONFLICT DO NOTHING";
 
 impl PgStore {
     pub(crate) async fn store_registry_inner(
@@ -78,6 +92,19 @@ impl PgStore {
         .execute(&mut *tx)
         .await
         .map_err(db_error("storing point descriptors"))?;
+        // Keys for the raw rows (migration 0014): every point of the version and every driver
+        // instance its assignments name get one if they have none; a key is never reused, so
+        // a point removed and added back finds its old one.
+        sqlx::query(ASSIGN_POINT_KEYS)
+            .bind(&ids)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("assigning point keys"))?;
+        sqlx::query(ASSIGN_INSTANCE_KEYS)
+            .bind(version)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("assigning driver instance keys"))?;
         tx.commit()
             .await
             .map_err(db_error("committing the registry version"))?;

@@ -23,7 +23,8 @@ macro_rules! extent {
             "SELECT count(*), min(observed_at), max(observed_at), \
              coalesce(array_agg(DISTINCT registry_version ORDER BY registry_version), '{}') FROM ",
             $table,
-            " WHERE point_id = ANY($1::text[]) AND observed_at >= $2 \
+            " WHERE point_key IN (SELECT k.key FROM point_key k WHERE k.point_id = ANY($1::text[])) \
+              AND observed_at >= $2 \
               AND ($3::timestamptz IS NULL OR observed_at < $3)"
         )
     };
@@ -34,12 +35,18 @@ macro_rules! extent {
 macro_rules! rows_first {
     ($table:literal) => {
         concat!(
-            "SELECT point_id, observed_at, ingested_at, driver_instance, source_epoch, source_seq, \
+            "SELECT $1::text AS point_id, observed_at, ingested_at, ",
+            instance_of!("o"),
+            " AS driver_instance, source_epoch, source_seq, \
              value_num, value_bool, value_text, native_num, native_text, unit_native, quality::text, \
              reason, registry_version FROM ",
             $table,
-            " WHERE point_id = $1 AND observed_at >= $2 AND ($3::timestamptz IS NULL OR observed_at < $3) \
-             ORDER BY observed_at, ingested_at, driver_instance, source_epoch, source_seq LIMIT $4"
+            " o WHERE o.point_key = ",
+            point_key_of!("$1"),
+            " AND observed_at >= $2 AND ($3::timestamptz IS NULL OR observed_at < $3) \
+             ORDER BY observed_at, ingested_at, ",
+            instance_of!("o"),
+            ", source_epoch, source_seq LIMIT $4"
         )
     };
 }
@@ -49,14 +56,21 @@ macro_rules! rows_first {
 macro_rules! rows_next {
     ($table:literal) => {
         concat!(
-            "SELECT point_id, observed_at, ingested_at, driver_instance, source_epoch, source_seq, \
+            "SELECT $1::text AS point_id, observed_at, ingested_at, ",
+            instance_of!("o"),
+            " AS driver_instance, source_epoch, source_seq, \
              value_num, value_bool, value_text, native_num, native_text, unit_native, quality::text, \
              reason, registry_version FROM ",
             $table,
-            " WHERE point_id = $1 AND observed_at >= $2 AND ($3::timestamptz IS NULL OR observed_at < $3) \
-               AND observed_at >= $4 \
-               AND (observed_at, ingested_at, driver_instance, source_epoch, source_seq) > ($4, $5, $6, $7, $8) \
-             ORDER BY observed_at, ingested_at, driver_instance, source_epoch, source_seq LIMIT $9"
+            " o WHERE o.point_key = ",
+            point_key_of!("$1"),
+            " AND observed_at >= $2 AND ($3::timestamptz IS NULL OR observed_at < $3) \
+               AND observed_at >= $4 AND (observed_at, ingested_at, ",
+            instance_of!("o"),
+            ", source_epoch, source_seq) > ($4, $5, $6, $7, $8) \
+             ORDER BY observed_at, ingested_at, ",
+            instance_of!("o"),
+            ", source_epoch, source_seq LIMIT $9"
         )
     };
 }

@@ -25,19 +25,25 @@ macro_rules! log_heads {
              h.driver_instance, h.source_epoch, h.source_seq, v.value_num, v.value_bool, v.value_text, \
              v.observed_at, v.ingested_at, v.driver_instance, v.source_epoch, v.source_seq \
              FROM unnest($1::text[]) AS p(point_id) \
-             CROSS JOIN LATERAL (SELECT o.quality, o.reason, o.observed_at, o.ingested_at, \
-               o.driver_instance, o.source_epoch, o.source_seq FROM ",
+             CROSS JOIN LATERAL (SELECT o.quality, o.reason, o.observed_at, o.ingested_at, ",
+            instance_of!("o"),
+            " AS driver_instance, o.source_epoch, o.source_seq FROM ",
             $table,
-            " o WHERE o.point_id = p.point_id \
-               ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
-               o.source_epoch DESC, o.source_seq DESC LIMIT 1) h \
-             LEFT JOIN LATERAL (SELECT o.value_num, o.value_bool, o.value_text, o.observed_at, o.ingested_at, \
-               o.driver_instance, o.source_epoch, o.source_seq FROM ",
+            " o WHERE o.point_key = ",
+            point_key_of!("p.point_id"),
+            " ORDER BY o.observed_at DESC, o.ingested_at DESC, ",
+            instance_of!("o"),
+            " COLLATE \"C\" DESC, o.source_epoch DESC, o.source_seq DESC LIMIT 1) h \
+             LEFT JOIN LATERAL (SELECT o.value_num, o.value_bool, o.value_text, o.observed_at, o.ingested_at, ",
+            instance_of!("o"),
+            " AS driver_instance, o.source_epoch, o.source_seq FROM ",
             $table,
-            " o WHERE o.point_id = p.point_id \
-               AND (o.value_num IS NOT NULL OR o.value_bool IS NOT NULL OR o.value_text IS NOT NULL) \
-               ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
-               o.source_epoch DESC, o.source_seq DESC LIMIT 1) v ON true"
+            " o WHERE o.point_key = ",
+            point_key_of!("p.point_id"),
+            " AND (o.value_num IS NOT NULL OR o.value_bool IS NOT NULL OR o.value_text IS NOT NULL) \
+               ORDER BY o.observed_at DESC, o.ingested_at DESC, ",
+            instance_of!("o"),
+            " COLLATE \"C\" DESC, o.source_epoch DESC, o.source_seq DESC LIMIT 1) v ON true"
         )
     };
 }
@@ -58,18 +64,26 @@ macro_rules! windows {
             "SELECT w.point_id, o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
              o.source_seq, o.quality::text, o.value_num, o.applied, o.value_bool, o.value_text \
              FROM unnest($1::text[], $2::timestamptz[], $4::bigint[]) AS w(point_id, since, rows_min) \
-             CROSS JOIN LATERAL ((SELECT o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
+             CROSS JOIN LATERAL ((SELECT o.observed_at, o.ingested_at, ",
+            instance_of!("o"),
+            " AS driver_instance, o.source_epoch, \
                o.source_seq, o.quality, o.value_num, o.applied, o.value_bool, o.value_text FROM ",
             $table,
-            " o WHERE o.point_id = w.point_id AND o.observed_at >= w.since \
-               ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
-               o.source_epoch DESC, o.source_seq DESC LIMIT $3) \
-             UNION (SELECT o.observed_at, o.ingested_at, o.driver_instance, o.source_epoch, \
+            " o WHERE o.point_key = ",
+            point_key_of!("w.point_id"),
+            " AND o.observed_at >= w.since ORDER BY o.observed_at DESC, o.ingested_at DESC, ",
+            instance_of!("o"),
+            " COLLATE \"C\" DESC, o.source_epoch DESC, o.source_seq DESC LIMIT $3) \
+             UNION (SELECT o.observed_at, o.ingested_at, ",
+            instance_of!("o"),
+            " AS driver_instance, o.source_epoch, \
                o.source_seq, o.quality, o.value_num, o.applied, o.value_bool, o.value_text FROM ",
             $table,
-            " o WHERE o.point_id = w.point_id \
-               ORDER BY o.observed_at DESC, o.ingested_at DESC, o.driver_instance COLLATE \"C\" DESC, \
-               o.source_epoch DESC, o.source_seq DESC LIMIT w.rows_min)) o"
+            " o WHERE o.point_key = ",
+            point_key_of!("w.point_id"),
+            " ORDER BY o.observed_at DESC, o.ingested_at DESC, ",
+            instance_of!("o"),
+            " COLLATE \"C\" DESC, o.source_epoch DESC, o.source_seq DESC LIMIT w.rows_min)) o"
         )
     };
 }

@@ -378,6 +378,15 @@ async fn fill_history(url: &str, descriptors: &[Descriptor], end: sentinel_core:
             .await
             .expect("bench point");
     }
+    // The ids' keys (migration 0014), as a registry load assigns them.
+    sqlx::raw_sql(
+        "INSERT INTO point_key (point_id) SELECT id FROM bench_point ON CONFLICT DO NOTHING; \
+         INSERT INTO instance_key (driver_instance) SELECT DISTINCT instance FROM bench_point \
+         ON CONFLICT DO NOTHING",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("keys");
     let per_hour = RATE_PER_S * 3_600;
     let start = Micros(end.0 - hours as i64 * 3_600_000_000);
     for hour in 0..hours as i64 {
@@ -389,19 +398,20 @@ async fn fill_history(url: &str, descriptors: &[Descriptor], end: sentinel_core:
         ] {
             // The table name is one of three literals above.
             let sql = format!(
-                "INSERT INTO {table} (ingested_at, point_id, observed_at, value_num, value_bool, value_text, \
-                   native_num, quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
-                 SELECT s.t + interval '150 milliseconds', p.id, s.t, \
+                "INSERT INTO {table} (ingested_at, point_key, observed_at, value_num, value_bool, value_text, \
+                   native_num, quality, changed, registry_version, instance_key, source_epoch, source_seq) \
+                 SELECT s.t + interval '150 milliseconds', pk.key, s.t, \
                         CASE WHEN p.kind = 'number' THEN 20 + (s.n % 97) * 0.25 END, \
                         CASE WHEN p.kind = 'bool' THEN s.n % 2 = 0 END, \
                         CASE p.kind WHEN 'enum' THEN (ARRAY['off','on','fault'])[1 + (s.n / 4000) % 3] \
                                     WHEN 'text' THEN 'ok' END, \
                         CASE WHEN p.kind = 'number' THEN 20 + (s.n % 97) * 0.25 END, \
                         CASE WHEN (s.n / 4000) % 20 = 0 THEN 'stale'::quality ELSE 'live'::quality END, \
-                        true, 1, p.instance, 0, s.n \
+                        true, 1, ik.key, 0, s.n \
                  FROM (SELECT n, $1::timestamptz + n * interval '2 milliseconds' AS t \
                        FROM generate_series($2::bigint, $2::bigint + $3::bigint - 1) n) s \
                  JOIN bench_point p ON p.idx = (s.n % {POINTS}) \
+                 JOIN point_key pk ON pk.point_id = p.id JOIN instance_key ik ON ik.driver_instance = p.instance \
                  WHERE p.class = '{class}'"
             );
             sqlx::query(sqlx::AssertSqlSafe(sql))

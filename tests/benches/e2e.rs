@@ -135,17 +135,38 @@ async fn raw_fetch_ack(url: &str, messages: usize, work_queue: bool) -> f64 {
 async fn raw_copy(url: &str, rows: usize, rows_per_tx: usize, concurrency: usize, tag: &str) -> f64 {
     use sqlx::Connection;
     let now = SystemClock.now().to_rfc3339();
+    // The ids' keys (migration 0014), assigned before the COPY as a registry load would.
+    let (point_key, instance_key): (i32, i32) = {
+        let mut conn = sqlx::PgConnection::connect(url).await.expect("connect");
+        sqlx::query("INSERT INTO point_key (point_id) VALUES ('boiler1.flow_temp') ON CONFLICT DO NOTHING")
+            .execute(&mut conn)
+            .await
+            .expect("the point's key");
+        sqlx::query("INSERT INTO instance_key (driver_instance) VALUES ($1) ON CONFLICT DO NOTHING")
+            .bind(tag)
+            .execute(&mut conn)
+            .await
+            .expect("the instance's key");
+        sqlx::query_as(
+            "SELECT (SELECT key FROM point_key WHERE point_id = 'boiler1.flow_temp'), \
+             (SELECT key FROM instance_key WHERE driver_instance = $1)",
+        )
+        .bind(tag)
+        .fetch_one(&mut conn)
+        .await
+        .expect("the keys")
+    };
     let chunks: Vec<Vec<u8>> = (0..rows)
         .collect::<Vec<_>>()
         .chunks(rows_per_tx)
         .map(|chunk| {
             let mut text = String::with_capacity(chunk.len() * 160);
             for &i in chunk {
-                // ingested_at, point_id, observed_at, device_time, value_num, value_bool, value_text,
+                // ingested_at, point_key, observed_at, device_time, value_num, value_bool, value_text,
                 // native_num, native_text, unit_native, quality, reason, detail, changed,
-                // registry_version, driver_instance, source_epoch, source_seq, skew_flagged
+                // registry_version, instance_key, source_epoch, source_seq, skew_flagged
                 text.push_str(&format!(
-                    "{now}\tboiler1.flow_temp\t{now}\t\\N\t{}\t\\N\t\\N\t{}\t\\N\tdegF\tlive\t\\N\t\\N\tt\t1\t{tag}\t1\t{i}\tf\n",
+                    "{now}\t{point_key}\t{now}\t\\N\t{}\t\\N\t\\N\t{}\t\\N\tdegF\tlive\t\\N\t\\N\tt\t1\t{instance_key}\t1\t{i}\tf\n",
                     20.0 + (i % 100) as f64 / 10.0,
                     68.0 + (i % 100) as f64 / 10.0,
                 ));
@@ -166,9 +187,9 @@ async fn raw_copy(url: &str, rows: usize, rows_per_tx: usize, concurrency: usize
                 let Some(chunk) = queue.lock().expect("queue").pop() else { break };
                 let mut copy = conn
                     .copy_in_raw(
-                        "COPY observation_measurement (ingested_at, point_id, observed_at, device_time, value_num, \
+                        "COPY observation_measurement (ingested_at, point_key, observed_at, device_time, value_num, \
                          value_bool, value_text, native_num, native_text, unit_native, quality, reason, detail, \
-                         changed, registry_version, driver_instance, source_epoch, source_seq, skew_flagged) \
+                         changed, registry_version, instance_key, source_epoch, source_seq, skew_flagged) \
                          FROM STDIN",
                     )
                     .await
@@ -434,18 +455,26 @@ struct BridgeEnvelope<'a> {
     unit: Option<Cow<'a, str>>,
 }
 
-/// The naive bridge's one statement: the message's fields as they come, no conversion, every
-/// row `live`.
-const BRIDGE_INSERT: &str = "INSERT INTO observation_measurement (ingested_at, point_id, observed_at, \
-     value_num, value_bool, value_text, unit_native, quality, changed, registry_version, driver_instance, \
+/// The naive bridge's statement: the message's fields as they come, no conversion, every row
+/// `live`, the ids as the table's keys (migration 0014; `BRIDGE_KEYS` assigns any missing first).
+const BRIDGE_INSERT: &str = "INSERT INTO observation_measurement (ingested_at, point_key, observed_at, \
+     value_num, value_bool, value_text, unit_native, quality, changed, registry_version, instance_key, \
      source_epoch, source_seq) \
-     SELECT ingested_at, point_id, observed_at, value_num, value_bool, value_text, unit_native, 'live', \
-     true, 0, driver_instance, source_epoch, source_seq \
+     SELECT ingested_at, p.key, observed_at, value_num, value_bool, value_text, unit_native, 'live', \
+     true, 0, i.key, source_epoch, source_seq \
      FROM UNNEST($1::timestamptz[], $2::text[], $3::timestamptz[], $4::float8[], $5::bool[], $6::text[], \
      $7::text[], $8::text[], $9::integer[], $10::bigint[]) \
      AS u(ingested_at, point_id, observed_at, value_num, value_bool, value_text, unit_native, \
      driver_instance, source_epoch, source_seq) \
+     JOIN point_key p USING (point_id) JOIN instance_key i USING (driver_instance) \
      ON CONFLICT DO NOTHING";
+
+/// The keys of a batch's ids that have none, in a statement of their own so that the insert's
+/// snapshot sees them whichever in-flight batch assigned them.
+const BRIDGE_KEYS: &str = "WITH p AS (INSERT INTO point_key (point_id) SELECT DISTINCT x FROM unnest($1::text[]) x \
+     WHERE NOT EXISTS (SELECT 1 FROM point_key k WHERE k.point_id = x) ON CONFLICT DO NOTHING) \
+     INSERT INTO instance_key (driver_instance) SELECT DISTINCT x FROM unnest($2::text[]) x \
+     WHERE NOT EXISTS (SELECT 1 FROM instance_key k WHERE k.driver_instance = x) ON CONFLICT DO NOTHING";
 
 fn to_odt(t: Micros) -> time::OffsetDateTime {
     time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(t.0) * 1_000).expect("timestamp in range")
@@ -515,6 +544,12 @@ async fn bridge_batch(
         source_seq.push(e.source_seq);
     }
     let rows = ingested_at.len() as u64;
+    sqlx::query(BRIDGE_KEYS)
+        .bind(as_str(&point_id))
+        .bind(as_str(&driver_instance))
+        .execute(&pool)
+        .await
+        .expect("bridge keys");
     sqlx::query(BRIDGE_INSERT)
         .bind(ingested_at)
         .bind(as_str(&point_id))

@@ -54,17 +54,26 @@ async fn fill(conn: &mut PgConnection, rows: u64) {
         .execute(&mut *conn)
         .await
         .expect("partitions");
+    // The ids' keys (migration 0014), as a registry load assigns them.
+    sqlx::query(
+        "WITH p AS (INSERT INTO point_key (point_id) VALUES ($1) ON CONFLICT DO NOTHING) \
+         INSERT INTO instance_key (driver_instance) VALUES ('rp-drv') ON CONFLICT DO NOTHING",
+    )
+    .bind(PRESSURE)
+    .execute(&mut *conn)
+    .await
+    .expect("keys");
     let started = Instant::now();
     sqlx::query(
-        "INSERT INTO observation_measurement (ingested_at, point_id, observed_at, value_num, \
-           native_num, unit_native, quality, reason, changed, registry_version, driver_instance, \
+        "INSERT INTO observation_measurement (ingested_at, point_key, observed_at, value_num, \
+           native_num, unit_native, quality, reason, changed, registry_version, instance_key, \
            source_epoch, source_seq) \
-         SELECT t + interval '150 milliseconds', $3, t, \
+         SELECT t + interval '150 milliseconds', (SELECT key FROM point_key WHERE point_id = $3), t, \
                 CASE WHEN n % 20 = 0 THEN NULL ELSE (90 + (n % 97) * 0.25) * 0.001 END, \
                 90 + (n % 97) * 0.25, 'Pa', \
                 CASE WHEN n % 20 = 0 THEN 'unavailable'::quality ELSE 'live'::quality END, \
                 CASE WHEN n % 20 = 0 THEN 'source_down' END, \
-                true, 1, 'rp-drv', 1, n \
+                true, 1, (SELECT key FROM instance_key WHERE driver_instance = 'rp-drv'), 1, n \
          FROM (SELECT n, $1::text::timestamptz + n * interval '100 milliseconds' AS t \
                FROM generate_series(0::bigint, $2::bigint - 1) n) s",
     )

@@ -62,7 +62,9 @@ async fn fill(conn: &mut PgConnection, hours: u64) {
                                             ('raw', '{\"agg_safe\":false}', '{}'); \
          INSERT INTO point_descriptor \
            SELECT 1, 'bench.p' || i, CASE WHEN i % 2 = 0 THEN 'safe' ELSE 'raw' END \
-           FROM generate_series(0, 3999) i;",
+           FROM generate_series(0, 3999) i; \
+         INSERT INTO point_key (point_id) SELECT 'bench.p' || i FROM generate_series(0, 3999) i; \
+         INSERT INTO instance_key (driver_instance) SELECT 'bench-' || i FROM generate_series(0, 15) i;",
     )
     .execute(&mut *conn)
     .await
@@ -71,14 +73,17 @@ async fn fill(conn: &mut PgConnection, hours: u64) {
     for hour in 0..hours as i64 {
         let started = Instant::now();
         sqlx::query(
-            "INSERT INTO observation_measurement (ingested_at, point_id, observed_at, value_num, \
-               native_num, quality, changed, registry_version, driver_instance, source_epoch, source_seq) \
-             SELECT t + interval '150 milliseconds', 'bench.p' || (n % $3), t, \
+            "INSERT INTO observation_measurement (ingested_at, point_key, observed_at, value_num, \
+               native_num, quality, changed, registry_version, instance_key, source_epoch, source_seq) \
+             SELECT t + interval '150 milliseconds', pk.key, t, \
                     20 + (n % 97) * 0.25, 20 + (n % 97) * 0.25, \
                     CASE WHEN n % 20 = 0 THEN 'stale'::quality ELSE 'live'::quality END, \
-                    true, 1, 'bench-' || (n % 16), 1, n \
+                    true, 1, ik.key, 1, n \
              FROM (SELECT n, $1::text::timestamptz + n * interval '2 milliseconds' AS t \
-                   FROM generate_series($2::bigint, $2::bigint + $4::bigint - 1) n) s",
+                   FROM generate_series($2::bigint, $2::bigint + $4::bigint - 1) n) s \
+             JOIN point_key pk ON pk.point_id = 'bench.p' || (s.n % $3) \
+             JOIN instance_key ik ON ik.driver_instance = 'bench-' || (s.n % 16) \
+             ORDER BY n",
         )
         .bind(START)
         .bind(hour * per_hour)
@@ -100,10 +105,10 @@ async fn fill(conn: &mut PgConnection, hours: u64) {
 
 async fn scan(conn: &mut PgConnection, from: Micros, to: Micros) -> i64 {
     let rows: Vec<(String, i64, Option<f64>)> = sqlx::query_as(
-        "SELECT point_id, count(*), sum(value_num) FILTER (WHERE quality = 'live') \
+        "SELECT point_key::text, count(*), sum(value_num) FILTER (WHERE quality = 'live') \
          FROM observation_measurement \
          WHERE observed_at >= to_timestamp($1 / 1e6) AND observed_at < to_timestamp($2 / 1e6) \
-         GROUP BY point_id",
+         GROUP BY point_key",
     )
     .bind(from.0 as f64)
     .bind(to.0 as f64)
