@@ -201,7 +201,7 @@ pub struct Inner {
     /// `None` while the stream has a leader.
     pub leader_change_until: Option<Micros>,
     /// A database failover in progress or pending ([`crate::failover`]).
-    pub failover: crate::failover::FailoverState,
+    pub failover: crate::failover::state::FailoverState,
     /// Hosts whose process must die at the end of this step.
     pub crash_requests: Vec<CoreId>,
     /// Distinct observations the drivers have published so far.

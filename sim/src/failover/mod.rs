@@ -26,24 +26,12 @@ use crate::checker::{FailoverCopy, IncarnationId};
 use crate::settings::{FAILOVER_FIRE_P, Site};
 use crate::world::{Incarnation, World};
 
+pub mod state;
+
 /// How long a promotion leaves the store without a primary.
 pub const PROMOTION_MS: (u64, u64) = (1_000, 10_000);
 /// How far an asynchronous standby is behind when the primary dies.
 pub const REPLICATION_LAG_MS: (u64, u64) = (200, 3_000);
-
-/// The run's failover state, in [`crate::world::Inner`].
-#[derive(Default)]
-pub struct FailoverState {
-    /// No primary answers until this instant.
-    pub store_down_until: Option<Micros>,
-    /// A lossy failover's standby copy (the store's and the checker's of it), promoted at the
-    /// instant given.
-    pending: Option<(Micros, Snapshot, Box<FailoverCopy>)>,
-    /// Incarnations that ran on a primary that was lost with commits they made.
-    deposed: BTreeSet<IncarnationId>,
-    /// Failovers so far (both shapes).
-    pub count: u64,
-}
 
 impl World {
     /// Whether the store is between primaries (a promotion in progress).
