@@ -406,6 +406,13 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
         }
         // Invariant 15: every incarnation that lost its lock session has ended in time.
         world.lock().checker.check_lock_losers_ended(now);
+        // Invariant 26 as the run goes: each rule window whose end has passed.
+        {
+            let mut inner = world.lock();
+            if let Err((invariant, what)) = inner.checker.rules.check_timely(now, false) {
+                inner.checker.fail(invariant, now, what);
+            }
+        }
 
         if now >= traffic_end && !world.lock().traffic_done {
             world.lock().traffic_done = true;
@@ -508,7 +515,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
                 let mut inner = world.lock();
                 inner.checker.check_derived_complete(now);
                 // Invariant 26's end: every rule whose condition held long enough fired.
-                if let Err((invariant, what)) = inner.checker.rules.check_timely(now) {
+                if let Err((invariant, what)) = inner.checker.rules.check_timely(now, true) {
                     inner.checker.fail(invariant, now, what);
                 }
                 break inner.checker.violation().cloned();

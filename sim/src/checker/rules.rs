@@ -50,7 +50,7 @@
 //!   comes from the log, and a `for_s` that came due in a downtime fires only after warmup
 //!   (23);
 //!
-//! and at the end of the run ([`RulesModel::check_timely`]):
+//! and, as each window's end passes and at the end of the run ([`RulesModel::check_timely`]):
 //!
 //! - 26: a rule fires at its instant, and at all: when its condition held by the reference
 //!   on usable, current, committed inputs with no gap (an input's gap is its heartbeat when
@@ -232,6 +232,9 @@ pub struct RulesModel {
     pub tick_us: i64,
     /// Windows invariant 26 judged, and rule firings it found in time.
     pub timely_checked: u64,
+    /// Per `(rule, compared input)`, the first of the input's rows whose window invariant 26
+    /// has not judged yet.
+    timely_from: BTreeMap<(String, String), usize>,
 }
 
 /// The rule a holder names, when it is `rule:<id>` of a rule of the run.
@@ -698,22 +701,41 @@ impl RulesModel {
     /// lost its store); `E` suppressed (startup grace, no lag reading, lag high) at any
     /// wake-up from a second before `c0` to a second after `T1`; the rule's warmup in `E`
     /// ending after `c0`, or the rule held or a claim of it refused in `E`.
-    pub fn check_timely(&mut self, end: Micros) -> Result<(), Broken> {
+    ///
+    /// Judged as the run goes: at every controller step `now`, each window whose end (`T1`
+    /// plus [`COMMIT_SLACK_US`]) passed at least [`COMMIT_SLACK_US`] ago is judged once, in
+    /// commit order, and at the run's
+    /// end (`run_ended`) every window left; a window whose end is past the run's is not
+    /// judged.
+    pub fn check_timely(&mut self, now: Micros, run_ended: bool) -> Result<(), Broken> {
         let rules: Vec<Rule> = self.rules.values().cloned().collect();
         for rule in &rules {
             let compared: Vec<String> = compared_inputs(rule).into_iter().collect();
             if compared.is_empty() {
                 continue; // a condition on quality alone: the watchdog's timing, not told
             }
+            let for_us = i64::from(rule.for_s) * 1_000_000;
             for input in &compared {
+                let cursor = (rule.id.clone(), input.clone());
+                let from = self.timely_from.get(&cursor).copied().unwrap_or(0);
                 let rows = self.rows.get(input.as_str()).map(Vec::as_slice).unwrap_or(&[]);
-                for r0 in rows {
-                    match self.judge_window(rule, &compared, input, r0, end) {
+                let mut next = from;
+                for r0 in rows.iter().skip(from) {
+                    // Rows are in commit order, so every later window ends later still. A
+                    // window is judged a further [`COMMIT_SLACK_US`] after its end: whether its
+                    // epoch still woke and committed by then is known only once it has.
+                    let ends = r0.committed_at.0 + APPLY_SLACK_US + for_us + FIRE_SLACK_TICKS * self.tick_us;
+                    if !run_ended && ends + 2 * COMMIT_SLACK_US > now.0 {
+                        break;
+                    }
+                    next += 1;
+                    match self.judge_window(rule, &compared, input, r0, now) {
                         None => {}
                         Some(Ok(())) => self.timely_checked += 1,
                         Some(Err(broken)) => return Err(broken),
                     }
                 }
+                self.timely_from.insert(cursor, next);
             }
         }
         Ok(())
@@ -1241,18 +1263,20 @@ mod tests {
     fn a_rule_whose_condition_held_past_its_for_s_has_fired_by_then() {
         // Never fired: the first window (row at 10 s, committed 10.5 s) ends at 10.5 + 5
         // (apply slack) + 10 (for_s) + 1 (two ticks) = 26.5 s.
-        let err = timely_model(None, 10).check_timely(Micros(200 * S)).unwrap_err();
+        let err = timely_model(None, 10)
+            .check_timely(Micros(200 * S), true)
+            .unwrap_err();
         assert_eq!(err.0, 26, "{}", err.1);
         assert!(err.1.contains("never claimed"), "{}", err.1);
         // Fired at 26.5 s: in time for every window.
         let mut m = timely_model(None, 10);
         m.record(&fired(26 * S + S / 2));
-        assert_eq!(m.check_timely(Micros(200 * S)), Ok(()));
+        assert_eq!(m.check_timely(Micros(200 * S), true), Ok(()));
         assert!(m.timely_checked > 10, "{} windows judged", m.timely_checked);
         // Fired at 41.5 s: late for the window from 10 s.
         let mut m = timely_model(None, 10);
         m.record(&fired(41 * S + S / 2));
-        let err = m.check_timely(Micros(200 * S)).unwrap_err();
+        let err = m.check_timely(Micros(200 * S), true).unwrap_err();
         assert!(
             err.1.contains("was not its value") || err.1.contains("never claimed"),
             "{}",
@@ -1261,16 +1285,35 @@ mod tests {
     }
 
     #[test]
+    fn invariant_26_judges_each_window_once_as_the_run_goes() {
+        // Never fired: nothing is due at 30 s (the first window ends at 26.5 s and is judged
+        // two commit slacks later); by 200 s it is, without waiting for the run's end.
+        let mut m = timely_model(None, 10);
+        assert_eq!(m.check_timely(Micros(30 * S), false), Ok(()));
+        assert_eq!(m.timely_checked, 0);
+        assert_eq!(m.check_timely(Micros(200 * S), false).map_err(|e| e.0), Err(26));
+        // Fired in time: each window judged once, however often the controller asks.
+        let mut m = timely_model(None, 10);
+        m.record(&fired(26 * S + S / 2));
+        assert_eq!(m.check_timely(Micros(200 * S), false), Ok(()));
+        let judged = m.timely_checked;
+        assert!(judged > 0);
+        assert_eq!(m.check_timely(Micros(200 * S), false), Ok(()));
+        assert_eq!(m.check_timely(Micros(200 * S), true), Ok(()));
+        assert_eq!(m.timely_checked, judged, "a window judged twice");
+    }
+
+    #[test]
     fn a_gap_longer_than_the_heartbeat_starts_the_window_again() {
         // Rows at 10, then 25 s: 15 s apart, past the 10 s heartbeat (though within the 60 s
         // freshness), so the condition starts again at 25 s and 41.5 s is in time...
         let mut m = timely_model(Some(10), 10);
         m.record(&fired(41 * S + S / 2));
-        assert_eq!(m.check_timely(Micros(200 * S)), Ok(()));
+        assert_eq!(m.check_timely(Micros(200 * S), true), Ok(()));
         // ...but not for an input whose gap is its freshness: no gap there.
         let mut m = timely_model(Some(10), 60);
         m.record(&fired(41 * S + S / 2));
-        assert_eq!(m.check_timely(Micros(200 * S)).map_err(|e| e.0), Err(26));
+        assert_eq!(m.check_timely(Micros(200 * S), true).map_err(|e| e.0), Err(26));
         // A suppressed epoch excuses every window it touches.
         let mut m = timely_model(None, 10);
         m.suppression.insert(
@@ -1279,7 +1322,7 @@ mod tests {
                 changes: vec![(Micros(0), true)],
             },
         );
-        assert_eq!(m.check_timely(Micros(200 * S)), Ok(()));
+        assert_eq!(m.check_timely(Micros(200 * S), true), Ok(()));
         assert_eq!(m.timely_checked, 0);
     }
 
