@@ -13,7 +13,6 @@ use sentinel_ports::{Lease, Store, StoreError};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::pg::TestDb;
 use sqlx::PgPool;
-use sqlx::migrate::Migrator;
 
 const FENCED_FUNCTIONS: [&str; 6] = [
     "sentinel_rollup_refresh_range(integer, bigint, timestamptz, timestamptz)",
@@ -25,32 +24,6 @@ const FENCED_FUNCTIONS: [&str; 6] = [
      float8[], boolean[], text[], text[], text[], text[], integer)",
 ];
 
-/// Migrations 0001–0012 only, run from a copy of the folder as `sentinel migrate` ran them.
-async fn migrate_to_12(db: &TestDb, pool: &PgPool) {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
-    let dir = std::env::temp_dir().join(format!("{}_migrations_12", db.name));
-    std::fs::create_dir_all(&dir).expect("a folder for the old migrations");
-    for entry in std::fs::read_dir(&root).expect("the migrations") {
-        let path = entry.expect("an entry").path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_owned();
-        let version: u32 = name.get(..4).and_then(|v| v.parse().ok()).unwrap_or(u32::MAX);
-        if version <= 12 {
-            std::fs::copy(&path, dir.join(&name)).expect("copy a migration");
-        }
-    }
-    Migrator::new(dir.as_path())
-        .await
-        .expect("the old migrations")
-        .run(pool)
-        .await
-        .expect("migrate to version 12");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 fn state() -> Vec<PointState> {
     vec![PointState::unknown(Arc::from("u.flow"), Micros(0))]
 }
@@ -59,7 +32,7 @@ fn state() -> Vec<PointState> {
 async fn a_populated_database_upgrades_to_the_identity_fence() {
     let mut db = TestDb::create().await.expect("test database");
     let pool = PgPool::connect(&db.url).await.expect("connect as the owner");
-    migrate_to_12(&db, &pool).await;
+    db.migrate_up_to(&pool, 12).await;
     let roles = db.create_roles().await.expect("roles");
     for grant in [
         "SELECT sentinel_apply_grants($1, $2)",

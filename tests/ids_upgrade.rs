@@ -13,7 +13,6 @@ use sentinel_ports::{Lease, Store};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::pg::TestDb;
 use sqlx::PgPool;
-use sqlx::migrate::Migrator;
 
 /// 2026-06-01T00:00:00Z and two days on, in µs.
 const DAY1_US: i64 = 1_780_272_000_000_000;
@@ -24,32 +23,6 @@ const CLASSES: [(&str, RetentionClass, &str); 3] = [
     ("state", RetentionClass::State, "s"),
     ("diagnostic", RetentionClass::Diagnostic, "d"),
 ];
-
-/// Migrations 0001–0013 only, as `sentinel migrate` ran them before this one.
-async fn migrate_to_13(db: &TestDb, pool: &PgPool) {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
-    let dir = std::env::temp_dir().join(format!("{}_migrations_13", db.name));
-    std::fs::create_dir_all(&dir).expect("a folder for the old migrations");
-    for entry in std::fs::read_dir(&root).expect("the migrations") {
-        let path = entry.expect("an entry").path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or_default()
-            .to_owned();
-        let version: u32 = name.get(..4).and_then(|v| v.parse().ok()).unwrap_or(u32::MAX);
-        if version <= 13 {
-            std::fs::copy(&path, dir.join(&name)).expect("copy a migration");
-        }
-    }
-    Migrator::new(dir.as_path())
-        .await
-        .expect("the old migrations")
-        .run(pool)
-        .await
-        .expect("migrate to version 13");
-    let _ = std::fs::remove_dir_all(&dir);
-}
 
 async fn exec(pool: &PgPool, sql: &str) {
     sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
@@ -200,7 +173,7 @@ async fn reads(store: &PgStore) -> String {
 async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
     let db = TestDb::create().await.expect("test database");
     let pool = PgPool::connect(&db.url).await.expect("connect as the owner");
-    migrate_to_13(&db, &pool).await;
+    db.migrate_up_to(&pool, 13).await;
     populate_13(&pool).await;
     let store = PgStore::connect(&db.url, PgStoreConfig::default())
         .await

@@ -54,6 +54,34 @@ fn with_database(admin_url: &str, database: &str) -> anyhow::Result<String> {
 }
 
 impl TestDb {
+    /// Applies the project's migrations up to and including `version` only, as a binary of
+    /// that schema version ran them (for tests that upgrade a populated database): the older
+    /// files are copied to a folder of their own and run from there.
+    pub async fn migrate_up_to(&self, pool: &sqlx::PgPool, version: u32) {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../migrations");
+        let dir = std::env::temp_dir().join(format!("{}_migrations_{version}", self.name));
+        std::fs::create_dir_all(&dir).expect("a folder for the old migrations");
+        for entry in std::fs::read_dir(&root).expect("the migrations") {
+            let path = entry.expect("an entry").path();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default()
+                .to_owned();
+            let number: u32 = name.get(..4).and_then(|v| v.parse().ok()).unwrap_or(u32::MAX);
+            if number <= version {
+                std::fs::copy(&path, dir.join(&name)).expect("copy a migration");
+            }
+        }
+        sqlx::migrate::Migrator::new(dir.as_path())
+            .await
+            .expect("the old migrations")
+            .run(pool)
+            .await
+            .unwrap_or_else(|e| panic!("migrate to version {version}: {e}"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     pub fn admin_url() -> String {
         std::env::var(ADMIN_URL_ENV).unwrap_or_else(|_| DEFAULT_ADMIN_URL.to_owned())
     }
