@@ -9,8 +9,9 @@
 //! statement. That insert is not fenced: it writes no observation, and a key assigned by a
 //! deposed writer is a name that stays right.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use sentinel_core::ObsRow;
 use sentinel_ports::StoreError;
@@ -24,12 +25,12 @@ pub const KEYS_CACHED_MAX: usize = 262_144;
 /// The keys a handle has seen, shared by its clones.
 #[derive(Debug, Default)]
 pub(crate) struct KeyCache {
-    points: HashMap<Arc<str>, i32>,
-    instances: HashMap<Arc<str>, i32>,
+    points: FxHashMap<Arc<str>, i32>,
+    instances: FxHashMap<Arc<str>, i32>,
 }
 
 impl KeyCache {
-    fn insert(map: &mut HashMap<Arc<str>, i32>, id: &str, key: i32) {
+    fn insert(map: &mut FxHashMap<Arc<str>, i32>, id: &str, key: i32) {
         if map.len() >= KEYS_CACHED_MAX && !map.contains_key(id) {
             map.clear();
         }
