@@ -714,7 +714,6 @@ impl RulesModel {
             if compared.is_empty() {
                 continue; // a condition on quality alone: the watchdog's timing, not told
             }
-            let for_us = i64::from(rule.for_s) * 1_000_000;
             for input in &compared {
                 let cursor = (rule.id.clone(), input.clone());
                 let from = self.timely_from.get(&cursor).copied().unwrap_or(0);
@@ -724,8 +723,7 @@ impl RulesModel {
                     // Rows are in commit order, so every later window ends later still. A
                     // window is judged a further [`COMMIT_SLACK_US`] after its end: whether its
                     // epoch still woke and committed by then is known only once it has.
-                    let ends = r0.committed_at.0 + APPLY_SLACK_US + for_us + FIRE_SLACK_TICKS * self.tick_us;
-                    if !run_ended && ends + 2 * COMMIT_SLACK_US > now.0 {
+                    if !run_ended && self.window_end(rule, r0.committed_at).0 + 2 * COMMIT_SLACK_US > now.0 {
                         break;
                     }
                     next += 1;
@@ -741,6 +739,13 @@ impl RulesModel {
         Ok(())
     }
 
+    /// `T1` of the window whose row committed at `c0`: the core applies the row within
+    /// [`APPLY_SLACK_US`], its `for_s` runs, and the timer wake and the decision land within
+    /// [`FIRE_SLACK_TICKS`] ticks.
+    fn window_end(&self, rule: &Rule, c0: Micros) -> Micros {
+        Micros(c0.0 + APPLY_SLACK_US + i64::from(rule.for_s) * 1_000_000 + FIRE_SLACK_TICKS * self.tick_us)
+    }
+
     /// One window of [`Self::check_timely`]: `None` when it is not judged (excused, or the
     /// condition did not certainly hold throughout), else whether the rule fired in time.
     fn judge_window(
@@ -753,8 +758,7 @@ impl RulesModel {
     ) -> Option<Result<(), Broken>> {
         let epoch = r0.epoch;
         let c0 = r0.committed_at;
-        let for_us = i64::from(rule.for_s) * 1_000_000;
-        let t1 = Micros(c0.0 + APPLY_SLACK_US + for_us + FIRE_SLACK_TICKS * self.tick_us);
+        let t1 = self.window_end(rule, c0);
         let after = Micros(t1.0 + COMMIT_SLACK_US);
         // The core: E held the lock from before c0 to after T1, ran, committed, thawed.
         if after > end
