@@ -197,7 +197,7 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
 
 /// An empty chunk through the reprocess function, fenced on epoch 0 (no core has locked yet).
 const REPROCESS_APPLY: &str = "SELECT sentinel_reprocess_apply(0, 77, 'measurement', '{}', '{}', '{}', \
-     '{}', '{}', '{}', '{}', '{}', '{}', '{}', 1)";
+     '{}', '{}', '{}', '{}', '{}', '{}', '{}', 1, '{}', '{}')";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reader_reads_and_cannot_write_or_see_payloads() {

@@ -14,14 +14,17 @@ use sentinel_store_pg::{PgStore, PgStoreConfig};
 use sentinel_tests::pg::TestDb;
 use sqlx::PgPool;
 
-const FENCED_FUNCTIONS: [&str; 6] = [
+/// As of the newest migration (0015 gave reprocess each row's point and `observed_at`, and
+/// granted the compaction to whoever may drop a partition).
+const FENCED_FUNCTIONS: [&str; 7] = [
     "sentinel_rollup_refresh_range(integer, bigint, timestamptz, timestamptz)",
     "sentinel_rollup_claim(integer, bigint, timestamptz, integer, integer)",
     "sentinel_rollup_apply(integer, bigint)",
     "sentinel_retention_drop(integer, bigint, text, timestamptz, timestamptz, text, timestamptz)",
     "sentinel_move_point_class(integer, bigint, text, text, text, timestamptz)",
     "sentinel_reprocess_apply(integer, bigint, text, text[], integer[], bigint[], timestamptz[], \
-     float8[], boolean[], text[], text[], text[], text[], integer)",
+     float8[], boolean[], text[], text[], text[], text[], integer, text[], timestamptz[])",
+    "sentinel_compact_day(integer, bigint, text, timestamptz, timestamptz, integer, timestamptz, text)",
 ];
 
 fn state() -> Vec<PointState> {
@@ -64,7 +67,11 @@ async fn a_populated_database_upgrades_to_the_identity_fence() {
         .await
         .expect("connect the store");
     let report = store.migrate().await.expect("upgrade");
-    assert_eq!(report.applied, vec![13, 14], "0013, then the integer ids of 0014");
+    assert_eq!(
+        report.applied,
+        vec![13, 14, 15],
+        "0013, then the integer ids of 0014 and the compacted days of 0015"
+    );
     let holder: (i32, Option<i64>) = sqlx::query_as("SELECT epoch, core_start FROM core_epoch")
         .fetch_one(&pool)
         .await

@@ -33,6 +33,12 @@ use sqlx::PgPool;
 mod arbitration;
 #[path = "store_conformance/class_change.rs"]
 mod class_change;
+#[path = "store_conformance/compaction.rs"]
+mod compaction;
+use compaction::{
+    a_late_copy_of_a_compacted_key_is_not_inserted, compacted_rows_are_reprocessed_moved_and_dropped,
+    compaction_refuses_exactly_and_writes_once,
+};
 #[path = "store_conformance/fence_identity.rs"]
 mod fence_identity;
 use arbitration::{
@@ -296,6 +302,9 @@ macro_rules! on_conflict_form {
 }
 
 conformance!(
+    compaction_refuses_exactly_and_writes_once,
+    a_late_copy_of_a_compacted_key_is_not_inserted,
+    compacted_rows_are_reprocessed_moved_and_dropped,
     commit_reports_only_new_rows,
     a_late_copy_of_a_stored_key_is_not_inserted,
     rows_land_in_their_class_table,
@@ -336,6 +345,7 @@ conformance!(
 on_conflict_form!(
     commit_reports_only_new_rows,
     a_late_copy_of_a_stored_key_is_not_inserted,
+    a_late_copy_of_a_compacted_key_is_not_inserted,
     rows_land_in_their_class_table,
     quarantine_is_exactly_once,
     batches_with_keys_already_present_commit_only_their_new_rows,

@@ -20,6 +20,7 @@ pub use bus::{
     Bus, BusError, Consumer, FETCH_MAX, INBOUND_QUEUED_MAX, Inbound, Lag, ObservationSink, PublishAck,
 };
 pub use clock::{Clock, SystemClock};
+pub use store::compaction::*;
 pub use store::maintenance::*;
 pub use store::records::*;
 pub use store::retention::*;

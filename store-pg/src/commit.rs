@@ -36,7 +36,8 @@ macro_rules! table_columns {
     };
 }
 
-/// The fence and the batch's rows (`src`, empty when the fence refuses); `$1`–`$21`, and `$31`
+/// The fence and the batch's rows (`src`, empty when the fence refuses, each row with its
+/// 1-based position in the batch as `ord`); `$1`–`$21`, and `$31`
 /// the writing handle's start identity: the batch is allowed only while (`$20`, `$31`) is the
 /// holder's (issue 25 item 3). The ids come as their integer keys (`$2`, `$16`; migration
 /// 0014), resolved before the statement from the handle's cache ([`crate::keys`]).
@@ -49,9 +50,9 @@ macro_rules! fenced_source {
                $4::timestamptz[], $5::float8[], $6::bool[], $7::text[], $8::float8[], $9::text[], \
                $10::text[], $11::text[]::quality[], $12::text[], $13::text[]::jsonb[], $14::bool[], \
                $15::integer[], $16::integer[], $17::integer[], $18::bigint[], $19::bool[], $21::smallint[]) \
-               AS u(",
+               WITH ORDINALITY AS u(",
             table_columns!(),
-            ", class) WHERE EXISTS (SELECT 1 FROM allowed))"
+            ", class, ord) WHERE EXISTS (SELECT 1 FROM allowed))"
         )
     };
 }
@@ -68,6 +69,37 @@ macro_rules! insert_class {
             ", $30::bigint FROM src WHERE class = ",
             $class,
             $tail
+        )
+    };
+}
+
+/// Whether `src`'s row is a late copy of a key already in `$table` ([`insert_class_checked`]'s
+/// probe, `$33`): hot, or on a compacted day (migration 0015; a driver's replay can outlive the
+/// compaction age). The compacted probe reads only the chunks of the key's instance and epoch
+/// whose seq range holds it, in the days of the lookback range (partitions pruned: a fresh late
+/// row's days have no compacted partition), and decodes only their seqs and times.
+macro_rules! stored_copy_in {
+    ($table:literal) => {
+        concat!(
+            "(EXISTS (SELECT 1 FROM ",
+            $table,
+            " o WHERE o.instance_key = src.instance_key AND o.source_epoch = src.source_epoch \
+               AND o.source_seq = src.source_seq \
+               AND o.ingested_at >= src.observed_at - $33::bigint * interval '1 microsecond' \
+               AND o.ingested_at < src.ingested_at) \
+             OR EXISTS (SELECT 1 FROM ",
+            $table,
+            "_compact c CROSS JOIN LATERAL unnest(sentinel_undelta(c.seq_d), \
+               sentinel_undelta(c.observed_d), c.ingested_lag) AS u(seq, obs, lag) \
+               WHERE c.day >= date_bin('1 day', src.observed_at - $33::bigint * interval '1 microsecond', \
+                 TIMESTAMPTZ '1970-01-01 00:00:00+00') \
+               AND c.day < src.ingested_at \
+               AND c.instance_key = src.instance_key AND c.source_epoch = src.source_epoch \
+               AND c.seq_min <= src.source_seq AND c.seq_max >= src.source_seq \
+               AND u.seq = src.source_seq \
+               AND c.hour + (u.obs + u.lag) * interval '1 microsecond' \
+                 >= src.observed_at - $33::bigint * interval '1 microsecond' \
+               AND c.hour + (u.obs + u.lag) * interval '1 microsecond' < src.ingested_at))"
         )
     };
 }
@@ -89,12 +121,9 @@ macro_rules! insert_class_checked {
             ", $30::bigint FROM src WHERE class = ",
             $class,
             " AND NOT (src.ingested_at - src.observed_at > $32::bigint * interval '1 microsecond' \
-               AND EXISTS (SELECT 1 FROM ",
-            $table,
-            " o WHERE o.instance_key = src.instance_key AND o.source_epoch = src.source_epoch \
-               AND o.source_seq = src.source_seq \
-               AND o.ingested_at >= src.observed_at - $33::bigint * interval '1 microsecond' \
-               AND o.ingested_at < src.ingested_at))",
+               AND ",
+            stored_copy_in!($table),
+            ")",
             $tail
         )
     };
@@ -165,6 +194,52 @@ pub(crate) const COMMIT_BATCH_PLAIN: &str = concat!(
      (SELECT count(*) FROM q), epoch, core_start FROM fence"
 );
 
+/// [`insert_class`] without the rows `late` refused.
+macro_rules! insert_class_unrefused {
+    ($table:literal, $class:literal) => {
+        insert_class!(
+            $table,
+            $class,
+            " AND ord NOT IN (SELECT ord FROM late) RETURNING 1"
+        )
+    };
+}
+
+/// The optimistic form for a batch holding a late row (issue 24 item 3). Nearly every batch of
+/// a fleet with a few per cent of buffered readings holds one, and before this form each such
+/// batch took [`COMMIT_BATCH`]: the speculative insertion for all its rows and all their keys
+/// back over the wire. Here the late-duplicate check of [`insert_class_checked`] (`$32`, `$33`)
+/// runs once, in `late`, and names the rows it refuses (normally none) by their batch position;
+/// every other row is inserted plainly, so a stored key still aborts the statement as a whole
+/// (SQLSTATE 23505) and the caller falls back to [`COMMIT_BATCH`]. One row back: the four
+/// counts, the holder's epoch and start identity, and the refused positions, ascending. The
+/// probe reads the statement's snapshot, as the checked inserts' probes do.
+pub(crate) const COMMIT_BATCH_PLAIN_CHECKED: &str = concat!(
+    fenced_source!(),
+    ", late AS (SELECT ord FROM src \
+       WHERE src.ingested_at - src.observed_at > $32::bigint * interval '1 microsecond' \
+       AND CASE src.class WHEN 0 THEN ",
+    stored_copy_in!("observation_measurement"),
+    " WHEN 1 THEN ",
+    stored_copy_in!("observation_state"),
+    " ELSE ",
+    stored_copy_in!("observation_diagnostic"),
+    " END), m AS (",
+    insert_class_unrefused!("observation_measurement", "0"),
+    "), s AS (",
+    insert_class_unrefused!("observation_state", "1"),
+    "), d AS (",
+    insert_class_unrefused!("observation_diagnostic", "2"),
+    "), q AS (",
+    insert_quarantine!(" RETURNING 1"),
+    ") SELECT (SELECT count(*) FROM m), (SELECT count(*) FROM s), (SELECT count(*) FROM d), \
+     (SELECT count(*) FROM q), epoch, core_start, ARRAY(SELECT ord FROM late ORDER BY ord) FROM fence"
+);
+
+/// The plain forms' one row: rows per class table and quarantine entries inserted, the holder's
+/// epoch and start identity, and the positions the late check refused (1-based).
+type PlainAnswer = ([i64; 4], i32, Option<i64>, Vec<i64>);
+
 impl PgStore {
     pub(crate) async fn commit_inner(&self, batch: &Batch) -> Result<(Vec<u32>, u32), StoreError> {
         if batch.len() > self.config.commit_rows_max {
@@ -182,25 +257,25 @@ impl PgStore {
         let quarantine = QuarantineColumns::new(&batch.quarantine)?;
         let (inserted, quarantine_inserted) = match self.config.commit_insert {
             CommitInsert::OnConflict => self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?,
-            // A late row may be a late copy of a stored key (issue 25 item 2): only the
-            // ON CONFLICT form checks, and reports exactly what it inserted.
-            CommitInsert::Optimistic if self.has_late_row(batch) => {
-                self.commit_late_checked.fetch_add(1, Ordering::Relaxed);
-                self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?
-            }
-            CommitInsert::Optimistic => match self.commit_plain(batch, epoch, &rows, &quarantine).await? {
-                Some(report) => report,
-                None => {
-                    self.commit_fallbacks.fetch_add(1, Ordering::Relaxed);
-                    tracing::debug!(
-                        batch = batch.id.0,
-                        rows = batch.rows.len(),
-                        quarantine = batch.quarantine.len(),
-                        "unique index refused the plain insert; committing with ON CONFLICT DO NOTHING"
-                    );
-                    self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?
+            CommitInsert::Optimistic => {
+                let late = self.has_late_row(batch);
+                if late {
+                    self.commit_late_checked.fetch_add(1, Ordering::Relaxed);
                 }
-            },
+                match self.commit_plain(batch, epoch, &rows, &quarantine, late).await? {
+                    Some(report) => report,
+                    None => {
+                        self.commit_fallbacks.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(
+                            batch = batch.id.0,
+                            rows = batch.rows.len(),
+                            quarantine = batch.quarantine.len(),
+                            "unique index refused the plain insert; committing with ON CONFLICT DO NOTHING"
+                        );
+                        self.commit_on_conflict(batch, epoch, &rows, &quarantine).await?
+                    }
+                }
+            }
         };
         tracing::debug!(
             batch = batch.id.0,
@@ -223,33 +298,44 @@ impl PgStore {
             .any(|row| row.ingested_at.0.saturating_sub(row.observed_at.0) > late_after_us)
     }
 
-    /// `COMMIT_BATCH_PLAIN`. `Ok(None)` when the unique index refused the statement: it was
-    /// rolled back as a whole, so nothing of the batch is in the database.
+    /// `COMMIT_BATCH_PLAIN`, or with `late` (a row of the batch arrived late enough to be
+    /// checked against the stored keys, issue 25 item 2) `COMMIT_BATCH_PLAIN_CHECKED`. `Ok(None)`
+    /// when the unique index refused the statement: it was rolled back as a whole, so nothing
+    /// of the batch is in the database.
     pub(crate) async fn commit_plain(
         &self,
         batch: &Batch,
         epoch: i32,
         rows: &ObservationColumns<'_>,
         quarantine: &QuarantineColumns<'_>,
+        late: bool,
     ) -> Result<Option<(Vec<u32>, u32)>, StoreError> {
-        let answer = match bind_batch(
-            COMMIT_BATCH_PLAIN,
+        let sql = if late {
+            COMMIT_BATCH_PLAIN_CHECKED
+        } else {
+            COMMIT_BATCH_PLAIN
+        };
+        let mut query = bind_batch(
+            sql,
             epoch,
             batch.applied(),
             crate::core_start_to_db(self.core_start()),
             &self.config.stream_name,
             rows,
             quarantine,
-        )
-        .fetch_optional(&self.pool)
-        .await
-        {
+        );
+        if late {
+            query = query
+                .bind(self.config.late_duplicate_after_ms.saturating_mul(1_000))
+                .bind(self.config.late_duplicate_lookback_ms.saturating_mul(1_000));
+        }
+        let answer = match query.fetch_optional(&self.pool).await {
             Ok(answer) => answer,
             Err(sqlx::Error::Database(e)) if e.is_unique_violation() => return Ok(None),
             Err(e) => return Err(db_error("committing the batch")(e)),
         };
         let answer = answer.ok_or_else(|| StoreError::Other("the core_epoch row is missing".into()))?;
-        let decode = || -> Result<([i64; 4], i32, Option<i64>), sqlx::Error> {
+        let decode = || -> Result<PlainAnswer, sqlx::Error> {
             Ok((
                 [
                     answer.try_get(0)?,
@@ -259,20 +345,46 @@ impl PgStore {
                 ],
                 answer.try_get(4)?,
                 answer.try_get(5)?,
+                if late { answer.try_get(6)? } else { Vec::new() },
             ))
         };
-        let (counts, current, current_start) = decode().map_err(db_error("decoding the commit counts"))?;
+        let (counts, current, current_start, refused) =
+            decode().map_err(db_error("decoding the commit counts"))?;
         if let Err(refusal) = crate::check_fence(batch.epoch, self.core_start(), current, current_start) {
             // The fence refused: nothing was inserted (every INSERT reads `allowed`).
             debug_assert_eq!(counts, [0; 4]);
             return Err(refusal);
         }
+        // The refused positions: 1-based, ascending, each a row of the batch, and never a row
+        // the check would not look at.
+        let mut refused_per_class = [0i64; 3];
+        let mut refused_rows = Vec::with_capacity(refused.len());
+        for ord in refused {
+            let index = usize::try_from(ord - 1)
+                .ok()
+                .filter(|&i| i < batch.rows.len())
+                .ok_or_else(|| {
+                    StoreError::Other(format!(
+                        "the late check refused row {ord} of {}",
+                        batch.rows.len()
+                    ))
+                })?;
+            if refused_rows.last().is_some_and(|&last| last >= index) {
+                return Err(StoreError::Other(
+                    "the late check's refused rows are not ascending".into(),
+                ));
+            }
+            refused_per_class[batch.rows[index].class.index()] += 1;
+            refused_rows.push(index);
+        }
+        debug_assert!(late || refused_rows.is_empty());
         // A plain INSERT inserts every row it selects or fails, so the counts must be the
-        // batch's own; anything else means a row matched no class table.
+        // batch's own less what the late check refused; anything else means a row matched no
+        // class table.
         let expected = [
-            rows.class_rows[0] as i64,
-            rows.class_rows[1] as i64,
-            rows.class_rows[2] as i64,
+            rows.class_rows[0] as i64 - refused_per_class[0],
+            rows.class_rows[1] as i64 - refused_per_class[1],
+            rows.class_rows[2] as i64 - refused_per_class[2],
             batch.quarantine.len() as i64,
         ];
         if counts != expected {
@@ -280,7 +392,11 @@ impl PgStore {
                 "the plain insert wrote {counts:?} rows per table and quarantine entries, the batch holds {expected:?}"
             )));
         }
-        let inserted = (0..batch.rows.len() as u32).collect();
+        let mut refused_rows = refused_rows.into_iter().peekable();
+        let inserted = (0..batch.rows.len())
+            .filter(|&i| refused_rows.next_if_eq(&i).is_none())
+            .map(|i| i as u32)
+            .collect();
         Ok(Some((inserted, batch.quarantine.len() as u32)))
     }
 

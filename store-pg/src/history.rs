@@ -3,7 +3,9 @@
 //! invariant 5 (`observed_at`, `ingested_at`, key). Reads only, so it runs as the read-only
 //! role (`migrations/0003_roles.sql`).
 //!
-//! Owns: the three static statements (one per class table) and decoding their rows.
+//! Owns: the three static statements (one per class, over its hot and compacted rows: the
+//! `observation_<class>_all` view of migration 0015, the bound on `obs_hour` skipping the
+//! chunks outside the range) and decoding their rows.
 
 use sentinel_core::{Micros, RetentionClass};
 use sqlx::Row;
@@ -19,7 +21,9 @@ macro_rules! history {
             $table,
             " o WHERE o.point_key = ",
             point_key_of!("$1"),
-            " AND observed_at >= $2 AND observed_at < $3 ORDER BY observed_at, ingested_at, ",
+            " AND observed_at >= $2 AND observed_at < $3 \
+             AND o.obs_hour >= date_bin('1 hour', $2, TIMESTAMPTZ '1970-01-01 00:00:00+00') AND o.obs_hour < $3 \
+             ORDER BY observed_at, ingested_at, ",
             instance_of!("o"),
             " COLLATE \"C\", source_epoch, source_seq LIMIT $4"
         )
@@ -28,9 +32,9 @@ macro_rules! history {
 
 fn history_sql(class: RetentionClass) -> &'static str {
     match class {
-        RetentionClass::Measurement => history!("observation_measurement"),
-        RetentionClass::State => history!("observation_state"),
-        RetentionClass::Diagnostic => history!("observation_diagnostic"),
+        RetentionClass::Measurement => history!("observation_measurement_all"),
+        RetentionClass::State => history!("observation_state_all"),
+        RetentionClass::Diagnostic => history!("observation_diagnostic_all"),
     }
 }
 

@@ -1,5 +1,5 @@
-//! Read-only counts for `sentinel status` and the tests: rows per class table and quarantine
-//! entries by reason.
+//! Read-only counts for `sentinel status` and the tests: rows per class table (hot and
+//! compacted) and quarantine entries by reason.
 
 use std::collections::BTreeMap;
 
@@ -10,11 +10,17 @@ use sqlx::Row;
 use crate::{PgStore, db_error};
 
 impl PgStore {
-    /// Row counts of the three class tables (exact `count(*)`: for status and tests, not hot).
+    /// Row counts of the three class tables, hot and compacted (exact: `count(*)` of the hot
+    /// rows, the chunks' `n` of the compacted ones, which reads no compressed array; for status
+    /// and tests, not hot).
     pub async fn row_counts(&self) -> Result<ClassCounts, StoreError> {
         let row = sqlx::query(
-            "SELECT (SELECT count(*) FROM observation_measurement), \
-             (SELECT count(*) FROM observation_state), (SELECT count(*) FROM observation_diagnostic)",
+            "SELECT (SELECT count(*) FROM observation_measurement) \
+                    + (SELECT COALESCE(sum(n), 0) FROM observation_measurement_compact), \
+                    (SELECT count(*) FROM observation_state) \
+                    + (SELECT COALESCE(sum(n), 0) FROM observation_state_compact), \
+                    (SELECT count(*) FROM observation_diagnostic) \
+                    + (SELECT COALESCE(sum(n), 0) FROM observation_diagnostic_compact)",
         )
         .fetch_one(&self.pool)
         .await

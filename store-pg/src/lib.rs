@@ -23,6 +23,7 @@
 //! | [`reprocess`] | reprocess reads and fenced updates |
 //! | [`history`] | `sentinel history` |
 //! | [`class_change`] | moving a point's history to another class table |
+//! | [`compaction`] | compacting a closed day (migration 0015); every read above sees compacted rows through the `observation_<class>_all` views |
 //! | [`grants`] | the roles' grants |
 //! | [`inspect`] | counts for status and tests |
 //!
@@ -56,6 +57,7 @@ mod class_change;
 mod cold_start;
 mod command_log;
 mod commit;
+mod compaction;
 mod control;
 mod desired;
 mod grants;
@@ -76,7 +78,8 @@ mod store_impl;
 pub use lock::{LOCK_KEY, LockHolder, MigrateReport, PgLease, PgLock, SchemaState};
 pub(crate) use state::key_from_columns;
 pub use storage::{
-    PartitionSize, RAW_ROW_BYTES, ROLLUP_ROW_BYTES, STORAGE_PARTITIONS_MAX, StorageReport, TableSize,
+    COMPACT_ROW_BYTES, CompactedSize, PartitionSize, RAW_ROW_BYTES, ROLLUP_ROW_BYTES, STORAGE_PARTITIONS_MAX,
+    StorageReport, TableSize,
 };
 
 use std::collections::BTreeSet;

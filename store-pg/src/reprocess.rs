@@ -25,7 +25,9 @@ macro_rules! extent {
             $table,
             " WHERE point_key IN (SELECT k.key FROM point_key k WHERE k.point_id = ANY($1::text[])) \
               AND observed_at >= $2 \
-              AND ($3::timestamptz IS NULL OR observed_at < $3)"
+              AND ($3::timestamptz IS NULL OR observed_at < $3) \
+              AND obs_hour >= date_bin('1 hour', $2, TIMESTAMPTZ '1970-01-01 00:00:00+00') \
+              AND ($3::timestamptz IS NULL OR obs_hour < $3)"
         )
     };
 }
@@ -44,6 +46,8 @@ macro_rules! rows_first {
             " o WHERE o.point_key = ",
             point_key_of!("$1"),
             " AND observed_at >= $2 AND ($3::timestamptz IS NULL OR observed_at < $3) \
+             AND o.obs_hour >= date_bin('1 hour', $2, TIMESTAMPTZ '1970-01-01 00:00:00+00') \
+             AND ($3::timestamptz IS NULL OR o.obs_hour < $3) \
              ORDER BY observed_at, ingested_at, ",
             instance_of!("o"),
             ", source_epoch, source_seq LIMIT $4"
@@ -65,7 +69,9 @@ macro_rules! rows_next {
             " o WHERE o.point_key = ",
             point_key_of!("$1"),
             " AND observed_at >= $2 AND ($3::timestamptz IS NULL OR observed_at < $3) \
-               AND observed_at >= $4 AND (observed_at, ingested_at, ",
+               AND observed_at >= $4 AND ($3::timestamptz IS NULL OR o.obs_hour < $3) \
+               AND o.obs_hour >= date_bin('1 hour', $4, TIMESTAMPTZ '1970-01-01 00:00:00+00') \
+               AND (observed_at, ingested_at, ",
             instance_of!("o"),
             ", source_epoch, source_seq) > ($4, $5, $6, $7, $8) \
              ORDER BY observed_at, ingested_at, ",
@@ -82,7 +88,7 @@ const OLDEST_PARTITION: &str = "SELECT (min(to_date(substring(c.relname from '_p
      WHERE i.inhparent = to_regclass($1)";
 
 const APPLY: &str =
-    "SELECT sentinel_reprocess_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)";
+    "SELECT sentinel_reprocess_apply($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)";
 
 const INSERT_EVENT: &str = "INSERT INTO control_event \
      (occurred_at, kind, point_id, principal, core_epoch, payload, registry_version) \
@@ -90,20 +96,20 @@ const INSERT_EVENT: &str = "INSERT INTO control_event \
 
 fn extent_sql(class: RetentionClass) -> &'static str {
     match class {
-        RetentionClass::Measurement => extent!("observation_measurement"),
-        RetentionClass::State => extent!("observation_state"),
-        RetentionClass::Diagnostic => extent!("observation_diagnostic"),
+        RetentionClass::Measurement => extent!("observation_measurement_all"),
+        RetentionClass::State => extent!("observation_state_all"),
+        RetentionClass::Diagnostic => extent!("observation_diagnostic_all"),
     }
 }
 
 fn rows_sql(class: RetentionClass, next: bool) -> &'static str {
     match (class, next) {
-        (RetentionClass::Measurement, false) => rows_first!("observation_measurement"),
-        (RetentionClass::State, false) => rows_first!("observation_state"),
-        (RetentionClass::Diagnostic, false) => rows_first!("observation_diagnostic"),
-        (RetentionClass::Measurement, true) => rows_next!("observation_measurement"),
-        (RetentionClass::State, true) => rows_next!("observation_state"),
-        (RetentionClass::Diagnostic, true) => rows_next!("observation_diagnostic"),
+        (RetentionClass::Measurement, false) => rows_first!("observation_measurement_all"),
+        (RetentionClass::State, false) => rows_first!("observation_state_all"),
+        (RetentionClass::Diagnostic, false) => rows_first!("observation_diagnostic_all"),
+        (RetentionClass::Measurement, true) => rows_next!("observation_measurement_all"),
+        (RetentionClass::State, true) => rows_next!("observation_state_all"),
+        (RetentionClass::Diagnostic, true) => rows_next!("observation_diagnostic_all"),
     }
 }
 
@@ -282,6 +288,8 @@ impl PgStore {
         let mut fills = Vec::with_capacity(n);
         let mut qualities = Vec::with_capacity(n);
         let mut reasons = Vec::with_capacity(n);
+        let mut points = Vec::with_capacity(n);
+        let mut observed = Vec::with_capacity(n);
         let version = updates[0].registry_version;
         for u in &updates {
             if u.registry_version != version {
@@ -301,6 +309,8 @@ impl PgStore {
             fills.push(u.native_text_fill.as_deref());
             qualities.push(u.quality.as_str());
             reasons.push(u.reason.as_deref());
+            points.push(u.point_id.as_str());
+            observed.push(to_odt(u.observed_at)?);
         }
         let answer = sqlx::query_scalar::<_, i64>(APPLY)
             .bind(epoch_to_db(epoch)?)
@@ -317,6 +327,8 @@ impl PgStore {
             .bind(&qualities)
             .bind(&reasons)
             .bind(version)
+            .bind(&points)
+            .bind(&observed)
             .fetch_one(&self.pool)
             .await;
         match answer {

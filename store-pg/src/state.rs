@@ -16,22 +16,47 @@ use crate::{
     PgStore, db_error, fence, from_odt, key_to_db, quality_from_db, to_odt, value_columns, value_from_columns,
 };
 
-/// The invariant-5 order, newest first. `COLLATE "C"` makes text compare bytewise, as Rust's
-/// `str` does, whatever the database's collation.
+/// The invariant-5 order, newest first, over hot and compacted rows (migration 0015). A point's
+/// head is at or after the hour of its newest row in either form (`newest_chunk`: the newest
+/// chunk's hour, or the hour of the newest hot row, an index probe each), so the scan skips
+/// every chunk before it: a restart decodes a chunk only when it holds the point's newest rows.
+/// `COLLATE "C"` makes text compare bytewise, as Rust's `str` does, whatever the database's
+/// collation.
 macro_rules! log_heads {
-    ($table:literal) => {
+    ($table:literal, $hot:literal, $compact:literal) => {
         concat!(
             "SELECT p.point_id, h.quality::text, h.reason, h.observed_at, h.ingested_at, \
              h.driver_instance, h.source_epoch, h.source_seq, v.value_num, v.value_bool, v.value_text, \
              v.observed_at, v.ingested_at, v.driver_instance, v.source_epoch, v.source_seq \
-             FROM unnest($1::text[]) AS p(point_id) \
+             FROM (SELECT u.point_id, \
+               GREATEST((SELECT max(c.hour) FROM ",
+            $compact,
+            " c WHERE c.point_key = ",
+            point_key_of!("u.point_id"),
+            "), (SELECT date_bin('1 hour', max(o.observed_at), TIMESTAMPTZ '1970-01-01 00:00:00+00') FROM ",
+            $hot,
+            " o WHERE o.point_key = ",
+            point_key_of!("u.point_id"),
+            "), '-infinity') AS newest_chunk, \
+               GREATEST((SELECT max(c.hour) FROM ",
+            $compact,
+            " c WHERE c.point_key = ",
+            point_key_of!("u.point_id"),
+            " AND c.n_valued > 0), (SELECT date_bin('1 hour', max(o.observed_at), TIMESTAMPTZ '1970-01-01 00:00:00+00') FROM ",
+            $hot,
+            " o WHERE o.point_key = ",
+            point_key_of!("u.point_id"),
+            " AND (o.value_num IS NOT NULL OR o.value_bool IS NOT NULL OR o.value_text IS NOT NULL)), \
+               '-infinity') AS newest_valued_chunk \
+               FROM unnest($1::text[]) AS u(point_id)) p \
              CROSS JOIN LATERAL (SELECT o.quality, o.reason, o.observed_at, o.ingested_at, ",
             instance_of!("o"),
             " AS driver_instance, o.source_epoch, o.source_seq FROM ",
             $table,
             " o WHERE o.point_key = ",
             point_key_of!("p.point_id"),
-            " ORDER BY o.observed_at DESC, o.ingested_at DESC, ",
+            " AND o.observed_at >= p.newest_chunk AND o.obs_hour >= p.newest_chunk \
+             ORDER BY o.observed_at DESC, o.ingested_at DESC, ",
             instance_of!("o"),
             " COLLATE \"C\" DESC, o.source_epoch DESC, o.source_seq DESC LIMIT 1) h \
              LEFT JOIN LATERAL (SELECT o.value_num, o.value_bool, o.value_text, o.observed_at, o.ingested_at, ",
@@ -40,7 +65,8 @@ macro_rules! log_heads {
             $table,
             " o WHERE o.point_key = ",
             point_key_of!("p.point_id"),
-            " AND (o.value_num IS NOT NULL OR o.value_bool IS NOT NULL OR o.value_text IS NOT NULL) \
+            " AND o.observed_at >= p.newest_valued_chunk AND o.obs_hour >= p.newest_valued_chunk \
+               AND (o.value_num IS NOT NULL OR o.value_bool IS NOT NULL OR o.value_text IS NOT NULL) \
                ORDER BY o.observed_at DESC, o.ingested_at DESC, ",
             instance_of!("o"),
             " COLLATE \"C\" DESC, o.source_epoch DESC, o.source_seq DESC LIMIT 1) v ON true"
@@ -48,11 +74,23 @@ macro_rules! log_heads {
     };
 }
 
-pub(crate) const HEADS_MEASUREMENT: &str = log_heads!("observation_measurement");
+pub(crate) const HEADS_MEASUREMENT: &str = log_heads!(
+    "observation_measurement_all",
+    "observation_measurement",
+    "observation_measurement_compact"
+);
 
-pub(crate) const HEADS_STATE: &str = log_heads!("observation_state");
+pub(crate) const HEADS_STATE: &str = log_heads!(
+    "observation_state_all",
+    "observation_state",
+    "observation_state_compact"
+);
 
-pub(crate) const HEADS_DIAGNOSTIC: &str = log_heads!("observation_diagnostic");
+pub(crate) const HEADS_DIAGNOSTIC: &str = log_heads!(
+    "observation_diagnostic_all",
+    "observation_diagnostic",
+    "observation_diagnostic_compact"
+);
 
 /// Restart step 5: per requested point, its rows since its bound (newest first, at most `$3`)
 /// and, whatever their age, its newest `rows_min` (`$4`); `UNION` drops a row both return.
@@ -71,7 +109,9 @@ macro_rules! windows {
             $table,
             " o WHERE o.point_key = ",
             point_key_of!("w.point_id"),
-            " AND o.observed_at >= w.since ORDER BY o.observed_at DESC, o.ingested_at DESC, ",
+            " AND o.observed_at >= w.since \
+               AND o.obs_hour >= date_bin('1 hour', w.since, TIMESTAMPTZ '1970-01-01 00:00:00+00') \
+               ORDER BY o.observed_at DESC, o.ingested_at DESC, ",
             instance_of!("o"),
             " COLLATE \"C\" DESC, o.source_epoch DESC, o.source_seq DESC LIMIT $3) \
              UNION (SELECT o.observed_at, o.ingested_at, ",
@@ -90,9 +130,9 @@ macro_rules! windows {
 
 pub(crate) fn windows_sql(class: RetentionClass) -> &'static str {
     match class {
-        RetentionClass::Measurement => windows!("observation_measurement"),
-        RetentionClass::State => windows!("observation_state"),
-        RetentionClass::Diagnostic => windows!("observation_diagnostic"),
+        RetentionClass::Measurement => windows!("observation_measurement_all"),
+        RetentionClass::State => windows!("observation_state_all"),
+        RetentionClass::Diagnostic => windows!("observation_diagnostic_all"),
     }
 }
 

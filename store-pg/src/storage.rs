@@ -10,6 +10,10 @@
 //! `pg_table_size` and `pg_indexes_size` report, so free-space-map and visibility-map pages
 //! are counted with the heap, as the disk holds them.
 //!
+//! The compacted days (migration 0015) are reported beside the hot partitions: per class and
+//! day, the observations their chunks hold (exact: `sum(n)` reads the chunks' heap, not their
+//! compressed arrays), the chunks, and the partition's bytes.
+//!
 //! A read of the catalogue, outside the store port: the memory model has no bytes to report.
 
 use sentinel_core::RetentionClass;
@@ -34,6 +38,13 @@ pub const RAW_ROW_BYTES: f64 = 250.0;
 /// over a day of 1,000 points' minutes (126 heap, 105 index: the primary key and the bucket
 /// index), point ids of 25–30 bytes (BENCHMARKS.md, "`sentinel storage`: a rollup row's bytes").
 pub const ROLLUP_ROW_BYTES: f64 = 231.0;
+/// What this storage format costs per raw observation row of a compacted day, chunk table,
+/// TOAST and indexes together (migration 0015): 24.6 B measured on the stages bench's
+/// 4,000-point mix with jittered times, bus lag and values (6.5 B on the regular mix), a tenth
+/// of a design-rate day (BENCHMARKS.md, "Compacted days"); the worse of the two, rounded up.
+/// What `registry plan` and `sentinel storage` size a raw table's days past the compaction age
+/// with.
+pub const COMPACT_ROW_BYTES: f64 = 25.0;
 
 /// One table's or partition's rows and bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -67,11 +78,25 @@ pub struct PartitionSize {
     pub size: TableSize,
 }
 
+/// One compacted day of a class table (migration 0015): its rows (the chunks' `n`, counted
+/// exactly from the chunks' heap, which holds `n` inline), its chunks and its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactedSize {
+    pub class: RetentionClass,
+    /// The UTC midnight starting the day.
+    pub day: sentinel_core::Micros,
+    pub chunks: u64,
+    /// `rows` is the observations the chunks hold (exact).
+    pub size: TableSize,
+}
+
 /// Everything [`PgStore::storage_report`] reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StorageReport {
     /// Ordered by table (raw classes, then rollups), then by start.
     pub partitions: Vec<PartitionSize>,
+    /// The compacted days, by class then day (at most [`STORAGE_PARTITIONS_MAX`]).
+    pub compacted: Vec<CompactedSize>,
     /// Partitions beyond [`STORAGE_PARTITIONS_MAX`], left out.
     pub partitions_left_out: usize,
     pub control_log: TableSize,
@@ -87,6 +112,30 @@ const PARTITION_SIZES: &str = "SELECT p.relname::text, c.relname::text, c.reltup
 /// An unpartitioned table's estimate and sizes.
 const TABLE_SIZE: &str = "SELECT c.reltuples::float8, pg_table_size(c.oid), pg_indexes_size(c.oid) \
      FROM pg_class c WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = $1";
+
+/// Every compacted partition's sizes, by its parent and name.
+const COMPACTED_SIZES: &str = "SELECT p.relname::text, c.relname::text, pg_table_size(c.oid), pg_indexes_size(c.oid) \
+     FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent \
+     WHERE p.relnamespace = current_schema()::regnamespace \
+       AND p.relname::text IN ('observation_measurement_compact', 'observation_state_compact', \
+                               'observation_diagnostic_compact')";
+
+const COMPACTION_PRESENT: &str = "SELECT to_regclass('observation_measurement_compact') IS NOT NULL";
+
+/// Each compacted day's chunks and observations, per class.
+fn compacted_rows_statement(class: RetentionClass) -> &'static str {
+    match class {
+        RetentionClass::Measurement => {
+            "SELECT day, count(*), COALESCE(sum(n), 0)::bigint FROM observation_measurement_compact GROUP BY day"
+        }
+        RetentionClass::State => {
+            "SELECT day, count(*), COALESCE(sum(n), 0)::bigint FROM observation_state_compact GROUP BY day"
+        }
+        RetentionClass::Diagnostic => {
+            "SELECT day, count(*), COALESCE(sum(n), 0)::bigint FROM observation_diagnostic_compact GROUP BY day"
+        }
+    }
+}
 
 const COUNT_CONTROL: &str = "SELECT count(*) FROM control_event";
 const COUNT_QUARANTINE: &str = "SELECT count(*) FROM quarantine";
@@ -188,12 +237,83 @@ impl PgStore {
             (table_order(w[0].partition.table), w[0].partition.from)
                 <= (table_order(w[1].partition.table), w[1].partition.from)
         }));
+        let compacted = self.compacted_sizes().await?;
         Ok(StorageReport {
             partitions,
+            compacted,
             partitions_left_out,
             control_log,
             quarantine,
         })
+    }
+
+    /// The compacted days' sizes and counts (issue 24 item 6: hot and compacted, side by side).
+    async fn compacted_sizes(&self) -> Result<Vec<CompactedSize>, StoreError> {
+        let get = |e| db_error("decoding a compacted partition")(e);
+        // A database not yet at 0015 (the report runs before an upgrade, too) has none.
+        let present: bool = sqlx::query_scalar(COMPACTION_PRESENT)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error("looking for the compacted tables"))?;
+        if !present {
+            return Ok(Vec::new());
+        }
+        let mut bytes: std::collections::BTreeMap<(usize, i64), (u64, u64)> = Default::default();
+        for row in sqlx::query(COMPACTED_SIZES)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("reading compacted partition sizes"))?
+        {
+            let parent: String = row.try_get(0).map_err(get)?;
+            let child: String = row.try_get(1).map_err(get)?;
+            let Some(class) = RetentionClass::ALL
+                .into_iter()
+                .find(|c| parent == format!("observation_{}_compact", c.as_str()))
+            else {
+                continue;
+            };
+            // `<parent>_pYYYYMMDD`; another name is not ours and is not reported.
+            let Some(day) = child.strip_prefix(&format!("{parent}_p")).and_then(|d| {
+                sentinel_core::Micros::parse_rfc3339(&format!(
+                    "{}-{}-{}T00:00:00Z",
+                    d.get(0..4)?,
+                    d.get(4..6)?,
+                    d.get(6..8)?
+                ))
+            }) else {
+                continue;
+            };
+            let heap: i64 = row.try_get(2).map_err(get)?;
+            let index: i64 = row.try_get(3).map_err(get)?;
+            bytes.insert((class.index(), day.0), (heap.max(0) as u64, index.max(0) as u64));
+        }
+        let mut out = Vec::new();
+        for class in RetentionClass::ALL {
+            for row in sqlx::query(compacted_rows_statement(class))
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error("counting compacted rows"))?
+            {
+                let day = crate::from_odt(row.try_get(0).map_err(get)?);
+                let chunks: i64 = row.try_get(1).map_err(get)?;
+                let rows: i64 = row.try_get(2).map_err(get)?;
+                let (heap_bytes, index_bytes) = bytes.get(&(class.index(), day.0)).copied().unwrap_or((0, 0));
+                out.push(CompactedSize {
+                    class,
+                    day,
+                    chunks: chunks.max(0) as u64,
+                    size: TableSize {
+                        rows: rows.max(0) as u64,
+                        rows_exact: true,
+                        heap_bytes,
+                        index_bytes,
+                    },
+                });
+            }
+        }
+        out.sort_by_key(|c| (c.class.index(), c.day));
+        out.truncate(STORAGE_PARTITIONS_MAX);
+        Ok(out)
     }
 
     async fn count_partition(&self, partition: Partition) -> Result<u64, StoreError> {

@@ -7,9 +7,10 @@ use sentinel_core::{
 };
 
 use sentinel_ports::{
-    ClassMove, CommitError, HistoryRow, Partition, PartitionsAhead, RegistryLoad, RetentionCutoffs,
-    RetentionRun, RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimits, RollupWatermark,
-    StartupStep, Store, StoreError, StoredControlEvent, StoredDesired, StoredRegistry,
+    ClassMove, CommitError, Compaction, CompactionRequest, HistoryRow, Partition, PartitionsAhead,
+    RegistryLoad, RetentionCutoffs, RetentionRun, RollupGrain, RollupRefresh, RollupRow, RollupStep,
+    RollupStepLimits, RollupWatermark, StartupStep, Store, StoreError, StoredControlEvent, StoredDesired,
+    StoredRegistry,
 };
 
 use crate::{PgLease, PgStore};
@@ -187,6 +188,14 @@ impl Store for PgStore {
     ) -> Result<PartitionsAhead, StoreError> {
         self.ensure_partitions_ahead_inner(today, days_ahead, lock_timeout_ms)
             .await
+    }
+
+    async fn compact_day(
+        &self,
+        epoch: u32,
+        request: CompactionRequest<'_>,
+    ) -> Result<Compaction, StoreError> {
+        self.compact_day_inner(epoch, request).await
     }
 
     async fn move_point_class(

@@ -189,6 +189,8 @@ pub(super) async fn a_repeated_epoch_is_fenced_on_the_start_identity<B: Backend>
     let update = |stored: &sentinel_core::reprocess::StoredObservation| RowUpdate {
         key: stored.key.clone(),
         ingested_at: stored.ingested_at,
+        point_id: stored.point_id.clone(),
+        observed_at: stored.observed_at,
         value: Some(CanonicalValue::Num(42.0)),
         native_text_fill: None,
         quality: Quality::Live,

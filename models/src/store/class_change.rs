@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use sentinel_core::{Micros, ObsRow, RetentionClass};
 
-use super::{Model, class_rows};
+use super::{Model, as_slices, class_rows};
 use sentinel_ports::{ClassMove, RetainedTable, RollupGrain, StoreError, StoredControlEvent};
 
 impl Model {
@@ -22,7 +22,7 @@ impl Model {
         principal: &str,
         occurred_at: Micros,
     ) -> Result<ClassMove, StoreError> {
-        self.fence(epoch, start)?;
+        self.maintenance_fence(epoch, start)?;
         let target_kept = self.retention.kept_from(RetainedTable::Raw(to));
         let mut moving: Vec<(RetentionClass, Vec<usize>)> = Vec::new();
         for class in RetentionClass::ALL {
@@ -36,11 +36,17 @@ impl Model {
                 .filter(|(_, r)| &*r.point_id == point_id)
                 .map(|(i, _)| i)
                 .collect();
-            if rows.is_empty() {
+            let table = &self.tables[class.index()];
+            // Its compacted rows move too (decoded; they land hot in the new table).
+            let packed = table.compacted_point_rows(point_id);
+            if rows.is_empty() && packed.is_empty() {
                 continue;
             }
-            let table = &self.tables[class.index()];
-            if let Some(first) = rows.iter().map(|&i| table.rows[i].ingested_at).min()
+            if let Some(first) = rows
+                .iter()
+                .map(|&i| table.rows[i].ingested_at)
+                .chain(packed.iter().map(|r| r.ingested_at))
+                .min()
                 && first < target_kept
             {
                 return Err(StoreError::Other(format!(
@@ -49,8 +55,7 @@ impl Model {
                     to.as_str()
                 )));
             }
-            for &i in &rows {
-                let r = &table.rows[i];
+            for r in rows.iter().map(|&i| &table.rows[i]).chain(packed.iter()) {
                 let key = (
                     r.key.driver_instance.clone(),
                     r.key.source_epoch,
@@ -75,10 +80,14 @@ impl Model {
         }
         let mut from_counts: BTreeMap<&'static str, u64> = BTreeMap::new();
         let mut moved: Vec<ObsRow> = Vec::new();
+        let mut moved_applied: Vec<Option<i64>> = Vec::new();
         for (class, rows) in moving {
             let table = &mut self.tables[class.index()];
             let mut kept = Vec::with_capacity(table.rows.len() - rows.len());
+            let mut kept_applied = Vec::with_capacity(table.rows.len() - rows.len());
+            let applied = std::mem::take(&mut table.applied);
             for (i, row) in std::mem::take(&mut table.rows).into_iter().enumerate() {
+                let row_applied = applied.get(i).copied().flatten();
                 if rows.binary_search(&i).is_ok() {
                     table.keys.remove(&(
                         row.key.driver_instance.clone(),
@@ -87,12 +96,21 @@ impl Model {
                         row.ingested_at,
                     ));
                     moved.push(row);
+                    moved_applied.push(row_applied);
                 } else {
                     kept.push(row);
+                    kept_applied.push(row_applied);
                 }
             }
             table.rows = kept;
-            from_counts.insert(class.as_str(), rows.len() as u64);
+            table.applied = kept_applied;
+            let packed = table.take_compacted_point(point_id);
+            let count = rows.len() + packed.len();
+            for (row, row_applied) in packed {
+                moved.push(row);
+                moved_applied.push(row_applied);
+            }
+            from_counts.insert(class.as_str(), count as u64);
         }
         let ingested = (
             moved.iter().map(|r| r.ingested_at).min().unwrap_or(Micros(0)),
@@ -119,6 +137,7 @@ impl Model {
         }
         let rows = moved.len() as u64;
         target.rows.extend(moved);
+        target.applied.extend(moved_applied);
         let registry = self.rollup_info();
         for grain in RollupGrain::ALL {
             let range = (
@@ -128,7 +147,7 @@ impl Model {
             self.rollups.recompute_range(
                 grain,
                 range,
-                class_rows(&self.tables),
+                as_slices(&class_rows(&self.tables)),
                 &registry,
                 &mut self.retention,
             );

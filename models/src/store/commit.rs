@@ -48,7 +48,7 @@ impl MemoryStore {
                 row.key.source_seq,
                 row.ingested_at,
             );
-            if late_duplicate(&table.keys, row) {
+            if late_duplicate(table, row) {
                 continue;
             }
             if table.keys.insert(key) {
@@ -92,8 +92,9 @@ impl MemoryStore {
 
 /// The late-duplicate check ([`sentinel_ports::LATE_DUPLICATE_AFTER_MS`], issue 25 item 2):
 /// `row` arrived late and its three-column key is already stored with an earlier `ingested_at`
-/// inside the lookback.
-fn late_duplicate(keys: &BTreeSet<super::UniqueKey>, row: &sentinel_core::ObsRow) -> bool {
+/// inside the lookback, hot or on a compacted day (a replay can outlive the compaction age).
+fn late_duplicate(table: &super::ClassTable, row: &sentinel_core::ObsRow) -> bool {
+    let keys = &table.keys;
     let late_after_us = sentinel_ports::LATE_DUPLICATE_AFTER_MS * 1_000;
     if row.ingested_at.0.saturating_sub(row.observed_at.0) <= late_after_us {
         return false;
@@ -108,7 +109,8 @@ fn late_duplicate(keys: &BTreeSet<super::UniqueKey>, row: &sentinel_core::ObsRow
     }
     let instance = row.key.driver_instance.clone();
     let (epoch, seq) = (row.key.source_epoch, row.key.source_seq);
-    keys.range((instance.clone(), epoch, seq, from)..(instance, epoch, seq, row.ingested_at))
+    keys.range((instance.clone(), epoch, seq, from)..(instance.clone(), epoch, seq, row.ingested_at))
         .next()
         .is_some()
+        || table.compacted_key_within(&instance, epoch, seq, from, row.ingested_at)
 }

@@ -61,21 +61,30 @@ impl MemoryStore {
     pub fn promote(&self, snapshot: Snapshot) -> Promoted {
         let mut model = lock(&self.model);
         let Snapshot { model: mut promoted } = snapshot;
-        let kept: BTreeSet<&UniqueKey> = promoted.tables.iter().flat_map(|t| t.keys.iter()).collect();
+        // Hot keys and compacted rows' keys (a compacted day's keys are in no unique index).
+        let key_of = |r: &ObsRow| -> UniqueKey {
+            (
+                r.key.driver_instance.clone(),
+                r.key.source_epoch,
+                r.key.source_seq,
+                r.ingested_at,
+            )
+        };
+        let kept: BTreeSet<UniqueKey> = promoted
+            .tables
+            .iter()
+            .flat_map(|t| {
+                t.keys
+                    .iter()
+                    .cloned()
+                    .chain(t.all_rows().iter().map(key_of).collect::<Vec<_>>())
+            })
+            .collect();
         let rows_lost = model
             .tables
             .iter()
-            .flat_map(|t| t.rows.iter())
-            .filter(|r| {
-                let key = (
-                    r.key.driver_instance.clone(),
-                    r.key.source_epoch,
-                    r.key.source_seq,
-                    r.ingested_at,
-                );
-                !kept.contains(&key)
-            })
-            .cloned()
+            .flat_map(|t| t.all_rows().into_owned())
+            .filter(|r| !kept.contains(&key_of(r)))
             .collect();
         let quarantine_lost = model
             .quarantine
@@ -102,6 +111,8 @@ impl MemoryStore {
         promoted.next_session = model.next_session;
         promoted.lock_holder = None;
         promoted.commit_unfenced = model.commit_unfenced;
+        promoted.maintenance_unfenced = model.maintenance_unfenced;
+        promoted.compaction_drops_detail = model.compaction_drops_detail;
         *model = promoted;
         lost
     }
@@ -123,6 +134,8 @@ fn copy(model: &Model) -> Model {
         blobs,
         cold_starts,
         commit_unfenced,
+        maintenance_unfenced,
+        compaction_drops_detail,
         control_events,
         point_desired,
         rollups,
@@ -143,6 +156,8 @@ fn copy(model: &Model) -> Model {
         blobs: blobs.clone(),
         cold_starts: cold_starts.clone(),
         commit_unfenced: *commit_unfenced,
+        maintenance_unfenced: *maintenance_unfenced,
+        compaction_drops_detail: *compaction_drops_detail,
         control_events: control_events.clone(),
         point_desired: point_desired.clone(),
         rollups: rollups.clone(),
@@ -155,6 +170,7 @@ fn copy_table(table: &ClassTable) -> ClassTable {
         rows: table.rows.clone(),
         applied: table.applied.clone(),
         keys: table.keys.clone(),
+        compacted: table.compacted.clone(),
     }
 }
 

@@ -14,8 +14,8 @@ impl Model {
         (from, to): (Micros, Micros),
         limit: usize,
     ) -> Vec<HistoryRow> {
-        let mut rows: Vec<_> = self.tables[class.index()]
-            .rows
+        let all = self.tables[class.index()].all_rows();
+        let mut rows: Vec<_> = all
             .iter()
             .filter(|r| &*r.point_id == point_id && r.observed_at >= from && r.observed_at < to)
             .collect();

@@ -14,7 +14,10 @@
 //!   RETURNING` (only new rows are reported);
 //! - quarantine keyed by `(stream, stream_seq)`;
 //! - the `point_state` checkpoint upsert and the log-head rule of `load_state`;
-//! - registry versions with "identical content creates no version".
+//! - registry versions with "identical content creates no version";
+//! - compacted days (`compaction.rs`, issue 24): a representation of their own, column-wise
+//!   chunks, which every read goes through (`ClassTable::all_rows`) as PostgreSQL's reads go
+//!   through `observation_<class>_all`.
 //!
 //! Everything is ordered (`BTreeMap`, `Vec`) so that the model is deterministic under the
 //! simulator. All state sits behind one `Mutex` that is never held across an `.await`.
@@ -38,6 +41,7 @@ use sentinel_ports::ClassCounts;
 
 mod class_change;
 mod commit;
+mod compaction;
 mod control;
 pub mod failover;
 mod history;
@@ -81,6 +85,9 @@ struct ClassTable {
     /// Each row's `applied` column (migration 0007), parallel to `rows`.
     applied: Vec<Option<i64>>,
     keys: BTreeSet<UniqueKey>,
+    /// The compacted days (`compaction.rs`), by day index (days since the epoch), each with
+    /// the class its rows decode to.
+    compacted: BTreeMap<i64, (RetentionClass, compaction::CompactedDay)>,
 }
 
 struct RegistryVersionRow {
@@ -118,6 +125,12 @@ struct Model {
     cold_starts: BTreeMap<u32, ColdStart>,
     /// Planted bug (simulator tests only): `commit` skips the epoch fence.
     commit_unfenced: bool,
+    /// Planted bug (simulator tests only): every maintenance write ([`Model::maintenance_fence`])
+    /// skips the fence, so a deposed writer's rollup step, reprocess chunk or retention drop
+    /// lands.
+    maintenance_unfenced: bool,
+    /// Planted bug (simulator tests only): compaction encodes no `detail` column.
+    compaction_drops_detail: bool,
     /// The `control_event` table, ascending by `seq`.
     control_events: Vec<StoredControlEvent>,
     /// The `point_desired` table, by point id.
@@ -151,11 +164,28 @@ impl Model {
             })
         }
     }
+
+    /// The same fence, for a maintenance write: a rollup claim, apply or on-demand refresh, a
+    /// reprocess chunk or its control event, a retention drop, a class move (and a compaction,
+    /// when the model has one: it calls this too). Apart only so a planted bug can lift it
+    /// from maintenance alone, which the simulator's invariant 6 must then catch.
+    fn maintenance_fence(&self, epoch: u32, start: Option<u64>) -> Result<(), StoreError> {
+        if self.maintenance_unfenced {
+            return Ok(());
+        }
+        self.fence(epoch, start)
+    }
 }
 
-/// The class tables' rows, for the rollups.
-fn class_rows(tables: &[ClassTable; 3]) -> [&[ObsRow]; 3] {
-    std::array::from_fn(|i| tables[i].rows.as_slice())
+/// The class tables' rows, hot and compacted, for the rollups (borrowed while nothing is
+/// compacted).
+fn class_rows(tables: &[ClassTable; 3]) -> [std::borrow::Cow<'_, [ObsRow]>; 3] {
+    std::array::from_fn(|i| tables[i].all_rows())
+}
+
+/// Borrows [`class_rows`]'s answer as the rollups take it.
+fn as_slices<'a>(rows: &'a [std::borrow::Cow<'_, [ObsRow]>; 3]) -> [&'a [ObsRow]; 3] {
+    std::array::from_fn(|i| &*rows[i])
 }
 
 /// The in-memory store. Cheap to clone; clones share one model and one handle identity.
@@ -206,6 +236,8 @@ impl MemoryStore {
                 blobs: BTreeMap::new(),
                 cold_starts: BTreeMap::new(),
                 commit_unfenced: false,
+                maintenance_unfenced: false,
+                compaction_drops_detail: false,
                 control_events: Vec::new(),
                 point_desired: BTreeMap::new(),
                 rollups: rollup::Rollups::default(),
@@ -252,15 +284,23 @@ impl MemoryStore {
     }
 
     /// Plants a known bug in the model (simulator tests only). Only
-    /// [`sentinel_core::PlantedBug::CommitWithoutFence`] and
-    /// [`sentinel_core::PlantedBug::RollupIgnoresLateRows`] live in the store; the others are
+    /// [`sentinel_core::PlantedBug::CommitWithoutFence`],
+    /// [`sentinel_core::PlantedBug::MaintenanceWithoutFence`],
+    /// [`sentinel_core::PlantedBug::RollupIgnoresLateRows`] and
+    /// [`sentinel_core::PlantedBug::CompactionDropsDetail`] live in the store; the others are
     /// the core's and are ignored here.
     #[cfg(feature = "planted-bugs")]
     pub fn plant(&self, bug: sentinel_core::PlantedBug) {
         match bug {
             sentinel_core::PlantedBug::CommitWithoutFence => lock(&self.model).commit_unfenced = true,
+            sentinel_core::PlantedBug::MaintenanceWithoutFence => {
+                lock(&self.model).maintenance_unfenced = true
+            }
             sentinel_core::PlantedBug::RollupIgnoresLateRows => {
                 lock(&self.model).rollups.ignore_late_rows = true
+            }
+            sentinel_core::PlantedBug::CompactionDropsDetail => {
+                lock(&self.model).compaction_drops_detail = true
             }
             _ => {}
         }
@@ -275,19 +315,21 @@ impl MemoryStore {
         limits: RollupStepLimits,
     ) -> Result<(), StoreError> {
         let mut guard = lock(&self.model);
-        guard.fence(epoch, self.core_start())?;
+        guard.maintenance_fence(epoch, self.core_start())?;
         guard.rollups.claim(closed_before, limits)
     }
 
     /// The second half (`sentinel_rollup_apply`): recomputes the open claim.
     pub fn rollup_apply(&self, epoch: u32) -> Result<RollupStep, StoreError> {
         let mut guard = lock(&self.model);
-        guard.fence(epoch, self.core_start())?;
+        guard.maintenance_fence(epoch, self.core_start())?;
         let registry = guard.rollup_info();
         let model = &mut *guard;
-        model
-            .rollups
-            .apply(class_rows(&model.tables), &registry, &mut model.retention)
+        model.rollups.apply(
+            as_slices(&class_rows(&model.tables)),
+            &registry,
+            &mut model.retention,
+        )
     }
 
     /// The session holding the single-writer lock, if any (see [`MemoryLease::session`]).
@@ -315,14 +357,49 @@ impl MemoryStore {
         lock(&self.model).epoch
     }
 
-    /// The rows of one class table, in insertion order.
-    pub fn rows(&self, class: RetentionClass) -> Vec<ObsRow> {
-        lock(&self.model).tables[class.index()].rows.clone()
+    /// The fence's side of a write, in one look: the current epoch and its holder's start
+    /// identity (what [`MemoryStore::writer`] must equal for a write to land).
+    pub fn holder(&self) -> (u32, Option<u64>) {
+        let model = lock(&self.model);
+        (model.epoch, model.core_start)
     }
 
+    /// The writer's side: `epoch` as a write of this handle carries it, with this handle's
+    /// start identity.
+    pub fn writer(&self, epoch: u32) -> (u32, Option<u64>) {
+        (epoch, self.core_start())
+    }
+
+    /// The rows of one class table: the hot ones in insertion order, then the compacted ones
+    /// (decoded, by day and chunk).
+    pub fn rows(&self, class: RetentionClass) -> Vec<ObsRow> {
+        lock(&self.model).tables[class.index()].all_rows().into_owned()
+    }
+
+    /// The rows of one class table that `keep` selects: the hot ones in insertion order, then
+    /// the compacted ones (only those are copied).
+    pub fn rows_where(&self, class: RetentionClass, mut keep: impl FnMut(&ObsRow) -> bool) -> Vec<ObsRow> {
+        let model = lock(&self.model);
+        model.tables[class.index()]
+            .all_rows()
+            .iter()
+            .filter(|row| keep(row))
+            .cloned()
+            .collect()
+    }
+
+    /// Rows per class table, hot and compacted.
     pub fn row_counts(&self) -> ClassCounts {
         let model = lock(&self.model);
-        ClassCounts(std::array::from_fn(|i| model.tables[i].rows.len() as u64))
+        ClassCounts(std::array::from_fn(|i| {
+            (model.tables[i].rows.len() + model.tables[i].compacted_len()) as u64
+        }))
+    }
+
+    /// Rows per class table held compacted.
+    pub fn compacted_row_counts(&self) -> ClassCounts {
+        let model = lock(&self.model);
+        ClassCounts(std::array::from_fn(|i| model.tables[i].compacted_len() as u64))
     }
 
     /// All quarantine entries, ordered by `(stream, stream_seq)`.
@@ -549,12 +626,12 @@ impl Store for MemoryStore {
         to: Micros,
     ) -> Result<RollupRefresh, StoreError> {
         let mut guard = lock(&self.model);
-        guard.fence(epoch, self.core_start())?;
+        guard.maintenance_fence(epoch, self.core_start())?;
         let registry = guard.rollup_info();
         let model = &mut *guard;
         model.rollups.refresh_range(
             (from, to),
-            class_rows(&model.tables),
+            as_slices(&class_rows(&model.tables)),
             &registry,
             &mut model.retention,
         )
@@ -591,7 +668,7 @@ impl Store for MemoryStore {
         occurred_at: Micros,
     ) -> Result<RetentionRun, StoreError> {
         let mut model = lock(&self.model);
-        model.fence(epoch, self.core_start())?;
+        model.maintenance_fence(epoch, self.core_start())?;
         let max = partitions_max as usize;
         let mut expired = model.retention.expired(&cutoffs, max + 1);
         let more = expired.len() > max;
@@ -609,8 +686,16 @@ impl Store for MemoryStore {
             match partition.table {
                 RetainedTable::Raw(class) => {
                     let table = &mut model.tables[class.index()];
-                    table.rows.retain(|r| !in_range(r.ingested_at));
+                    let applied = std::mem::take(&mut table.applied);
+                    let (rows, applied): (Vec<ObsRow>, Vec<Option<i64>>) = std::mem::take(&mut table.rows)
+                        .into_iter()
+                        .zip(applied)
+                        .filter(|(r, _)| !in_range(r.ingested_at))
+                        .unzip();
+                    table.rows = rows;
+                    table.applied = applied;
                     table.keys.retain(|k| !in_range(k.3));
+                    table.drop_compacted(partition.from, partition.to);
                 }
                 RetainedTable::Rollup(grain) => model.rollups.drop_range(grain, partition.from, partition.to),
             }
@@ -658,6 +743,14 @@ impl Store for MemoryStore {
             created,
             until: model.retention.created_until(),
         })
+    }
+
+    async fn compact_day(
+        &self,
+        epoch: u32,
+        request: sentinel_ports::CompactionRequest<'_>,
+    ) -> Result<sentinel_ports::Compaction, StoreError> {
+        lock(&self.model).compact_day(epoch, self.core_start(), &request)
     }
 
     async fn move_point_class(

@@ -67,7 +67,7 @@ impl Model {
             if ids.is_empty() {
                 continue;
             }
-            let table = &self.tables[class.index()].rows;
+            let table = self.tables[class.index()].all_rows();
             let mut extent = ClassExtent {
                 class,
                 rows: 0,
@@ -110,8 +110,8 @@ impl Model {
         limit: usize,
     ) -> Vec<StoredObservation> {
         let after = after.map(|a| order_of(a.observed_at, a.ingested_at, &a.key));
-        let mut rows: Vec<&ObsRow> = self.tables[class.index()]
-            .rows
+        let all = self.tables[class.index()].all_rows();
+        let mut rows: Vec<&ObsRow> = all
             .iter()
             .filter(|r| &*r.point_id == point && in_range(r, from, to))
             .filter(|r| after.is_none_or(|a| order_of(r.observed_at, r.ingested_at, &r.key) > a))
@@ -136,7 +136,7 @@ impl Model {
         class: RetentionClass,
         updates: Vec<RowUpdate>,
     ) -> Result<u64, StoreError> {
-        self.fence(epoch, start)?;
+        self.maintenance_fence(epoch, start)?;
         let mut by_key: std::collections::BTreeMap<_, RowUpdate> = updates
             .into_iter()
             .map(|u| ((u.key.clone(), u.ingested_at), u))
@@ -148,16 +148,23 @@ impl Model {
                 continue;
             };
             changed_at.push(row.observed_at);
-            row.value = u.value;
-            if row.native_text.is_none() {
-                row.native_text = u.native_text_fill.map(String::into_boxed_str);
-            }
-            row.quality = u.quality;
-            row.reason = u.reason.map(Cow::Owned);
-            row.registry_version = u.registry_version;
+            apply_update(row, u);
             updated += 1;
             if by_key.is_empty() {
                 break;
+            }
+        }
+        // The rest may be compacted: decode its chunk, update, encode it again.
+        let table = &mut self.tables[class.index()];
+        for ((key, ingested_at), u) in by_key {
+            let point_id = u.point_id.clone();
+            let observed_at = u.observed_at;
+            let before = table.update_compacted(&point_id, observed_at, &key, ingested_at, |row| {
+                apply_update(row, u)
+            });
+            if let Some(before) = before {
+                changed_at.push(before.observed_at);
+                updated += 1;
             }
         }
         // As `sentinel_reprocess_apply` does: the updated rows' minutes are invalidated, so a
@@ -174,7 +181,7 @@ impl Model {
         principal: &str,
         record: &ReprocessRecord,
     ) -> Result<i64, StoreError> {
-        self.fence(epoch, start)?;
+        self.maintenance_fence(epoch, start)?;
         let seq = self.control_events.last().map_or(1, |e| e.seq + 1);
         self.control_events.push(StoredControlEvent {
             seq,
@@ -188,4 +195,16 @@ impl Model {
         });
         Ok(seq)
     }
+}
+
+/// What reprocess changes in a row, hot or decoded from its compacted chunk: the value, the
+/// native text where the row had none, quality, reason and registry version.
+fn apply_update(row: &mut ObsRow, u: RowUpdate) {
+    row.value = u.value;
+    if row.native_text.is_none() {
+        row.native_text = u.native_text_fill.map(String::into_boxed_str);
+    }
+    row.quality = u.quality;
+    row.reason = u.reason.map(Cow::Owned);
+    row.registry_version = u.registry_version;
 }

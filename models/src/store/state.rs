@@ -6,6 +6,28 @@ use super::{
     StoreError, WindowRequest, WindowRow, check_key_range, lock, log_head,
 };
 
+/// One point's newest row and newest valued row so far, as [`log_head`] picks them.
+#[derive(Default)]
+struct HeadRows<'a> {
+    latest: Option<&'a ObsRow>,
+    latest_valued: Option<&'a ObsRow>,
+}
+
+impl<'a> HeadRows<'a> {
+    fn fold(&mut self, row: &'a ObsRow) {
+        if self.latest.is_none_or(|l| row.order_key() > l.order_key()) {
+            self.latest = Some(row);
+        }
+        if row.value.is_some() && self.latest_valued.is_none_or(|l| row.order_key() > l.order_key()) {
+            self.latest_valued = Some(row);
+        }
+    }
+
+    fn log_head(self) -> Option<LogHead> {
+        log_head(self.latest.into_iter().chain(self.latest_valued))
+    }
+}
+
 impl MemoryStore {
     pub(super) async fn load_state_inner(
         &self,
@@ -21,23 +43,29 @@ impl MemoryStore {
             .iter()
             .filter_map(|id| model.point_state.get(*id).cloned())
             .collect();
-        // One pass per class table, grouping rows by point: restarts must not cost
-        // points × rows.
-        let mut per_point: FxHashMap<(&str, RetentionClass), Vec<&ObsRow>> = FxHashMap::default();
+        // Hot and compacted rows alike (`all_rows` borrows when nothing is compacted).
+        let all: [std::borrow::Cow<'_, [ObsRow]>; 3] = std::array::from_fn(|i| model.tables[i].all_rows());
+        // One pass per class table, each row's point found with one hash lookup and folded
+        // into its head at once (no per-point row lists): restarts must not cost
+        // points × rows, and the simulator restarts cores a dozen times a seed.
+        let mut heads: FxHashMap<(&str, RetentionClass), HeadRows<'_>> = wanted
+            .iter()
+            .map(|&wanted| (wanted, HeadRows::default()))
+            .collect();
         for class in RetentionClass::ALL {
-            for row in &model.tables[class.index()].rows {
-                if wanted.contains(&(&*row.point_id, class)) {
-                    per_point.entry((&*row.point_id, class)).or_default().push(row);
+            for row in all[class.index()].iter() {
+                if let Some(head) = heads.get_mut(&(&*row.point_id, class)) {
+                    head.fold(row);
                 }
             }
         }
         // In (point, class) order, as the ordered map this replaced gave: the heads' order
         // must not depend on hashing.
-        let mut groups: Vec<_> = per_point.into_iter().collect();
+        let mut groups: Vec<_> = heads.into_iter().collect();
         groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
         let mut log_heads: Vec<LogHead> = groups
             .into_iter()
-            .filter_map(|(_, rows)| log_head(rows.into_iter()))
+            .filter_map(|(_, head)| head.log_head())
             .collect();
         log_heads.sort_by(|a, b| a.state.point_id.cmp(&b.state.point_id));
         Ok(RestoredState {
@@ -55,10 +83,10 @@ impl MemoryStore {
         let mut out = Vec::new();
         for request in requests {
             let table = &model.tables[request.class.index()];
-            let mut rows: Vec<(&ObsRow, Option<i64>)> = table
-                .rows
+            let all = table.all_rows_applied();
+            let mut rows: Vec<(&ObsRow, Option<i64>)> = all
                 .iter()
-                .zip(table.applied.iter().copied())
+                .map(|(r, applied)| (r, *applied))
                 .filter(|(r, _)| r.point_id == request.point_id)
                 .collect();
             // Newest first, as the PostgreSQL query orders before its LIMIT: those since the

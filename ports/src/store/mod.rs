@@ -3,10 +3,11 @@
 //!
 //! Owns: the `Store` and `Lease` traits and their errors, and the shapes the store hands back,
 //! by concern: [`records`] (registry versions, control events, cold starts), [`rollups`],
-//! [`retention`] and [`maintenance`] (reprocess extents, class moves, history rows). Each has a
+//! [`retention`], [`compaction`] and [`maintenance`] (reprocess extents, class moves, history rows). Each has a
 //! production adapter (`sentinel-store-pg`) and an in-memory reference model
 //! (`sentinel-models`); the conformance suite in `tests/` runs the same bodies against both.
 
+pub mod compaction;
 pub mod maintenance;
 pub mod records;
 pub mod retention;
@@ -20,6 +21,7 @@ use sentinel_core::{
     RetentionClass,
 };
 
+use compaction::{Compaction, CompactionRequest};
 use maintenance::{ClassExtent, ClassMove, HistoryRow};
 use records::{RegistryLoad, StartupStep, StoredControlEvent, StoredDesired, StoredRegistry};
 use retention::{Partition, PartitionsAhead, RetentionCutoffs, RetentionRun};
@@ -40,7 +42,8 @@ use rollups::{RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimit
 /// at most that long before its `observed_at`. Fresh rows (nearly all) pay nothing; a late one
 /// costs one probe of the unique index per daily partition in its lookback range. A row the
 /// check refuses is reported as not inserted, as a unique-index conflict is: no transition, no
-/// projection update, no derived reading.
+/// projection update, no derived reading. A compacted day's rows are probed too (a cut-off can
+/// outlast the compaction age).
 pub const LATE_DUPLICATE_AFTER_MS: i64 = 60_000;
 /// See [`LATE_DUPLICATE_AFTER_MS`].
 pub const LATE_DUPLICATE_LOOKBACK_MS: i64 = 300_000;
@@ -402,6 +405,23 @@ pub trait Store: Clone + Send + Sync + 'static {
         days_ahead: u32,
         lock_timeout_ms: u32,
     ) -> impl Future<Output = Result<PartitionsAhead, StoreError>> + Send;
+
+    // --- Compaction (issue 24 items 1 and 2) ---------------------------------------------
+
+    /// Compacts one closed day of `request.class`'s table (its hot rows, and any chunks the day
+    /// holds already) into the store's compacted form, in one transaction fenced on `epoch`
+    /// (and the handle's start identity), with one `compaction` control event (principal,
+    /// `occurred_at` = `request.now`; payload class, day, rows, chunks, bytes before and
+    /// after). Refused before anything is written ([`compaction::check_compaction`]): a day
+    /// not closed, younger than `compact_after_days`, or that the stream may still hold a
+    /// message of. Idempotent: a day with no hot rows writes nothing. Every read of the
+    /// class's rows (history, log heads, windows, rollups, reprocess, class moves) sees
+    /// compacted rows exactly as it saw them hot.
+    fn compact_day(
+        &self,
+        epoch: u32,
+        request: CompactionRequest<'_>,
+    ) -> impl Future<Output = Result<Compaction, StoreError>> + Send;
 
     // --- Class changes (issue 9 item 4) -------------------------------------------------
 

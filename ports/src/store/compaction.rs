@@ -1,0 +1,141 @@
+//! What compacting a closed day takes and reports (issue 24 items 1 and 2; core runtime spec,
+//! "~40 GB rolling under a 90-day retention with compression from day seven"; ingest spec,
+//! "Reprocess": "decompress-update-recompress").
+//!
+//! Owns: the request's bounds and the refusals both stores give, word for word, before they
+//! write anything ([`check_compaction`]), and the report ([`Compaction`]). The stores own the
+//! compacted form: `sentinel-store-pg`'s chunks (`migrations/0015_compaction.sql`) and the
+//! model's column-wise days (`sentinel-models`).
+
+use sentinel_core::time::US_PER_DAY;
+use sentinel_core::{Micros, RetentionClass};
+
+use super::StoreError;
+
+/// The age a day must reach before it is compacted, by default: the spec's "compression from
+/// day seven" (`--compact-after-days`).
+pub const COMPACT_AFTER_DAYS_DEFAULT: u32 = 7;
+/// The most a caller may ask a day to wait; and at least one day.
+pub const COMPACT_AFTER_DAYS_MAX: u32 = 400;
+
+/// What one [`crate::Store::compact_day`] asks for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompactionRequest<'a> {
+    pub class: RetentionClass,
+    /// The UTC midnight starting the day (of `ingested_at`, the partition key).
+    pub day: Micros,
+    /// The caller's now: the day must have ended `compact_after_days` before it. Also the
+    /// control event's `occurred_at`.
+    pub now: Micros,
+    pub compact_after_days: u32,
+    /// The `ingested_at` of the oldest message the stream still holds (`None`: the stream is
+    /// empty). A day that ends after it is refused: a redelivery of a message ingested on it
+    /// must still find the unique index.
+    pub stream_oldest: Option<Micros>,
+    pub principal: &'a str,
+}
+
+/// What compacting one day did. `rows` 0 and `seq` `None`: the day held no hot rows (already
+/// compacted, or empty), and nothing was written.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Compaction {
+    /// Hot rows compacted (the day's chunks already there are encoded again with them).
+    pub rows: u64,
+    /// Chunks the day holds afterwards: one per (point, driver instance, source epoch, hour of
+    /// `observed_at`).
+    pub chunks: u64,
+    /// The day's bytes before and after, hot and compacted, indexes included (the model's are
+    /// its own estimate of its representation).
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// The `compaction` control event.
+    pub seq: Option<i64>,
+}
+
+/// The day's date as the refusals and the control event name it (`YYYY-MM-DD`).
+pub fn day_name(day: Micros) -> String {
+    day.to_rfc3339().chars().take(10).collect()
+}
+
+/// The refusals of [`crate::Store::compact_day`], checked by both stores before anything is
+/// written, in this order: bounds, a day that is not a UTC midnight, a day not closed at
+/// `now`, a day younger than `compact_after_days`, a day the stream may still hold a message of.
+pub fn check_compaction(request: &CompactionRequest<'_>) -> Result<(), StoreError> {
+    let days = request.compact_after_days;
+    if !(1..=COMPACT_AFTER_DAYS_MAX).contains(&days) {
+        return Err(StoreError::Other(format!(
+            "compaction: the age must be within 1..={COMPACT_AFTER_DAYS_MAX} days, got {days}"
+        )));
+    }
+    if request.day.0.rem_euclid(US_PER_DAY) != 0 {
+        return Err(StoreError::Other(format!(
+            "compaction: {} is not a UTC midnight",
+            request.day.0
+        )));
+    }
+    let day_end = request.day.0.saturating_add(US_PER_DAY);
+    let name = day_name(request.day);
+    if day_end > request.now.0 {
+        return Err(StoreError::Other(format!(
+            "compaction refused: day {name} is not closed (it ends after now)"
+        )));
+    }
+    if day_end.saturating_add(i64::from(days) * US_PER_DAY) > request.now.0 {
+        return Err(StoreError::Other(format!(
+            "compaction refused: day {name} is younger than {days} days"
+        )));
+    }
+    if let Some(oldest) = request.stream_oldest
+        && oldest.0 < day_end
+    {
+        return Err(StoreError::Other(format!(
+            "compaction refused: day {name} may still be in the stream (its oldest message was ingested at {})",
+            oldest.to_rfc3339()
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DAY: i64 = US_PER_DAY;
+
+    fn request(day: i64, now: i64, stream_oldest: Option<i64>) -> CompactionRequest<'static> {
+        CompactionRequest {
+            class: RetentionClass::Measurement,
+            day: Micros(day),
+            now: Micros(now),
+            compact_after_days: 7,
+            stream_oldest: stream_oldest.map(Micros),
+            principal: "test",
+        }
+    }
+
+    #[test]
+    fn refusals_in_order() {
+        let d = 20_000 * DAY; // 2024-10-04
+        assert!(check_compaction(&request(d, d + 8 * DAY, None)).is_ok());
+        let not_closed = check_compaction(&request(d, d + DAY - 1, None)).unwrap_err();
+        assert_eq!(
+            not_closed.to_string(),
+            "store: compaction refused: day 2024-10-04 is not closed (it ends after now)"
+        );
+        let young = check_compaction(&request(d, d + 8 * DAY - 1, None)).unwrap_err();
+        assert_eq!(
+            young.to_string(),
+            "store: compaction refused: day 2024-10-04 is younger than 7 days"
+        );
+        let stream = check_compaction(&request(d, d + 8 * DAY, Some(d + DAY - 1))).unwrap_err();
+        assert_eq!(
+            stream.to_string(),
+            "store: compaction refused: day 2024-10-04 may still be in the stream (its oldest message was ingested at 2024-10-04T23:59:59.999999Z)"
+        );
+        assert!(check_compaction(&request(d, d + 8 * DAY, Some(d + DAY))).is_ok());
+        assert!(check_compaction(&request(d + 1, d + 9 * DAY, None)).is_err());
+        let mut zero = request(d, d + 8 * DAY, None);
+        zero.compact_after_days = 0;
+        assert!(check_compaction(&zero).is_err());
+    }
+}
