@@ -786,17 +786,23 @@ async fn drain_pull(
     wait_ms: u64,
 ) -> Result<(), BusError> {
     let before = out.len();
-    let deadline =
-        tokio::time::Instant::now() + Duration::from_millis(wait_ms.saturating_add(PULL_SILENCE_MS));
+    let silence_ms = wait_ms.saturating_add(PULL_SILENCE_MS);
+    // One timer for the whole pull, not one per message (issue 24 item 3: a `timeout_at` per
+    // message registered and dropped a timer entry for each of the 500).
+    let deadline = tokio::time::sleep(Duration::from_millis(silence_ms));
+    tokio::pin!(deadline);
     loop {
-        let Ok(next) = tokio::time::timeout_at(deadline, batch.next()).await else {
-            if out.len() > before {
-                return Ok(());
+        let next = tokio::select! {
+            biased;
+            next = batch.next() => next,
+            () = &mut deadline => {
+                if out.len() > before {
+                    return Ok(());
+                }
+                return Err(BusError::Connection(format!(
+                    "pull unanswered for {silence_ms} ms (a lost pull request or a consumer leader change); re-issuing"
+                )));
             }
-            return Err(BusError::Connection(format!(
-                "pull unanswered for {} ms (a lost pull request or a consumer leader change); re-issuing",
-                wait_ms.saturating_add(PULL_SILENCE_MS)
-            )));
         };
         let Some(message) = next else {
             return Ok(());

@@ -48,6 +48,8 @@ pub struct Config {
     pub retention: crate::retention::RetentionConfig,
     /// The running core's partitions made ahead (`partitions.rs`).
     pub partitions: crate::partitions::PartitionsConfig,
+    /// The running core's compaction of closed days (`compaction.rs`).
+    pub compaction: crate::compaction::CompactionConfig,
 }
 
 impl Default for Config {
@@ -73,6 +75,7 @@ impl Default for Config {
             rollups: crate::rollup::RollupConfig::default(),
             retention: crate::retention::RetentionConfig::default(),
             partitions: crate::partitions::PartitionsConfig::default(),
+            compaction: crate::compaction::CompactionConfig::default(),
         }
     }
 }
@@ -113,6 +116,7 @@ impl Config {
         self.rollups.validate()?;
         self.retention.validate()?;
         self.partitions.validate()?;
+        self.compaction.validate()?;
         if self.startup_grace_ms < 0 {
             return Err("startup_grace_ms must not be negative".into());
         }

@@ -68,6 +68,10 @@ pub enum ControlKind {
     /// A point's history moved to the class table of its new retention class (payload: from,
     /// to, rows, observed range). Written by the store in the move's transaction.
     ClassMoved,
+    /// One closed day of one class table was compacted (issue 24 item 1; payload: class, day,
+    /// rows, chunks, bytes before and after). Written by the store in the compaction's own
+    /// transaction (`Store::compact_day`), like `RetentionDrop`.
+    Compaction,
     /// A driver instance's state changed as this core sees it (issue 21 item 8; ingest spec,
     /// "Two logs": availability among the control events): `point_id` NULL, `subject_key`
     /// `<host>.<driver_instance>`, payload from, to, reason and how many changes this one
@@ -109,6 +113,7 @@ impl ControlKind {
             ControlKind::Reprocess => "reprocess",
             ControlKind::RetentionDrop => "retention_drop",
             ControlKind::ClassMoved => "class_moved",
+            ControlKind::Compaction => "compaction",
             ControlKind::Availability => "availability",
             ControlKind::Assignment => "assignment",
             ControlKind::RuleWarmupEnded => "rule_warmup_ended",

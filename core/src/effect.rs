@@ -81,6 +81,10 @@ pub enum Input {
     RetentionRan(crate::retention::RetentionOutcome),
     /// The epoch fence refused a retention drop: a newer core holds the lock.
     RetentionFenced,
+    /// A day's compaction answered (`Effect::CompactDay`).
+    DayCompacted(crate::compaction::CompactionOutcome),
+    /// The epoch fence refused a compaction: a newer core holds the lock.
+    CompactionFenced,
     /// A partitions-ahead run answered (`Effect::EnsurePartitions`).
     PartitionsEnsured(crate::partitions::PartitionsOutcome),
     /// A reprocess is asked over the bus; `reply_to` is where the answer goes (opaque here).
@@ -177,6 +181,13 @@ pub enum Effect {
     /// control event, and answer with `Input::RetentionRan` (or `RetentionFenced`). Not
     /// ordered with commits: no commit writes below a cut-off.
     DropExpired(crate::retention::RetentionRequest),
+    /// Compact the request's closed day of its class (`Store::compact_day`: one transaction
+    /// fenced on the request's epoch, with its `compaction` control event), given the
+    /// `ingested_at` of the oldest message the stream holds, read from the bus for this
+    /// request — when the bus does not answer, compact nothing — and answer with
+    /// `Input::DayCompacted` (or `CompactionFenced`). Not ordered with commits: no commit
+    /// writes a day that old, and a day the stream may still redeliver is refused.
+    CompactDay(crate::compaction::CompactionDayRequest),
     /// Make the daily partitions of yesterday through today + `days_ahead`, off the commit
     /// path, in its own transaction with the request's `lock_timeout`, and answer with
     /// `Input::PartitionsEnsured` (a lock timeout is an outcome, not an error). Not ordered

@@ -31,7 +31,8 @@
 //! - [`projection`] — stage 13, the fold, the event policy and the checkpoint policy;
 //! - [`derived`] — derived points: sliding-window and two-input values computed from committed
 //!   rows, keyed by the triggering row, with provenance and typed gaps;
-//! - [`rollup`], [`retention`] — when rollups refresh and partitions drop, and the horizons;
+//! - [`rollup`], [`retention`], [`compaction`] — when rollups refresh, partitions drop and
+//!   closed days are compacted, and the horizons;
 //! - [`rules`] — rules, evaluated: an input's reading (usable, standing in, lost), a
 //!   condition's value, one rule's state machine (hysteresis, `for_s`, gaps, the fight limit);
 //! - [`arbitration`] — claims on a writable point, their bands (mapped onto BACnet's priority
@@ -54,6 +55,7 @@
 //! - [`planted`] — bugs the simulator's planted-bug test turns on (feature `planted-bugs`).
 
 pub mod arbitration;
+pub mod compaction;
 pub mod config;
 pub mod control;
 pub mod decide;

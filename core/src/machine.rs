@@ -549,11 +549,17 @@ impl Core {
                 self.maintenance.on_retention_ran(ctx.now, outcome);
                 self.on_tick();
             }
+            Input::DayCompacted(outcome) => {
+                self.maintenance.on_day_compacted(outcome, ctx, out);
+                self.on_tick();
+            }
             Input::PartitionsEnsured(outcome) => {
                 self.maintenance.on_partitions_ensured(outcome, ctx, out);
                 self.on_tick();
             }
-            Input::RollupStepFenced | Input::RetentionFenced => self.exit(ExitReason::FENCED),
+            Input::RollupStepFenced | Input::RetentionFenced | Input::CompactionFenced => {
+                self.exit(ExitReason::FENCED)
+            }
             Input::ReprocessRequested { ask, reply_to } => {
                 let running = self.mode == Mode::Running;
                 self.maintenance

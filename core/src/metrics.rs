@@ -41,6 +41,12 @@ pub struct Metrics {
     /// on demand for a batch), and its runs that found a parent table locked past the timeout.
     pub partitions_created: u64,
     pub partitions_lock_timeouts: u64,
+    /// Days the running core compacted (`compaction.rs`; a day of one class with hot rows),
+    /// the hot rows they held, and requests the stream held back or that failed (retried).
+    pub compacted_days: u64,
+    pub compacted_rows: u64,
+    pub compaction_stream_holds: u64,
+    pub compaction_failures: u64,
     /// Claims decided, by [`CLAIM_OUTCOMES`]: set, released by their holder, expired (each one
     /// arbitration write asked of the store).
     pub claims: [u64; CLAIM_OUTCOMES.len()],

@@ -24,6 +24,11 @@ pub enum PlantedBug {
     /// The store commits without checking the epoch fence (planted in the store model).
     /// Caught by invariant 6.
     CommitWithoutFence,
+    /// The store applies maintenance writes without checking the fence (planted in the store
+    /// model): a deposed writer's rollup claim or apply, reprocess chunk, retention drop or
+    /// class move lands, as a reprocess whose session died before its next chunk does. Caught
+    /// by invariant 6, which judges every maintenance write as it judges a commit.
+    MaintenanceWithoutFence,
     /// The recovery rule dropped: a `live` row raises its point to `live` even when it is no
     /// longer current (replayed backlog). Caught by invariant 13.
     LiveFromReplayedRow,
@@ -77,14 +82,19 @@ pub enum PlantedBug {
     /// happens to evaluate it, seconds late or not at all (planted in `parts/rules.rs`).
     /// Caught by invariant 26.
     ForSWithoutWake,
+    /// The store's compaction forgets a column (planted in the store model): a compacted
+    /// row comes back without its `detail`. Caught by invariant 27, which reads every
+    /// compacted day back through the store's read paths against the rows committed on it.
+    CompactionDropsDetail,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 17] = [
+    pub const ALL: [PlantedBug; 19] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
         PlantedBug::CommitWithoutFence,
+        PlantedBug::MaintenanceWithoutFence,
         PlantedBug::LiveFromReplayedRow,
         PlantedBug::StaleWhileSuppressed,
         PlantedBug::LockLossIgnored,
@@ -98,6 +108,7 @@ impl PlantedBug {
         PlantedBug::RuleOnReplayedData,
         PlantedBug::WarmupIgnoresSuppression,
         PlantedBug::ForSWithoutWake,
+        PlantedBug::CompactionDropsDetail,
     ];
 
     pub fn name(self) -> &'static str {
@@ -106,6 +117,7 @@ impl PlantedBug {
             PlantedBug::IngestedAtFromCoreClock => "ingested-at-from-core-clock",
             PlantedBug::ProjectSubmittedBatch => "project-submitted-batch",
             PlantedBug::CommitWithoutFence => "commit-without-fence",
+            PlantedBug::MaintenanceWithoutFence => "maintenance-without-fence",
             PlantedBug::LiveFromReplayedRow => "live-from-replayed-row",
             PlantedBug::StaleWhileSuppressed => "stale-while-suppressed",
             PlantedBug::LockLossIgnored => "lock-loss-ignored",
@@ -119,6 +131,7 @@ impl PlantedBug {
             PlantedBug::RuleOnReplayedData => "rule-on-replayed-data",
             PlantedBug::WarmupIgnoresSuppression => "warmup-ignores-suppression",
             PlantedBug::ForSWithoutWake => "for-s-without-wake",
+            PlantedBug::CompactionDropsDetail => "compaction-drops-detail",
         }
     }
 

@@ -87,6 +87,10 @@ pub struct StoredObservation {
 pub struct RowUpdate {
     pub key: ObsKey,
     pub ingested_at: Micros,
+    /// The row's point and `observed_at`, which are not part of its key: a store that holds
+    /// the row in a compacted chunk (issue 24 item 2) finds the chunk by them.
+    pub point_id: String,
+    pub observed_at: Micros,
     pub value: Option<CanonicalValue>,
     /// Written only where the row's `native_text` is NULL (see the module's row rule).
     pub native_text_fill: Option<String>,
@@ -284,6 +288,8 @@ pub fn recompute(point: &CompiledPoint, config: &Config, version: i32, row: &Sto
     RowUpdate {
         key: row.key.clone(),
         ingested_at: row.ingested_at,
+        point_id: row.point_id.clone(),
+        observed_at: row.observed_at,
         value: decided.value,
         native_text_fill,
         quality: decided.quality,

@@ -40,10 +40,12 @@ impl Micros {
         if text.len() > 64 {
             return None;
         }
-        let parsed =
-            time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
-        let nanos = parsed.unix_timestamp_nanos();
-        Some(Micros::from_unix_nanos(nanos))
+        // Every envelope's form first (issue 24 item 3: the general parser was a tenth of
+        // stages 2–10); anything else, valid or not, is the general parser's to judge.
+        if let Some(nanos) = parse_utc_z_nanos(text.as_bytes()) {
+            return Some(Micros::from_unix_nanos(nanos));
+        }
+        parse_rfc3339_general(text)
     }
 
     /// Formats as RFC 3339 UTC with microsecond precision.
@@ -85,9 +87,131 @@ impl fmt::Display for Micros {
     }
 }
 
+/// RFC 3339 through the `time` crate: every form it allows (offsets, lower-case `t` and `z`,
+/// leap seconds, any number of fraction digits).
+fn parse_rfc3339_general(text: &str) -> Option<Micros> {
+    let parsed = time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339).ok()?;
+    Some(Micros::from_unix_nanos(parsed.unix_timestamp_nanos()))
+}
+
+/// Nanoseconds since the epoch of exactly `YYYY-MM-DDTHH:MM:SS[.F{1,9}]Z` with an existing date
+/// and a second below 60; `None` for anything else (which may still be valid RFC 3339, for
+/// [`parse_rfc3339_general`] to decide). Equal to the general parser wherever it answers
+/// (`fast_path_agrees_with_the_general_parser`).
+fn parse_utc_z_nanos(b: &[u8]) -> Option<i128> {
+    const FIXED: usize = "YYYY-MM-DDTHH:MM:SS".len();
+    if b.len() < FIXED + 1 || b[b.len() - 1] != b'Z' {
+        return None;
+    }
+    let digits = |range: std::ops::Range<usize>| -> Option<u32> {
+        b[range].iter().try_fold(0u32, |n, &c| {
+            c.is_ascii_digit().then(|| n * 10 + u32::from(c - b'0'))
+        })
+    };
+    if b[4] != b'-' || b[7] != b'-' || b[10] != b'T' || b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let (year, month, day) = (digits(0..4)?, digits(5..7)?, digits(8..10)?);
+    let (hour, minute, second) = (digits(11..13)?, digits(14..16)?, digits(17..19)?);
+    let fraction_nanos = match &b[FIXED..b.len() - 1] {
+        [] => 0,
+        [b'.', fraction @ ..] if (1..=9).contains(&fraction.len()) => {
+            let value = digits(FIXED + 1..b.len() - 1)?;
+            value * 10u32.pow(9 - fraction.len() as u32)
+        }
+        _ => return None,
+    };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let month_days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return None,
+    };
+    if day == 0 || day > month_days || hour > 23 || minute > 59 || second > 59 {
+        return None;
+    }
+    let days = days_from_civil(i64::from(year), month, day);
+    let seconds = days * 86_400 + i64::from(hour * 3_600 + minute * 60 + second);
+    Some(i128::from(seconds) * 1_000_000_000 + i128::from(fraction_nanos))
+}
+
+/// Days from 1970-01-01 to a proleptic Gregorian date (H. Hinnant's `days_from_civil`).
+fn days_from_civil(year: i64, month: u32, day: u32) -> i64 {
+    debug_assert!((1..=12).contains(&month) && (1..=31).contains(&day));
+    let year = if month <= 2 { year - 1 } else { year };
+    let era = year.div_euclid(400);
+    let year_of_era = year - era * 400;
+    let month = i64::from(month);
+    let day_of_year = (153 * (if month > 2 { month - 3 } else { month + 9 }) + 2) / 5 + i64::from(day) - 1;
+    let day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
+    era * 146_097 + day_of_era - 719_468
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fast_path_agrees_with_the_general_parser() {
+        let cases = [
+            "1970-01-01T00:00:00Z",
+            "1969-12-31T23:59:59.999999999Z",
+            "0000-01-01T00:00:00Z",
+            "0000-02-29T12:00:00Z",
+            "9999-12-31T23:59:59.9Z",
+            "2000-02-29T00:00:00.5Z",
+            "2100-02-29T00:00:00Z",
+            "2024-02-29T23:59:59.123456Z",
+            "2026-11-30T03:00:00.123456789Z",
+            "2026-04-31T00:00:00Z",
+            "2026-00-10T00:00:00Z",
+            "2026-01-00T00:00:00Z",
+            "2026-01-01T24:00:00Z",
+            "2026-01-01T00:60:00Z",
+            "2026-12-31T23:59:60Z",
+            "2026-01-01T00:00:00.Z",
+            "2026-01-01T00:00:00.1234567890Z",
+            "2026-01-01t00:00:00z",
+            "2026-01-01T00:00:00+00:00",
+            "2026-01-01T00:00:0aZ",
+            "2026-1-01T00:00:00Z",
+        ];
+        for text in cases {
+            let fast = parse_utc_z_nanos(text.as_bytes()).map(Micros::from_unix_nanos);
+            if let Some(fast) = fast {
+                assert_eq!(Some(fast), parse_rfc3339_general(text), "{text}");
+            }
+            assert_eq!(Micros::parse_rfc3339(text), parse_rfc3339_general(text), "{text}");
+        }
+        assert!(
+            parse_utc_z_nanos(b"2026-11-30T03:00:00.123456Z").is_some(),
+            "the envelope's form"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn fast_path_agrees_on_any_date(
+            year in 0u32..=9999, month in 1u32..=12, day in 1u32..=31, hour in 0u32..=23,
+            minute in 0u32..=59, second in 0u32..=60, digits in 0usize..=10, fraction in 0u64..10_000_000_000,
+        ) {
+            let mut text = format!("{year:04}-{month:02}-{day:02}T{hour:02}:{minute:02}:{second:02}");
+            if digits > 0 {
+                let f = format!("{fraction:010}");
+                text.push('.');
+                text.push_str(&f[..digits]);
+            }
+            text.push('Z');
+            let fast = parse_utc_z_nanos(text.as_bytes()).map(Micros::from_unix_nanos);
+            let general = parse_rfc3339_general(&text);
+            if fast.is_some() {
+                proptest::prop_assert_eq!(fast, general, "{}", text);
+            }
+            proptest::prop_assert_eq!(Micros::parse_rfc3339(&text), general, "{}", text);
+        }
+    }
 
     #[test]
     fn parses_and_formats_round_trip() {

@@ -251,6 +251,7 @@ impl World {
                 | Effect::PublishObservation { .. }
                 | Effect::RefreshRollups(_)
                 | Effect::DropExpired(_)
+                | Effect::CompactDay(_)
                 | Effect::EnsurePartitions(_)
                 | Effect::Reprocess(_)
                 | Effect::ReprocessReply { .. }

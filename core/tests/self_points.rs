@@ -133,10 +133,11 @@ fn an_interval_of_zero_turns_them_off() {
         self_points_interval_ms: 0,
         ..Config::default()
     };
-    // The daily retention run and the hourly partitions run have deadlines of their own; this
-    // test is about self-points.
+    // The daily retention run, the hourly partitions run and compaction have deadlines of
+    // their own; this test is about self-points.
     config.retention.run_interval_ms = 0;
     config.partitions.interval_ms = 0;
+    config.compaction.after_days = None;
     let mut core = Core::new(config, registry(), 9, &RestoredState::default(), T0).expect("core");
     core.handle(T0.add_ms(60_000), Input::Tick);
     assert!(observations(&drain(&mut core)).is_empty());

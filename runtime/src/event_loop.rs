@@ -13,7 +13,7 @@
 //!
 //! Every effect stops when the loop stops (core runtime spec, "Losing the lock while running":
 //! the core "stops publishing ... and exits"). Work the loop hands to tasks — commits, rollup
-//! steps, retention runs, a reprocess, control writes, observation publishes — is aborted when
+//! steps, retention runs, a compaction, a reprocess, control writes, observation publishes — is aborted when
 //! the loop exits on a failure; an orderly exit (code 0) lets the checkpointer and the
 //! observation publisher finish what was queued before it, within
 //! [`RuntimeConfig::drain_observations_ms`]. Nothing the loop owns runs after [`run`] returns.
@@ -384,6 +384,13 @@ where
                     Input::EpochRecorded { epoch: None }
                 }
             },
+            Some(joined) = maintenance.compactions.join_next() => match joined {
+                Ok(answer) => answer,
+                Err(join_error) => {
+                    error!(error = %join_error, "compaction task failed");
+                    Input::DayCompacted(sentinel_core::compaction::CompactionOutcome::Failed)
+                }
+            },
             Some(joined) = maintenance.retention_runs.join_next() => match joined {
                 Ok(answer) => answer,
                 Err(join_error) => {
@@ -534,6 +541,7 @@ where
     commits.abort_all();
     maintenance.rollup_steps.abort_all();
     maintenance.retention_runs.abort_all();
+    maintenance.compactions.abort_all();
     maintenance.partition_runs.abort_all();
     maintenance.epoch_checks.abort_all();
     reprocess_jobs.abort_all();
@@ -695,6 +703,8 @@ async fn raise_epoch<S: Store>(
 struct Maintenance {
     rollup_steps: JoinSet<Input>,
     retention_runs: JoinSet<Input>,
+    /// The day being compacted (`Effect::CompactDay`; at most one).
+    compactions: JoinSet<Input>,
     partition_runs: JoinSet<Input>,
     /// A `stale_epoch` answer's question to the store (`Effect::CheckEpoch`).
     epoch_checks: JoinSet<Input>,
@@ -937,6 +947,15 @@ async fn execute<B: Bus, S: Store>(
                         Input::RetentionRan(RetentionOutcome::Failed)
                     }
                 }
+            });
+        }
+        Effect::CompactDay(request) => {
+            // Off the loop, like a retention run: one fenced transaction, after one lag read.
+            let bus = bus.clone();
+            let store = store.clone();
+            let telemetry = telemetry.clone();
+            maintenance.compactions.spawn(async move {
+                crate::compaction::compact_day(&bus, &store, request, telemetry.as_ref()).await
             });
         }
         Effect::EnsurePartitions(run) => {

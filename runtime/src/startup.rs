@@ -24,9 +24,11 @@
 
 use std::future::Future;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures::StreamExt as _;
+use sentinel_core::registry::Registry;
 use sentinel_core::registry::plan::Admission;
 use sentinel_core::{Config, Core, IssuedCommand, RetentionClass};
 use tokio::sync::mpsc;
@@ -36,6 +38,42 @@ use crate::notify::Notifier;
 use crate::registry_dir;
 use sentinel_ports::clock::Clock;
 use sentinel_ports::{Bus, BusError, Inbound, Lease, StartupStep, Store, StoreError};
+
+/// How many verdicts [`registry_refusal`] remembers.
+const REFUSALS_CACHE_ENTRIES_MAX: usize = 8;
+
+/// A compiled registry (held, so its address is never reused while remembered), the capacity
+/// it was judged against, and the verdict.
+type Verdict = (Arc<Registry>, Admission, Option<String>);
+
+static REFUSALS: Mutex<Vec<Verdict>> = Mutex::new(Vec::new());
+
+/// Why the compiled `registry` may not run under `admission`: its declared load against the
+/// capacity ([`registry_dir::capacity_refusal`]) first, then its rules
+/// ([`registry_dir::rule_refusal`]). Both are pure functions of the two, and a core restarting
+/// inside one process (the simulator restarts cores a dozen times a seed; they were 5 % of a
+/// seed) gets the very same `Arc` from [`registry_dir::compile_stored_shared`] for the same
+/// stored version, so the verdict is remembered by the registry's identity and the admission.
+fn registry_refusal(registry: &Arc<Registry>, admission: &Admission) -> Option<String> {
+    {
+        let cache = REFUSALS.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, _, verdict)) = cache
+            .iter()
+            .find(|(seen, judged, _)| Arc::ptr_eq(seen, registry) && judged == admission)
+        {
+            return verdict.clone();
+        }
+    }
+    let verdict =
+        registry_dir::capacity_refusal(registry, admission).or_else(|| registry_dir::rule_refusal(registry));
+    let mut cache = REFUSALS.lock().unwrap_or_else(|p| p.into_inner());
+    if cache.len() == REFUSALS_CACHE_ENTRIES_MAX {
+        cache.remove(0);
+    }
+    cache.push((Arc::clone(registry), admission.clone(), verdict.clone()));
+    assert!(cache.len() <= REFUSALS_CACHE_ENTRIES_MAX);
+    verdict
+}
 
 /// How long each startup step took, in the order they ran.
 #[derive(Clone, Debug, Default)]
@@ -219,10 +257,7 @@ where
     let stored = store.load_registry(None).await?.ok_or(StartError::NoRegistry)?;
     let registry =
         registry_dir::compile_stored_shared(stored).map_err(|e| StartError::Registry(e.to_string()))?;
-    if let Some(refusal) = registry_dir::capacity_refusal(&registry, admission) {
-        return Err(StartError::Registry(refusal));
-    }
-    if let Some(refusal) = registry_dir::rule_refusal(&registry) {
+    if let Some(refusal) = registry_refusal(&registry, admission) {
         return Err(StartError::Registry(refusal));
     }
     timings.record("registry", step);

@@ -107,18 +107,20 @@ pub enum StoreOp {
     Control,
     Rollup,
     Retention,
+    Compaction,
     Lease,
     Gauges,
     Partitions,
 }
 
 impl StoreOp {
-    const ALL: [StoreOp; 8] = [
+    const ALL: [StoreOp; 9] = [
         StoreOp::Commit,
         StoreOp::Checkpoint,
         StoreOp::Control,
         StoreOp::Rollup,
         StoreOp::Retention,
+        StoreOp::Compaction,
         StoreOp::Lease,
         StoreOp::Gauges,
         StoreOp::Partitions,
@@ -131,6 +133,7 @@ impl StoreOp {
             StoreOp::Control => "control",
             StoreOp::Rollup => "rollup",
             StoreOp::Retention => "retention",
+            StoreOp::Compaction => "compaction",
             StoreOp::Lease => "lease",
             StoreOp::Gauges => "gauges",
             StoreOp::Partitions => "partitions",
@@ -511,6 +514,24 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
         "sentinel_partitions_lock_timeouts",
         "Partitions-ahead runs that found a parent table locked past the lock timeout (retried)",
         &[(&[], m.partitions_lock_timeouts)],
+    )?;
+    f.counter(
+        "sentinel_compacted_days",
+        "Closed days of a class the running core compacted (one compaction control event each)",
+        &[(&[], m.compacted_days)],
+    )?;
+    f.counter(
+        "sentinel_compacted_rows",
+        "Hot rows the running core compacted",
+        &[(&[], m.compacted_rows)],
+    )?;
+    f.counter(
+        "sentinel_compaction_deferred",
+        "Compaction requests deferred, by why: stream (a message ingested on the day may still be redelivered), failed (retried)",
+        &[
+            (&[("why", "stream")], m.compaction_stream_holds),
+            (&[("why", "failed")], m.compaction_failures),
+        ],
     )?;
     f.counter(
         "sentinel_commands",

@@ -2,20 +2,24 @@
 //! refresh and retention schedules, and the one reprocess asked over the bus (ingest spec,
 //! "Retention and rollups", "Reprocess"; core runtime spec, "Backpressure").
 //!
-//! Owns: the [`RollupSchedule`], the [`RetentionSchedule`] and the [`PartitionsSchedule`] (in
-//! [`crate::rollup`], [`crate::retention`] and [`crate::partitions`]), the [`ReprocessSlot`] (in [`crate::reprocess_request`]), and whether
+//! Owns: the [`RollupSchedule`], the [`RetentionSchedule`], the [`CompactionSchedule`] and the
+//! [`PartitionsSchedule`] (in [`crate::rollup`], [`crate::retention`], [`crate::compaction`]
+//! and [`crate::partitions`]), the [`ReprocessSlot`] (in [`crate::reprocess_request`]), and whether
 //! the last lag reading was high. Ingest needs the database more than maintenance does: while
 //! the lag is high or every in-flight slot is taken ("ingest behind", which the router tells
-//! from the ingest part's pipeline), no rollup step or retention run is asked for, so they
+//! from the ingest part's pipeline), no rollup step, retention run or compaction is asked for, so they
 //! never starve ingest.
 //!
-//! Takes `Tick`, `Lag`, `RollupStepped`, `RetentionRan`, `PartitionsEnsured` (counted: the
+//! Takes `Tick`, `Lag`, `RollupStepped`, `RetentionRan`, `DayCompacted` (counted),
+//! `PartitionsEnsured` (counted: the
 //! partitions made, the lock timeouts), `ReprocessRequested` and the slot's
 //! side of `ReprocessFinished` and of the core's exit (the fenced inputs stop the core in the
 //! router).
 //!
-//! Emits `RefreshRollups`, `DropExpired`, `EnsurePartitions`, `Reprocess` and `ReprocessReply`.
+//! Emits `RefreshRollups`, `DropExpired`, `CompactDay`, `EnsurePartitions`, `Reprocess` and
+//! `ReprocessReply`.
 
+use crate::compaction::{CompactionOutcome, CompactionSchedule};
 use crate::config::Config;
 use crate::effect::Effect;
 use crate::partitions::{PartitionsOutcome, PartitionsSchedule};
@@ -30,6 +34,7 @@ use super::context::{Ctx, Out};
 pub(crate) struct Maintenance {
     rollups: RollupSchedule,
     retention: RetentionSchedule,
+    compaction: CompactionSchedule,
     partitions: PartitionsSchedule,
     reprocess: ReprocessSlot,
     /// The last lag reading was high.
@@ -41,6 +46,7 @@ impl Maintenance {
         Maintenance {
             rollups: RollupSchedule::new(config.rollups.clone(), now),
             retention: RetentionSchedule::new(config.retention.clone(), now),
+            compaction: CompactionSchedule::new(config.compaction.clone(), now),
             partitions: PartitionsSchedule::new(config.partitions.clone(), now),
             reprocess: ReprocessSlot::default(),
             lag_high: false,
@@ -90,6 +96,12 @@ impl Maintenance {
         if let Some(run) = self.retention.poll(ctx.now, ctx.epoch, behind) {
             out.push(Effect::DropExpired(run));
         }
+        if let Some(day) = self
+            .compaction
+            .poll(ctx.now, ctx.epoch, behind, &ctx.config.retention)
+        {
+            out.push(Effect::CompactDay(day));
+        }
         if let Some(run) = self.partitions.poll(ctx.now, behind) {
             out.push(Effect::EnsurePartitions(run));
         }
@@ -104,6 +116,7 @@ impl Maintenance {
         [
             self.rollups.next_deadline(),
             self.retention.next_deadline(),
+            self.compaction.next_deadline(),
             self.partitions.next_deadline(),
         ]
         .into_iter()
@@ -117,6 +130,21 @@ impl Maintenance {
 
     pub fn on_retention_ran(&mut self, now: Micros, outcome: RetentionOutcome) {
         self.retention.on_run(now, outcome);
+    }
+
+    /// A day's compaction answered: counted, and the schedule moves (a stream refusal and a
+    /// failure wait; the runtime logged them, without values).
+    pub fn on_day_compacted(&mut self, outcome: CompactionOutcome, ctx: &Ctx, out: &mut Out) {
+        match outcome {
+            CompactionOutcome::Done { rows } if rows > 0 => {
+                out.metrics.compacted_days += 1;
+                out.metrics.compacted_rows += rows;
+            }
+            CompactionOutcome::Done { .. } => {}
+            CompactionOutcome::StreamHolds => out.metrics.compaction_stream_holds += 1,
+            CompactionOutcome::Failed => out.metrics.compaction_failures += 1,
+        }
+        self.compaction.on_compacted(ctx.now, outcome);
     }
 
     /// A partitions-ahead run answered: counted, and the schedule moves.
@@ -181,6 +209,7 @@ impl Maintenance {
 mod tests {
     use super::*;
     use crate::parts::context::testing::{T0, ctx, drain};
+    use crate::registry::RetentionClass;
 
     fn ask(request_id: &str, registry_version: i32) -> ReprocessAsk {
         ReprocessAsk {
@@ -201,6 +230,7 @@ mod tests {
             .map(|e| match e {
                 Effect::RefreshRollups(_) => "rollups",
                 Effect::DropExpired(_) => "retention",
+                Effect::CompactDay(_) => "compaction",
                 Effect::EnsurePartitions(_) => "partitions",
                 Effect::Reprocess(_) => "reprocess",
                 Effect::ReprocessReply { .. } => "reply",
@@ -229,8 +259,11 @@ mod tests {
         assert!(drain(&mut out).is_empty(), "lag is high");
         assert!(!maintenance.on_lag(0, 0, Some(0), &ctx, &mut out));
         maintenance.on_tick(false, &ctx, &mut out);
-        assert_eq!(kinds(&drain(&mut out)), ["rollups", "retention", "partitions"]);
-        assert_eq!(maintenance.next_deadline(false), None, "all three in flight");
+        assert_eq!(
+            kinds(&drain(&mut out)),
+            ["rollups", "retention", "compaction", "partitions"]
+        );
+        assert_eq!(maintenance.next_deadline(false), None, "all four in flight");
         maintenance.on_rollup_stepped(ctx.now, RollupStepOutcome::Done { behind: true });
         let catch_up = ctx.now.add_ms(ctx.config.rollups.catch_up_interval_ms);
         assert_eq!(maintenance.next_deadline(false), Some(catch_up));
@@ -280,6 +313,55 @@ mod tests {
             (1, 4)
         );
         assert!(drain(&mut out).is_empty(), "counted only; nothing else to do");
+    }
+
+    #[test]
+    fn compaction_asks_a_day_at_a_time_counts_what_it_did_and_waits_on_the_stream() {
+        let mut ctx = ctx();
+        let mut out = Out::default();
+        let mut maintenance = Maintenance::new(&ctx.config, T0);
+        let compaction_of = |effects: Vec<Effect>| {
+            effects.into_iter().find_map(|e| match e {
+                Effect::CompactDay(day) => Some(day),
+                _ => None,
+            })
+        };
+        ctx.now = T0.add_ms(ctx.config.compaction.first_run_delay_ms);
+        assert!(maintenance.on_lag(ctx.config.lag_high_pending, 0, None, &ctx, &mut out));
+        maintenance.on_tick(false, &ctx, &mut out);
+        assert_eq!(compaction_of(drain(&mut out)), None, "ingest is behind");
+        assert!(!maintenance.on_lag(0, 0, None, &ctx, &mut out));
+        maintenance.on_tick(true, &ctx, &mut out);
+        assert_eq!(compaction_of(drain(&mut out)), None, "the pipeline is full");
+        maintenance.on_tick(false, &ctx, &mut out);
+        let first = compaction_of(drain(&mut out)).expect("a day is due");
+        // The oldest day any class still keeps (state's, a 90-day horizon), asked first.
+        let kept_from = ctx.config.retention.raw_kept_from(RetentionClass::State, ctx.now);
+        assert_eq!(
+            (first.class, first.day, first.epoch, first.at),
+            (RetentionClass::State, kept_from, ctx.epoch, ctx.now)
+        );
+        assert_eq!(first.after_days, 7);
+        maintenance.on_tick(false, &ctx, &mut out);
+        assert_eq!(compaction_of(drain(&mut out)), None, "one in flight");
+        maintenance.on_day_compacted(CompactionOutcome::StreamHolds, &ctx, &mut out);
+        assert_eq!(out.metrics.compaction_stream_holds, 1);
+        assert!(drain(&mut out).is_empty(), "a stream refusal is quiet: no effect");
+        ctx.now = ctx.now.add_ms(ctx.config.compaction.run_interval_ms);
+        maintenance.on_tick(false, &ctx, &mut out);
+        let again = compaction_of(drain(&mut out)).expect("a run interval later");
+        assert_eq!(again.day, first.day, "the same day again");
+        maintenance.on_day_compacted(CompactionOutcome::Done { rows: 40 }, &ctx, &mut out);
+        ctx.now = ctx.now.add_ms(ctx.config.compaction.catch_up_interval_ms);
+        maintenance.on_tick(false, &ctx, &mut out);
+        let next = compaction_of(drain(&mut out)).expect("the next day");
+        assert_eq!(next.day, Micros(first.day.0 + crate::time::US_PER_DAY));
+        maintenance.on_day_compacted(CompactionOutcome::Done { rows: 0 }, &ctx, &mut out);
+        assert_eq!(
+            (out.metrics.compacted_days, out.metrics.compacted_rows),
+            (1, 40),
+            "an empty or already compacted day is not counted"
+        );
     }
 
     #[test]

@@ -380,6 +380,9 @@ impl Harness {
                 Effect::DropExpired(run) => {
                     assert_eq!(run.epoch, EPOCH, "retention run on the wrong epoch");
                 }
+                Effect::CompactDay(day) => {
+                    assert_eq!(day.epoch, EPOCH, "compaction on the wrong epoch");
+                }
                 Effect::EnsurePartitions(run) => {
                     assert!(
                         run.days_ahead > 0,
