@@ -29,9 +29,10 @@ use sentinel_ports::{
     StoredControlEvent, StoredRegistry,
 };
 
+use crate::checker::fence::Maintenance;
 use crate::checker::quality::ControlFacts;
 use crate::settings::Site;
-use crate::world::{Incarnation, World};
+use crate::world::{CoreId, Incarnation, World};
 
 /// Hangs forever: the caller's process is about to be killed by the controller.
 async fn hang<T>() -> T {
@@ -407,6 +408,25 @@ impl SimStore {
         }
     }
 
+    /// The operator's commands' store (`sentinel rollup refresh`, `sentinel reprocess`): a
+    /// process of its own, never a core ([`CoreId::OPERATOR`]: no link of its own to cut, never
+    /// crashed by the controller), writing through the world's own handle, whose acquisitions
+    /// the commands take. Its maintenance writes go through the same fenced path as a core's,
+    /// so invariant 6 judges them alike.
+    pub fn operator(world: Arc<World>) -> SimStore {
+        let handle = world.store.clone();
+        let incarnation = Arc::new(Incarnation {
+            core: CoreId::OPERATOR,
+            number: 0,
+            session: Mutex::new(None),
+        });
+        SimStore {
+            world,
+            incarnation,
+            handle,
+        }
+    }
+
     /// A control write, with `point_desired` rows when it is an arbitration: the checker hears
     /// of every command it writes (invariant 6) and every quality change (4, 13, 14).
     async fn write_events(
@@ -433,7 +453,7 @@ impl SimStore {
             }
             return Err(e);
         }
-        let epoch_at_write = self.handle.current_epoch();
+        let holder = self.handle.holder();
         let stamps: Vec<u32> = events.iter().map(|e| e.core_epoch).collect();
         let commands: Vec<String> = events
             .iter()
@@ -461,9 +481,15 @@ impl SimStore {
         };
         let now = self.world.now();
         let mut inner = self.world.lock();
-        inner
-            .checker
-            .on_control_events(epoch, &stamps, &commands, &qualities, &seqs, epoch_at_write, now);
+        inner.checker.on_control_events(
+            epoch,
+            &stamps,
+            &commands,
+            &qualities,
+            &seqs,
+            (self.handle.core_start(), holder),
+            now,
+        );
         inner
             .checker
             .on_command_plane(&written.0, written.1.as_deref(), &seqs, now);
@@ -480,7 +506,8 @@ impl SimStore {
 
     /// A write through the model, the way every fenced write goes: entered as `action`
     /// (invariant 15, a cut link), then judged by invariant 6's fence check as `what` against
-    /// the epoch current just before it. `write` is lazy: nothing runs before the entry.
+    /// the holder (epoch and start identity) just before it. `write` is lazy: nothing runs
+    /// before the entry.
     async fn fenced_write<T>(
         &self,
         action: &str,
@@ -489,14 +516,52 @@ impl SimStore {
         write: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
         self.enter(Some(action)).await?;
-        let epoch_at_write = self.handle.current_epoch();
+        let holder = self.handle.holder();
         let out = write.await?;
         let now = self.world.now();
         self.world
             .lock()
             .checker
-            .on_write(what, epoch, epoch_at_write, now);
+            .on_write(what, self.handle.writer(epoch), holder, now);
         Ok(out)
+    }
+
+    /// A maintenance write (issue 24: judged as a commit is): entered as `action`, then, if the
+    /// store accepted it, judged by invariant 6 as `kind` against the holder just before it;
+    /// a refusal by the fence is counted. Every maintenance write of the simulator, a core's
+    /// or the operator's, comes through here; a new maintenance operation (a compaction)
+    /// joins by calling it with its own [`Maintenance`] kind. `write` is lazy.
+    pub async fn maintenance_write<T>(
+        &self,
+        kind: Maintenance,
+        action: &str,
+        epoch: u32,
+        write: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.enter(Some(action)).await?;
+        self.judge_maintenance(kind, epoch, write.await)
+    }
+
+    /// Invariant 6 on a maintenance write's outcome, `result` (see [`Self::maintenance_write`]).
+    /// The holder is read after the write: the model runs each write whole under its lock, and
+    /// a write that landed changed nothing the fence reads.
+    fn judge_maintenance<T>(
+        &self,
+        kind: Maintenance,
+        epoch: u32,
+        result: Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let holder = self.handle.holder();
+        let now = self.world.now();
+        let mut inner = self.world.lock();
+        match &result {
+            Ok(_) => inner
+                .checker
+                .on_maintenance(kind, self.handle.writer(epoch), holder, now),
+            Err(StoreError::Fenced { .. }) => inner.checker.maintenance.on_refused(kind),
+            Err(_) => {}
+        }
+        result
     }
 
     /// Every call of this incarnation's: a zombie's hangs; `action` (a commit or another
@@ -627,12 +692,14 @@ impl Store for SimStore {
             tokio::time::sleep(Duration::from_millis(delay_ms)).await;
             self.enter(None).await.map_err(|e| fail(id, e))?;
         }
-        let epoch_at_commit = self.handle.current_epoch();
+        let holder = self.handle.holder();
         let report = self.handle.commit(batch).await?;
         let now = self.world.now();
         {
             let mut inner = self.world.lock();
-            inner.checker.on_commit(&report, epoch_at_commit, now);
+            inner
+                .checker
+                .on_commit(&report, self.handle.core_start(), holder, now);
             inner.trace.event(
                 now,
                 format_args!(
@@ -735,7 +802,7 @@ impl Store for SimStore {
     ) -> Result<RollupRefresh, StoreError> {
         let write = self.handle.refresh_rollups(epoch, from, to);
         let refresh = self
-            .fenced_write("refreshes rollups", "a rollup refresh", epoch, write)
+            .maintenance_write(Maintenance::RollupRefresh, "refreshes rollups", epoch, write)
             .await?;
         check_refreshed_rollups(&self.world, &refresh).await;
         Ok(refresh)
@@ -750,25 +817,16 @@ impl Store for SimStore {
         limits: RollupStepLimits,
     ) -> Result<RollupStep, StoreError> {
         self.enter(Some("refreshes rollups")).await?;
-        let epoch_at_write = self.handle.current_epoch();
-        self.handle.rollup_claim(epoch, closed_before, limits)?;
-        self.world
-            .lock()
-            .checker
-            .on_write("a rollup claim", epoch, epoch_at_write, self.world.now());
+        let claimed = self.handle.rollup_claim(epoch, closed_before, limits);
+        self.judge_maintenance(Maintenance::RollupClaim, epoch, claimed)?;
         if self.world.fires(Site::CrashMidRollupStep) {
             self.world
                 .request_crash(self.incarnation.core, Site::CrashMidRollupStep);
             return hang().await;
         }
         self.enter(Some("refreshes rollups")).await?;
-        let epoch_at_write = self.handle.current_epoch();
-        let step = self.handle.rollup_apply(epoch)?;
-        let now = self.world.now();
-        self.world
-            .lock()
-            .checker
-            .on_write("a rollup step", epoch, epoch_at_write, now);
+        let applied = self.handle.rollup_apply(epoch);
+        let step = self.judge_maintenance(Maintenance::RollupApply, epoch, applied)?;
         if !step.more {
             check_rollup_watermark(&self.world, step.watermark).await;
         }
@@ -811,26 +869,20 @@ impl Store for SimStore {
         updates: Vec<RowUpdate>,
     ) -> Result<u64, StoreError> {
         self.enter(Some("reprocesses rows")).await?;
-        let epoch_at_write = self.handle.current_epoch();
         let keys: std::collections::BTreeSet<(sentinel_core::ObsKey, Micros)> =
             updates.iter().map(|u| (u.key.clone(), u.ingested_at)).collect();
-        let updated = self.handle.apply_reprocess(epoch, class, updates).await?;
-        let rows = self.handle.rows(class);
-        let points: std::collections::BTreeSet<Arc<str>> = rows
-            .iter()
-            .filter(|r| keys.contains(&(r.key.clone(), r.ingested_at)))
-            .map(|r| r.point_id.clone())
-            .collect();
-        let rewritten: Vec<_> = rows
+        let applied = self.handle.apply_reprocess(epoch, class, updates).await;
+        let updated = self.judge_maintenance(Maintenance::ReprocessChunk, epoch, applied)?;
+        // The checker's fold and aggregates of the rewritten points, from the log now (a
+        // reprocess's refresh is judged against them before the run returns).
+        let points: std::collections::BTreeSet<Arc<str>> = self
+            .handle
+            .rows_where(class, |r| keys.contains(&(r.key.clone(), r.ingested_at)))
             .into_iter()
-            .filter(|r| points.contains(&r.point_id))
+            .map(|r| r.point_id)
             .collect();
-        let now = self.world.now();
-        let mut inner = self.world.lock();
-        inner
-            .checker
-            .on_write("a reprocess chunk", epoch, epoch_at_write, now);
-        inner.checker.on_rows_rewritten(&points, &rewritten);
+        let rewritten = self.handle.rows_where(class, |r| points.contains(&r.point_id));
+        self.world.lock().checker.on_rows_rewritten(&points, &rewritten);
         Ok(updated)
     }
 
@@ -841,11 +893,12 @@ impl Store for SimStore {
         principal: &str,
         record: &ReprocessRecord,
     ) -> Result<i64, StoreError> {
+        // The handle's own: its start identity is what the fence compares.
         let write = self
-            .world
-            .store
+            .handle
             .write_reprocess_event(epoch, occurred_at, principal, record);
-        self.fenced_write("writes a reprocess event", "a reprocess event", epoch, write)
+        let kind = Maintenance::ReprocessEvent;
+        self.maintenance_write(kind, "writes a reprocess event", epoch, write)
             .await
     }
 
@@ -867,10 +920,10 @@ impl Store for SimStore {
         occurred_at: Micros,
     ) -> Result<RetentionRun, StoreError> {
         let write = self
-            .world
-            .store
+            .handle
             .drop_expired(epoch, cutoffs, partitions_max, principal, occurred_at);
-        self.fenced_write("drops expired partitions", "a retention drop", epoch, write)
+        let kind = Maintenance::RetentionDrop;
+        self.maintenance_write(kind, "drops expired partitions", epoch, write)
             .await
     }
 
@@ -896,6 +949,16 @@ impl Store for SimStore {
             .await
     }
 
+    async fn compact_day(
+        &self,
+        epoch: u32,
+        request: sentinel_ports::CompactionRequest<'_>,
+    ) -> Result<sentinel_ports::Compaction, StoreError> {
+        let write = self.handle.compact_day(epoch, request);
+        self.maintenance_write(Maintenance::Compaction, "compacts a day", epoch, write)
+            .await
+    }
+
     async fn move_point_class(
         &self,
         epoch: u32,
@@ -905,10 +968,10 @@ impl Store for SimStore {
         occurred_at: Micros,
     ) -> Result<ClassMove, StoreError> {
         let write = self
-            .world
-            .store
+            .handle
             .move_point_class(epoch, point_id, to, principal, occurred_at);
-        self.fenced_write("moves a point's class", "a class move", epoch, write)
+        let kind = Maintenance::ClassMove;
+        self.maintenance_write(kind, "moves a point's class", epoch, write)
             .await
     }
 

@@ -54,7 +54,7 @@ struct Cli {
     /// stale-while-suppressed, lock-loss-ignored, guard-ignores-announcements,
     /// derive-from-submitted-batch, rollup-ignores-late-rows, publish-before-commit,
     /// resolver-ignores-band, raise-every-row, rule-on-replayed-data, warmup-ignores-suppression,
-    /// wake-for-suppressed-deadline (a livelock).
+    /// for-s-without-wake, compaction-drops-detail, wake-for-suppressed-deadline (a livelock).
     #[arg(long)]
     plant: Option<String>,
 }
@@ -118,6 +118,9 @@ fn main() -> anyhow::Result<()> {
     let failures: Arc<Mutex<Vec<SeedOutcome>>> = Arc::new(Mutex::new(Vec::new()));
     // Commands drivers applied, of those from a deposed core, and refused, over all seeds.
     let commands: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
+    // Seeds that compacted old days, the days and rows compacted, and day readings judged
+    // (invariant 27), over all seeds.
+    let compactions: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
     let started = Instant::now();
     let verbose = cli.verbose;
 
@@ -125,6 +128,7 @@ fn main() -> anyhow::Result<()> {
         .map(|_| {
             let (next, done, stop, failures) = (next.clone(), done.clone(), stop.clone(), failures.clone());
             let commands = commands.clone();
+            let compactions = compactions.clone();
             let (registry, options, end) = (registry.clone(), options.clone(), range.end);
             std::thread::spawn(move || {
                 loop {
@@ -141,6 +145,14 @@ fn main() -> anyhow::Result<()> {
                         s.commands_applied,
                         s.commands_applied_deposed,
                         s.commands_refused,
+                    ]) {
+                        total.fetch_add(n, Ordering::Relaxed);
+                    }
+                    for (total, n) in compactions.iter().zip([
+                        u64::from(s.compacted_days > 0),
+                        s.compacted_days,
+                        s.compacted_rows,
+                        s.compaction_days_checked,
                     ]) {
                         total.fetch_add(n, Ordering::Relaxed);
                     }
@@ -188,6 +200,10 @@ fn main() -> anyhow::Result<()> {
     );
     let [applied, deposed, refused] = commands.as_ref().each_ref().map(|c| c.load(Ordering::Relaxed));
     println!("commands applied by drivers {applied} (from a deposed core {deposed}), refused {refused}");
+    let [seeds, days, rows, checked] = compactions.as_ref().each_ref().map(|c| c.load(Ordering::Relaxed));
+    println!(
+        "old days compacted by the operator: {days} days ({rows} rows) in {seeds} seeds, {checked} day readings judged (invariant 27)"
+    );
     if !failures.is_empty() {
         std::process::exit(1);
     }
@@ -209,8 +225,16 @@ fn result_line(outcome: &SeedOutcome) -> String {
         } else {
             String::new()
         };
+    let compacted = if s.compaction_days_checked > 0 {
+        format!(
+            " | compacted {} old days ({} rows), {} day readings judged",
+            s.compacted_days, s.compacted_rows, s.compaction_days_checked
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | claims {} arbitrations {} value changes {} verdicts {} | policy rows {} | rule claims {} warmups {} windows {}{} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
+        "seed {}: {} | accepted {} rows {} quarantined {} transitions {} epochs {} derived {} rollup buckets {} | commands applied {} (from a deposed core {}), refused {} | maintenance writes {}, refused by the fence {} | claims {} arbitrations {} value changes {} verdicts {} | policy rows {} | rule claims {} warmups {} windows {}{}{} | {} steps, {} s simulated, at most {} events at one instant | trace {} lines, hash {}",
         outcome.seed,
         match &outcome.violation {
             None => "ok".to_owned(),
@@ -226,6 +250,8 @@ fn result_line(outcome: &SeedOutcome) -> String {
         s.commands_applied,
         s.commands_applied_deposed,
         s.commands_refused,
+        s.maintenance_writes,
+        s.maintenance_writes_refused,
         s.claims_set,
         s.arbitrations_checked,
         s.value_changes_checked,
@@ -235,6 +261,7 @@ fn result_line(outcome: &SeedOutcome) -> String {
         s.rule_warmups_checked,
         s.rule_windows_checked,
         failover,
+        compacted,
         s.steps,
         s.simulated_ms / 1_000,
         s.events_peak,

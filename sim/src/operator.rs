@@ -2,7 +2,10 @@
 //! spec, "Reprocess", "Retention and rollups"). Like the real commands, each takes the
 //! single-writer lock itself and refuses (exit 10) when a core holds it, so the controller runs
 //! them right after it crashed the lock holder, before the core's restart: between two
-//! simulated instants, on the memory store directly.
+//! simulated instants. Their writes go through the store adapter's fenced path
+//! ([`SimStore::operator`]), so invariant 6 judges each maintenance write (a refresh, a
+//! reprocess chunk, its control event) as it judges a core's commit: one by a writer that no
+//! longer holds the lock must be refused.
 //!
 //! Owns: `operator_rollup_refresh` (`sentinel rollup refresh` over a recent range; invariant 10
 //! on what it reports) and `operator_reprocess` (`sentinel registry load` of version 2, which
@@ -14,6 +17,8 @@
 //! fold, and the core's rollup steps must bring every bucket back to its rows, even after a run
 //! cut off before its refresh.
 //!
+//! `operator_compact` (`sentinel compact` of old days, issue 24) is [`compaction`]'s.
+//!
 //! Also owns the claims every seed makes (issue 21, "What it must show": writable points and
 //! claims in every seed): [`draw_claim`] picks, for each request the controller sends a core,
 //! who asks and what — an operator's claim for the default hour or a short while that lapses
@@ -23,8 +28,12 @@
 //! early release by any of those holders (refused when it holds nothing). The draws come
 //! from a generator of their own ([`CLAIMS_STREAM`]), so the run's other draws stay as they were.
 
+pub mod compaction;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
+
+use crate::adapters::SimStore;
 
 use sentinel_core::time::US_PER_DAY;
 use sentinel_core::{Config, Micros, RetentionClass};
@@ -107,7 +116,7 @@ pub fn draw_claim(rng: &mut SimRng) -> ClaimAsk {
 const RUN_P: f64 = 0.5;
 
 /// The crash hook: every active maintenance site gets its chance.
-pub fn maintenance(world: &World, registry: &SimRegistry, now: Micros) {
+pub fn maintenance(world: &Arc<World>, registry: &SimRegistry, now: Micros) {
     if world.store_down() {
         return;
     }
@@ -119,6 +128,10 @@ pub fn maintenance(world: &World, registry: &SimRegistry, now: Micros) {
             Site::OperatorRollupRefresh => operator_rollup_refresh(world, now),
             _ => operator_reprocess(world, registry, now),
         }
+    }
+    // Drawn from its own generator, so the sites above draw as they did before it existed.
+    if world.settings.is_active(Site::OperatorCompact) && world.lock().compact_rng.chance(RUN_P) {
+        compaction::operator_compact(world, now);
     }
 }
 
@@ -151,20 +164,21 @@ fn end(world: &World, lease: MemoryLease) {
 }
 
 /// `sentinel rollup refresh --from T --to T` over a range of the last hour.
-fn operator_rollup_refresh(world: &World, now: Micros) {
+fn operator_rollup_refresh(world: &Arc<World>, now: Micros) {
     let Some(lease) = take_lock(world, "rollup refresh", now) else {
         return;
     };
     let epoch = lease.epoch();
     let from = now.add_ms(-(world.between(0, 3_600_000) as i64));
     let to = from.add_ms(world.between(1_000, 7_200_000) as i64);
-    match now_or_never(Store::refresh_rollups(&world.store, epoch, from, to)) {
+    // Judged by invariants 6 and 10 in the adapter.
+    let store = SimStore::operator(world.clone());
+    match now_or_never(Store::refresh_rollups(&store, epoch, from, to)) {
         Ok(refresh) => {
             world.trace(format_args!(
                 "operator rollup refresh epoch {epoch} over [{from}, {to}): {} + {} buckets",
                 refresh.minute_buckets, refresh.hour_buckets
             ));
-            now_or_never(crate::adapters::check_refreshed_rollups(world, &refresh));
         }
         Err(e) => world.lock().checker.fail(
             0,
@@ -177,7 +191,7 @@ fn operator_rollup_refresh(world: &World, now: Micros) {
 
 /// `sentinel registry load` (version 2) then `sentinel reprocess --point-glob P --from T
 /// --registry-version current` for the point version 2 corrects.
-fn operator_reprocess(world: &World, registry: &SimRegistry, now: Micros) {
+fn operator_reprocess(world: &Arc<World>, registry: &SimRegistry, now: Micros) {
     let Some(lease) = take_lock(world, "reprocess", now) else {
         return;
     };
@@ -245,8 +259,10 @@ fn operator_reprocess(world: &World, registry: &SimRegistry, now: Micros) {
             }
         }
     };
+    // Every chunk, the refresh and the control event through the fenced path (invariant 6).
+    let store = SimStore::operator(world.clone());
     let outcome = now_or_never(reprocess::run(
-        &world.store,
+        &store,
         epoch,
         &compiled,
         &config,
@@ -277,8 +293,7 @@ fn operator_reprocess(world: &World, registry: &SimRegistry, now: Micros) {
     // The log is the truth: the checker's fold and aggregates of the point, from its rows now.
     let rows: Vec<_> = RetentionClass::ALL
         .into_iter()
-        .flat_map(|class| world.store.rows(class))
-        .filter(|row| row.point_id == point)
+        .flat_map(|class| world.store.rows_where(class, |row| row.point_id == point))
         .collect();
     let points = BTreeSet::from([point.clone()]);
     world.lock().checker.on_rows_rewritten(&points, &rows);

@@ -105,6 +105,11 @@ pub struct Stats {
     pub commands_refused: u64,
     /// Command writes a core could not make (cut off from the store), so never sent.
     pub command_writes_refused: u64,
+    /// Maintenance writes (rollup claims, applies and refreshes, reprocess chunks and events,
+    /// retention drops, class moves; a core's or the operator's) the store accepted, each
+    /// judged by invariant 6, and those its fence refused (a deposed writer's).
+    pub maintenance_writes: u64,
+    pub maintenance_writes_refused: u64,
     /// The most events one simulated instant held (invariant 9's bound is
     /// [`EVENTS_PER_INSTANT_MAX`]).
     pub events_peak: u64,
@@ -136,6 +141,11 @@ pub struct Stats {
     pub failover_control_events_rolled_back: u64,
     pub failover_epochs_lost: u64,
     pub failover_observations_lost: u64,
+    /// Compactions of old days that landed, the rows they compacted, and day readings judged
+    /// by invariant 27.
+    pub compacted_days: u64,
+    pub compacted_rows: u64,
+    pub compaction_days_checked: u64,
 }
 
 impl SeedOutcome {
@@ -222,6 +232,7 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let inner = Inner {
         rng,
         claims_rng: SimRng::new(seed ^ crate::operator::CLAIMS_STREAM),
+        compact_rng: SimRng::new(seed ^ crate::operator::compaction::COMPACT_STREAM),
         asserted_rng: SimRng::new(seed ^ crate::drivers::ASSERTED_STREAM),
         trace: Trace::new(options.echo_trace, start),
         checker: Checker::new(CheckerConfig {
@@ -258,6 +269,10 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     let world = Arc::new(World::new(settings.clone(), bus, store, clock.clone(), inner));
     world.trace(format_args!("settings {settings}"));
     world.lock().checker.rules.tick_us = settings.tick_ms as i64 * 1_000;
+    if settings.is_active(Site::OperatorCompact) {
+        let mut rng = SimRng::new(seed ^ crate::operator::compaction::COMPACT_STREAM ^ 1);
+        crate::operator::compaction::seed_old_days(&world, registry, &mut rng, start);
+    }
 
     // Invariant 9's bound on a run: every phase's simulated time plus a minute, in steps.
     // turmoil's own duration limit sits one step later, so the bound is what a run meets.
@@ -511,6 +526,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
                 continue;
             }
             if drained_at.is_some() && now >= run_end {
+                // Invariant 27's end: every compactable day still holds what was committed.
+                crate::operator::compaction::check_days(&world, now);
                 // Invariant 17's end: no reading a crash lost stays lost.
                 let mut inner = world.lock();
                 inner.checker.check_derived_complete(now);
@@ -549,6 +566,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             commands_applied_deposed: inner.checker.commands_applied_deposed,
             commands_refused: inner.checker.commands_refused,
             command_writes_refused: inner.checker.command_writes_refused,
+            maintenance_writes: inner.checker.maintenance.landed_total(),
+            maintenance_writes_refused: inner.checker.maintenance.refused_total(),
             events_peak: clock.events_peak(),
             derived_checked: inner.checker.derived.checked,
             rollup_buckets_checked: inner.checker.rollups.checked,
@@ -565,6 +584,9 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             failover_control_events_rolled_back: inner.checker.failover.control_events_rolled_back,
             failover_epochs_lost: inner.checker.failover.epochs_lost,
             failover_observations_lost: inner.checker.failover.observations_lost(),
+            compacted_days: inner.checker.compaction.compacted_days,
+            compacted_rows: inner.checker.compaction.compacted_rows,
+            compaction_days_checked: inner.checker.compaction.days_checked,
         },
     }
 }

@@ -29,8 +29,14 @@ use crate::trace::Trace;
 pub struct CoreId(pub u8);
 
 impl CoreId {
+    /// Not a core: the operator's commands, as the writer of their maintenance
+    /// ([`crate::adapters::SimStore::operator`]). The controller never crashes it or cuts its
+    /// links.
+    pub const OPERATOR: CoreId = CoreId(u8::MAX);
+
     pub fn host(self) -> &'static str {
         match self.0 {
+            u8::MAX => "operator",
             0 => "core-a",
             _ => "core-b",
         }
@@ -187,6 +193,8 @@ pub struct Inner {
     pub rng: SimRng,
     /// Who asks for which claim ([`crate::operator::draw_claim`]): a generator of its own.
     pub claims_rng: SimRng,
+    /// The `operator_compact` site's draws (`operator::compaction`).
+    pub compact_rng: SimRng,
     /// Which readings a driver flags `bad` or `unavailable` while they carry a value
     /// ([`crate::drivers::ASSERTED_STREAM`]): a generator of its own.
     pub asserted_rng: SimRng,

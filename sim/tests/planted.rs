@@ -53,6 +53,32 @@ fn commit_without_the_epoch_fence_is_caught_by_invariant_6() {
     caught_by(PlantedBug::CommitWithoutFence, 6);
 }
 
+/// Issue 24: a deposed writer's maintenance (the operator's reprocess chunk after its session
+/// died, a core's rollup step after it lost the lock) is judged as a commit is.
+#[test]
+fn maintenance_without_the_fence_is_caught_by_invariant_6() {
+    let options = Options {
+        plant: Some(PlantedBug::MaintenanceWithoutFence),
+        ..Options::default()
+    };
+    let outcomes = common::run_seeds(0..500, &options, true);
+    let first = outcomes
+        .iter()
+        .find(|o| o.violation.is_some())
+        .expect("a deposed writer's maintenance write survived 500 seeds");
+    let failure = first.violation.as_ref().expect("found above");
+    println!("maintenance-without-fence caught at {}", common::describe(first));
+    assert_eq!(failure.violation.invariant, 6, "{}", failure.violation.what);
+    // By a maintenance write, not a commit: only maintenance lost its fence.
+    let what = &failure.violation.what;
+    assert!(
+        sentinel_sim::checker::fence::Maintenance::ALL
+            .iter()
+            .any(|kind| what.starts_with(kind.what())),
+        "invariant 6 named something other than a maintenance write: {what}"
+    );
+}
+
 #[test]
 fn a_replayed_row_raising_its_point_to_live_is_caught_by_invariant_13() {
     caught_by(PlantedBug::LiveFromReplayedRow, 13);
@@ -147,4 +173,11 @@ fn raising_every_row_whatever_its_event_policy_is_caught_by_invariant_21() {
 #[test]
 fn a_for_s_without_its_timer_wake_is_caught_by_invariant_26() {
     caught_by(PlantedBug::ForSWithoutWake, 26);
+}
+
+/// A compaction that forgets the `detail` column: the first compaction of an old day holding a
+/// `bad` row with a detail reads back a changed row (invariant 27).
+#[test]
+fn a_compaction_that_drops_a_column_is_caught_by_invariant_27() {
+    caught_by(PlantedBug::CompactionDropsDetail, 27);
 }

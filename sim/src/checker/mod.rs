@@ -12,9 +12,13 @@
 //! 5. the projection's value and observed_at equal the fold of the log — from the runtime's
 //!    observer whenever the current writer has no batch at the store (at most once per
 //!    simulated second per core; idle wake-ups included, so the settled state is checked);
-//! 6. epochs strictly increase with each acquisition, no write by a deposed epoch lands, every
-//!    control event carries its writer's epoch, and a driver applies only commands committed
-//!    under the epoch they carry — on every acquisition, write and applied command;
+//! 6. epochs strictly increase with each acquisition, no write lands unless its writer holds
+//!    the lock (its epoch and its handle's start identity are the holder's, [`fence`]) — a
+//!    commit, a checkpoint, a control event, and every maintenance write, the running core's
+//!    rollup claims and applies and retention drops and the operator's rollup refreshes and
+//!    reprocess chunks alike ([`fence::Maintenance`]) — every control event carries its
+//!    writer's epoch, and a driver applies only commands committed under the epoch they
+//!    carry — on every acquisition, write and applied command;
 //! 7. a core that never took the lock never binds the consumer — on every bind;
 //! 8. checked by the determinism test (same seed, same trace hash);
 //! 9. liveness: everything drains within a bounded time once faults stop, a run ends within
@@ -65,16 +69,23 @@
 //!     allows (23); a rule's claim state is the reference evaluation's of the committed log
 //!     (24); a `for_s` fires no earlier than its log-time instant (25) — on every control
 //!     write; and a rule whose condition held long enough fired in time (26) — at the end
-//!     of the run.
+//!     of the run;
+//! 27. compaction ([`compaction`], issue 24): no committed row is lost or changed by a
+//!     compaction — the rows of each compactable day (the previous deployment's log the
+//!     scenario seeds), read back through the store's read paths (the class table's rows,
+//!     every column, and each point's history), are exactly those committed — after every
+//!     compaction the operator runs (landed, refused or cut off) and at the end of the run.
 //!
 //! (11 and 12 are DESIGN.md's derived-point and rules invariants; 11 is checked as 17, 12's
 //! command half as 12 above and its rules half as 22–25.)
 //! The first violation is kept; the controller stops the run on it.
 
 pub mod commands;
+pub mod compaction;
 pub mod derived;
 pub mod events;
 pub mod failover;
+pub mod fence;
 pub mod ownership;
 pub mod quality;
 pub mod rollups;
@@ -219,6 +230,10 @@ pub struct Checker {
     pub command_writes_refused: u64,
     /// What lossy database failovers rolled back, and the acked messages lost with it.
     pub failover: failover::Losses,
+    /// Invariant 6's maintenance writes: landed (each judged) and refused, by kind.
+    pub maintenance: fence::MaintenanceRecord,
+    /// Invariant 27: the committed rows of the compactable days.
+    pub compaction: compaction::CompactionModel,
 }
 
 impl Checker {
@@ -257,6 +272,8 @@ impl Checker {
             commands_refused: 0,
             command_writes_refused: 0,
             failover: failover::Losses::default(),
+            maintenance: fence::MaintenanceRecord::default(),
+            compaction: compaction::CompactionModel::default(),
         }
     }
 
@@ -320,17 +337,20 @@ impl Checker {
         }
     }
 
-    /// Invariants 1 and 6 (fence) and the fold, for a commit the store accepted.
-    pub fn on_commit(&mut self, report: &CommitReport, epoch_at_commit: u32, at: Micros) {
-        if report.batch.epoch != epoch_at_commit {
+    /// Invariants 1 and 6 (fence) and the fold, for a commit the store accepted: `start` is
+    /// the writing handle's start identity, `holder` the fence the store recorded just before.
+    pub fn on_commit(&mut self, report: &CommitReport, start: Option<u64>, holder: fence::Fence, at: Micros) {
+        if report.batch.epoch != holder.0 {
             self.fail(
                 6,
                 at,
                 format!(
                     "batch {} of deposed epoch {} committed while epoch {} is current",
-                    report.batch.id.0, report.batch.epoch, epoch_at_commit
+                    report.batch.id.0, report.batch.epoch, holder.0
                 ),
             );
+        } else if let Err(what) = fence::judge("a commit", (report.batch.epoch, start), holder) {
+            self.fail(6, at, format!("batch {}: {what}", report.batch.id.0));
         }
         // Invariant 17's positions: the batch's `applied`, then its rank under the fold's
         // order, the order the core folds a batch's rows for derived points.
@@ -414,15 +434,23 @@ impl Checker {
             .is_some_and(|(_, _, latest)| key3(latest) == *key)
     }
 
-    /// Invariant 6 for checkpoints and other fenced writes.
-    pub fn on_write(&mut self, what: &str, epoch: u32, epoch_at_write: u32, at: Micros) {
-        if epoch != epoch_at_write {
-            self.fail(
-                6,
-                at,
-                format!("{what} of deposed epoch {epoch} landed while epoch {epoch_at_write} is current"),
-            );
+    /// Invariant 6 for checkpoints and other fenced writes the store accepted ([`fence`]).
+    pub fn on_write(&mut self, what: &str, writer: fence::Fence, holder: fence::Fence, at: Micros) {
+        if let Err(what) = fence::judge(what, writer, holder) {
+            self.fail(6, at, what);
         }
+    }
+
+    /// Invariant 6 for a maintenance write the store accepted: judged as a commit is.
+    pub fn on_maintenance(
+        &mut self,
+        kind: fence::Maintenance,
+        writer: fence::Fence,
+        holder: fence::Fence,
+        at: Micros,
+    ) {
+        self.maintenance.on_landed(kind);
+        self.on_write(kind.what(), writer, holder, at);
     }
 
     /// Invariant 6 for control events: written under the current epoch, each stamped with
@@ -436,10 +464,10 @@ impl Checker {
         commands: &[String],
         qualities: &[Option<quality::ControlFacts>],
         seqs: &[i64],
-        epoch_at_write: u32,
+        (start, holder): (Option<u64>, fence::Fence),
         at: Micros,
     ) {
-        self.on_write("a control-event write", epoch, epoch_at_write, at);
+        self.on_write("a control-event write", (epoch, start), holder, at);
         if let Some(stamp) = stamps.iter().find(|&&s| s != epoch) {
             self.fail(
                 6,
