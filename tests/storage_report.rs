@@ -17,7 +17,7 @@ use sentinel_core::{
 };
 use sentinel_ports::{Lease, Store};
 use sentinel_runtime::registry_dir;
-use sentinel_store_pg::{PgStore, PgStoreConfig, RAW_ROW_BYTES, ROLLUP_ROW_BYTES};
+use sentinel_store_pg::{COMPACT_ROW_BYTES, PgStore, PgStoreConfig, RAW_ROW_BYTES, ROLLUP_ROW_BYTES};
 use sentinel_tests::bin::sentinel_bin;
 use sentinel_tests::harness::output_within;
 use sentinel_tests::pg::TestDb;
@@ -227,7 +227,10 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
     assert_eq!(m["horizon_days"], 45);
     assert_eq!(m["bytes_per_row_from"], "measured");
     assert!((m["rows_per_day"].as_f64().expect("rows/day") - rate_m * 86_400.0).abs() < 1e-3);
-    let expected = rate_m * 86_400.0 * 45.0 * measured_bytes_per_row;
+    // Compacted from day seven (the default `--compact-after-days`): 7 days at the measured
+    // hot cost, 38 at the compacted format's.
+    assert_eq!(m["compacted_days"], 38);
+    let expected = rate_m * 86_400.0 * (7.0 * measured_bytes_per_row + 38.0 * COMPACT_ROW_BYTES);
     assert!(
         (m["bytes"].as_f64().expect("bytes") - expected).abs() < 1.0,
         "{m} against {expected}"
@@ -238,7 +241,10 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
     assert_eq!(s["bytes_per_row"].as_f64(), Some(RAW_ROW_BYTES));
     assert!((s["rows_per_day"].as_f64().expect("rows/day") - rate_s * 86_400.0).abs() < 1e-3);
     assert!(
-        (s["bytes"].as_f64().expect("bytes") - rate_s * 86_400.0 * 90.0 * RAW_ROW_BYTES).abs() < 1.0,
+        (s["bytes"].as_f64().expect("bytes")
+            - rate_s * 86_400.0 * (7.0 * RAW_ROW_BYTES + 83.0 * COMPACT_ROW_BYTES))
+            .abs()
+            < 1.0,
         "{s}"
     );
     assert_eq!(
@@ -272,6 +278,7 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
         let name = p["table"].as_str().expect("table");
         let reported = projected(&exact, name);
         assert_eq!(p["horizon_days"], reported["horizon_days"], "{name}");
+        assert_eq!(p["compacted_days"], reported["compacted_days"], "{name}");
         assert!(
             (p["rows_per_day"].as_f64().expect("rows/day")
                 - reported["rows_per_day"].as_f64().expect("rows/day"))
@@ -283,6 +290,31 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
             assert_eq!(p["bytes"], reported["bytes"], "{name}");
         }
     }
+    // With `--no-compaction` the plan sizes every day hot, as a core run with it stores them.
+    let hot = output_within(
+        Command::new(sentinel_bin()).args([
+            "registry",
+            "plan",
+            registry_dir::sample_dir().to_str().expect("path"),
+            "--json",
+            "--no-compaction",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(hot.status.success(), "{}", String::from_utf8_lossy(&hot.stderr));
+    let hot: Value = serde_json::from_slice(&hot.stdout).expect("one JSON object");
+    let state = hot["disk"]["tables"]
+        .as_array()
+        .expect("disk tables")
+        .iter()
+        .find(|t| t["table"] == "raw_state")
+        .expect("raw_state");
+    assert_eq!(state["compacted_days"], 0, "{state}");
+    assert!(
+        (state["bytes"].as_f64().expect("bytes") - rate_s * 86_400.0 * 90.0 * RAW_ROW_BYTES).abs() < 1.0,
+        "{state}"
+    );
+
     let total: f64 = exact["projection"]["tables"]
         .as_array()
         .expect("projected")

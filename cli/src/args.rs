@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use sentinel_core::Micros;
+use sentinel_core::compaction::CompactionConfig;
 use sentinel_core::partitions::PartitionsConfig;
 use sentinel_core::retention::RetentionConfig;
 use sentinel_driver::Credentials;
@@ -51,6 +52,65 @@ pub struct CoreTuningArgs {
     /// How the running core makes daily partitions ahead.
     #[command(flatten)]
     pub partitions: PartitionsArgs,
+    /// When the running core compacts closed days.
+    #[command(flatten)]
+    pub compaction: CompactionArgs,
+}
+
+/// When a closed day is compacted: what `sentinel run` compacts, and what `registry plan` and
+/// `sentinel storage` size the raw tables' older days at (README, "Compaction").
+#[derive(clap::Args, Clone)]
+pub struct CompactionAgeArgs {
+    /// A closed day is compacted by the running core once it ended this many days ago (1 to
+    /// 400; the spec's "compression from day seven"), one day of one class at a time, oldest
+    /// first, never while ingest is behind. A day the stream may still redeliver a message of
+    /// waits.
+    #[arg(long, default_value_t = sentinel_ports::COMPACT_AFTER_DAYS_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(sentinel_ports::COMPACT_AFTER_DAYS_MAX)))]
+    pub compact_after_days: u32,
+    /// The running core compacts nothing (`sentinel compact` still can, with the core
+    /// stopped).
+    #[arg(long, conflicts_with = "compact_after_days")]
+    pub no_compaction: bool,
+}
+
+impl CompactionAgeArgs {
+    /// The age in days, `None` when nothing is compacted.
+    pub fn after_days(&self) -> Option<u32> {
+        (!self.no_compaction).then_some(self.compact_after_days)
+    }
+}
+
+/// The running core's compaction of closed days (`sentinel_core::compaction`; README,
+/// "Compaction").
+#[derive(clap::Args, Clone)]
+pub struct CompactionArgs {
+    /// The age of a day the running core compacts, or none.
+    #[command(flatten)]
+    pub age: CompactionAgeArgs,
+    /// The first compaction request after the core starts.
+    #[arg(long, default_value_t = 300_000)]
+    pub compaction_first_run_delay_ms: u64,
+    /// How often the running core looks again for days old enough once every class is
+    /// compacted up to the newest, or after the stream held a day back.
+    #[arg(long, default_value_t = 3_600_000)]
+    pub compaction_interval_ms: u64,
+}
+
+impl CompactionArgs {
+    /// As the core's configuration; validated.
+    pub fn config(&self) -> anyhow::Result<CompactionConfig> {
+        let config = CompactionConfig {
+            after_days: self.age.after_days(),
+            first_run_delay_ms: i64::try_from(self.compaction_first_run_delay_ms)
+                .context("--compaction-first-run-delay-ms")?,
+            run_interval_ms: i64::try_from(self.compaction_interval_ms)
+                .context("--compaction-interval-ms")?,
+            ..CompactionConfig::default()
+        };
+        config.validate().map_err(anyhow::Error::msg)?;
+        Ok(config)
+    }
 }
 
 /// The running core's partitions made ahead (`sentinel_core::partitions`).

@@ -35,3 +35,28 @@ pub async fn grants(db: &DbArgs, writer: &str, reader: &str) -> anyhow::Result<E
     println!("granted the writer role {writer} and the reader role {reader} their privileges");
     Ok(ExitCode::SUCCESS)
 }
+
+/// Ends an operator command's run under the single-writer lock: records what the epoch it
+/// acquired was for (one step, `step`, of `duration_us`, in the acquisition's cold-start record)
+/// and releases the lock. `sentinel compact`, `retention`, `rollup refresh`, `reprocess` and
+/// `registry load --move-class` end this way.
+pub async fn finish_under_lock(
+    store: &PgStore,
+    lease: sentinel_store_pg::PgLease,
+    step: &str,
+    duration_us: u64,
+) -> anyhow::Result<()> {
+    use sentinel_ports::{Lease, Store};
+    store
+        .record_cold_start(
+            lease.epoch(),
+            None,
+            vec![sentinel_ports::StartupStep {
+                step: step.into(),
+                duration_us,
+            }],
+        )
+        .await?;
+    lease.release().await?;
+    Ok(())
+}

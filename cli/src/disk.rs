@@ -2,7 +2,9 @@
 //! registry's declared rates, times its horizon (the flags `sentinel run` and `sentinel
 //! retention` take), times its bytes per row. `registry plan` sizes every table at the storage
 //! format's measured cost per row ([`RAW_ROW_BYTES`], [`ROLLUP_ROW_BYTES`]); `sentinel storage`
-//! uses a table's own bytes per row once it holds [`MEASURED_ROWS_MIN`] rows.
+//! uses a table's own bytes per row once it holds [`MEASURED_ROWS_MIN`] rows. A raw table's
+//! days past the compaction age (`--compact-after-days`, 7 by default; `--no-compaction`) are
+//! sized at the compacted format's cost, [`COMPACT_ROW_BYTES`].
 //!
 //! Owns: the projection arithmetic ([`project`]), its text table and JSON, and how bytes read.
 //! A point's declared `row_bytes` is not used here: it is the sensor's declared write size for
@@ -11,7 +13,7 @@
 use sentinel_core::registry::Descriptor;
 use sentinel_core::retention::RetentionConfig;
 use sentinel_ports::{RetainedTable, RollupGrain};
-use sentinel_store_pg::{RAW_ROW_BYTES, ROLLUP_ROW_BYTES, TableSize};
+use sentinel_store_pg::{COMPACT_ROW_BYTES, RAW_ROW_BYTES, ROLLUP_ROW_BYTES, TableSize};
 
 /// A table's bytes per row are its own once it holds at least this many rows; below, page and
 /// index overhead of a nearly empty table would say nothing about a full one.
@@ -44,6 +46,9 @@ impl RowBytesFrom {
 pub struct Projection {
     pub table: RetainedTable,
     pub horizon_days: u32,
+    /// Of `horizon_days`, the days held compacted, at [`COMPACT_ROW_BYTES`] a row (a raw table
+    /// whose horizon is past the compaction age; 0 for every other).
+    pub compacted_days: u32,
     pub rows_per_day: f64,
     pub bytes_per_row: f64,
     pub bytes_per_row_from: RowBytesFrom,
@@ -57,11 +62,14 @@ pub fn bytes_per_row(size: &TableSize) -> Option<f64> {
 
 /// The projected size of each retained table over its horizon in `config`, at the declared
 /// rates of `descriptors`, with the bytes per row `measured` holds for a table when it holds
-/// at least [`MEASURED_ROWS_MIN`] rows, else the format's. A rollup has one row per point per
-/// bucket the point reports in: a point slower than a bucket fills only some.
+/// at least [`MEASURED_ROWS_MIN`] rows, else the format's. A raw table's days older than
+/// `compact_after_days` (none when `None`) are at [`COMPACT_ROW_BYTES`] a row. A rollup has
+/// one row per point per bucket the point reports in: a point slower than a bucket fills only
+/// some.
 pub fn project(
     descriptors: &[Descriptor],
     config: &RetentionConfig,
+    compact_after_days: Option<u32>,
     measured: &[(RetainedTable, usize, TableSize)],
 ) -> Vec<Projection> {
     RetainedTable::ALL
@@ -94,11 +102,19 @@ pub fn project(
                 _ => (format_row_bytes(table), RowBytesFrom::Format),
             };
             let horizon_days = horizon_days(config, table);
-            let bytes = rows_per_day * f64::from(horizon_days) * bytes_per_row;
+            let compacted_days = match (table, compact_after_days) {
+                (RetainedTable::Raw(_), Some(after)) => horizon_days.saturating_sub(after),
+                _ => 0,
+            };
+            debug_assert!(compacted_days <= horizon_days);
+            let hot_days = horizon_days - compacted_days;
+            let bytes = rows_per_day
+                * (f64::from(hot_days) * bytes_per_row + f64::from(compacted_days) * COMPACT_ROW_BYTES);
             debug_assert!(bytes.is_finite() && bytes >= 0.0, "a projection is a size");
             Projection {
                 table,
                 horizon_days,
+                compacted_days,
                 rows_per_day,
                 bytes_per_row,
                 bytes_per_row_from,
@@ -138,15 +154,19 @@ pub fn text(projections: &[Projection]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<17} {:>6} {:>14} {:>20} {:>10}",
-        "table", "days", "rows/day", "bytes/row", "size"
+        "{:<17} {:>14} {:>14} {:>20} {:>10}",
+        "table", "days", "rows/day", "bytes/row (hot)", "size"
     );
     for p in projections {
         let _ = writeln!(
             out,
-            "{:<17} {:>6} {:>14.0} {:>20} {:>10}",
+            "{:<17} {:>14} {:>14.0} {:>20} {:>10}",
             p.table.label(),
-            p.horizon_days,
+            if p.compacted_days > 0 {
+                format!("{} ({} compact)", p.horizon_days, p.compacted_days)
+            } else {
+                p.horizon_days.to_string()
+            },
             p.rows_per_day,
             format!("{:.0} ({})", p.bytes_per_row, p.bytes_per_row_from.as_str()),
             human_bytes(p.bytes)
@@ -154,7 +174,7 @@ pub fn text(projections: &[Projection]) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<17} {:>6} {:>14} {:>20} {:>10}",
+        "{:<17} {:>14} {:>14} {:>20} {:>10}",
         "total",
         "",
         "",
@@ -172,6 +192,8 @@ pub fn json(projections: &[Projection]) -> serde_json::Value {
             serde_json::json!({
                 "table": table_name(p.table),
                 "horizon_days": p.horizon_days,
+                "compacted_days": p.compacted_days,
+                "compacted_bytes_per_row": COMPACT_ROW_BYTES,
                 "rows_per_day": p.rows_per_day,
                 "bytes_per_row": p.bytes_per_row,
                 "bytes_per_row_from": p.bytes_per_row_from.as_str(),
@@ -238,7 +260,7 @@ mod tests {
             (RetainedTable::Raw(RetentionClass::Measurement), 1, measured_size),
             (RetainedTable::Raw(RetentionClass::State), 1, too_few),
         ];
-        let p = project(&points, &config, &measured);
+        let p = project(&points, &config, None, &measured);
         let m = &p[0];
         assert_eq!(m.rows_per_day, 1.5 * 86_400.0);
         assert_eq!(
@@ -280,11 +302,28 @@ mod tests {
             raw_days: [90, 90, 7],
             ..RetentionConfig::default()
         };
-        let p = project(&points, &config, &[]);
+        let p = project(&points, &config, None, &[]);
         assert!((p[0].rows_per_day - 19e6).abs() < 1.0);
         assert!((p[0].bytes - 19e6 * 90.0 * RAW_ROW_BYTES).abs() < 1e3);
         assert!((p[3].rows_per_day - 5_760_000.0).abs() < 1e-3);
         assert!(p.iter().all(|p| p.bytes_per_row_from == RowBytesFrom::Format));
+        assert!(p.iter().all(|p| p.compacted_days == 0));
+        // Compacted from day seven, as the spec has it: 7 hot days and 83 compacted, about
+        // 19M × (7 × 250 + 83 × 25) B ≈ 72.7 GB of raw rows (the spec says ~40 GB).
+        let p = project(&points, &config, Some(7), &[]);
+        assert_eq!((p[0].horizon_days, p[0].compacted_days), (90, 83));
+        assert!((p[0].bytes - 19e6 * (7.0 * RAW_ROW_BYTES + 83.0 * COMPACT_ROW_BYTES)).abs() < 1e3);
+        // A horizon within the age is all hot; the rollups are never compacted.
+        assert_eq!(p[2].compacted_days, 0);
+        assert_eq!((p[3].compacted_days, p[4].compacted_days), (0, 0));
+        let raw_with = p[0].bytes;
+        let rollups_with: f64 = p[3].bytes + p[4].bytes;
+        let q = project(&points, &config, None, &[]);
+        assert!(
+            raw_with < q[0].bytes / 4.0,
+            "compaction shrinks the raw table's projection"
+        );
+        assert_eq!(rollups_with, q[3].bytes + q[4].bytes);
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 mod args;
 mod command;
+mod compact;
 mod db;
 mod demo;
 mod desired;
@@ -36,7 +37,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use sentinel_runtime::RuntimeConfig;
 
-use args::{CoreTuningArgs, DbArgs, NatsArgs, RetentionArgs};
+use args::{CompactionAgeArgs, CoreTuningArgs, DbArgs, NatsArgs, RetentionArgs};
 
 #[derive(Parser)]
 #[command(
@@ -51,6 +52,24 @@ struct Cli {
     log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// A retention class on the command line.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
+enum ClassArg {
+    Measurement,
+    State,
+    Diagnostic,
+}
+
+impl ClassArg {
+    fn class(self) -> sentinel_core::RetentionClass {
+        match self {
+            ClassArg::Measurement => sentinel_core::RetentionClass::Measurement,
+            ClassArg::State => sentinel_core::RetentionClass::State,
+            ClassArg::Diagnostic => sentinel_core::RetentionClass::Diagnostic,
+        }
+    }
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq, ValueEnum)]
@@ -201,6 +220,31 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Compact every closed day in [--from, --through] older than --compact-after-days and no
+    /// longer in the stream: its rows become column-wise chunks (one per point and hour), every
+    /// read sees them as before. Takes the single-writer lock (exit 10 while a core runs); one
+    /// `compaction` control event per day; days already compacted write nothing.
+    Compact {
+        #[command(flatten)]
+        db: DbArgs,
+        #[command(flatten)]
+        nats: NatsArgs,
+        /// First day (YYYY-MM-DD); default: 400 days before --through.
+        #[arg(long)]
+        from: Option<String>,
+        /// Last day (YYYY-MM-DD); default: the newest day old enough.
+        #[arg(long)]
+        through: Option<String>,
+        /// Only these class tables (repeatable); default: all three.
+        #[arg(long = "class", value_enum)]
+        classes: Vec<ClassArg>,
+        /// How many days a closed day waits before it is compacted.
+        #[arg(long, default_value_t = sentinel_ports::COMPACT_AFTER_DAYS_DEFAULT)]
+        compact_after_days: u32,
+        /// One JSON object on stdout instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Rows, heap and index bytes per retained table and partition (raw classes and rollups),
     /// the control log and the quarantine, bytes per row; and the size the configured horizons
     /// will take at the newest registry version's declared rates. Reads only: connect as the
@@ -210,6 +254,9 @@ enum Command {
         db: DbArgs,
         #[command(flatten)]
         horizons: RetentionArgs,
+        /// The compaction age to size the raw tables' older days for (as `sentinel run`).
+        #[command(flatten)]
+        compaction: CompactionAgeArgs,
         /// Count every table's rows (a scan of each) instead of reading the planner's estimates.
         #[arg(long)]
         exact: bool,
@@ -305,6 +352,9 @@ enum RegistryCommand {
         /// The horizons to size the disk for (the flags `sentinel run` and `retention` take).
         #[command(flatten)]
         horizons: RetentionArgs,
+        /// The compaction age to size the raw tables' older days for (as `sentinel run`).
+        #[command(flatten)]
+        compaction: CompactionAgeArgs,
         /// One JSON object on stdout instead of text.
         #[arg(long)]
         json: bool,
@@ -469,9 +519,16 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     dir,
                     admission,
                     horizons,
+                    compaction,
                     json,
                 },
-        } => plan::run(&dir, &admission.validated()?, &horizons.config()?, json),
+        } => plan::run(
+            &dir,
+            &admission.validated()?,
+            &horizons.config()?,
+            compaction.after_days(),
+            json,
+        ),
         Command::Registry {
             command:
                 RegistryCommand::Load {
@@ -600,12 +657,31 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             dry_run,
             json,
         } => retention::run(&db.database_url, &horizons, dry_run, json).await,
+        Command::Compact {
+            db,
+            nats,
+            from,
+            through,
+            classes,
+            compact_after_days,
+            json,
+        } => {
+            let args = compact::CompactArgs {
+                from,
+                through,
+                classes: classes.into_iter().map(ClassArg::class).collect(),
+                compact_after_days,
+                json,
+            };
+            compact::run(&db.database_url, &nats, &args).await
+        }
         Command::Storage {
             db,
             horizons,
+            compaction,
             exact,
             json,
-        } => storage::run(&db.database_url, &horizons, exact, json).await,
+        } => storage::run(&db.database_url, &horizons, compaction.after_days(), exact, json).await,
         Command::History {
             point_id,
             db,

@@ -71,6 +71,7 @@ pub fn run(
     dir: &Path,
     admission: &Admission,
     horizons: &RetentionConfig,
+    compact_after_days: Option<u32>,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let descriptors = match registry_dir::check_dir_with(dir, admission) {
@@ -82,7 +83,7 @@ pub fn run(
     };
     let plan = Plan::of(&descriptors, admission);
     // Nothing is measured before the database exists: every table at the format's cost.
-    let disk = disk::project(&descriptors, horizons, &[]);
+    let disk = disk::project(&descriptors, horizons, compact_after_days, &[]);
     let out = if json {
         let mut value = serde_json::to_value(&plan)?;
         value["disk"] = disk::json(&disk);
@@ -128,7 +129,8 @@ fn text(dir: &Path, plan: &Plan, disk: &[disk::Projection]) -> String {
     let _ = writeln!(
         out,
         "disk over the configured horizons at the storage format's measured cost per row \
-         (table and indexes; the retention flags change the days):"
+         (table and indexes; the retention flags change the days, and a raw table's days past \
+         --compact-after-days are sized compacted):"
     );
     for line in disk::text(disk).lines() {
         let _ = writeln!(out, "  {line}");

@@ -174,17 +174,13 @@ async fn load_moving(
         now,
     )
     .await?;
-    store
-        .record_cold_start(
-            lease.epoch(),
-            None,
-            vec![sentinel_ports::StartupStep {
-                step: "registry load --move-class".into(),
-                duration_us: started.elapsed().as_micros() as u64,
-            }],
-        )
-        .await?;
-    lease.release().await?;
+    crate::db::finish_under_lock(
+        store,
+        lease,
+        "registry load --move-class",
+        started.elapsed().as_micros() as u64,
+    )
+    .await?;
     if moving.load.created {
         println!("registry version {} stored", moving.load.version);
     } else {

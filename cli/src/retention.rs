@@ -14,7 +14,7 @@ use anyhow::Context;
 use sentinel_core::Micros;
 use sentinel_core::retention::PARTITIONS_PER_RUN_MAX;
 use sentinel_ports::clock::{Clock, SystemClock};
-use sentinel_ports::{EXPIRED_PARTITIONS_LIST_MAX, Lease, Partition, StartupStep, Store, StoreError};
+use sentinel_ports::{EXPIRED_PARTITIONS_LIST_MAX, Lease, Partition, Store, StoreError};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 
 use crate::args::RetentionArgs;
@@ -112,18 +112,7 @@ pub async fn run(
         bar.finish_and_clear();
     }
     let duration_us = started.elapsed().as_micros() as u64;
-    // The acquisition's record says what this epoch was for.
-    store
-        .record_cold_start(
-            lease.epoch(),
-            None,
-            vec![StartupStep {
-                step: "retention".into(),
-                duration_us,
-            }],
-        )
-        .await?;
-    lease.release().await?;
+    crate::db::finish_under_lock(&store, lease, "retention", duration_us).await?;
     if json {
         let list: Vec<_> = dropped
             .iter()

@@ -9,7 +9,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 
 use crate::args::parse_instant;
-use sentinel_ports::{Lease, StartupStep, Store, StoreError};
+use sentinel_ports::{Lease, Store, StoreError};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 
 pub async fn refresh(database_url: &str, from: &str, to: &str, json: bool) -> anyhow::Result<ExitCode> {
@@ -35,18 +35,7 @@ pub async fn refresh(database_url: &str, from: &str, to: &str, json: bool) -> an
     let started = Instant::now();
     let refresh = store.refresh_rollups(lease.epoch(), from, to).await?;
     let duration_us = started.elapsed().as_micros() as u64;
-    // The acquisition's record says what this epoch was for.
-    store
-        .record_cold_start(
-            lease.epoch(),
-            None,
-            vec![StartupStep {
-                step: "rollup refresh".into(),
-                duration_us,
-            }],
-        )
-        .await?;
-    lease.release().await?;
+    crate::db::finish_under_lock(&store, lease, "rollup refresh", duration_us).await?;
     if json {
         println!(
             "{}",

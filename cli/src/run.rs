@@ -63,6 +63,7 @@ pub async fn run(
             .context("--health-points-interval-ms")?,
         retention: tuning.retention.config()?,
         partitions: tuning.partitions.config()?,
+        compaction: tuning.compaction.config()?,
         ..Config::default()
     };
     let bus_config = NatsBusConfig {

@@ -1,6 +1,7 @@
 //! `sentinel storage [--exact] [--json]` (issue 24 item 6): what the database holds and what the
 //! configured horizons will hold. Rows, heap and index bytes per retained table and partition
-//! (the raw classes and both rollups), the control log and the quarantine, bytes per row; then
+//! (the raw classes and both rollups), each class's compacted days (issue 24: `<class> packed`,
+//! days, observations, bytes per observation), the control log and the quarantine, bytes per row; then
 //! the projection: each table's rows per day at the newest registry version's declared rates,
 //! times its horizon (the flags `sentinel run` and `sentinel retention` take), times its bytes
 //! per row — measured here when the table holds enough rows to say, else the storage format's
@@ -15,12 +16,32 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
+use sentinel_core::RetentionClass;
 use sentinel_core::registry::canonical;
 use sentinel_ports::{RetainedTable, Store};
 use sentinel_store_pg::{PgStore, PgStoreConfig, StorageReport, TableSize};
 
 use crate::args::RetentionArgs;
 use crate::disk::{self, Projection, bytes_per_row, human_bytes, project, table_name};
+
+/// Each class's compacted days summed: (class, days, rows and bytes).
+fn compacted_totals(report: &StorageReport) -> Vec<(RetentionClass, usize, TableSize)> {
+    RetentionClass::ALL
+        .into_iter()
+        .map(|class| {
+            let mut size = TableSize {
+                rows_exact: true,
+                ..TableSize::default()
+            };
+            let mut days = 0;
+            for c in report.compacted.iter().filter(|c| c.class == class) {
+                size.add(&c.size);
+                days += 1;
+            }
+            (class, days, size)
+        })
+        .collect()
+}
 
 /// Each retained table's rows and bytes summed over its partitions.
 fn totals(report: &StorageReport) -> Vec<(RetainedTable, usize, TableSize)> {
@@ -67,6 +88,7 @@ fn size_json(size: &TableSize) -> serde_json::Value {
 pub async fn run(
     database_url: &str,
     horizons: &RetentionArgs,
+    compact_after_days: Option<u32>,
     exact: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -96,8 +118,8 @@ pub async fn run(
         None => Vec::new(),
     };
     let totals = totals(&report);
-    let projections = project(&descriptors, &config, &totals);
-    let observations: TableSize = totals.iter().filter(|(t, _, _)| t.class().is_some()).fold(
+    let projections = project(&descriptors, &config, compact_after_days, &totals);
+    let mut observations: TableSize = totals.iter().filter(|(t, _, _)| t.class().is_some()).fold(
         TableSize {
             rows_exact: true,
             ..TableSize::default()
@@ -107,6 +129,9 @@ pub async fn run(
             sum
         },
     );
+    for (_, _, size) in &compacted_totals(&report) {
+        observations.add(size);
+    }
     let version = registry.as_ref().map(|r| r.version);
     let out = if json {
         json_text(&report, &totals, &observations, &projections, version)
@@ -144,6 +169,26 @@ fn json_text(
             v
         })
         .collect();
+    let compacted: Vec<_> = report
+        .compacted
+        .iter()
+        .map(|c| {
+            let mut v = size_json(&c.size);
+            v["class"] = c.class.as_str().into();
+            v["day"] = c.day.to_rfc3339().chars().take(10).collect::<String>().into();
+            v["chunks"] = c.chunks.into();
+            v
+        })
+        .collect();
+    let compacted_tables: Vec<_> = compacted_totals(report)
+        .iter()
+        .map(|(class, days, size)| {
+            let mut v = size_json(size);
+            v["class"] = class.as_str().into();
+            v["days"] = (*days).into();
+            v
+        })
+        .collect();
     let mut projection = disk::json(projections);
     projection["registry_version"] = version.into();
     format!(
@@ -152,6 +197,8 @@ fn json_text(
             "tables": tables,
             "partitions": partitions,
             "partitions_left_out": report.partitions_left_out,
+            "compacted": compacted,
+            "compacted_tables": compacted_tables,
             "observations": size_json(observations),
             "control_event": size_json(&report.control_log),
             "quarantine": size_json(&report.quarantine),
@@ -191,6 +238,12 @@ fn text(
     );
     for (table, count, size) in totals {
         let _ = writeln!(out, "{}", row_text(&table.label(), Some(*count), size));
+    }
+    for (class, days, size) in compacted_totals(report) {
+        if days > 0 {
+            let name = format!("{} packed", class.as_str());
+            let _ = writeln!(out, "{}", row_text(&name, Some(days), &size));
+        }
     }
     let _ = writeln!(out, "{}", row_text("control_event", None, &report.control_log));
     let _ = writeln!(out, "{}", row_text("quarantine", None, &report.quarantine));

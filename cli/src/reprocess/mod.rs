@@ -19,7 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sentinel_core::control::PRINCIPAL_REPROCESS_CLI;
 use sentinel_core::{Config, Micros};
 use sentinel_ports::clock::{Clock, SystemClock};
-use sentinel_ports::{Lease, StartupStep, Store, StoreError};
+use sentinel_ports::{Lease, Store, StoreError};
 
 use sentinel_runtime::reprocess::{self, Plan, ReprocessError, Request};
 use sentinel_runtime::reprocess_job::{plan_json, report_json};
@@ -161,17 +161,7 @@ pub async fn reprocess(args: ReprocessArgs) -> anyhow::Result<ExitCode> {
     .map_err(scope_error)?;
     bar.finish_and_clear();
     let duration_us = started.elapsed().as_micros() as u64;
-    store
-        .record_cold_start(
-            lease.epoch(),
-            None,
-            vec![StartupStep {
-                step: "reprocess".into(),
-                duration_us,
-            }],
-        )
-        .await?;
-    lease.release().await?;
+    crate::db::finish_under_lock(&store, lease, "reprocess", duration_us).await?;
     let json = report_json(&report, plan.points.len(), registry.version, duration_us);
     print_report(&json, args.json);
     Ok(ExitCode::SUCCESS)
