@@ -8,7 +8,9 @@
 //! of every measurement, `-- --rounds R` the number of drain rounds.
 //!
 //! One run, one private nats-server, one database, the same machine:
-//! 1. raw JetStream: fetch(500) + plain ack of N messages on a stream of our shape;
+//! 1. raw JetStream: fetch(500) + plain ack of N messages on a stream of our shape, and the
+//!    same with interest retention and one cumulative ack (`AckAll`) per fetch (issue 24 item
+//!    3; `-- --acks-only` stops after these);
 //! 2. raw COPY of N rows of the observation shape into `observation_measurement`;
 //! 3. the store's commit path alone, in both insert forms ([`CommitInsert`]);
 //! 4. drains, in R rounds (the order rotated each round): a backlog of N synthetic
@@ -68,26 +70,73 @@ const LOAD_CHUNK: usize = 100_000;
 /// How often a drain's end is polled.
 const DRAIN_POLL_MS: u64 = 20;
 
-/// `work_queue`: the OBS stream's retention (an ack deletes the message), or plain limits
-/// retention (an ack only moves the ack floor).
-async fn raw_fetch_ack(url: &str, messages: usize, work_queue: bool) -> f64 {
-    let name = if work_queue { "RAWWQ" } else { "RAW" };
+/// The stream's retention and the consumer's ack policy of one raw fetch+ack measurement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum RawAcks {
+    /// Limits retention (an ack only moves the ack floor), one ack per message.
+    Limits,
+    /// The OBS stream's shape today: work-queue retention (an ack deletes the message), one
+    /// explicit ack per message.
+    WorkQueue,
+    /// Issue 24 item 3's alternative: interest retention (a message goes once every consumer
+    /// acked it) and `AckPolicy::All`, one cumulative ack per fetched batch (its last message).
+    /// nats-server refuses `AckAll` on a work-queue stream, hence the other retention.
+    InterestAckAll,
+}
+
+impl RawAcks {
+    fn name(self) -> &'static str {
+        match self {
+            RawAcks::Limits => "RAW",
+            RawAcks::WorkQueue => "RAWWQ",
+            RawAcks::InterestAckAll => "RAWALL",
+        }
+    }
+}
+
+/// One raw fetch(500)+ack measurement: msg/s, and the CPU per message of nats-server and of
+/// this process over the consuming alone (publishing the messages is not counted).
+struct RawFetchAck {
+    rate: f64,
+    nats_us: f64,
+    own_us: f64,
+}
+
+async fn raw_fetch_ack(url: &str, messages: usize, acks_by: RawAcks) -> RawFetchAck {
+    use async_nats::jetstream::consumer::AckPolicy;
+    use async_nats::jetstream::stream::RetentionPolicy;
+    let name = acks_by.name();
     let client = async_nats::connect(url).await.expect("connect");
-    let js = async_nats::jetstream::new(client);
+    let js = async_nats::jetstream::new(client.clone());
     let stream = js
         .create_stream(async_nats::jetstream::stream::Config {
             name: name.into(),
             subjects: vec![format!("{}.>", name.to_lowercase())],
             storage: async_nats::jetstream::stream::StorageType::File,
-            retention: if work_queue {
-                async_nats::jetstream::stream::RetentionPolicy::WorkQueue
-            } else {
-                async_nats::jetstream::stream::RetentionPolicy::Limits
+            retention: match acks_by {
+                RawAcks::Limits => RetentionPolicy::Limits,
+                RawAcks::WorkQueue => RetentionPolicy::WorkQueue,
+                RawAcks::InterestAckAll => RetentionPolicy::Interest,
             },
             ..Default::default()
         })
         .await
         .expect("raw stream");
+    // Under interest retention a message nobody is interested in is not kept: the consumer
+    // comes first, as `sentinel run` would have made it before any driver publishes.
+    let consumer = stream
+        .create_consumer(async_nats::jetstream::consumer::pull::Config {
+            durable_name: Some("raw".into()),
+            ack_policy: if acks_by == RawAcks::InterestAckAll {
+                AckPolicy::All
+            } else {
+                AckPolicy::Explicit
+            },
+            max_ack_pending: 20_000,
+            ..Default::default()
+        })
+        .await
+        .expect("raw consumer");
     let payload = Bytes::from(vec![b'x'; 200]);
     let mut acks = Vec::with_capacity(4096);
     for i in 0..messages {
@@ -102,15 +151,7 @@ async fn raw_fetch_ack(url: &str, messages: usize, work_queue: bool) -> f64 {
             }
         }
     }
-    let consumer = stream
-        .create_consumer(async_nats::jetstream::consumer::pull::Config {
-            durable_name: Some("raw".into()),
-            ack_policy: async_nats::jetstream::consumer::AckPolicy::Explicit,
-            max_ack_pending: 20_000,
-            ..Default::default()
-        })
-        .await
-        .expect("raw consumer");
+    let before = cpu_seconds();
     let started = Instant::now();
     let mut done = 0usize;
     while done < messages {
@@ -120,13 +161,45 @@ async fn raw_fetch_ack(url: &str, messages: usize, work_queue: bool) -> f64 {
             .messages()
             .await
             .expect("fetch");
+        let mut last = None;
         while let Some(message) = batch.next().await {
             let message = message.expect("message");
-            message.ack().await.expect("ack");
             done += 1;
+            if acks_by == RawAcks::InterestAckAll {
+                last = Some(message);
+            } else {
+                message.ack().await.expect("ack");
+            }
+        }
+        if let Some(last) = last {
+            last.ack().await.expect("cumulative ack");
         }
     }
-    messages as f64 / started.elapsed().as_secs_f64()
+    client.flush().await.expect("flush the acks");
+    let rate = messages as f64 / started.elapsed().as_secs_f64();
+    let cpu = cpu_seconds().since(&before);
+    // Every message acked is gone from a work-queue or interest stream; wait for the server
+    // to have applied the last acks, so the figures count all of their work.
+    if acks_by != RawAcks::Limits {
+        let mut stream = stream;
+        for _ in 0..500 {
+            let info = stream.info().await.expect("raw stream info");
+            if info.state.messages == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            stream.info().await.expect("raw stream info").state.messages,
+            0,
+            "every message acked ({acks_by:?}) is removed from the stream"
+        );
+    }
+    RawFetchAck {
+        rate,
+        nats_us: cpu[1] * 1e6 / messages as f64,
+        own_us: cpu[2] * 1e6 / messages as f64,
+    }
 }
 
 /// COPY of `rows` rows of the observation shape into `observation_measurement`, either in
@@ -728,15 +801,51 @@ async fn main() {
         return;
     }
 
-    let fetch_ack_limits = raw_fetch_ack(&nats.url(), messages, false).await;
+    let limits = raw_fetch_ack(&nats.url(), messages, RawAcks::Limits).await;
+    let fetch_ack_limits = limits.rate;
     println!("  raw JetStream fetch(500)+ack, limits retention     {fetch_ack_limits:>10.0} msg/s");
-    let before = cpu_seconds();
-    let fetch_ack = raw_fetch_ack(&nats.url(), messages, true).await;
-    let nats_us = cpu_seconds().since(&before)[1] * 1e6 / messages as f64;
+    // Issue 24 item 3: today's work queue with an ack per message against interest retention
+    // with one cumulative ack per fetch, twice each, alternating.
+    let mut work_queue = Vec::new();
+    let mut ack_all = Vec::new();
+    for _ in 0..2 {
+        for acks_by in [RawAcks::WorkQueue, RawAcks::InterestAckAll] {
+            // A fresh stream each time: delete the previous one of that name.
+            let js = async_nats::jetstream::new(async_nats::connect(nats.url()).await.expect("connect"));
+            let _ = js.delete_stream(acks_by.name()).await;
+            let figure = raw_fetch_ack(&nats.url(), messages, acks_by).await;
+            println!(
+                "  raw JetStream fetch(500), {:<34} {:>10.0} msg/s (nats-server {:.2} / own {:.2} us/msg consuming)",
+                match acks_by {
+                    RawAcks::WorkQueue => "work-queue, ack per message (as OBS)",
+                    _ => "interest, one AckAll per fetch",
+                },
+                figure.rate,
+                figure.nats_us,
+                figure.own_us
+            );
+            if acks_by == RawAcks::WorkQueue {
+                work_queue.push(figure);
+            } else {
+                ack_all.push(figure);
+            }
+        }
+    }
+    let fetch_ack = median(work_queue.iter().map(|f| f.rate).collect());
+    let fetch_ack_all = median(ack_all.iter().map(|f| f.rate).collect());
     println!(
-        "  raw JetStream fetch(500)+ack, work-queue (as OBS)  {fetch_ack:>10.0} msg/s \
-         (nats-server {nats_us:.1} us/msg, publishing the messages included)"
+        "RESULT acks: interest + AckAll / work-queue + per-message acks = {:.2} msg/s \
+         (medians {fetch_ack_all:.0} / {fetch_ack:.0}); nats-server {:.2} / {:.2} us/msg, \
+         own {:.2} / {:.2} us/msg",
+        fetch_ack_all / fetch_ack,
+        median(ack_all.iter().map(|f| f.nats_us).collect()),
+        median(work_queue.iter().map(|f| f.nats_us).collect()),
+        median(ack_all.iter().map(|f| f.own_us).collect()),
+        median(work_queue.iter().map(|f| f.own_us).collect()),
     );
+    if flag("--acks-only") {
+        return;
+    }
     let copy_one_tx = raw_copy(&db.url, messages, messages, 1, "copy-one-tx").await;
     println!("  raw COPY, one transaction                          {copy_one_tx:>10.0} rows/s");
     let copy = raw_copy(&db.url, messages, 500, 4, "copy-500").await;
