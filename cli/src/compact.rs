@@ -145,6 +145,10 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &CompactArgs) -> any
             match store.compact_day(lease.epoch(), request).await {
                 Ok(c) => done.push((class, day, c)),
                 // Every later day is refused the same way: stop, and say why.
+                Err(e @ StoreError::StreamHoldsDay { .. }) => {
+                    stopped = Some(e.to_string());
+                    break 'days;
+                }
                 Err(StoreError::Other(refusal)) if refusal.starts_with("compaction refused") => {
                     stopped = Some(refusal);
                     break 'days;

@@ -44,13 +44,6 @@ pub fn stream_oldest(lag: &Lag, now: Micros) -> Result<Option<Micros>, String> {
     Ok(Some(oldest))
 }
 
-/// Whether the store refused the day because the stream may still hold a message of it
-/// (`sentinel_ports::check_compaction`'s wording).
-fn stream_refusal(error: &StoreError) -> bool {
-    matches!(error, StoreError::Other(why)
-        if why.starts_with("compaction refused") && why.contains("may still be in the stream"))
-}
-
 /// Compacts the request's day: reads the stream's oldest message, then `Store::compact_day`.
 pub async fn compact_day<B: Bus, S: Store>(
     bus: &B,
@@ -103,7 +96,7 @@ pub async fn compact_day<B: Bus, S: Store>(
             }
             Input::CompactionFenced
         }
-        Err(e) if stream_refusal(&e) => {
+        Err(StoreError::StreamHoldsDay { .. }) => {
             debug!(
                 class,
                 day, "compaction waits: the stream may still redeliver a message of the day"
@@ -142,26 +135,5 @@ mod tests {
             stream_oldest(&silent, now),
             Err("the stream holds 3 message(s) but reports no oldest".into())
         );
-    }
-
-    #[test]
-    fn only_the_stream_refusal_is_quiet() {
-        let request = CompactionRequest {
-            class: sentinel_core::RetentionClass::State,
-            day: Micros(0),
-            now: Micros(30 * sentinel_core::time::US_PER_DAY),
-            compact_after_days: 7,
-            stream_oldest: Some(Micros(1)),
-            principal: PRINCIPAL,
-        };
-        let refusal = sentinel_ports::check_compaction(&request).expect_err("the stream holds it");
-        assert!(stream_refusal(&refusal), "{refusal}");
-        let young = CompactionRequest {
-            now: Micros(2 * sentinel_core::time::US_PER_DAY),
-            stream_oldest: None,
-            ..request
-        };
-        let refusal = sentinel_ports::check_compaction(&young).expect_err("too young");
-        assert!(!stream_refusal(&refusal), "{refusal}");
     }
 }

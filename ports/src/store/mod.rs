@@ -103,6 +103,16 @@ pub enum StoreError {
     },
     #[error("database schema version {found} is newer than this binary's {supported}")]
     SchemaFromFuture { found: i64, supported: i64 },
+    /// Compaction refused a day the stream may still redeliver a message of (issue 24 item 1;
+    /// [`compaction::check_compaction`]): not a failure, the day waits until the stream has
+    /// moved past it. `day` is the day's UTC midnight, `oldest` the `ingested_at` of the
+    /// stream's oldest message.
+    #[error(
+        "compaction refused: day {} may still be in the stream (its oldest message was ingested at {})",
+        compaction::day_name(*.day),
+        .oldest.to_rfc3339()
+    )]
+    StreamHoldsDay { day: Micros, oldest: Micros },
     #[error("store: {0}")]
     Other(String),
 }
