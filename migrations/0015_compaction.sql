@@ -13,8 +13,17 @@
 --     observed_at`; `device_lag`: `device_time − observed_at`; `seq_d`: the source seq, the
 --     first whole, each next from the previous;
 --   * every other column as an array of its own type, NULL as a whole when every element is
---     NULL; `native_num` is NULL as a whole with `native_is_value` when it equals `value_num`
---     row for row (no conversion), the common case;
+--     NULL;
+--   * each chunk stores a column in the narrowest form that holds every one of its rows
+--     exactly, checked bit for bit at encode (`sentinel_compact_encode` says how), else whole:
+--     the deltas and lags as int4 (`observed_d4`, `ingested_lag4`) when they fit, else int8;
+--     the values as integers (`value_dec`) times `value_div` = 10^places when every value is
+--     a decimal of at most four places, else `value_num`; `native_num` not at all when it is
+--     `value_num` (`native_is_value`, no conversion, the common case) or `value_num × scale +
+--     offset` (`native_scale`, `native_offset`: a unit conversion, 1.8 and 32) row for row.
+--     lz4 finds little to squeeze in random int8 microseconds or float8 decimals, so the
+--     narrow forms are what shrink a jittered day: 24.6 B an observation whole, 16.9 B with
+--     them (BENCHMARKS.md "Compacted days");
 --   * the arrays are compressed by TOAST with lz4 (`toast_tuple_target = 128`, so every array
 --     past a few dozen bytes is compressed, not only the largest few).
 -- Nothing is lost: every column of the hot row is a column or an element here, `applied`
@@ -41,6 +50,43 @@ CREATE FUNCTION sentinel_undelta(d bigint[]) RETURNS bigint[]
   SELECT array_agg(s ORDER BY i) FROM (
     SELECT i, sum(x) OVER (ORDER BY i) AS s FROM unnest(d) WITH ORDINALITY AS u(x, i)) q
 $$;
+CREATE FUNCTION sentinel_undelta(d integer[]) RETURNS bigint[]
+  LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT array_agg(s ORDER BY i) FROM (
+    SELECT i, sum(x) OVER (ORDER BY i) AS s FROM unnest(d) WITH ORDINALITY AS u(x, i)) q
+$$;
+
+-- Whether two doubles are the same bits (NULL only as NULL): `=` but for the zeros, whose sign
+-- `=` ignores, and NaN, which `=` matches whatever its payload (both rare, so `float8send` runs
+-- on them alone; an SQL expression the planner inlines: the encoder checks every row with it).
+CREATE FUNCTION sentinel_same_bits(a double precision, b double precision) RETURNS boolean
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN a IS NULL OR b IS NULL THEN a IS NULL AND b IS NULL
+              WHEN a = 0 OR a = 'NaN'::double precision THEN float8send(a) = float8send(b)
+              ELSE a = b END
+$$;
+
+-- `x` rounded to 10 significant digits of `magnitude` (> 0): how the encoder turns a chunk's
+-- estimated unit conversion (1.7999999999999998, 32.00000000000001) into the constants it came
+-- from (1.8, 32), which are then checked bit-exactly against every row.
+CREATE FUNCTION sentinel_round_to(x double precision, magnitude double precision) RETURNS double precision
+  LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+  SELECT round(x::numeric, 9 - floor(log(magnitude::numeric))::integer)::double precision
+$$;
+
+-- The fewest decimal places, 0 to 4, that write `v` exactly (its value times 10^places is an
+-- integer that divides back to `v`, compared as floats: −0.0 passes here and fails the encoder's
+-- bit-exact check); NULL when none does, or |v| ≥ 1e15, NaN or infinite (rounding there would
+-- overflow or mean nothing).
+CREATE FUNCTION sentinel_decimal_places(v double precision) RETURNS integer
+  LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+  SELECT CASE WHEN NOT (abs(v) < 1e15) THEN NULL
+              WHEN round(v) = v THEN 0
+              WHEN round(v * 10) / 10 = v THEN 1
+              WHEN round(v * 100) / 100 = v THEN 2
+              WHEN round(v * 1000) / 1000 = v THEN 3
+              WHEN round(v * 10000) / 10000 = v THEN 4 END
+$$;
 
 CREATE TABLE observation_measurement_compact (
   day               timestamptz  NOT NULL,   -- the UTC midnight of the rows' ingested day
@@ -52,13 +98,19 @@ CREATE TABLE observation_measurement_compact (
   n_valued          integer      NOT NULL,   -- rows carrying a value (the log heads' second read)
   seq_min           bigint       NOT NULL,
   seq_max           bigint       NOT NULL,
-  observed_d        bigint[]     NOT NULL,
-  ingested_lag      bigint[]     NOT NULL,
+  observed_d        bigint[],                -- int8 only when some delta is past int4
+  observed_d4       integer[],
+  ingested_lag      bigint[],                -- int8 only when some lag is past int4
+  ingested_lag4     integer[],
   device_lag        bigint[],
-  value_num         double precision[],
+  value_num         double precision[],      -- NULL when value_dec holds the values
+  value_dec         integer[],               -- value_num × value_div, exactly
+  value_div         double precision,        -- 10^places; NULL unless value_dec is
   value_bool        boolean[],
   value_text        text[],
   native_is_value   boolean      NOT NULL,
+  native_scale      double precision,        -- native_num = value_num × scale + offset, exactly
+  native_offset     double precision,
   native_num        double precision[],
   native_text       text[],
   unit_native       text[],
@@ -70,7 +122,15 @@ CREATE TABLE observation_measurement_compact (
   seq_d             bigint[]     NOT NULL,
   skew_flagged      boolean[]    NOT NULL,
   applied           bigint[],
-  PRIMARY KEY (point_key, hour, instance_key, source_epoch, day)
+  PRIMARY KEY (point_key, hour, instance_key, source_epoch, day),
+  -- One form of each encoded column (a chunk decodes one way only).
+  CHECK ((observed_d IS NULL) <> (observed_d4 IS NULL)),
+  CHECK ((ingested_lag IS NULL) <> (ingested_lag4 IS NULL)),
+  CHECK (value_dec IS NULL OR (value_num IS NULL AND value_div IS NOT NULL)),
+  CHECK ((value_dec IS NULL) = (value_div IS NULL)),
+  CHECK ((native_scale IS NULL) = (native_offset IS NULL)),
+  CHECK (native_scale IS NULL OR (native_num IS NULL AND NOT native_is_value)),
+  CHECK (NOT native_is_value OR native_num IS NULL)
 ) PARTITION BY RANGE (day);
 CREATE TABLE observation_state_compact (LIKE observation_measurement_compact INCLUDING ALL)
   PARTITION BY RANGE (day);
@@ -90,7 +150,8 @@ DECLARE
   col text;
 BEGIN
   FOREACH cls IN ARRAY ARRAY['measurement', 'state', 'diagnostic'] LOOP
-    FOREACH col IN ARRAY ARRAY['observed_d', 'ingested_lag', 'device_lag', 'value_num', 'value_bool',
+    FOREACH col IN ARRAY ARRAY['observed_d', 'observed_d4', 'ingested_lag', 'ingested_lag4',
+        'device_lag', 'value_num', 'value_dec', 'value_bool',
         'value_text', 'native_num', 'native_text', 'unit_native', 'quality', 'reason', 'detail',
         'changed', 'registry_version', 'seq_d', 'skew_flagged', 'applied'] LOOP
       EXECUTE format('ALTER TABLE %I ALTER COLUMN %I SET COMPRESSION lz4', 'observation_' || cls || '_compact', col);
@@ -98,22 +159,25 @@ BEGIN
     -- The decoded chunks, with the hot table's columns in its order and the chunk's hour.
     EXECUTE format($v$
       CREATE VIEW %I AS
-      SELECT c.hour + (u.obs + u.lag) * interval '1 microsecond' AS ingested_at,
+      SELECT c.hour + (u.obs + COALESCE(u.lag, u.lag4)) * interval '1 microsecond' AS ingested_at,
              c.point_key,
              c.hour + u.obs * interval '1 microsecond' AS observed_at,
              c.hour + (u.obs + u.dev) * interval '1 microsecond' AS device_time,
-             u.value_num, u.value_bool, u.value_text,
-             CASE WHEN c.native_is_value THEN u.value_num ELSE u.native_num END AS native_num,
+             COALESCE(u.value_num, u.value_dec::double precision / c.value_div) AS value_num, u.value_bool, u.value_text,
+             CASE WHEN c.native_is_value THEN COALESCE(u.value_num, u.value_dec::double precision / c.value_div)
+                  WHEN c.native_scale IS NOT NULL
+                    THEN COALESCE(u.value_num, u.value_dec::double precision / c.value_div) * c.native_scale + c.native_offset
+                  ELSE u.native_num END AS native_num,
              u.native_text, u.unit_native, u.quality, u.reason, u.detail, u.changed,
              u.registry_version, c.instance_key, c.source_epoch, u.seq AS source_seq,
              u.skew_flagged, u.applied, c.hour AS obs_hour, c.day AS ingested_day
       FROM %I c
-      CROSS JOIN LATERAL unnest(sentinel_undelta(c.observed_d), c.ingested_lag, c.device_lag,
-          c.value_num, c.value_bool, c.value_text, c.native_num, c.native_text, c.unit_native,
-          c.quality, c.reason, c.detail, c.changed, c.registry_version, sentinel_undelta(c.seq_d),
-          c.skew_flagged, c.applied)
-        AS u(obs, lag, dev, value_num, value_bool, value_text, native_num, native_text, unit_native,
-             quality, reason, detail, changed, registry_version, seq, skew_flagged, applied)
+      CROSS JOIN LATERAL unnest(COALESCE(sentinel_undelta(c.observed_d), sentinel_undelta(c.observed_d4)),
+          c.ingested_lag, c.ingested_lag4, c.device_lag, c.value_num, c.value_dec, c.value_bool,
+          c.value_text, c.native_num, c.native_text, c.unit_native, c.quality, c.reason, c.detail,
+          c.changed, c.registry_version, sentinel_undelta(c.seq_d), c.skew_flagged, c.applied)
+        AS u(obs, lag, lag4, dev, value_num, value_dec, value_bool, value_text, native_num, native_text,
+             unit_native, quality, reason, detail, changed, registry_version, seq, skew_flagged, applied)
       $v$, 'observation_' || cls || '_compacted', 'observation_' || cls || '_compact');
     -- Every row of the class, hot and compacted.
     EXECUTE format($v$
@@ -172,6 +236,19 @@ $$;
 -- aggregate, so each chunk's row numbers are aggregated too and checked to be 1..n in order
 -- (`sentinel_compact_in_order`): the compaction fails, writing nothing, rather than store a
 -- chunk whose columns disagree.
+--
+-- Then each chunk picks, column by column, the narrowest form that holds every row exactly
+-- (the choices are the chunk's, so one odd row costs its chunk the wide form, never a bit):
+--   * `observed_d4`/`ingested_lag4` (int4) when every delta and lag fits, else the int8 forms;
+--   * `value_dec` (int4, the values × `value_div` = 10^places, places 0–4 the most any row
+--     needs) when every value is such a decimal and dividing back gives its very bits (compared
+--     by `sentinel_same_bits`, so −0.0, NaN and ±inf keep `value_num`), else `value_num`;
+--   * `native_is_value` when native and value are the same bits row for row; else
+--     `native_scale`/`native_offset` when native = value × scale + offset to the bit for every
+--     row, the pair estimated from the chunk's extremes and rounded to 10 significant digits
+--     (a unit conversion's constants: 1.8 and 32), tried only when every value and native is
+--     finite and between 1e-100 and 1e100 in magnitude (PostgreSQL raises on a float overflow
+--     or underflow); else `native_num` whole.
 CREATE FUNCTION sentinel_compact_encode(tbl text) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
@@ -180,40 +257,94 @@ DECLARE
 BEGIN
   EXECUTE format($q$
     INSERT INTO %I (day, point_key, instance_key, source_epoch, hour, n, n_valued, seq_min, seq_max,
-      observed_d, ingested_lag, device_lag, value_num, value_bool, value_text, native_is_value,
-      native_num, native_text, unit_native, quality, reason, detail, changed, registry_version,
-      seq_d, skew_flagged, applied)
-    SELECT ingested_day, point_key, instance_key, source_epoch, obs_hour,
-      sentinel_compact_in_order(count(*), array_agg(rn)),
-      count(*) FILTER (WHERE value_num IS NOT NULL OR value_bool IS NOT NULL OR value_text IS NOT NULL),
-      min(source_seq), max(source_seq),
-      array_agg(od), array_agg(lag),
-      CASE WHEN count(dev) > 0 THEN array_agg(dev) END,
-      CASE WHEN count(value_num) > 0 THEN array_agg(value_num) END,
-      CASE WHEN count(value_bool) > 0 THEN array_agg(value_bool) END,
-      CASE WHEN count(value_text) > 0 THEN array_agg(value_text) END,
-      bool_and(native_num IS NOT DISTINCT FROM value_num),
-      CASE WHEN NOT bool_and(native_num IS NOT DISTINCT FROM value_num) THEN array_agg(native_num) END,
-      CASE WHEN count(native_text) > 0 THEN array_agg(native_text) END,
-      CASE WHEN count(unit_native) > 0 THEN array_agg(unit_native) END,
-      array_agg(quality),
-      CASE WHEN count(reason) > 0 THEN array_agg(reason) END,
-      CASE WHEN count(detail) > 0 THEN array_agg(detail) END,
-      array_agg(changed), array_agg(registry_version),
-      array_agg(sd), array_agg(skew_flagged),
-      CASE WHEN count(applied) > 0 THEN array_agg(applied) END
+      observed_d, observed_d4, ingested_lag, ingested_lag4, device_lag, value_num, value_dec,
+      value_div, value_bool, value_text, native_is_value, native_scale, native_offset, native_num,
+      native_text, unit_native, quality, reason, detail, changed, registry_version, seq_d,
+      skew_flagged, applied)
+    SELECT g.ingested_day, g.point_key, g.instance_key, g.source_epoch, g.obs_hour, g.n, g.n_valued,
+      g.seq_min, g.seq_max,
+      CASE WHEN NOT g.od_fits THEN g.od END, CASE WHEN g.od_fits THEN g.od::integer[] END,
+      CASE WHEN NOT g.lag_fits THEN g.lag END, CASE WHEN g.lag_fits THEN g.lag::integer[] END,
+      g.dev,
+      CASE WHEN d.exact THEN NULL ELSE g.vn END,
+      CASE WHEN d.exact THEN de.dec END, CASE WHEN d.exact THEN dp.div END,
+      g.vb, g.vt, g.native_is_value,
+      CASE WHEN a.exact THEN a.scale END, CASE WHEN a.exact THEN a.offs END,
+      CASE WHEN NOT g.native_is_value AND a.exact IS NOT TRUE THEN g.nn END,
+      g.nt, g.un, g.q, g.rs, g.dt, g.ch, g.rv, g.sd, g.sk, g.ap
     FROM (
-      SELECT s.*, row_number() OVER w AS rn,
-             sentinel_us(s.observed_at - COALESCE(lag(s.observed_at) OVER w, s.obs_hour)) AS od,
-             sentinel_us(s.ingested_at - s.observed_at) AS lag,
-             sentinel_us(s.device_time - s.observed_at) AS dev,
-             s.source_seq - COALESCE(lag(s.source_seq) OVER w, 0) AS sd
-      FROM sentinel_compact_stage s
-      WINDOW w AS (PARTITION BY s.ingested_day, s.point_key, s.instance_key, s.source_epoch, s.obs_hour
-                   ORDER BY s.observed_at, s.ingested_at, s.source_seq)
-      ORDER BY s.ingested_day, s.point_key, s.instance_key, s.source_epoch, s.obs_hour,
-               s.observed_at, s.ingested_at, s.source_seq) r
-    GROUP BY ingested_day, point_key, instance_key, source_epoch, obs_hour
+      SELECT ingested_day, point_key, instance_key, source_epoch, obs_hour,
+        sentinel_compact_in_order(count(*), array_agg(rn)) AS n,
+        count(*) FILTER (WHERE value_num IS NOT NULL OR value_bool IS NOT NULL OR value_text IS NOT NULL) AS n_valued,
+        min(source_seq) AS seq_min, max(source_seq) AS seq_max,
+        array_agg(od) AS od, min(od) >= -2147483648 AND max(od) <= 2147483647 AS od_fits,
+        array_agg(lag) AS lag, min(lag) >= -2147483648 AND max(lag) <= 2147483647 AS lag_fits,
+        CASE WHEN count(dev) > 0 THEN array_agg(dev) END AS dev,
+        CASE WHEN count(value_num) > 0 THEN array_agg(value_num) END AS vn,
+        count(value_num) = count(dp) AS all_dec, max(dp) AS places, max(abs(value_num)) AS vabs,
+        min(value_num) AS vmin, max(value_num) AS vmax,
+        min(abs(value_num)) FILTER (WHERE value_num <> 0) AS vsmall,
+        min(native_num) AS nmin, max(native_num) AS nmax,
+        min(abs(native_num)) FILTER (WHERE native_num <> 0) AS nsmall,
+        CASE WHEN count(value_bool) > 0 THEN array_agg(value_bool) END AS vb,
+        CASE WHEN count(value_text) > 0 THEN array_agg(value_text) END AS vt,
+        bool_and(sentinel_same_bits(native_num, value_num)) AS native_is_value,
+        CASE WHEN count(native_num) > 0 THEN array_agg(native_num) END AS nn,
+        CASE WHEN count(native_text) > 0 THEN array_agg(native_text) END AS nt,
+        CASE WHEN count(unit_native) > 0 THEN array_agg(unit_native) END AS un,
+        array_agg(quality) AS q,
+        CASE WHEN count(reason) > 0 THEN array_agg(reason) END AS rs,
+        CASE WHEN count(detail) > 0 THEN array_agg(detail) END AS dt,
+        array_agg(changed) AS ch, array_agg(registry_version) AS rv,
+        array_agg(sd) AS sd, array_agg(skew_flagged) AS sk,
+        CASE WHEN count(applied) > 0 THEN array_agg(applied) END AS ap
+      FROM (
+        SELECT s.*, row_number() OVER w AS rn,
+               sentinel_us(s.observed_at - COALESCE(lag(s.observed_at) OVER w, s.obs_hour)) AS od,
+               sentinel_us(s.ingested_at - s.observed_at) AS lag,
+               sentinel_us(s.device_time - s.observed_at) AS dev,
+               s.source_seq - COALESCE(lag(s.source_seq) OVER w, 0) AS sd,
+               sentinel_decimal_places(s.value_num) AS dp
+        FROM sentinel_compact_stage s
+        WINDOW w AS (PARTITION BY s.ingested_day, s.point_key, s.instance_key, s.source_epoch, s.obs_hour
+                     ORDER BY s.observed_at, s.ingested_at, s.source_seq)
+        ORDER BY s.ingested_day, s.point_key, s.instance_key, s.source_epoch, s.obs_hour,
+                 s.observed_at, s.ingested_at, s.source_seq) r
+      GROUP BY ingested_day, point_key, instance_key, source_epoch, obs_hour) g
+    -- The values as decimals: encoded, then every element divided back and compared bit for bit.
+    -- Every guard is a CASE around what it guards (an int4 cast or a float product raises on an
+    -- overflow, and the planner orders a WHERE list's clauses as it likes); every step is
+    -- `OFFSET 0`, so it is computed once per chunk, not inlined into each element's check.
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN g.vn IS NOT NULL AND g.all_dec AND g.places IS NOT NULL
+                    AND g.vabs * power(10::double precision, g.places) < 2147483647
+                  THEN power(10::double precision, g.places) END AS div OFFSET 0) dp
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN dp.div IS NOT NULL
+                  THEN ARRAY(SELECT round(v * dp.div)::integer FROM unnest(g.vn) AS v) END AS dec OFFSET 0) de
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN de.dec IS NOT NULL THEN NOT EXISTS (SELECT 1 FROM unnest(g.vn, de.dec) AS u(v, k)
+                  WHERE NOT sentinel_same_bits(u.k::double precision / dp.div, u.v)) END AS exact
+      OFFSET 0) d
+    -- Native as an affine map of the value: estimated, rounded, then checked on every row.
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN NOT g.native_is_value AND g.vmin < g.vmax AND g.nmin < g.nmax
+                    AND g.vmin >= -1e100 AND g.vmax <= 1e100 AND g.nmin >= -1e100 AND g.nmax <= 1e100
+                    AND g.vsmall >= 1e-100 AND g.nsmall >= 1e-100
+                  THEN sentinel_round_to((g.nmax - g.nmin) / (g.vmax - g.vmin),
+                                         (g.nmax - g.nmin) / (g.vmax - g.vmin)) END AS scale OFFSET 0) ap
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN ap.scale BETWEEN 1e-100 AND 1e100
+                  THEN sentinel_round_to(g.nmin - g.vmin * ap.scale, greatest(abs(g.nmin), abs(g.nmax))) END AS offs
+      OFFSET 0) ao
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN abs(ao.offs) <= 1e100 THEN ap.scale END AS scale,
+             CASE WHEN abs(ao.offs) <= 1e100 THEN ao.offs END AS offs OFFSET 0) af
+    CROSS JOIN LATERAL (
+      SELECT af.scale, af.offs,
+             CASE WHEN af.offs IS NOT NULL THEN NOT EXISTS (SELECT 1 FROM unnest(g.vn, g.nn) AS u(v, x)
+                  WHERE NOT sentinel_same_bits(u.v * af.scale + af.offs, u.x)) END AS exact
+      OFFSET 0) a
   $q$, tbl);
   GET DIAGNOSTICS written = ROW_COUNT;
   RETURN written;

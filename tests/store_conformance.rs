@@ -37,7 +37,7 @@ mod class_change;
 mod compaction;
 use compaction::{
     a_late_copy_of_a_compacted_key_is_not_inserted, compacted_rows_are_reprocessed_moved_and_dropped,
-    compaction_refuses_exactly_and_writes_once,
+    compaction_refuses_exactly_and_writes_once, each_encoding_round_trips_its_edges_exactly,
 };
 #[path = "store_conformance/fence_identity.rs"]
 mod fence_identity;
@@ -82,6 +82,9 @@ trait Backend: Sized {
     async fn cold_starts(&self) -> Vec<sentinel_ports::ColdStart>;
     /// `count(*)` of the `observation` view, where there is one.
     async fn view_count(&self) -> Option<u64>;
+    /// Each measurement chunk's encoding forms (migration 0015), `point: forms`, sorted, where
+    /// the backend has a byte format of its own.
+    async fn compact_forms(&self) -> Option<Vec<String>>;
     /// Optimistic commits refused by the unique index and committed again with `ON CONFLICT`,
     /// where the backend has that path.
     fn commit_fallbacks(&self) -> Option<u64>;
@@ -130,6 +133,9 @@ impl Backend for Mem {
         self.0.cold_starts()
     }
     async fn view_count(&self) -> Option<u64> {
+        None
+    }
+    async fn compact_forms(&self) -> Option<Vec<String>> {
         None
     }
     fn commit_fallbacks(&self) -> Option<u64> {
@@ -234,6 +240,23 @@ impl Backend for Pg {
             .expect("count view");
         Some(n as u64)
     }
+    async fn compact_forms(&self) -> Option<Vec<String>> {
+        let forms: Vec<String> = sqlx::query_scalar(
+            "SELECT k.point_id || ': ' \
+                || CASE WHEN c.observed_d4 IS NOT NULL THEN 'int4' ELSE 'int8' END || ' deltas, ' \
+                || CASE WHEN c.ingested_lag4 IS NOT NULL THEN 'int4' ELSE 'int8' END || ' lags, ' \
+                || CASE WHEN c.value_dec IS NOT NULL THEN 'values × ' || c.value_div ELSE 'float8 values' END || ', ' \
+                || CASE WHEN c.native_is_value THEN 'native = value' \
+                        WHEN c.native_scale IS NOT NULL \
+                          THEN 'native = value × ' || c.native_scale || ' + ' || c.native_offset \
+                        ELSE 'native whole' END \
+             FROM observation_measurement_compact c JOIN point_key k ON k.key = c.point_key ORDER BY 1",
+        )
+        .fetch_all(&self.raw)
+        .await
+        .expect("compacted forms");
+        Some(forms)
+    }
     fn commit_fallbacks(&self) -> Option<u64> {
         let fallbacks = self.store.commit_fallbacks();
         match self.commit_insert {
@@ -303,6 +326,7 @@ macro_rules! on_conflict_form {
 
 conformance!(
     compaction_refuses_exactly_and_writes_once,
+    each_encoding_round_trips_its_edges_exactly,
     a_late_copy_of_a_compacted_key_is_not_inserted,
     compacted_rows_are_reprocessed_moved_and_dropped,
     commit_reports_only_new_rows,

@@ -90,7 +90,8 @@ macro_rules! stored_copy_in {
              OR EXISTS (SELECT 1 FROM ",
             $table,
             "_compact c CROSS JOIN LATERAL unnest(sentinel_undelta(c.seq_d), \
-               sentinel_undelta(c.observed_d), c.ingested_lag) AS u(seq, obs, lag) \
+               COALESCE(sentinel_undelta(c.observed_d), sentinel_undelta(c.observed_d4)), \
+               COALESCE(c.ingested_lag, c.ingested_lag4::bigint[])) AS u(seq, obs, lag) \
                WHERE c.day >= date_bin('1 day', src.observed_at - $33::bigint * interval '1 microsecond', \
                  TIMESTAMPTZ '1970-01-01 00:00:00+00') \
                AND c.day < src.ingested_at \

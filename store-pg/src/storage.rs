@@ -39,12 +39,12 @@ pub const RAW_ROW_BYTES: f64 = 250.0;
 /// index), point ids of 25–30 bytes (BENCHMARKS.md, "`sentinel storage`: a rollup row's bytes").
 pub const ROLLUP_ROW_BYTES: f64 = 231.0;
 /// What this storage format costs per raw observation row of a compacted day, chunk table,
-/// TOAST and indexes together (migration 0015): 24.6 B measured on the stages bench's
-/// 4,000-point mix with jittered times, bus lag and values (6.5 B on the regular mix), a tenth
+/// TOAST and indexes together (migration 0015): 16.9 B measured on the stages bench's
+/// 4,000-point mix with jittered times, bus lag and values (6.4 B on the regular mix), a tenth
 /// of a design-rate day (BENCHMARKS.md, "Compacted days"); the worse of the two, rounded up.
 /// What `registry plan` and `sentinel storage` size a raw table's days past the compaction age
 /// with.
-pub const COMPACT_ROW_BYTES: f64 = 25.0;
+pub const COMPACT_ROW_BYTES: f64 = 17.0;
 
 /// One table's or partition's rows and bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

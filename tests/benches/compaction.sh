@@ -51,9 +51,10 @@ echo "== hot partition: total, heap (bytes)"
 echo "== sequential scan, then the compaction"
 "${PSQL[@]}" -d c24bench_packed -c '\timing on' -c "SELECT count(*), sum(value_num) FROM observation_measurement_p20260115" \
   -c "SELECT * FROM sentinel_compact_day(1, 7, 'measurement', '2026-01-15', '2026-02-01', 7, NULL, 'bench')"
-echo "== compacted partition: total, heap, toast, indexes (bytes); per-column bytes per chunk"
+echo "== compacted partition: total, heap, toast, indexes (bytes); per chunk: rows, bytes of the deltas, lags, values, native (0 when derived), whole row"
 "${PSQL[@]}" -d c24bench_packed -Atc "SELECT pg_total_relation_size(c.oid), pg_relation_size(c.oid), pg_total_relation_size(c.reltoastrelid), pg_indexes_size(c.oid) FROM pg_class c WHERE relname = 'observation_measurement_compact_p20260115'" \
-  -c "SELECT avg(n)::int, avg(pg_column_size(observed_d))::int, avg(pg_column_size(ingested_lag))::int, avg(pg_column_size(value_num))::int, avg(pg_column_size(native_num))::int, avg(pg_column_size(k.*))::int FROM observation_measurement_compact_p20260115 k"
+  -c "SELECT avg(n)::int, avg(COALESCE(pg_column_size(observed_d), pg_column_size(observed_d4)))::int, avg(COALESCE(pg_column_size(ingested_lag), pg_column_size(ingested_lag4)))::int, avg(COALESCE(pg_column_size(value_num), pg_column_size(value_dec)))::int, avg(COALESCE(pg_column_size(native_num), 0))::int, avg(pg_column_size(k.*))::int FROM observation_measurement_compact_p20260115 k" \
+  -c "SELECT 'chunks with int8 deltas, int8 lags, float8 values, native whole: ' || count(*) FILTER (WHERE observed_d IS NOT NULL) || ', ' || count(*) FILTER (WHERE ingested_lag IS NOT NULL) || ', ' || count(*) FILTER (WHERE value_num IS NOT NULL) || ', ' || count(*) FILTER (WHERE native_num IS NOT NULL) FROM observation_measurement_compact_p20260115"
 for db in c24bench_hot c24bench_packed; do
   echo "== $db: history of one point-hour, rehydration window, log heads of 4,000 points (execution times)"
   "${PSQL[@]}" -d $db -f - <<'SQL' | grep -E "Execution Time|rows\\)"

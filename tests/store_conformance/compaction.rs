@@ -686,3 +686,227 @@ pub(super) async fn a_late_copy_of_a_compacted_key_is_not_inserted<B: Backend>(b
         "six compacted rows and the one new reading"
     );
 }
+
+/// One measurement row of an encoding case: `point_id`'s `seq`, observed and ingested at the
+/// given µs from DAY0, with its value and native number as given (bit for bit).
+fn edge_row(
+    point_id: &str,
+    seq: u64,
+    observed_us: i64,
+    ingested_us: i64,
+    value: Option<f64>,
+    native: Option<f64>,
+) -> ObsRow {
+    let base = obs_row(
+        &Gen {
+            point: 0,
+            instance: 0,
+            ingested_us,
+            lag_us: ingested_us - observed_us,
+            value: None,
+            quality: Quality::Live,
+            device_time: false,
+            reason: false,
+            native_text: false,
+        },
+        seq,
+    );
+    ObsRow {
+        point: PointIdx(100),
+        point_id: Arc::from(point_id),
+        value: value.map(CanonicalValue::Num),
+        native_num: native,
+        ..base
+    }
+}
+
+/// A stored row with its floats as bits (−0.0 is not 0.0, and NaN is itself).
+fn exact(rows: &[StoredObservation]) -> Vec<String> {
+    rows.iter()
+        .map(|r| {
+            let value = match r.value {
+                Some(CanonicalValue::Num(v)) => Some(v.to_bits()),
+                _ => None,
+            };
+            format!(
+                "{} {:?} {} {} {:?} {:?} {:?} {:?}",
+                r.point_id,
+                r.key,
+                r.observed_at.0,
+                r.ingested_at.0,
+                value,
+                r.native_num.map(f64::to_bits),
+                r.quality,
+                r.unit_native
+            )
+        })
+        .collect()
+}
+
+/// The encoder's narrow forms (migration 0015) round-trip every edge exactly, and each falls
+/// back to the wide form for its chunk alone: a value that is no exact decimal among decimals;
+/// a value past int4 once scaled; a −0.0 among decimals; −0.0, NaN, ±inf, the largest and the smallest doubles; a
+/// native that is the value but for the sign of zero; a native off the unit conversion by one
+/// ulp in one row; a time delta and a bus lag past int4. Each case is one chunk (its own
+/// point); every row reads back after compaction with the very bits it had hot, and on
+/// PostgreSQL each chunk holds the form the case is about.
+pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &B) {
+    let store = b.store();
+    let lease = store.acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    let mut rows = Vec::new();
+    let mut seq = 0;
+    let mut push = |rows: &mut Vec<ObsRow>,
+                    point: &str,
+                    observed_us: i64,
+                    lag_us: i64,
+                    value: Option<f64>,
+                    native: Option<f64>| {
+        seq += 1;
+        rows.push(edge_row(
+            point,
+            seq,
+            observed_us,
+            observed_us + lag_us,
+            value,
+            native,
+        ));
+    };
+    // The jittered mix: µs times, a 20–300 ms lag, two decimals, native = value × 1.8 + 32.
+    let jittered = |k: i64| {
+        (
+            H + k * 8 * S + (k * 37_813) % 80_000,
+            20_000 + (k * 53_987) % 280_000,
+        )
+    };
+    let decimal = |k: i64| (1_800 + (k * 37) % 800) as f64 / 100.0;
+    for k in 0..40 {
+        let (obs, lag) = jittered(k);
+        let v = decimal(k);
+        push(&mut rows, "e.affine", obs, lag, Some(v), Some(v * 1.8 + 32.0));
+        // The same with one value that is no decimal of four places.
+        let v = if k == 17 { 0.1 + 0.2 } else { v };
+        push(
+            &mut rows,
+            "e.not_decimal",
+            obs,
+            lag,
+            Some(v),
+            Some(v * 1.8 + 32.0),
+        );
+        // Native off the conversion by one ulp in one row.
+        let v = decimal(k);
+        let n = if k == 29 {
+            f64::from_bits((v * 1.8 + 32.0).to_bits() + 1)
+        } else {
+            v * 1.8 + 32.0
+        };
+        push(&mut rows, "e.not_affine", obs, lag, Some(v), Some(n));
+        // Decimals but for one −0.0, which divides back as +0.0.
+        let v = if k == 5 { -0.0 } else { decimal(k) };
+        push(&mut rows, "e.negative_zero", obs, lag, Some(v), Some(v));
+    }
+    let specials = [
+        -0.0,
+        f64::NAN,
+        f64::INFINITY,
+        f64::NEG_INFINITY,
+        f64::MAX,
+        f64::from_bits(1),
+        2.5,
+    ];
+    for (k, v) in specials.into_iter().enumerate() {
+        let (obs, lag) = jittered(k as i64);
+        // Native is the value but for the sign of a zero.
+        let n = if v == 0.0 { 0.0 } else { v };
+        push(&mut rows, "e.special", obs, lag, Some(v), Some(n));
+        push(&mut rows, "e.same", obs, lag, Some(v), Some(v));
+    }
+    // 02:50 is 3.0e9 µs into its hour, past int4; ingested three hours later, a lag past int4.
+    // 300,000,000.25 is a decimal of two places, past int4 once scaled.
+    push(
+        &mut rows,
+        "e.wide",
+        2 * H + 50 * 60 * S,
+        3 * H,
+        Some(300_000_000.25),
+        Some(300_000_000.25),
+    );
+    push(
+        &mut rows,
+        "e.wide",
+        2 * H + 51 * 60 * S,
+        150_000,
+        Some(1.5),
+        Some(1.5),
+    );
+    // A whole number of places: 1e7, exactly, as scaled integers with no places.
+    for k in 0..10 {
+        push(
+            &mut rows,
+            "e.integers",
+            H + k * 8 * S,
+            150_000,
+            Some(1e7 + k as f64),
+            Some(1e7 + k as f64),
+        );
+    }
+    rows.sort_by_key(|r| r.ingested_at);
+    commit_all(store, epoch, rows).await;
+    let points = [
+        "e.affine",
+        "e.not_decimal",
+        "e.not_affine",
+        "e.negative_zero",
+        "e.special",
+        "e.same",
+        "e.wide",
+        "e.integers",
+    ];
+    let m = RetentionClass::Measurement;
+    let read = || async {
+        let mut all = Vec::new();
+        let mut history = Vec::new();
+        for point in points {
+            let page = store
+                .load_reprocess_rows(m, point, at(EARLIEST), None, None, 1_000)
+                .await
+                .expect("rows");
+            all.extend(exact(&page));
+            let h = store
+                .load_history(point, m, at(EARLIEST), at(LATEST), 1_000)
+                .await
+                .expect("history");
+            history.push(format!("{h:?}"));
+        }
+        (all, history)
+    };
+    let before = read().await;
+    assert_eq!(before.0.len(), 40 * 4 + 7 * 2 + 2 + 10, "every row was stored");
+    let done = store
+        .compact_day(epoch, request(m, day(0), late(), None))
+        .await
+        .expect("compact");
+    assert_eq!(done.rows as usize, before.0.len());
+    let after = read().await;
+    for (a, b) in after.0.iter().zip(&before.0) {
+        assert_eq!(a, b, "a row reads back with the bits it had hot");
+    }
+    assert_eq!(after, before, "every row reads back exactly");
+    if let Some(forms) = b.compact_forms().await {
+        assert_eq!(
+            forms,
+            [
+                "e.affine: int4 deltas, int4 lags, values × 100, native = value × 1.8 + 32",
+                "e.integers: int4 deltas, int4 lags, values × 1, native = value",
+                "e.negative_zero: int4 deltas, int4 lags, float8 values, native = value",
+                "e.not_affine: int4 deltas, int4 lags, values × 100, native whole",
+                "e.not_decimal: int4 deltas, int4 lags, float8 values, native = value × 1.8 + 32",
+                "e.same: int4 deltas, int4 lags, float8 values, native = value",
+                "e.special: int4 deltas, int4 lags, float8 values, native whole",
+                "e.wide: int8 deltas, int8 lags, float8 values, native = value",
+            ]
+        );
+    }
+    b.release(lease).await;
+}
