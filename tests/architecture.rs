@@ -472,7 +472,7 @@ fn only_the_postgres_adapter_names_the_observation_tables() {
 }
 
 /// The SQL functions that write fenced (their bodies take `sentinel_rollup_fence`).
-const FENCED_SQL_FUNCTIONS: [&str; 7] = [
+const FENCED_SQL_FUNCTIONS: [&str; 8] = [
     "sentinel_rollup_refresh_range",
     "sentinel_rollup_claim",
     "sentinel_rollup_apply",
@@ -480,6 +480,7 @@ const FENCED_SQL_FUNCTIONS: [&str; 7] = [
     "sentinel_move_point_class",
     "sentinel_reprocess_apply",
     "sentinel_compact_day",
+    "sentinel_compact_rollup_day",
 ];
 
 /// Issue 25 item 3 (migration 0013): the store fences every write on (epoch, start identity).

@@ -15,8 +15,9 @@ use sentinel_tests::pg::TestDb;
 use sqlx::PgPool;
 
 /// As of the newest migration (0015 gave reprocess each row's point and `observed_at`, and
-/// granted the compaction to whoever may drop a partition).
-const FENCED_FUNCTIONS: [&str; 7] = [
+/// granted the compaction to whoever may drop a partition; 0016 the minute rollups'
+/// compaction to whoever may compact a day).
+const FENCED_FUNCTIONS: [&str; 8] = [
     "sentinel_rollup_refresh_range(integer, bigint, timestamptz, timestamptz)",
     "sentinel_rollup_claim(integer, bigint, timestamptz, integer, integer)",
     "sentinel_rollup_apply(integer, bigint)",
@@ -25,6 +26,7 @@ const FENCED_FUNCTIONS: [&str; 7] = [
     "sentinel_reprocess_apply(integer, bigint, text, text[], integer[], bigint[], timestamptz[], \
      float8[], boolean[], text[], text[], text[], text[], integer, text[], timestamptz[])",
     "sentinel_compact_day(integer, bigint, text, timestamptz, timestamptz, integer, timestamptz, text)",
+    "sentinel_compact_rollup_day(integer, bigint, timestamptz, timestamptz, integer, text)",
 ];
 
 fn state() -> Vec<PointState> {
@@ -69,8 +71,9 @@ async fn a_populated_database_upgrades_to_the_identity_fence() {
     let report = store.migrate().await.expect("upgrade");
     assert_eq!(
         report.applied,
-        vec![13, 14, 15],
-        "0013, then the integer ids of 0014 and the compacted days of 0015"
+        vec![13, 14, 15, 16],
+        "0013, then the integer ids of 0014, the compacted days of 0015 and the compacted \
+         minute rollups of 0016"
     );
     let holder: (i32, Option<i64>) = sqlx::query_as("SELECT epoch, core_start FROM core_epoch")
         .fetch_one(&pool)

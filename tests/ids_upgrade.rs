@@ -201,8 +201,8 @@ async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
     let report = store.migrate().await.expect("upgrade");
     assert_eq!(
         report.applied,
-        vec![14, 15],
-        "the integer ids, then the compacted days"
+        vec![14, 15, 16],
+        "the integer ids, then the compacted days and the compacted minute rollups"
     );
     assert_eq!(
         snapshot(&pool).await,

@@ -36,8 +36,10 @@ mod class_change;
 #[path = "store_conformance/compaction.rs"]
 mod compaction;
 use compaction::{
-    a_late_copy_of_a_compacted_key_is_not_inserted, compacted_rows_are_reprocessed_moved_and_dropped,
-    compaction_refuses_exactly_and_writes_once, each_encoding_round_trips_its_edges_exactly,
+    a_late_copy_of_a_compacted_key_is_not_inserted,
+    a_minute_that_lost_its_rows_is_gone_from_a_compacted_rollup_day,
+    compacted_rows_are_reprocessed_moved_and_dropped, compaction_refuses_exactly_and_writes_once,
+    each_encoding_round_trips_its_edges_exactly,
 };
 #[path = "store_conformance/fence_identity.rs"]
 mod fence_identity;
@@ -329,6 +331,7 @@ conformance!(
     each_encoding_round_trips_its_edges_exactly,
     a_late_copy_of_a_compacted_key_is_not_inserted,
     compacted_rows_are_reprocessed_moved_and_dropped,
+    a_minute_that_lost_its_rows_is_gone_from_a_compacted_rollup_day,
     commit_reports_only_new_rows,
     a_late_copy_of_a_stored_key_is_not_inserted,
     rows_land_in_their_class_table,

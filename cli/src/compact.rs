@@ -7,7 +7,8 @@
 //! runs). The stream's oldest message is read from the bus first (its age, through the durable
 //! consumer's lag): a day that may still be redelivered is refused, and the command stops at
 //! the first refusal of that kind (every later day is refused too). Days already compacted or
-//! empty write nothing.
+//! empty write nothing. Each day's minute rollups are compacted with it (migration 0016, their
+//! own `compaction` event), also a day whose raw rows retention already dropped.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -82,6 +83,13 @@ fn compaction_json(class: RetentionClass, day: Micros, c: &Compaction) -> serde_
         "bytes_before": c.bytes_before,
         "bytes_after": c.bytes_after,
         "seq": c.seq,
+        "rollup_1m": {
+            "buckets": c.rollups.buckets,
+            "chunks": c.rollups.chunks,
+            "bytes_before": c.rollups.bytes_before,
+            "bytes_after": c.rollups.bytes_after,
+            "seq": c.rollups.seq,
+        },
     })
 }
 
@@ -165,7 +173,10 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &CompactArgs) -> any
     }
     let duration_us = started.elapsed().as_micros() as u64;
     crate::db::finish_under_lock(&store, lease, "compaction", duration_us).await?;
-    let compacted: Vec<_> = done.iter().filter(|(_, _, c)| c.rows > 0).collect();
+    let compacted: Vec<_> = done
+        .iter()
+        .filter(|(_, _, c)| c.rows > 0 || c.rollups.buckets > 0)
+        .collect();
     if args.json {
         let list: Vec<_> = compacted
             .iter()
@@ -202,6 +213,18 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &CompactArgs) -> any
                 c.bytes_after,
                 c.seq.unwrap_or_default()
             );
+            if c.rollups.buckets > 0 {
+                println!(
+                    "  {:<11} {}  {} buckets → {} chunks, {} → {} bytes  (control event {})",
+                    "rollup_1m",
+                    day_name(*day),
+                    c.rollups.buckets,
+                    c.rollups.chunks,
+                    c.rollups.bytes_before,
+                    c.rollups.bytes_after,
+                    c.rollups.seq.unwrap_or_default()
+                );
+            }
         }
         if let Some(why) = &stopped {
             println!("stopped: {why}");

@@ -4,7 +4,9 @@
 //! format's measured cost per row ([`RAW_ROW_BYTES`], [`ROLLUP_ROW_BYTES`]); `sentinel storage`
 //! uses a table's own bytes per row once it holds [`MEASURED_ROWS_MIN`] rows. A raw table's
 //! days past the compaction age (`--compact-after-days`, 7 by default; `--no-compaction`) are
-//! sized at the compacted format's cost, [`COMPACT_ROW_BYTES`].
+//! sized at the compacted format's cost, [`COMPACT_ROW_BYTES`]; so are the minute rollup's,
+//! at [`COMPACT_ROLLUP_BUCKET_BYTES`] a bucket (compacted with the raw day, migration 0016).
+//! The hourly rollup is never compacted.
 //!
 //! Owns: the projection arithmetic ([`project`]), its text table and JSON, and how bytes read.
 //! A point's declared `row_bytes` is not used here: it is the sensor's declared write size for
@@ -13,7 +15,9 @@
 use sentinel_core::registry::Descriptor;
 use sentinel_core::retention::RetentionConfig;
 use sentinel_ports::{RetainedTable, RollupGrain};
-use sentinel_store_pg::{COMPACT_ROW_BYTES, RAW_ROW_BYTES, ROLLUP_ROW_BYTES, TableSize};
+use sentinel_store_pg::{
+    COMPACT_ROLLUP_BUCKET_BYTES, COMPACT_ROW_BYTES, RAW_ROW_BYTES, ROLLUP_ROW_BYTES, TableSize,
+};
 
 /// A table's bytes per row are its own once it holds at least this many rows; below, page and
 /// index overhead of a nearly empty table would say nothing about a full one.
@@ -46,8 +50,8 @@ impl RowBytesFrom {
 pub struct Projection {
     pub table: RetainedTable,
     pub horizon_days: u32,
-    /// Of `horizon_days`, the days held compacted, at [`COMPACT_ROW_BYTES`] a row (a raw table
-    /// whose horizon is past the compaction age; 0 for every other).
+    /// Of `horizon_days`, the days held compacted, at [`compact_row_bytes`] a row (a raw table
+    /// or the minute rollup whose horizon is past the compaction age; 0 for every other).
     pub compacted_days: u32,
     pub rows_per_day: f64,
     pub bytes_per_row: f64,
@@ -62,8 +66,9 @@ pub fn bytes_per_row(size: &TableSize) -> Option<f64> {
 
 /// The projected size of each retained table over its horizon in `config`, at the declared
 /// rates of `descriptors`, with the bytes per row `measured` holds for a table when it holds
-/// at least [`MEASURED_ROWS_MIN`] rows, else the format's. A raw table's days older than
-/// `compact_after_days` (none when `None`) are at [`COMPACT_ROW_BYTES`] a row. A rollup has
+/// at least [`MEASURED_ROWS_MIN`] rows, else the format's. A raw table's or the minute
+/// rollup's days older than `compact_after_days` (none when `None`) are at
+/// [`compact_row_bytes`] a row. A rollup has
 /// one row per point per bucket the point reports in: a point slower than a bucket fills only
 /// some.
 pub fn project(
@@ -103,13 +108,16 @@ pub fn project(
             };
             let horizon_days = horizon_days(config, table);
             let compacted_days = match (table, compact_after_days) {
-                (RetainedTable::Raw(_), Some(after)) => horizon_days.saturating_sub(after),
+                (RetainedTable::Raw(_) | RetainedTable::Rollup(RollupGrain::Minute), Some(after)) => {
+                    horizon_days.saturating_sub(after)
+                }
                 _ => 0,
             };
             debug_assert!(compacted_days <= horizon_days);
             let hot_days = horizon_days - compacted_days;
             let bytes = rows_per_day
-                * (f64::from(hot_days) * bytes_per_row + f64::from(compacted_days) * COMPACT_ROW_BYTES);
+                * (f64::from(hot_days) * bytes_per_row
+                    + f64::from(compacted_days) * compact_row_bytes(table));
             debug_assert!(bytes.is_finite() && bytes >= 0.0, "a projection is a size");
             Projection {
                 table,
@@ -129,6 +137,16 @@ pub fn format_row_bytes(table: RetainedTable) -> f64 {
     match table {
         RetainedTable::Raw(_) => RAW_ROW_BYTES,
         RetainedTable::Rollup(_) => ROLLUP_ROW_BYTES,
+    }
+}
+
+/// The compacted format's measured cost of one row of `table` (a compacted raw row, a
+/// compacted minute bucket; the hourly rollup is never compacted: its hot cost).
+pub fn compact_row_bytes(table: RetainedTable) -> f64 {
+    match table {
+        RetainedTable::Raw(_) => COMPACT_ROW_BYTES,
+        RetainedTable::Rollup(RollupGrain::Minute) => COMPACT_ROLLUP_BUCKET_BYTES,
+        RetainedTable::Rollup(RollupGrain::Hour) => ROLLUP_ROW_BYTES,
     }
 }
 
@@ -193,7 +211,7 @@ pub fn json(projections: &[Projection]) -> serde_json::Value {
                 "table": table_name(p.table),
                 "horizon_days": p.horizon_days,
                 "compacted_days": p.compacted_days,
-                "compacted_bytes_per_row": COMPACT_ROW_BYTES,
+                "compacted_bytes_per_row": compact_row_bytes(p.table),
                 "rows_per_day": p.rows_per_day,
                 "bytes_per_row": p.bytes_per_row,
                 "bytes_per_row_from": p.bytes_per_row_from.as_str(),
@@ -313,17 +331,21 @@ mod tests {
         let p = project(&points, &config, Some(7), &[]);
         assert_eq!((p[0].horizon_days, p[0].compacted_days), (90, 83));
         assert!((p[0].bytes - 19e6 * (7.0 * RAW_ROW_BYTES + 83.0 * COMPACT_ROW_BYTES)).abs() < 1e3);
-        // A horizon within the age is all hot; the rollups are never compacted.
+        // A horizon within the age is all hot; the minute rollup is compacted with the raw
+        // days (7 hot, 83 compacted: 5.76M × (7 × 231 + 83 × COMPACT_ROLLUP_BUCKET_BYTES) B),
+        // the hourly one never.
         assert_eq!(p[2].compacted_days, 0);
-        assert_eq!((p[3].compacted_days, p[4].compacted_days), (0, 0));
-        let raw_with = p[0].bytes;
-        let rollups_with: f64 = p[3].bytes + p[4].bytes;
+        assert_eq!((p[3].compacted_days, p[4].compacted_days), (83, 0));
+        assert!(
+            (p[3].bytes - 5.76e6 * (7.0 * ROLLUP_ROW_BYTES + 83.0 * COMPACT_ROLLUP_BUCKET_BYTES)).abs() < 1e3
+        );
         let q = project(&points, &config, None, &[]);
         assert!(
-            raw_with < q[0].bytes / 4.0,
+            p[0].bytes < q[0].bytes / 4.0,
             "compaction shrinks the raw table's projection"
         );
-        assert_eq!(rollups_with, q[3].bytes + q[4].bytes);
+        assert!(p[3].bytes < q[3].bytes / 4.0, "and the minute rollup's");
+        assert_eq!(p[4].bytes, q[4].bytes, "the hourly rollup is never compacted");
     }
 
     #[test]

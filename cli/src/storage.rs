@@ -1,7 +1,8 @@
 //! `sentinel storage [--exact] [--json]` (issue 24 item 6): what the database holds and what the
 //! configured horizons will hold. Rows, heap and index bytes per retained table and partition
 //! (the raw classes and both rollups), each class's compacted days (issue 24: `<class> packed`,
-//! days, observations, bytes per observation), the control log and the quarantine, bytes per row; then
+//! days, observations, bytes per observation) and the minute rollup's (`rollup_1m packed`,
+//! days, buckets, bytes per bucket), the control log and the quarantine, bytes per row; then
 //! the projection: each table's rows per day at the newest registry version's declared rates,
 //! times its horizon (the flags `sentinel run` and `sentinel retention` take), times its bytes
 //! per row — measured here when the table holds enough rows to say, else the storage format's
@@ -41,6 +42,18 @@ fn compacted_totals(report: &StorageReport) -> Vec<(RetentionClass, usize, Table
             (class, days, size)
         })
         .collect()
+}
+
+/// The minute rollup's compacted days summed: (days, buckets and bytes).
+fn compacted_rollup_total(report: &StorageReport) -> (usize, TableSize) {
+    let mut size = TableSize {
+        rows_exact: true,
+        ..TableSize::default()
+    };
+    for c in &report.compacted_rollups {
+        size.add(&c.size);
+    }
+    (report.compacted_rollups.len(), size)
 }
 
 /// Each retained table's rows and bytes summed over its partitions.
@@ -189,6 +202,21 @@ fn json_text(
             v
         })
         .collect();
+    let compacted_rollups: Vec<_> = report
+        .compacted_rollups
+        .iter()
+        .map(|c| {
+            let mut v = size_json(&c.size);
+            v["table"] = "rollup_1m".into();
+            v["day"] = c.day.to_rfc3339().chars().take(10).collect::<String>().into();
+            v["chunks"] = c.chunks.into();
+            v
+        })
+        .collect();
+    let (rollup_days, rollup_size) = compacted_rollup_total(report);
+    let mut compacted_rollup_table = size_json(&rollup_size);
+    compacted_rollup_table["table"] = "rollup_1m".into();
+    compacted_rollup_table["days"] = rollup_days.into();
     let mut projection = disk::json(projections);
     projection["registry_version"] = version.into();
     format!(
@@ -199,6 +227,8 @@ fn json_text(
             "partitions_left_out": report.partitions_left_out,
             "compacted": compacted,
             "compacted_tables": compacted_tables,
+            "compacted_rollups": compacted_rollups,
+            "compacted_rollup_table": compacted_rollup_table,
             "observations": size_json(observations),
             "control_event": size_json(&report.control_log),
             "quarantine": size_json(&report.quarantine),
@@ -244,6 +274,14 @@ fn text(
             let name = format!("{} packed", class.as_str());
             let _ = writeln!(out, "{}", row_text(&name, Some(days), &size));
         }
+    }
+    let (rollup_days, rollup_size) = compacted_rollup_total(report);
+    if rollup_days > 0 {
+        let _ = writeln!(
+            out,
+            "{}",
+            row_text("rollup_1m packed", Some(rollup_days), &rollup_size)
+        );
     }
     let _ = writeln!(out, "{}", row_text("control_event", None, &report.control_log));
     let _ = writeln!(out, "{}", row_text("quarantine", None, &report.quarantine));

@@ -2,20 +2,32 @@
 //! from day seven"): one closed day of one class table into its compacted partition through
 //! `sentinel_compact_day` (`migrations/0015_compaction.sql`), which fences on the epoch and
 //! the start identity, encodes the day's rows into chunks, empties the hot partition and writes
-//! the `compaction` control event in one transaction.
+//! the `compaction` control event in one transaction; then, in the same transaction, the
+//! day's minute rollups through `sentinel_compact_rollup_day`
+//! (`migrations/0016_rollup_compaction.sql`, its own `compaction` event).
 //!
 //! Owns: the call, the refusals checked first (`sentinel_ports::check_compaction`, the same
 //! words as the model's; the function checks them again), and mapping its answer onto
 //! [`Compaction`]. The reads of compacted rows are the other modules' (they read the
-//! `observation_<class>_all` views).
+//! `observation_<class>_all` views and `rollup_1m_all`).
 
 use sqlx::Row;
 
 use super::{PgStore, core_start_to_db, db_error, epoch_to_db, to_odt};
-use sentinel_ports::{Compaction, CompactionRequest, StoreError, check_compaction};
+use sentinel_ports::{Compaction, CompactionRequest, RollupCompaction, StoreError, check_compaction};
 
 const COMPACT: &str = "SELECT rows, chunks, bytes_before, bytes_after, seq \
      FROM sentinel_compact_day($1, $2, $3, $4, $5, $6, $7, $8)";
+const COMPACT_ROLLUPS: &str = "SELECT buckets, chunks, bytes_before, bytes_after, seq \
+     FROM sentinel_compact_rollup_day($1, $2, $3, $4, $5, $6)";
+
+/// The five columns both compactions answer: (count, chunks, bytes before, bytes after, seq).
+type Answer = (u64, u64, u64, u64, Option<i64>);
+
+fn decode_answer(row: &sqlx::postgres::PgRow) -> Result<Answer, sqlx::Error> {
+    let count = |i: usize| -> Result<u64, sqlx::Error> { Ok(row.try_get::<i64, _>(i)?.max(0) as u64) };
+    Ok((count(0)?, count(1)?, count(2)?, count(3)?, row.try_get(4)?))
+}
 
 impl PgStore {
     pub(super) async fn compact_day_inner(
@@ -25,36 +37,69 @@ impl PgStore {
     ) -> Result<Compaction, StoreError> {
         check_compaction(&request)?;
         let stream_oldest = request.stream_oldest.map(to_odt).transpose()?;
-        let answer = sqlx::query(COMPACT)
+        let age_days = i32::try_from(request.compact_after_days).unwrap_or(i32::MAX);
+        let mut tx = match self.pool.begin().await {
+            Ok(tx) => tx,
+            Err(e) => return Err(db_error("compacting a day")(e)),
+        };
+        let raw = sqlx::query(COMPACT)
             .bind(epoch_to_db(epoch)?)
             .bind(core_start_to_db(self.core_start()))
             .bind(request.class.as_str())
             .bind(to_odt(request.day)?)
             .bind(to_odt(request.now)?)
-            .bind(i32::try_from(request.compact_after_days).unwrap_or(i32::MAX))
+            .bind(age_days)
             .bind(stream_oldest)
             .bind(request.principal)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *tx)
             .await;
-        let row = match answer {
-            Ok(row) => row,
-            Err(e) => return Err(self.rollup_error(epoch, "compacting a day", e).await),
+        let raw = match raw {
+            Ok(row) => decode_answer(&row).map_err(db_error("decoding a compaction"))?,
+            Err(e) => {
+                drop(tx);
+                return Err(self.rollup_error(epoch, "compacting a day", e).await);
+            }
         };
-        let decode = || -> Result<Compaction, sqlx::Error> {
-            let count =
-                |i: usize| -> Result<u64, sqlx::Error> { Ok(row.try_get::<i64, _>(i)?.max(0) as u64) };
-            Ok(Compaction {
-                rows: count(0)?,
-                chunks: count(1)?,
-                bytes_before: count(2)?,
-                bytes_after: count(3)?,
-                seq: row.try_get(4)?,
-            })
+        let rollups = sqlx::query(COMPACT_ROLLUPS)
+            .bind(epoch_to_db(epoch)?)
+            .bind(core_start_to_db(self.core_start()))
+            .bind(to_odt(request.day)?)
+            .bind(to_odt(request.now)?)
+            .bind(age_days)
+            .bind(request.principal)
+            .fetch_one(&mut *tx)
+            .await;
+        let rollups = match rollups {
+            Ok(row) => decode_answer(&row).map_err(db_error("decoding a rollup compaction"))?,
+            Err(e) => {
+                drop(tx);
+                return Err(self.rollup_error(epoch, "compacting a day's rollups", e).await);
+            }
         };
-        let done = decode().map_err(db_error("decoding a compaction"))?;
+        if let Err(e) = tx.commit().await {
+            return Err(self.rollup_error(epoch, "committing a compaction", e).await);
+        }
+        let done = Compaction {
+            rows: raw.0,
+            chunks: raw.1,
+            bytes_before: raw.2,
+            bytes_after: raw.3,
+            seq: raw.4,
+            rollups: RollupCompaction {
+                buckets: rollups.0,
+                chunks: rollups.1,
+                bytes_before: rollups.2,
+                bytes_after: rollups.3,
+                seq: rollups.4,
+            },
+        };
         assert!(
             (done.rows == 0) == done.seq.is_none(),
             "a compaction writes its event exactly when it compacted rows"
+        );
+        assert!(
+            (done.rollups.buckets == 0) == done.rollups.seq.is_none(),
+            "a rollup compaction writes its event exactly when it compacted buckets"
         );
         tracing::info!(
             class = request.class.as_str(),
@@ -63,6 +108,10 @@ impl PgStore {
             chunks = done.chunks,
             bytes_before = done.bytes_before,
             bytes_after = done.bytes_after,
+            rollup_buckets = done.rollups.buckets,
+            rollup_chunks = done.rollups.chunks,
+            rollup_bytes_before = done.rollups.bytes_before,
+            rollup_bytes_after = done.rollups.bytes_after,
             epoch,
             "day compacted"
         );

@@ -78,8 +78,8 @@ mod store_impl;
 pub use lock::{LOCK_KEY, LockHolder, MigrateReport, PgLease, PgLock, SchemaState};
 pub(crate) use state::key_from_columns;
 pub use storage::{
-    COMPACT_ROW_BYTES, CompactedSize, PartitionSize, RAW_ROW_BYTES, ROLLUP_ROW_BYTES, STORAGE_PARTITIONS_MAX,
-    StorageReport, TableSize,
+    COMPACT_ROLLUP_BUCKET_BYTES, COMPACT_ROW_BYTES, CompactedRollupSize, CompactedSize, PartitionSize,
+    RAW_ROW_BYTES, ROLLUP_ROW_BYTES, STORAGE_PARTITIONS_MAX, StorageReport, TableSize,
 };
 
 use std::collections::BTreeSet;

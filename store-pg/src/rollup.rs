@@ -4,8 +4,10 @@
 //! buckets rounded outward), the refresh watermark and the late-row invalidations.
 //!
 //! Owns: mapping those functions' answers and the fence's refusal (SQLSTATE `SN001`) onto the
-//! port's types. Every statement is static; the functions are the only writers of the rollup
-//! tables, and the writer role may only execute them.
+//! port's types, and the reads of both grains (minute rollups through `rollup_1m_all`, hot and
+//! compacted: `migrations/0016_rollup_compaction.sql`). Every statement is static; the
+//! functions are the only writers of the rollup tables, and the writer role may only execute
+//! them.
 
 use sentinel_core::{Micros, RetentionClass};
 use sqlx::Row;
@@ -29,8 +31,12 @@ const APPLY: &str = "SELECT refreshed_from, refreshed_to, minutes_advanced, inva
      buckets_written, more FROM sentinel_rollup_apply($1, $2)";
 const WATERMARK: &str =
     "SELECT refreshed_from, refreshed_to, claimed_to FROM rollup_watermark WHERE singleton";
+/// Minute rollups hot and compacted (`rollup_1m_all`, migration 0016): the `day` bound lets a
+/// read decode only the chunks of its days.
 const LOAD_1M: &str = "SELECT point_id, bucket, retention_class, count, live_count, sum, min, max \
-     FROM rollup_1m WHERE bucket >= $1 AND bucket < $2 AND ($3::text IS NULL OR point_id = $3) \
+     FROM rollup_1m_all WHERE bucket >= $1 AND bucket < $2 \
+     AND day >= date_bin('1 day', $1, TIMESTAMPTZ '1970-01-01 00:00:00+00') AND day < $2 \
+     AND ($3::text IS NULL OR point_id = $3) \
      ORDER BY point_id, bucket LIMIT $4";
 const LOAD_1H: &str = "SELECT point_id, bucket, retention_class, count, live_count, sum, min, max \
      FROM rollup_1h WHERE bucket >= $1 AND bucket < $2 AND ($3::text IS NULL OR point_id = $3) \

@@ -12,7 +12,8 @@
 //!
 //! The compacted days (migration 0015) are reported beside the hot partitions: per class and
 //! day, the observations their chunks hold (exact: `sum(n)` reads the chunks' heap, not their
-//! compressed arrays), the chunks, and the partition's bytes.
+//! compressed arrays), the chunks, and the partition's bytes; and the compacted days of the
+//! minute rollups (migration 0016) the same way, their buckets for rows.
 //!
 //! A read of the catalogue, outside the store port: the memory model has no bytes to report.
 
@@ -45,6 +46,13 @@ pub const ROLLUP_ROW_BYTES: f64 = 231.0;
 /// What `registry plan` and `sentinel storage` size a raw table's days past the compaction age
 /// with.
 pub const COMPACT_ROW_BYTES: f64 = 17.0;
+/// What this storage format costs per minute rollup bucket of a compacted day, chunk table,
+/// TOAST and primary key together (migration 0016): 15.5 B measured on a day of the stages
+/// bench's 4,000 points, every point every minute, with sums, minima and maxima of two random
+/// decimals (3.9 B with values on a 0.25 grid; 237.6 B hot: BENCHMARKS.md, "Compacted days:
+/// the minute rollups"); the worse of the two, rounded up. What `registry plan` and `sentinel
+/// storage` size the minute rollup's days past the compaction age with.
+pub const COMPACT_ROLLUP_BUCKET_BYTES: f64 = 16.0;
 
 /// One table's or partition's rows and bytes.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -90,6 +98,17 @@ pub struct CompactedSize {
     pub size: TableSize,
 }
 
+/// One compacted day of the minute rollups (migration 0016): its buckets (the chunks' `n`,
+/// exact from the chunks' heap), its chunks and its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactedRollupSize {
+    /// The UTC midnight starting the day.
+    pub day: sentinel_core::Micros,
+    pub chunks: u64,
+    /// `rows` is the buckets the chunks hold (exact).
+    pub size: TableSize,
+}
+
 /// Everything [`PgStore::storage_report`] reads.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StorageReport {
@@ -97,6 +116,8 @@ pub struct StorageReport {
     pub partitions: Vec<PartitionSize>,
     /// The compacted days, by class then day (at most [`STORAGE_PARTITIONS_MAX`]).
     pub compacted: Vec<CompactedSize>,
+    /// The minute rollups' compacted days, by day (at most [`STORAGE_PARTITIONS_MAX`]).
+    pub compacted_rollups: Vec<CompactedRollupSize>,
     /// Partitions beyond [`STORAGE_PARTITIONS_MAX`], left out.
     pub partitions_left_out: usize,
     pub control_log: TableSize,
@@ -121,6 +142,17 @@ const COMPACTED_SIZES: &str = "SELECT p.relname::text, c.relname::text, pg_table
                                'observation_diagnostic_compact')";
 
 const COMPACTION_PRESENT: &str = "SELECT to_regclass('observation_measurement_compact') IS NOT NULL";
+
+const ROLLUP_COMPACTION_PRESENT: &str = "SELECT to_regclass('rollup_1m_compact') IS NOT NULL";
+
+/// Every compacted minute rollup partition's sizes, by name.
+const COMPACTED_ROLLUP_SIZES: &str = "SELECT c.relname::text, pg_table_size(c.oid), pg_indexes_size(c.oid) \
+     FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_class p ON p.oid = i.inhparent \
+     WHERE p.relnamespace = current_schema()::regnamespace AND p.relname::text = 'rollup_1m_compact'";
+
+/// Each compacted minute rollup day's chunks and buckets.
+const COMPACTED_ROLLUP_ROWS: &str =
+    "SELECT day, count(*), COALESCE(sum(n), 0)::bigint FROM rollup_1m_compact GROUP BY day";
 
 /// Each compacted day's chunks and observations, per class.
 fn compacted_rows_statement(class: RetentionClass) -> &'static str {
@@ -238,9 +270,11 @@ impl PgStore {
                 <= (table_order(w[1].partition.table), w[1].partition.from)
         }));
         let compacted = self.compacted_sizes().await?;
+        let compacted_rollups = self.compacted_rollup_sizes().await?;
         Ok(StorageReport {
             partitions,
             compacted,
+            compacted_rollups,
             partitions_left_out,
             control_log,
             quarantine,
@@ -312,6 +346,65 @@ impl PgStore {
             }
         }
         out.sort_by_key(|c| (c.class.index(), c.day));
+        out.truncate(STORAGE_PARTITIONS_MAX);
+        Ok(out)
+    }
+
+    /// The minute rollups' compacted days, sizes and counts.
+    async fn compacted_rollup_sizes(&self) -> Result<Vec<CompactedRollupSize>, StoreError> {
+        let get = |e| db_error("decoding a compacted rollup partition")(e);
+        // A database not yet at 0016 has none.
+        let present: bool = sqlx::query_scalar(ROLLUP_COMPACTION_PRESENT)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error("looking for the compacted rollups"))?;
+        if !present {
+            return Ok(Vec::new());
+        }
+        let mut bytes: std::collections::BTreeMap<i64, (u64, u64)> = Default::default();
+        for row in sqlx::query(COMPACTED_ROLLUP_SIZES)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("reading compacted rollup partition sizes"))?
+        {
+            let child: String = row.try_get(0).map_err(get)?;
+            // `rollup_1m_compact_pYYYYMMDD`; another name is not ours and is not reported.
+            let Some(day) = child.strip_prefix("rollup_1m_compact_p").and_then(|d| {
+                sentinel_core::Micros::parse_rfc3339(&format!(
+                    "{}-{}-{}T00:00:00Z",
+                    d.get(0..4)?,
+                    d.get(4..6)?,
+                    d.get(6..8)?
+                ))
+            }) else {
+                continue;
+            };
+            let heap: i64 = row.try_get(1).map_err(get)?;
+            let index: i64 = row.try_get(2).map_err(get)?;
+            bytes.insert(day.0, (heap.max(0) as u64, index.max(0) as u64));
+        }
+        let mut out = Vec::new();
+        for row in sqlx::query(COMPACTED_ROLLUP_ROWS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("counting compacted rollup buckets"))?
+        {
+            let day = crate::from_odt(row.try_get(0).map_err(get)?);
+            let chunks: i64 = row.try_get(1).map_err(get)?;
+            let buckets: i64 = row.try_get(2).map_err(get)?;
+            let (heap_bytes, index_bytes) = bytes.get(&day.0).copied().unwrap_or((0, 0));
+            out.push(CompactedRollupSize {
+                day,
+                chunks: chunks.max(0) as u64,
+                size: TableSize {
+                    rows: buckets.max(0) as u64,
+                    rows_exact: true,
+                    heap_bytes,
+                    index_bytes,
+                },
+            });
+        }
+        out.sort_by_key(|c| c.day);
         out.truncate(STORAGE_PARTITIONS_MAX);
         Ok(out)
     }

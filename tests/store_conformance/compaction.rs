@@ -9,7 +9,10 @@
 //! - the property: random rows over several days, any subset of the closed days compacted →
 //!   every read path (history, log heads, derived windows, reprocess extent and pages, both
 //!   rollups recomputed, the row counts and, on PostgreSQL, the `observation` view) answers
-//!   exactly as before; and reprocess then compaction equals compaction then reprocess.
+//!   exactly as before; the minute rollups read the same from their compacted chunks, after a
+//!   refresh rewrote them hot, and compacted again; reprocess then compaction equals
+//!   compaction then reprocess; and late rows into compacted minutes, each minute refreshed
+//!   alone, read as the same rows never compacted (migration 0016).
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -334,8 +337,12 @@ pub(super) async fn compaction_refuses_exactly_and_writes_once<B: Backend>(b: &B
     );
     assert!(done.bytes_before > 0 && done.bytes_after > 0);
     let after = events().await;
-    assert_eq!(after.len(), events_before.len() + 1);
-    let event = after.last().expect("the event");
+    assert_eq!(
+        after.len(),
+        events_before.len() + 2,
+        "the class's event, then the day's minute rollups'"
+    );
+    let event = &after[after.len() - 2];
     assert_eq!(Some(event.seq), done.seq);
     assert_eq!(event.kind, "compaction");
     assert_eq!(event.occurred_at, late());
@@ -345,6 +352,24 @@ pub(super) async fn compaction_refuses_exactly_and_writes_once<B: Backend>(b: &B
     assert_eq!(payload["day"], "2026-01-15");
     assert_eq!(payload["rows"], 8);
     assert_eq!(payload["chunks"], 8);
+    // The day's minute rollups (every class's: the refresh in `reads` wrote them), in the
+    // same transaction: 24 rows in 24 minutes, one chunk per point.
+    assert_eq!(
+        (done.rollups.buckets, done.rollups.chunks),
+        (24, 3),
+        "{:?}",
+        done.rollups
+    );
+    assert!(done.rollups.bytes_before > 0 && done.rollups.bytes_after > 0);
+    let event = after.last().expect("the rollups' event");
+    assert_eq!(Some(event.seq), done.rollups.seq);
+    assert_eq!(event.kind, "compaction");
+    assert_eq!(event.occurred_at, late());
+    let payload: serde_json::Value = serde_json::from_str(&event.payload).expect("payload");
+    assert_eq!(payload["table"], "rollup_1m");
+    assert_eq!(payload["day"], "2026-01-15");
+    assert_eq!(payload["buckets"], 24);
+    assert_eq!(payload["chunks"], 3);
 
     // Again: nothing to do, nothing written.
     let again = store
@@ -352,6 +377,7 @@ pub(super) async fn compaction_refuses_exactly_and_writes_once<B: Backend>(b: &B
         .await
         .expect("again");
     assert_eq!((again.rows, again.seq), (0, None));
+    assert_eq!((again.rollups.buckets, again.rollups.seq), (0, None));
     assert_eq!(events().await.len(), after.len());
     assert_eq!(reads(b, epoch).await, before, "every read answers as before");
     b.release(lease).await;
@@ -394,6 +420,12 @@ pub(super) async fn compacted_rows_are_reprocessed_moved_and_dropped<B: Backend>
         .map(|(i, g)| obs_row(g, i as u64 + 1))
         .collect();
     commit_all(store, epoch, rows).await;
+    store
+        .refresh_rollups(epoch, Micros(day(-1).0), day(4))
+        .await
+        .expect("refresh rollups");
+    let minutes = load_1m(b).await;
+    assert!(!minutes.is_empty());
     let m = RetentionClass::Measurement;
     for d in 0..2 {
         let done = store
@@ -401,7 +433,9 @@ pub(super) async fn compacted_rows_are_reprocessed_moved_and_dropped<B: Backend>
             .await
             .expect("compact");
         assert_eq!(done.rows, 10);
+        assert!(done.rollups.buckets > 0, "the day's minute rollups with it");
     }
+    assert_eq!(load_1m(b).await, minutes, "compacted minute rollups read as hot");
     // Reprocess every row: days 0 and 1 compacted, day 2 hot.
     let (point, _) = POINTS[0];
     let page = store
@@ -464,15 +498,27 @@ pub(super) async fn compacted_rows_are_reprocessed_moved_and_dropped<B: Backend>
         .await
         .expect("history");
     assert!(left.is_empty(), "nothing left in the old class, hot or compacted");
+    // The move recomputed the point's minutes over its compacted rollup days: the new class,
+    // the reprocessed values, exactly what a refresh of everything gives.
+    let moved_minutes = load_1m(b).await;
+    assert_eq!(moved_minutes.len(), minutes.len());
+    assert!(moved_minutes.iter().all(|r| r.class == RetentionClass::State));
+    store
+        .refresh_rollups(epoch, Micros(day(-1).0), day(4))
+        .await
+        .expect("refresh rollups");
+    assert_eq!(load_1m(b).await, moved_minutes);
     // Compact the moved rows' first day in their new class, then retention drops it whole.
     let done = store
         .compact_day(epoch, request(RetentionClass::State, day(0), late(), None))
         .await
         .expect("compact the moved day");
     assert_eq!(done.rows, 10);
+    assert!(done.rollups.buckets > 0, "the refresh's minutes merged back");
+    assert_eq!(load_1m(b).await, moved_minutes);
     let cutoffs = RetentionCutoffs {
         raw: [day(1), day(1), day(1)],
-        rollup_1m: at(EARLIEST),
+        rollup_1m: day(1),
         rollup_1h: at(EARLIEST),
     };
     let run = store
@@ -484,6 +530,12 @@ pub(super) async fn compacted_rows_are_reprocessed_moved_and_dropped<B: Backend>
         b.counts().await.0,
         [0, 20, 0],
         "day 0 went, compacted rows included"
+    );
+    let kept: Vec<RollupRow> = moved_minutes.into_iter().filter(|r| r.bucket >= day(1)).collect();
+    assert_eq!(
+        load_1m(b).await,
+        kept,
+        "the minute rollups' day 0 went, hot and compacted"
     );
     b.release(lease).await;
 }
@@ -506,18 +558,62 @@ async fn check_property<B: Backend>(
     let epoch = lease.epoch();
     commit_all(b.store(), epoch, rows.clone()).await;
     let before = reads(&b, epoch).await;
-    for &(class, d) in compact {
-        b.store()
-            .compact_day(epoch, request(classes[class], day(d), late(), None))
-            .await
-            .map_err(|e| TestCaseError::fail(e.to_string()))?;
-    }
+    compact_all(&b, epoch, compact).await?;
+    // The minute rollups as compaction left them, before any refresh takes a minute back.
+    prop_assert_eq!(
+        &load_1m(&b).await,
+        &before.rollups_1m,
+        "a compacted minute rollup reads as it did hot"
+    );
     let after = reads(&b, epoch).await;
     prop_assert_eq!(&after, &before, "every read answers as it did before compaction");
+    // The refresh in `reads` rewrote every minute hot over the compacted ones; compacting the
+    // same days again merges them back into the chunks.
+    compact_all(&b, epoch, compact).await?;
+    prop_assert_eq!(
+        &load_1m(&b).await,
+        &before.rollups_1m,
+        "compacting again merges the rewritten minutes"
+    );
     // Reprocess after compaction...
     reprocess_some(&b, epoch, reprocess_every).await;
     let compacted_then_reprocessed = reads(&b, epoch).await;
+    // Late rows into the days' minutes, each minute refreshed alone (as the core's step
+    // refreshes an invalidated minute), then the days compacted again...
+    let late_rows = late_copies(gens, rows.len() as u64);
+    commit_all(b.store(), epoch, late_rows.clone()).await;
+    for row in &late_rows {
+        let minute = RollupGrain::Minute.floor(row.observed_at);
+        b.store()
+            .refresh_rollups(epoch, minute, Micros(minute.0 + 60 * S))
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
+    let late_compacted = load_1m(&b).await;
+    compact_all(&b, epoch, compact).await?;
+    prop_assert_eq!(
+        &load_1m(&b).await,
+        &late_compacted,
+        "compacting after late rows changes no minute"
+    );
     b.release(lease).await;
+    // ...against the same rows never compacted, on a store of its own.
+    let d = B::fresh().await;
+    let lease = d.store().acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    commit_all(d.store(), epoch, rows.clone()).await;
+    reprocess_some(&d, epoch, reprocess_every).await;
+    commit_all(d.store(), epoch, late_rows).await;
+    d.store()
+        .refresh_rollups(epoch, Micros(day(-1).0), day(5))
+        .await
+        .expect("refresh rollups");
+    prop_assert_eq!(
+        &load_1m(&d).await,
+        &late_compacted,
+        "a late row's minute refreshed after compaction reads as without compaction"
+    );
+    d.release(lease).await;
     // ...against reprocess before compaction, on a store of its own.
     let c = B::fresh().await;
     let lease = c.store().acquire().await.expect("acquire");
@@ -538,6 +634,47 @@ async fn check_property<B: Backend>(
     );
     c.release(lease).await;
     Ok(())
+}
+
+/// Compacts each (class, day) of `compact` (its day's minute rollups with it).
+async fn compact_all<B: Backend>(b: &B, epoch: u32, compact: &[(usize, i64)]) -> Result<(), TestCaseError> {
+    for &(class, d) in compact {
+        b.store()
+            .compact_day(epoch, request(RetentionClass::ALL[class], day(d), late(), None))
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Every stored minute rollup, as the store reads it (no refresh first).
+async fn load_1m<B: Backend>(b: &B) -> Vec<RollupRow> {
+    b.store()
+        .load_rollups(RollupGrain::Minute, at(EARLIEST), at(LATEST), None)
+        .await
+        .expect("1m")
+}
+
+/// Copies of the first rows observed when they were, ingested late on day 3 (never compacted
+/// here) with new sequence numbers from `seq_after` and other values: each lands in a minute
+/// the earlier rows filled.
+fn late_copies(gens: &[Gen], seq_after: u64) -> Vec<ObsRow> {
+    gens.iter()
+        .take(6)
+        .enumerate()
+        .map(|(i, g)| {
+            let ingested_us = 3 * US_PER_DAY + i as i64 * S;
+            let observed_us = g.ingested_us - g.lag_us;
+            let copy = Gen {
+                ingested_us,
+                lag_us: ingested_us - observed_us,
+                value: Some(g.value.unwrap_or(0).wrapping_add(7)),
+                quality: Quality::Live,
+                ..g.clone()
+            };
+            obs_row(&copy, seq_after + 1 + i as u64)
+        })
+        .collect()
 }
 
 /// Rewrites every row whose seq is a multiple of `every`, through the port's reprocess writes.
@@ -908,5 +1045,74 @@ pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &
             ]
         );
     }
+    b.release(lease).await;
+}
+
+/// A recompute that finds no rows left for a minute of a compacted rollup day takes the
+/// minute away, as it would from a hot day (migration 0016's mask; the model takes it out of
+/// its chunk): a row observed just after midnight but ingested just before it (a device clock
+/// ahead) goes with its ingested day's raw partition, and the refresh after the drop leaves its
+/// minute empty.
+pub(super) async fn a_minute_that_lost_its_rows_is_gone_from_a_compacted_rollup_day<B: Backend>(b: &B) {
+    let store = b.store();
+    let lease = store.acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    let row_gen = |ingested_us: i64, lag_us: i64| Gen {
+        point: 0,
+        instance: 0,
+        ingested_us,
+        lag_us,
+        value: Some(4),
+        quality: Quality::Live,
+        device_time: false,
+        reason: false,
+        native_text: false,
+    };
+    // Ingested on day 0 and observed on day 1; then a row of day 1 in both.
+    let ahead = obs_row(&row_gen(US_PER_DAY - 100_000, -200_000), 1);
+    let kept = obs_row(&row_gen(US_PER_DAY + H, 0), 2);
+    commit_all(store, epoch, vec![ahead, kept]).await;
+    store
+        .refresh_rollups(epoch, day(0), day(2))
+        .await
+        .expect("refresh rollups");
+    let buckets = |rows: Vec<RollupRow>| rows.into_iter().map(|r| r.bucket).collect::<Vec<_>>();
+    assert_eq!(buckets(load_1m(b).await), vec![day(1), Micros(day(1).0 + H)]);
+    let done = store
+        .compact_day(epoch, request(RetentionClass::Measurement, day(1), late(), None))
+        .await
+        .expect("compact");
+    assert_eq!((done.rows, done.rollups.buckets), (1, 2));
+    // Raw day 0 goes (the row observed on day 1 with it); the rollups stay.
+    let cutoffs = RetentionCutoffs {
+        raw: [day(1), day(1), day(1)],
+        rollup_1m: at(EARLIEST),
+        rollup_1h: at(EARLIEST),
+    };
+    store
+        .drop_expired(epoch, cutoffs, 10, "test", late())
+        .await
+        .expect("drop");
+    assert_eq!(
+        buckets(load_1m(b).await),
+        vec![day(1), Micros(day(1).0 + H)],
+        "a drop of raw rows recomputes nothing"
+    );
+    store
+        .refresh_rollups(epoch, day(1), day(2))
+        .await
+        .expect("refresh rollups");
+    assert_eq!(
+        buckets(load_1m(b).await),
+        vec![Micros(day(1).0 + H)],
+        "the minute whose rows went is gone, compacted or not"
+    );
+    // Compacting the day again keeps it gone.
+    let again = store
+        .compact_day(epoch, request(RetentionClass::Measurement, day(1), late(), None))
+        .await
+        .expect("compact again");
+    assert_eq!(again.rollups.buckets, 1, "the refreshed minute, merged back");
+    assert_eq!(buckets(load_1m(b).await), vec![Micros(day(1).0 + H)]);
     b.release(lease).await;
 }

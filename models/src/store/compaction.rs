@@ -7,7 +7,8 @@
 //! invariant 5's order, times and sequence numbers delta-encoded as PostgreSQL's chunks hold
 //! them; encoding and decoding; and [`Model::compact_day`] (the fence, the refusals of
 //! `sentinel_ports::check_compaction`, the day's rows and chunks encoded again together, the
-//! `compaction` control event, all under the model's one mutex: one transaction). The reads
+//! `compaction` control event, all under the model's one mutex: one transaction; then the
+//! day's minute rollups, `super::rollup::Rollups::compact_minute_day`, with their own event). The reads
 //! see compacted rows through [`ClassTable::all_rows`]; reprocess updates a compacted row by
 //! decoding its chunk, updating and encoding it again ([`ClassTable::update_compacted`]).
 
@@ -19,7 +20,8 @@ use sentinel_core::registry::PointIdx;
 use sentinel_core::time::US_PER_DAY;
 use sentinel_core::{CanonicalValue, DeliveryTag, Micros, ObsKey, ObsRow, Quality, RetentionClass};
 use sentinel_ports::{
-    Compaction, CompactionRequest, StoreError, StoredControlEvent, check_compaction, day_name,
+    Compaction, CompactionRequest, RollupCompaction, StoreError, StoredControlEvent, check_compaction,
+    day_name,
 };
 
 use super::{ClassTable, Model};
@@ -337,12 +339,14 @@ impl Model {
         let hot = table.rows.iter().filter(|r| in_day(r.ingested_at)).count();
         if hot == 0 {
             let chunks = table.compacted.get(&day_index).map_or(0, |(_, d)| d.len() as u64);
+            let rollups = self.compact_rollup_day(epoch, request);
             return Ok(Compaction {
                 rows: 0,
                 chunks,
                 bytes_before: 0,
                 bytes_after: 0,
                 seq: None,
+                rollups,
             });
         }
         let day_bytes = |table: &ClassTable, hot_rows: usize| -> u64 {
@@ -386,12 +390,13 @@ impl Model {
         let bytes_after = day_bytes(table, 0);
         let seq = self.control_events.last().map_or(1, |e| e.seq + 1);
         let registry_version = self.registry_versions.last().map_or(0, |v| v.version);
-        let done = Compaction {
+        let mut done = Compaction {
             rows: hot as u64,
             chunks,
             bytes_before,
             bytes_after,
             seq: Some(seq),
+            rollups: RollupCompaction::default(),
         };
         self.control_events.push(StoredControlEvent {
             seq,
@@ -403,7 +408,45 @@ impl Model {
             payload: compaction_payload(class, request.day, &done),
             registry_version,
         });
+        done.rollups = self.compact_rollup_day(epoch, request);
         Ok(done)
+    }
+
+    /// `sentinel_compact_rollup_day`, after the class's rows in the same transaction (the
+    /// refusals were checked for both): the day's minute rollups into chunks, and their own
+    /// `compaction` event when the day held hot ones.
+    fn compact_rollup_day(&mut self, epoch: u32, request: &CompactionRequest<'_>) -> RollupCompaction {
+        let Some(done) = self.rollups.compact_minute_day(request.day) else {
+            return RollupCompaction::default();
+        };
+        let seq = self.control_events.last().map_or(1, |e| e.seq + 1);
+        let registry_version = self.registry_versions.last().map_or(0, |v| v.version);
+        let done = RollupCompaction {
+            buckets: done.buckets,
+            chunks: done.chunks,
+            bytes_before: done.bytes_before,
+            bytes_after: done.bytes_after,
+            seq: Some(seq),
+        };
+        self.control_events.push(StoredControlEvent {
+            seq,
+            occurred_at: request.now,
+            kind: sentinel_core::ControlKind::Compaction.as_str().to_owned(),
+            point_id: None,
+            principal: request.principal.to_owned(),
+            core_epoch: epoch,
+            payload: serde_json::json!({
+                "table": "rollup_1m",
+                "day": day_name(request.day),
+                "buckets": done.buckets,
+                "chunks": done.chunks,
+                "bytes_before": done.bytes_before,
+                "bytes_after": done.bytes_after,
+            })
+            .to_string(),
+            registry_version,
+        });
+        done
     }
 }
 

@@ -7,6 +7,12 @@
 //! `refreshed_to`. Each runs under the model's one mutex; commits may land between them, and a
 //! crash between them leaves the claim open for the next step to finish first (the simulator
 //! crashes there on purpose).
+//!
+//! Also owns the compacted days of the minute table (`migrations/0016_rollup_compaction.sql`):
+//! [`Rollups::compact_minute_day`] moves a day's hot minute rows into chunks, one per (point,
+//! class), column by column; every read merges them back with the hot rows winning; a recompute
+//! takes the minutes it rewrites out of the chunks as it takes them out of the hot table (the
+//! SQL hides them behind a mask: the same answers).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -22,6 +28,8 @@ use sentinel_ports::{
 #[derive(Clone, Default)]
 pub(super) struct Rollups {
     minute: BTreeMap<(String, Micros), RollupRow>,
+    /// The compacted days of the minute table, by the day's UTC midnight.
+    minute_compacted: BTreeMap<Micros, BTreeMap<(String, RetentionClass), RollupChunk>>,
     hour: BTreeMap<(String, Micros), RollupRow>,
     watermark: Option<RollupWatermark>,
     /// Minutes of rows committed below `claimed_to` since the last step, in commit order.
@@ -31,6 +39,76 @@ pub(super) struct Rollups {
     claimed_invalidations: Option<usize>,
     /// Planted bug (simulator tests only): the statement trigger records nothing.
     pub(super) ignore_late_rows: bool,
+}
+
+/// One compacted (point, class, day) of the minute table: its buckets in order, column by
+/// column, as `rollup_1m_compact` holds them.
+#[derive(Clone, Debug, Default)]
+struct RollupChunk {
+    /// Minutes from the day's start.
+    minutes: Vec<u16>,
+    count: Vec<u64>,
+    live_count: Vec<u64>,
+    sum: Vec<Option<f64>>,
+    min: Vec<Option<f64>>,
+    max: Vec<Option<f64>>,
+}
+
+impl RollupChunk {
+    fn push(&mut self, day: Micros, row: &RollupRow) {
+        let minute = (row.bucket.0 - day.0) / MINUTE_US;
+        assert!(
+            (0..1440).contains(&minute) && row.bucket.0 % MINUTE_US == 0,
+            "a compacted bucket is a minute of its day"
+        );
+        assert!(
+            self.minutes.last().is_none_or(|m| i64::from(*m) < minute),
+            "buckets in order"
+        );
+        self.minutes.push(minute as u16);
+        self.count.push(row.count);
+        self.live_count.push(row.live_count);
+        self.sum.push(row.sum);
+        self.min.push(row.min);
+        self.max.push(row.max);
+    }
+
+    fn rows<'a>(
+        &'a self,
+        day: Micros,
+        point_id: &'a str,
+        class: RetentionClass,
+    ) -> impl Iterator<Item = RollupRow> + 'a {
+        (0..self.minutes.len()).map(move |i| RollupRow {
+            point_id: point_id.to_owned(),
+            bucket: Micros(day.0 + i64::from(self.minutes[i]) * MINUTE_US),
+            class,
+            count: self.count[i],
+            live_count: self.live_count[i],
+            sum: self.sum[i],
+            min: self.min[i],
+            max: self.max[i],
+        })
+    }
+
+    /// The model's estimate of a chunk's bytes (PostgreSQL reports its own): 2 per minute, 8
+    /// per count, 8 per sum, min and max.
+    fn bytes(&self) -> u64 {
+        64 + self.minutes.len() as u64 * (2 + 2 * 8 + 3 * 8)
+    }
+}
+
+/// A hot minute rollup row's bytes with its indexes, as the model reports them
+/// (`sentinel_store_pg::ROLLUP_ROW_BYTES`).
+const HOT_ROLLUP_ROW_BYTES: u64 = 231;
+
+/// What [`Rollups::compact_minute_day`] did: hot buckets compacted, chunks after, bytes before
+/// and after.
+pub(super) struct MinuteDayCompacted {
+    pub buckets: u64,
+    pub chunks: u64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
 }
 
 /// Longest on-demand refresh, as in `sentinel_rollup_refresh_range`.
@@ -101,6 +179,32 @@ impl Rollups {
     ) -> u64 {
         let clip = RetentionClass::ALL.map(|c| retention.kept_from(RetainedTable::Raw(c)));
         let clip_own = retention.kept_from(RetainedTable::Rollup(grain));
+        if grain == RollupGrain::Minute {
+            // What the SQL's mask hides (migration 0016): the compacted elements the DELETE
+            // would have taken, had they been hot.
+            for (day, chunks) in &mut self.minute_compacted {
+                for ((point, class), chunk) in chunks.iter_mut() {
+                    let keep: Vec<bool> = chunk
+                        .minutes
+                        .iter()
+                        .map(|m| {
+                            let bucket = Micros(day.0 + i64::from(*m) * MINUTE_US);
+                            !(chosen(bucket) && bucket >= clip[class.index()])
+                        })
+                        .collect();
+                    if keep.iter().all(|k| *k) {
+                        continue;
+                    }
+                    let mut kept = RollupChunk::default();
+                    for (row, keep) in chunk.rows(*day, point, *class).zip(keep) {
+                        if keep {
+                            kept.push(*day, &row);
+                        }
+                    }
+                    *chunk = kept;
+                }
+            }
+        }
         let table = self.table(grain);
         table.retain(|(_, bucket), row| !(chosen(*bucket) && *bucket >= clip[row.class.index()]));
         let mut built: BTreeMap<(String, Micros), RollupRow> = BTreeMap::new();
@@ -292,10 +396,74 @@ impl Rollups {
         })
     }
 
-    /// Drops the buckets of `grain` in `[from, to)`: a dropped rollup partition.
+    /// Drops the buckets of `grain` in `[from, to)`: a dropped rollup partition (a minute
+    /// day's compacted partition with it).
     pub(super) fn drop_range(&mut self, grain: RollupGrain, from: Micros, to: Micros) {
+        if grain == RollupGrain::Minute {
+            self.minute_compacted
+                .retain(|day, _| !(*day >= from && *day < to));
+        }
         self.table(grain)
             .retain(|(_, bucket), _| !(*bucket >= from && *bucket < to));
+    }
+
+    /// Every minute rollup row of the day starting at `day` as a read sees it: the hot rows,
+    /// and the compacted elements no hot row replaces, ordered by (point, bucket).
+    fn minute_day(&self, day: Micros) -> BTreeMap<(String, Micros), RollupRow> {
+        let end = Micros(day.0 + sentinel_core::time::US_PER_DAY);
+        let mut rows: BTreeMap<(String, Micros), RollupRow> = self
+            .minute
+            .iter()
+            .filter(|((_, bucket), _)| *bucket >= day && *bucket < end)
+            .map(|(k, r)| (k.clone(), r.clone()))
+            .collect();
+        if let Some(chunks) = self.minute_compacted.get(&day) {
+            for ((point, class), chunk) in chunks {
+                for row in chunk.rows(day, point, *class) {
+                    rows.entry((row.point_id.clone(), row.bucket)).or_insert(row);
+                }
+            }
+        }
+        rows
+    }
+
+    /// `sentinel_compact_rollup_day` after its refusals (the caller's): what a read sees of the
+    /// day's minute rollups becomes its chunks, one per (point, class), and the hot rows go.
+    /// `None` when the day holds no hot minute row (nothing is written).
+    pub(super) fn compact_minute_day(&mut self, day: Micros) -> Option<MinuteDayCompacted> {
+        debug_assert!(day.0.rem_euclid(sentinel_core::time::US_PER_DAY) == 0);
+        let end = Micros(day.0 + sentinel_core::time::US_PER_DAY);
+        let hot = self
+            .minute
+            .keys()
+            .filter(|(_, bucket)| *bucket >= day && *bucket < end)
+            .count() as u64;
+        if hot == 0 {
+            return None;
+        }
+        let chunk_bytes = |chunks: Option<&BTreeMap<(String, RetentionClass), RollupChunk>>| -> u64 {
+            chunks.map_or(0, |c| c.values().map(RollupChunk::bytes).sum())
+        };
+        let bytes_before = hot * HOT_ROLLUP_ROW_BYTES + chunk_bytes(self.minute_compacted.get(&day));
+        let visible = self.minute_day(day);
+        let mut chunks: BTreeMap<(String, RetentionClass), RollupChunk> = BTreeMap::new();
+        for ((point, _), row) in &visible {
+            chunks
+                .entry((point.clone(), row.class))
+                .or_default()
+                .push(day, row);
+        }
+        self.minute
+            .retain(|(_, bucket), _| !(*bucket >= day && *bucket < end));
+        let done = MinuteDayCompacted {
+            buckets: hot,
+            chunks: chunks.len() as u64,
+            bytes_before,
+            bytes_after: chunk_bytes(Some(&chunks)),
+        };
+        self.minute_compacted.insert(day, chunks);
+        debug_assert_eq!(self.minute_day(day).len(), visible.len(), "nothing lost");
+        Some(done)
     }
 
     /// `sentinel_rollup_recompute` over `[from, to)` on `grain`'s boundaries (a class move).
@@ -320,13 +488,39 @@ impl Rollups {
         (from, to): (Micros, Micros),
         point_id: Option<&str>,
     ) -> Vec<RollupRow> {
+        let wanted =
+            |r: &RollupRow| r.bucket >= from && r.bucket < to && point_id.is_none_or(|p| r.point_id == p);
         let table = match grain {
+            RollupGrain::Minute if !self.minute_compacted.is_empty() => {
+                // Hot and compacted (`rollup_1m_all`): the hot row wins.
+                let mut rows: BTreeMap<(String, Micros), RollupRow> = self
+                    .minute
+                    .values()
+                    .filter(|r| wanted(r))
+                    .map(|r| ((r.point_id.clone(), r.bucket), r.clone()))
+                    .collect();
+                let first_day = Micros(from.0 - from.0.rem_euclid(sentinel_core::time::US_PER_DAY));
+                for (day, chunks) in self.minute_compacted.range(first_day..to) {
+                    for ((point, class), chunk) in chunks {
+                        if point_id.is_some_and(|p| p != point) {
+                            continue;
+                        }
+                        for row in chunk.rows(*day, point, *class).filter(|r| wanted(r)) {
+                            rows.entry((row.point_id.clone(), row.bucket)).or_insert(row);
+                        }
+                    }
+                }
+                return rows
+                    .into_values()
+                    .take(sentinel_ports::ROLLUPS_LOAD_MAX)
+                    .collect();
+            }
             RollupGrain::Minute => &self.minute,
             RollupGrain::Hour => &self.hour,
         };
         table
             .values()
-            .filter(|r| r.bucket >= from && r.bucket < to && point_id.is_none_or(|p| r.point_id == p))
+            .filter(|r| wanted(r))
             .take(sentinel_ports::ROLLUPS_LOAD_MAX)
             .cloned()
             .collect()

@@ -50,6 +50,29 @@ pub struct Compaction {
     pub bytes_after: u64,
     /// The `compaction` control event.
     pub seq: Option<i64>,
+    /// The same day's minute rollups, compacted in the same transaction after the class's
+    /// rows (whatever the class: the first class compacted takes them, the others find none
+    /// hot).
+    pub rollups: RollupCompaction,
+}
+
+/// What compacting one day's minute rollups did (`migrations/0016_rollup_compaction.sql`):
+/// `buckets` 0 and `seq` `None` when the day held no hot minute rollup (already compacted, or
+/// none), and nothing was written.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RollupCompaction {
+    /// Hot minute buckets compacted (the day's chunks already there are encoded again with
+    /// them, less what a recompute since took back).
+    pub buckets: u64,
+    /// Chunks the day holds afterwards: one per (point, retention class); 0 when nothing was
+    /// written.
+    pub chunks: u64,
+    /// The day's rollup bytes before and after, hot and compacted, indexes included (the
+    /// model's are its own estimate).
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    /// Its own `compaction` control event (payload `table` `rollup_1m`), after the class's.
+    pub seq: Option<i64>,
 }
 
 /// The day's date as the refusals and the control event name it (`YYYY-MM-DD`).

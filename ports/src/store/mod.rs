@@ -427,6 +427,13 @@ pub trait Store: Clone + Send + Sync + 'static {
     /// message of. Idempotent: a day with no hot rows writes nothing. Every read of the
     /// class's rows (history, log heads, windows, rollups, reprocess, class moves) sees
     /// compacted rows exactly as it saw them hot.
+    ///
+    /// In the same transaction, after the class's rows, the day's minute rollups (by bucket)
+    /// are compacted too ([`compaction::RollupCompaction`], a second `compaction` event with
+    /// payload table `rollup_1m`, day, buckets, chunks, bytes before and after, when the day
+    /// held hot minute rollups): every rollup read answers as before, a later recompute of a
+    /// compacted minute (a late row, reprocess, a class move) takes over that minute, and the
+    /// next compaction of the day merges it back.
     fn compact_day(
         &self,
         epoch: u32,
