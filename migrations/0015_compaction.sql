@@ -27,7 +27,8 @@
 --     decimal and native is no affine map of it that survives rounding), else `native_num`.
 --     lz4 finds little to squeeze in random int8 microseconds or float8 decimals, so the
 --     narrow forms are what shrink a jittered day: 24.6 B an observation whole, 16.9 B with
---     them (BENCHMARKS.md "Compacted days");
+--     them; a converted jittered day 21.5 B with native whole, 20.8 B with it as decimals,
+--     its float8 values now the wide column (BENCHMARKS.md "Compacted days");
 --   * the arrays are compressed by TOAST with lz4 (`toast_tuple_target = 128`, so every array
 --     past a few dozen bytes is compressed, not only the largest few).
 -- Nothing is lost: every column of the hot row is a column or an element here, `applied`
