@@ -20,10 +20,15 @@
 --     the values as integers (`value_dec`) times `value_div` = 10^places when every value is
 --     a decimal of at most four places, else `value_num`; `native_num` not at all when it is
 --     `value_num` (`native_is_value`, no conversion, the common case) or `value_num × scale +
---     offset` (`native_scale`, `native_offset`: a unit conversion, 1.8 and 32) row for row.
+--     offset` (`native_scale`, `native_offset`: a unit conversion, 1.8 and 32) row for row,
+--     else as integers (`native_dec`) times `native_div` when every native is a decimal of at
+--     most four places (a converted point: the core computes the value from the device's
+--     clean decimal, `native × 0.5555555555555556 + -17.77777777777778`, so the value is no
+--     decimal and native is no affine map of it that survives rounding), else `native_num`.
 --     lz4 finds little to squeeze in random int8 microseconds or float8 decimals, so the
 --     narrow forms are what shrink a jittered day: 24.6 B an observation whole, 16.9 B with
---     them (BENCHMARKS.md "Compacted days");
+--     them; a converted jittered day 21.5 B with native whole, 20.8 B with it as decimals,
+--     its float8 values now the wide column (BENCHMARKS.md "Compacted days");
 --   * the arrays are compressed by TOAST with lz4 (`toast_tuple_target = 128`, so every array
 --     past a few dozen bytes is compressed, not only the largest few).
 -- Nothing is lost: every column of the hot row is a column or an element here, `applied`
@@ -111,7 +116,9 @@ CREATE TABLE observation_measurement_compact (
   native_is_value   boolean      NOT NULL,
   native_scale      double precision,        -- native_num = value_num × scale + offset, exactly
   native_offset     double precision,
-  native_num        double precision[],
+  native_num        double precision[],      -- NULL when derived or native_dec holds the natives
+  native_dec        integer[],               -- native_num × native_div, exactly
+  native_div        double precision,        -- 10^places; NULL unless native_dec is
   native_text       text[],
   unit_native       text[],
   quality           quality[]    NOT NULL,
@@ -130,7 +137,9 @@ CREATE TABLE observation_measurement_compact (
   CHECK ((value_dec IS NULL) = (value_div IS NULL)),
   CHECK ((native_scale IS NULL) = (native_offset IS NULL)),
   CHECK (native_scale IS NULL OR (native_num IS NULL AND NOT native_is_value)),
-  CHECK (NOT native_is_value OR native_num IS NULL)
+  CHECK (NOT native_is_value OR native_num IS NULL),
+  CHECK ((native_dec IS NULL) = (native_div IS NULL)),
+  CHECK (native_dec IS NULL OR (native_num IS NULL AND native_scale IS NULL AND NOT native_is_value))
 ) PARTITION BY RANGE (day);
 CREATE TABLE observation_state_compact (LIKE observation_measurement_compact INCLUDING ALL)
   PARTITION BY RANGE (day);
@@ -152,7 +161,7 @@ BEGIN
   FOREACH cls IN ARRAY ARRAY['measurement', 'state', 'diagnostic'] LOOP
     FOREACH col IN ARRAY ARRAY['observed_d', 'observed_d4', 'ingested_lag', 'ingested_lag4',
         'device_lag', 'value_num', 'value_dec', 'value_bool',
-        'value_text', 'native_num', 'native_text', 'unit_native', 'quality', 'reason', 'detail',
+        'value_text', 'native_num', 'native_dec', 'native_text', 'unit_native', 'quality', 'reason', 'detail',
         'changed', 'registry_version', 'seq_d', 'skew_flagged', 'applied'] LOOP
       EXECUTE format('ALTER TABLE %I ALTER COLUMN %I SET COMPRESSION lz4', 'observation_' || cls || '_compact', col);
     END LOOP;
@@ -167,17 +176,17 @@ BEGIN
              CASE WHEN c.native_is_value THEN COALESCE(u.value_num, u.value_dec::double precision / c.value_div)
                   WHEN c.native_scale IS NOT NULL
                     THEN COALESCE(u.value_num, u.value_dec::double precision / c.value_div) * c.native_scale + c.native_offset
-                  ELSE u.native_num END AS native_num,
+                  ELSE COALESCE(u.native_num, u.native_dec::double precision / c.native_div) END AS native_num,
              u.native_text, u.unit_native, u.quality, u.reason, u.detail, u.changed,
              u.registry_version, c.instance_key, c.source_epoch, u.seq AS source_seq,
              u.skew_flagged, u.applied, c.hour AS obs_hour, c.day AS ingested_day
       FROM %I c
       CROSS JOIN LATERAL unnest(COALESCE(sentinel_undelta(c.observed_d), sentinel_undelta(c.observed_d4)),
           c.ingested_lag, c.ingested_lag4, c.device_lag, c.value_num, c.value_dec, c.value_bool,
-          c.value_text, c.native_num, c.native_text, c.unit_native, c.quality, c.reason, c.detail,
-          c.changed, c.registry_version, sentinel_undelta(c.seq_d), c.skew_flagged, c.applied)
-        AS u(obs, lag, lag4, dev, value_num, value_dec, value_bool, value_text, native_num, native_text,
-             unit_native, quality, reason, detail, changed, registry_version, seq, skew_flagged, applied)
+          c.value_text, c.native_num, c.native_dec, c.native_text, c.unit_native, c.quality, c.reason,
+          c.detail, c.changed, c.registry_version, sentinel_undelta(c.seq_d), c.skew_flagged, c.applied)
+        AS u(obs, lag, lag4, dev, value_num, value_dec, value_bool, value_text, native_num, native_dec,
+             native_text, unit_native, quality, reason, detail, changed, registry_version, seq, skew_flagged, applied)
       $v$, 'observation_' || cls || '_compacted', 'observation_' || cls || '_compact');
     -- Every row of the class, hot and compacted.
     EXECUTE format($v$
@@ -248,7 +257,9 @@ $$;
 --     row, the pair estimated from the chunk's extremes and rounded to 10 significant digits
 --     (a unit conversion's constants: 1.8 and 32), tried only when every value and native is
 --     finite and between 1e-100 and 1e100 in magnitude (PostgreSQL raises on a float overflow
---     or underflow); else `native_num` whole.
+--     or underflow); else `native_dec` (int4, the natives × `native_div`) when every native is
+--     a decimal the way `value_dec` asks, checked bit for bit the same way; else `native_num`
+--     whole.
 CREATE FUNCTION sentinel_compact_encode(tbl text) RETURNS bigint
 LANGUAGE plpgsql
 AS $$
@@ -259,7 +270,7 @@ BEGIN
     INSERT INTO %I (day, point_key, instance_key, source_epoch, hour, n, n_valued, seq_min, seq_max,
       observed_d, observed_d4, ingested_lag, ingested_lag4, device_lag, value_num, value_dec,
       value_div, value_bool, value_text, native_is_value, native_scale, native_offset, native_num,
-      native_text, unit_native, quality, reason, detail, changed, registry_version, seq_d,
+      native_dec, native_div, native_text, unit_native, quality, reason, detail, changed, registry_version, seq_d,
       skew_flagged, applied)
     SELECT g.ingested_day, g.point_key, g.instance_key, g.source_epoch, g.obs_hour, g.n, g.n_valued,
       g.seq_min, g.seq_max,
@@ -270,7 +281,8 @@ BEGIN
       CASE WHEN d.exact THEN de.dec END, CASE WHEN d.exact THEN dp.div END,
       g.vb, g.vt, g.native_is_value,
       CASE WHEN a.exact THEN a.scale END, CASE WHEN a.exact THEN a.offs END,
-      CASE WHEN NOT g.native_is_value AND a.exact IS NOT TRUE THEN g.nn END,
+      CASE WHEN NOT g.native_is_value AND a.exact IS NOT TRUE AND nd.exact IS NOT TRUE THEN g.nn END,
+      CASE WHEN nd.exact THEN nde.dec END, CASE WHEN nd.exact THEN ndp.div END,
       g.nt, g.un, g.q, g.rs, g.dt, g.ch, g.rv, g.sd, g.sk, g.ap
     FROM (
       SELECT ingested_day, point_key, instance_key, source_epoch, obs_hour,
@@ -286,6 +298,7 @@ BEGIN
         min(abs(value_num)) FILTER (WHERE value_num <> 0) AS vsmall,
         min(native_num) AS nmin, max(native_num) AS nmax,
         min(abs(native_num)) FILTER (WHERE native_num <> 0) AS nsmall,
+        count(native_num) = count(ndp) AS all_ndec, max(ndp) AS nplaces, max(abs(native_num)) AS nabs,
         CASE WHEN count(value_bool) > 0 THEN array_agg(value_bool) END AS vb,
         CASE WHEN count(value_text) > 0 THEN array_agg(value_text) END AS vt,
         bool_and(sentinel_same_bits(native_num, value_num)) AS native_is_value,
@@ -304,7 +317,8 @@ BEGIN
                sentinel_us(s.ingested_at - s.observed_at) AS lag,
                sentinel_us(s.device_time - s.observed_at) AS dev,
                s.source_seq - COALESCE(lag(s.source_seq) OVER w, 0) AS sd,
-               sentinel_decimal_places(s.value_num) AS dp
+               sentinel_decimal_places(s.value_num) AS dp,
+               sentinel_decimal_places(s.native_num) AS ndp
         FROM sentinel_compact_stage s
         WINDOW w AS (PARTITION BY s.ingested_day, s.point_key, s.instance_key, s.source_epoch, s.obs_hour
                      ORDER BY s.observed_at, s.ingested_at, s.source_seq)
@@ -345,6 +359,19 @@ BEGIN
              CASE WHEN af.offs IS NOT NULL THEN NOT EXISTS (SELECT 1 FROM unnest(g.vn, g.nn) AS u(v, x)
                   WHERE NOT sentinel_same_bits(u.v * af.scale + af.offs, u.x)) END AS exact
       OFFSET 0) a
+    -- Native, when neither the value nor derived from it, as decimals the way the values are (a
+    -- converted point's native is the device's clean decimal and its value is not one).
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN NOT g.native_is_value AND a.exact IS NOT TRUE AND g.nn IS NOT NULL AND g.all_ndec
+                    AND g.nplaces IS NOT NULL AND g.nabs * power(10::double precision, g.nplaces) < 2147483647
+                  THEN power(10::double precision, g.nplaces) END AS div OFFSET 0) ndp
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN ndp.div IS NOT NULL
+                  THEN ARRAY(SELECT round(x * ndp.div)::integer FROM unnest(g.nn) AS x) END AS dec OFFSET 0) nde
+    CROSS JOIN LATERAL (
+      SELECT CASE WHEN nde.dec IS NOT NULL THEN NOT EXISTS (SELECT 1 FROM unnest(g.nn, nde.dec) AS u(x, k)
+                  WHERE NOT sentinel_same_bits(u.k::double precision / ndp.div, u.x)) END AS exact
+      OFFSET 0) nd
   $q$, tbl);
   GET DIAGNOSTICS written = ROW_COUNT;
   RETURN written;

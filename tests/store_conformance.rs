@@ -251,6 +251,7 @@ impl Backend for Pg {
                 || CASE WHEN c.native_is_value THEN 'native = value' \
                         WHEN c.native_scale IS NOT NULL \
                           THEN 'native = value × ' || c.native_scale || ' + ' || c.native_offset \
+                        WHEN c.native_dec IS NOT NULL THEN 'native × ' || c.native_div \
                         ELSE 'native whole' END \
              FROM observation_measurement_compact c JOIN point_key k ON k.key = c.point_key ORDER BY 1",
         )

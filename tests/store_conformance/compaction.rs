@@ -884,7 +884,8 @@ fn exact(rows: &[StoredObservation]) -> Vec<String> {
 /// back to the wide form for its chunk alone: a value that is no exact decimal among decimals;
 /// a value past int4 once scaled; a −0.0 among decimals; −0.0, NaN, ±inf, the largest and the smallest doubles; a
 /// native that is the value but for the sign of zero; a native off the unit conversion by one
-/// ulp in one row; a time delta and a bus lag past int4. Each case is one chunk (its own
+/// ulp in one row; a converted point (the native a decimal, the value computed from it as the
+/// core does), and the same with one native that is no decimal or one −0.0; a time delta and a bus lag past int4. Each case is one chunk (its own
 /// point); every row reads back after compaction with the very bits it had hot, and on
 /// PostgreSQL each chunk holds the form the case is about.
 pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &B) {
@@ -942,6 +943,36 @@ pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &
         // Decimals but for one −0.0, which divides back as +0.0.
         let v = if k == 5 { -0.0 } else { decimal(k) };
         push(&mut rows, "e.negative_zero", obs, lag, Some(v), Some(v));
+        // A converted point as the core computes it (`native × factor + offset`, degF to degC):
+        // native the device's two-decimal reading, the value no decimal and no map of it.
+        let to_c = |f: f64| f * 0.5555555555555556 + -17.77777777777778;
+        let f = decimal(k) * 1.8 + 32.0;
+        let f = (f * 100.0).round() / 100.0;
+        push(&mut rows, "e.converted", obs, lag, Some(to_c(f)), Some(f));
+        // The same with one native that is no decimal of four places.
+        let f = if k == 23 { 64.00001 } else { f };
+        push(
+            &mut rows,
+            "e.native_not_decimal",
+            obs,
+            lag,
+            Some(to_c(f)),
+            Some(f),
+        );
+        // Decimal natives but for one −0.0 (a device at zero), which divides back as +0.0.
+        let f = if k == 11 {
+            -0.0
+        } else {
+            (decimal(k) * 100.0).round() / 100.0
+        };
+        push(
+            &mut rows,
+            "e.native_negative_zero",
+            obs,
+            lag,
+            Some(to_c(f)),
+            Some(f),
+        );
     }
     let specials = [
         -0.0,
@@ -999,6 +1030,9 @@ pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &
         "e.same",
         "e.wide",
         "e.integers",
+        "e.converted",
+        "e.native_not_decimal",
+        "e.native_negative_zero",
     ];
     let m = RetentionClass::Measurement;
     let read = || async {
@@ -1019,7 +1053,7 @@ pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &
         (all, history)
     };
     let before = read().await;
-    assert_eq!(before.0.len(), 40 * 4 + 7 * 2 + 2 + 10, "every row was stored");
+    assert_eq!(before.0.len(), 40 * 7 + 7 * 2 + 2 + 10, "every row was stored");
     let done = store
         .compact_day(epoch, request(m, day(0), late(), None))
         .await
@@ -1035,7 +1069,10 @@ pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &
             forms,
             [
                 "e.affine: int4 deltas, int4 lags, values × 100, native = value × 1.8 + 32",
+                "e.converted: int4 deltas, int4 lags, float8 values, native × 100",
                 "e.integers: int4 deltas, int4 lags, values × 1, native = value",
+                "e.native_negative_zero: int4 deltas, int4 lags, float8 values, native whole",
+                "e.native_not_decimal: int4 deltas, int4 lags, float8 values, native whole",
                 "e.negative_zero: int4 deltas, int4 lags, float8 values, native = value",
                 "e.not_affine: int4 deltas, int4 lags, values × 100, native whole",
                 "e.not_decimal: int4 deltas, int4 lags, float8 values, native = value × 1.8 + 32",
