@@ -206,16 +206,46 @@ async fn a_drain_neither_revives_points_from_replayed_data_nor_cascades_into_sta
             "control event {seq}"
         );
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let stale_published: Vec<i64> = transitions
-        .seen()
+    // Each of those events' stale transition is published, naming it (polled: a loaded machine
+    // publishes later than a quiet one; CI once saw only later events' transitions after a fixed
+    // 500 ms), and every stale transition published names a watchdog event of this epoch in the
+    // log (read again: more points may have gone stale since the first read).
+    let stale_published = |transitions: &Transitions| -> Vec<i64> {
+        transitions
+            .seen()
+            .iter()
+            .filter(|t| t.quality == "stale")
+            .filter_map(|t| t.control_seq)
+            .collect()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while !events
         .iter()
-        .filter(|t| t.quality == "stale")
-        .filter_map(|t| t.control_seq)
+        .all(|(seq, ..)| stale_published(&transitions).contains(seq))
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let published = stale_published(&transitions);
+    let unpublished: Vec<i64> = events
+        .iter()
+        .map(|(seq, ..)| *seq)
+        .filter(|seq| !published.contains(seq))
         .collect();
     assert!(
-        events.iter().any(|(seq, ..)| stale_published.contains(seq)),
-        "the stale transition names its control event: {stale_published:?}"
+        unpublished.is_empty(),
+        "each stale event's transition names it: {unpublished:?} never published (published {published:?})"
+    );
+    let stale_events: Vec<i64> = sqlx::query_scalar(
+        "SELECT seq FROM control_event WHERE kind = 'quality_changed' AND core_epoch = 2 \
+         AND principal = 'core:watchdog' AND payload->>'to' = 'stale' ORDER BY seq",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .expect("stale events");
+    assert!(
+        published.iter().all(|seq| stale_events.contains(seq)),
+        "each stale transition names its control event: published {published:?}, logged {stale_events:?}"
     );
     terminate(second).await;
 
