@@ -213,6 +213,16 @@ fn size_from(reltuples: f64, heap_bytes: i64, index_bytes: i64) -> (Option<u64>,
     )
 }
 
+/// The UTC midnight a daily partition's `YYYYMMDD` suffix names (`None`: not such a suffix).
+fn partition_day(yyyymmdd: &str) -> Option<sentinel_core::Micros> {
+    sentinel_core::Micros::parse_rfc3339(&format!(
+        "{}-{}-{}T00:00:00Z",
+        yyyymmdd.get(0..4)?,
+        yyyymmdd.get(4..6)?,
+        yyyymmdd.get(6..8)?
+    ))
+}
+
 impl PgStore {
     /// Rows and bytes of every retained table's partitions, the control log and the
     /// quarantine. With `exact`, every row count is counted (a scan of each table); otherwise
@@ -309,14 +319,7 @@ impl PgStore {
                 continue;
             };
             // `<parent>_pYYYYMMDD`; another name is not ours and is not reported.
-            let Some(day) = child.strip_prefix(&format!("{parent}_p")).and_then(|d| {
-                sentinel_core::Micros::parse_rfc3339(&format!(
-                    "{}-{}-{}T00:00:00Z",
-                    d.get(0..4)?,
-                    d.get(4..6)?,
-                    d.get(6..8)?
-                ))
-            }) else {
+            let Some(day) = child.strip_prefix(&format!("{parent}_p")).and_then(partition_day) else {
                 continue;
             };
             let heap: i64 = row.try_get(2).map_err(get)?;
@@ -371,14 +374,7 @@ impl PgStore {
         {
             let child: String = row.try_get(0).map_err(get)?;
             // `rollup_1m_compact_pYYYYMMDD`; another name is not ours and is not reported.
-            let Some(day) = child.strip_prefix("rollup_1m_compact_p").and_then(|d| {
-                sentinel_core::Micros::parse_rfc3339(&format!(
-                    "{}-{}-{}T00:00:00Z",
-                    d.get(0..4)?,
-                    d.get(4..6)?,
-                    d.get(6..8)?
-                ))
-            }) else {
+            let Some(day) = child.strip_prefix("rollup_1m_compact_p").and_then(partition_day) else {
                 continue;
             };
             let heap: i64 = row.try_get(1).map_err(get)?;
