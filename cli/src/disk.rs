@@ -311,7 +311,7 @@ mod tests {
         // The core runtime spec's estate: ~19M raw rows a day from about 4,000 points, each
         // reporting at least once a minute, under 90 days of measurement retention. The spec
         // puts it at ~40 GB with compression from day seven; this format, uncompressed, is
-        // about 19M × 90 × 250 B ≈ 428 GB raw plus the minute rollup's 5.76M rows a day.
+        // about 19M × 90 × 235 B ≈ 402 GB raw plus the minute rollup's 5.76M rows a day.
         let rate_hz = 19_000_000.0 / 86_400.0 / 4_000.0;
         let points: Vec<_> = (0..4_000)
             .map(|i| point(&format!("p{i}"), RetentionClass::Measurement, rate_hz, 100))
@@ -327,7 +327,7 @@ mod tests {
         assert!(p.iter().all(|p| p.bytes_per_row_from == RowBytesFrom::Format));
         assert!(p.iter().all(|p| p.compacted_days == 0));
         // Compacted from day seven, as the spec has it: 7 hot days and 83 compacted, about
-        // 19M × (7 × 250 + 83 × 25) B ≈ 72.7 GB of raw rows (the spec says ~40 GB).
+        // 19M × (7 × 235 + 83 × 21) B ≈ 64.4 GB of raw rows (the spec says ~40 GB).
         let p = project(&points, &config, Some(7), &[]);
         assert_eq!((p[0].horizon_days, p[0].compacted_days), (90, 83));
         assert!((p[0].bytes - 19e6 * (7.0 * RAW_ROW_BYTES + 83.0 * COMPACT_ROW_BYTES)).abs() < 1e3);

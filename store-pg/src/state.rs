@@ -94,8 +94,8 @@ pub(crate) const HEADS_DIAGNOSTIC: &str = log_heads!(
 
 /// Restart step 5: per requested point, its rows since its bound (newest first, at most `$3`)
 /// and, whatever their age, its newest `rows_min` (`$4`); `UNION` drops a row both return.
-/// One statement per class table; the `(point_id, observed_at DESC)` index serves each lateral
-/// scan, and a `rows_min` of 0 costs nothing.
+/// One statement per class table; the `(point_key, observed_at)` index (migration 0018), scanned
+/// backward, serves each lateral scan, and a `rows_min` of 0 costs nothing.
 macro_rules! windows {
     ($table:literal) => {
         concat!(

@@ -30,11 +30,12 @@ pub const STORAGE_PARTITIONS_MAX: usize = 5 * 3_660;
 /// What this storage format costs per raw observation row, table and indexes together:
 /// measured over a tenth of a design-rate day (4,320,000 rows of 4,000 points with ids of 25–30
 /// bytes, 16 driver instances, filled in ingest order, after VACUUM ANALYZE) with the ids as
-/// integer keys (migration 0014): heap 126 B, the point index 53 B, the dedup key index 71 B
-/// (BENCHMARKS.md, "Integer ids"; 371 B with text ids). What `registry plan` and `sentinel
+/// integer keys (migration 0014) and the ascending point index of migration 0018: heap 126 B,
+/// the point index 38.5 B (53 B descending), the dedup key index 71 B (BENCHMARKS.md, "The hot
+/// row's bytes"; 250 B before 0018, 371 B with text ids). What `registry plan` and `sentinel
 /// storage` size a raw table with until it holds enough rows to measure its own;
 /// `tests/storage_report.rs` keeps it within 15 % of a populated partition.
-pub const RAW_ROW_BYTES: f64 = 250.0;
+pub const RAW_ROW_BYTES: f64 = 235.0;
 /// What this storage format costs per rollup row, table and indexes together: 231 B measured
 /// over a day of 1,000 points' minutes (126 heap, 105 index: the primary key and the bucket
 /// index), point ids of 25–30 bytes (BENCHMARKS.md, "`sentinel storage`: a rollup row's bytes").

@@ -1,0 +1,227 @@
+//! Migration 0018 (issue 24 item 1, "hot ≤ 120 B"; BENCHMARKS.md "The hot row's bytes"): each
+//! class table's point index is `(point_key, observed_at)` ascending at fillfactor 100, on the
+//! parent, on every hot partition a populated database had and on every partition made after.
+//! A day filled in ingest order keeps that index's leaves packed (the descending index it
+//! replaces ended about half full), every read of a point's rows answers as before, and the
+//! reads of a point's newest rows scan the index backward.
+
+use sentinel_store_pg::{PgStore, PgStoreConfig};
+use sentinel_tests::pg::TestDb;
+use sqlx::PgPool;
+
+const CLASSES: [&str; 3] = ["measurement", "state", "diagnostic"];
+
+/// Rows and points of the ingest-order fill: 4,000 rows a point, more than a dozen leaf pages
+/// of each point's entries, as a design-rate day gives a point.
+const FILL_ROWS: i64 = 200_000;
+const FILL_POINTS: i64 = 50;
+/// The point index's bytes per row that fill may cost. Measured (BENCHMARKS.md): 31.1 B
+/// ascending at fillfactor 100, 55.7 B with the descending index of migrations 0001–0017;
+/// a packed entry is 28 B (an 8-byte tuple header, 4-byte key, 4 bytes of padding, 8-byte
+/// timestamp, 4-byte line pointer).
+const FILL_POINT_INDEX_BYTES_PER_ROW_MAX: f64 = 40.0;
+
+async fn exec(pool: &PgPool, sql: &str) {
+    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+async fn text(pool: &PgPool, sql: &str) -> String {
+    sqlx::query_scalar::<_, Option<String>>(sqlx::AssertSqlSafe(sql.to_owned()))
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or_default()
+}
+
+/// `rows` rows of `points` points, one every 2 ms, into `class` on 2026-01-15, in ingest order
+/// (the row shape of BENCHMARKS.md "Integer ids", with the keys assigned here).
+async fn fill(pool: &PgPool, class: &str, rows: i64, points: i64) {
+    exec(
+        pool,
+        &format!(
+            "INSERT INTO point_key (point_id) SELECT '{class}.p' || p FROM generate_series(0, {points} - 1) p \
+               ON CONFLICT DO NOTHING; \
+             INSERT INTO instance_key (driver_instance) SELECT 'drv' || i FROM generate_series(0, 15) i \
+               ON CONFLICT DO NOTHING; \
+             INSERT INTO observation_{class} (ingested_at, point_key, observed_at, value_num, native_num, \
+               unit_native, quality, changed, registry_version, instance_key, source_epoch, source_seq) \
+             SELECT t + interval '150 milliseconds', pk.key, t, 20 + (n % 97) * 0.25, 68 + (n % 97) * 0.45, \
+               'degF', CASE WHEN n % 20 = 0 THEN 'stale'::quality ELSE 'live'::quality END, n % 3 = 0, 1, \
+               ik.key, 1, n \
+             FROM (SELECT n, n % {points} AS p, TIMESTAMPTZ '2026-01-15' + n * interval '2 milliseconds' AS t \
+                   FROM generate_series(0, {rows} - 1) n) s \
+             JOIN point_key pk ON pk.point_id = '{class}.p' || s.p \
+             JOIN instance_key ik ON ik.driver_instance = 'drv' || (s.p % 16) \
+             ORDER BY n"
+        ),
+    )
+    .await;
+}
+
+/// Every point's newest row and ten seconds of one point's rows, per class, in the readers'
+/// orders: what must not change with the index under them.
+async fn answers(pool: &PgPool) -> Vec<String> {
+    let mut out = Vec::new();
+    for class in CLASSES {
+        out.push(
+            text(
+                pool,
+                &format!(
+                    "SELECT json_agg(h ORDER BY k)::text FROM (SELECT DISTINCT point_key AS k FROM observation_{class}) p \
+                     CROSS JOIN LATERAL (SELECT o.* FROM observation_{class}_all o WHERE o.point_key = p.k \
+                       ORDER BY o.observed_at DESC, o.ingested_at DESC, o.instance_key DESC, o.source_epoch DESC, \
+                       o.source_seq DESC LIMIT 1) h"
+                ),
+            )
+            .await,
+        );
+        out.push(
+            text(
+                pool,
+                &format!(
+                    "SELECT json_agg(o ORDER BY o.point_key, o.observed_at, o.ingested_at, o.source_seq)::text \
+                     FROM observation_{class}_all o WHERE o.point_key IN (SELECT min(point_key) FROM observation_{class}) \
+                     AND o.observed_at >= TIMESTAMPTZ '2026-01-15 00:00:10' AND o.observed_at < TIMESTAMPTZ '2026-01-15 00:00:20'"
+                ),
+            )
+            .await,
+        );
+    }
+    out
+}
+
+/// The point index of every class table and of each of its hot partitions: (index, definition).
+async fn point_indexes(pool: &PgPool) -> Vec<(String, String)> {
+    sqlx::query_as(
+        "SELECT c.relname::text, pg_get_indexdef(c.oid) FROM pg_class c JOIN pg_index i ON i.indexrelid = c.oid \
+         JOIN pg_class t ON t.oid = i.indrelid \
+         WHERE t.relname ~ '^observation_(measurement|state|diagnostic)(_p[0-9]{8})?$' \
+           AND pg_get_indexdef(c.oid) LIKE '%(point_key%' ORDER BY 1",
+    )
+    .fetch_all(pool)
+    .await
+    .expect("the point indexes")
+}
+
+fn assert_ascending_packed(indexes: &[(String, String)], partitions: usize) {
+    assert_eq!(indexes.len(), 3 + partitions, "{indexes:#?}");
+    for (name, def) in indexes {
+        assert!(
+            def.ends_with("USING btree (point_key, observed_at) WITH (fillfactor='100')"),
+            "{name}: {def}"
+        );
+    }
+}
+
+async fn hot_partitions(pool: &PgPool) -> usize {
+    let n: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_class WHERE relname ~ '^observation_(measurement|state|diagnostic)_p[0-9]{8}$'",
+    )
+    .fetch_one(pool)
+    .await
+    .expect("partitions");
+    usize::try_from(n).expect("a count")
+}
+
+#[tokio::test]
+async fn a_populated_database_upgrades_to_the_ascending_point_index_with_every_answer_kept() {
+    let db = TestDb::create().await.expect("test database");
+    let pool = PgPool::connect(&db.url).await.expect("connect as the owner");
+    // Every migration before 0018 (0017, the compaction encoder's, where the tree has it).
+    db.migrate_up_to(&pool, 17).await;
+    exec(&pool, "SELECT sentinel_ensure_partitions('2026-01-15', 2)").await;
+    for class in CLASSES {
+        fill(&pool, class, 20_000, 40).await;
+    }
+    // A late row: older than its point's newest, so it lands inside the point's entries.
+    exec(
+        &pool,
+        "INSERT INTO observation_state (ingested_at, point_key, observed_at, value_num, quality, changed, \
+           registry_version, instance_key, source_epoch, source_seq) \
+         SELECT TIMESTAMPTZ '2026-01-15 00:10', key, TIMESTAMPTZ '2026-01-15 00:00:30', 7, 'live', true, 1, \
+           (SELECT min(key) FROM instance_key), 2, 1 FROM point_key WHERE point_id = 'state.p3'",
+    )
+    .await;
+    exec(&pool, "ANALYZE").await;
+    let before = answers(&pool).await;
+    let lengths: Vec<usize> = before.iter().map(String::len).collect();
+    assert!(
+        lengths.iter().all(|n| *n > 100),
+        "every answer holds rows: {lengths:?}"
+    );
+
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect the store");
+    let report = store.migrate().await.expect("upgrade");
+    assert_eq!(report.applied, vec![18], "the point indexes of 0018");
+
+    let partitions = hot_partitions(&pool).await;
+    assert!(
+        partitions >= 6,
+        "two days of three classes at least: {partitions}"
+    );
+    assert_ascending_packed(&point_indexes(&pool).await, partitions);
+    assert!(
+        answers(&pool).await == before,
+        "every answer as before the upgrade"
+    );
+
+    // A day made after the upgrade inherits the definition and the fillfactor.
+    exec(&pool, "SELECT sentinel_ensure_partitions('2026-03-01', 1)").await;
+    let more = hot_partitions(&pool).await;
+    assert_eq!(more, partitions + 3);
+    assert_ascending_packed(&point_indexes(&pool).await, more);
+
+    // A point's newest rows are read by scanning its entries backward (an index or index-only
+    // scan), with no sort of its rows.
+    exec(&pool, "ANALYZE").await;
+    let mut explain = String::new();
+    let lines: Vec<String> = sqlx::query_scalar(
+        "EXPLAIN SELECT o.observed_at FROM observation_measurement_p20260115 o \
+         WHERE o.point_key = (SELECT key FROM point_key WHERE point_id = 'measurement.p7') \
+         ORDER BY o.observed_at DESC LIMIT 5",
+    )
+    .fetch_all(&pool)
+    .await
+    .expect("explain");
+    for line in lines {
+        explain.push_str(&line);
+        explain.push('\n');
+    }
+    assert!(
+        explain.contains("Scan Backward using observation_measurement_p20260115_point_key_observed_at_idx"),
+        "{explain}"
+    );
+    assert!(!explain.contains("Sort"), "{explain}");
+}
+
+#[tokio::test]
+async fn a_day_filled_in_ingest_order_keeps_its_point_index_packed() {
+    let db = TestDb::create().await.expect("test database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect the store");
+    store.migrate().await.expect("migrate");
+    let pool = PgPool::connect(&db.url).await.expect("connect as the owner");
+    exec(&pool, "SELECT sentinel_ensure_partitions('2026-01-15', 1)").await;
+    fill(&pool, "measurement", FILL_ROWS, FILL_POINTS).await;
+    exec(&pool, "VACUUM ANALYZE observation_measurement").await;
+    let (rows, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM observation_measurement_p20260115), \
+           pg_relation_size('observation_measurement_p20260115_point_key_observed_at_idx')",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("the point index's size");
+    assert_eq!(rows, FILL_ROWS);
+    let per_row = bytes as f64 / rows as f64;
+    assert!(
+        per_row <= FILL_POINT_INDEX_BYTES_PER_ROW_MAX,
+        "a day filled in ingest order costs {per_row:.1} B a row in its point index, \
+         over the {FILL_POINT_INDEX_BYTES_PER_ROW_MAX} B a packed index costs"
+    );
+}
