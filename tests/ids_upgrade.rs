@@ -201,8 +201,9 @@ async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
     let report = store.migrate().await.expect("upgrade");
     assert_eq!(
         report.applied,
-        vec![14, 15, 16],
-        "the integer ids, then the compacted days and the compacted minute rollups"
+        vec![14, 15, 16, 17],
+        "the integer ids, then the compacted days, the compacted minute rollups and the values \
+         derived from native (0017)"
     );
     assert_eq!(
         snapshot(&pool).await,
