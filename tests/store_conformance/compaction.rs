@@ -885,9 +885,13 @@ fn exact(rows: &[StoredObservation]) -> Vec<String> {
 /// a value past int4 once scaled; a −0.0 among decimals; −0.0, NaN, ±inf, the largest and the smallest doubles; a
 /// native that is the value but for the sign of zero; a native off the unit conversion by one
 /// ulp in one row; a converted point (the native a decimal, the value computed from it as the
-/// core does), and the same with one native that is no decimal or one −0.0; a time delta and a bus lag past int4. Each case is one chunk (its own
-/// point); every row reads back after compaction with the very bits it had hot, and on
-/// PostgreSQL each chunk holds the form the case is about.
+/// core does: migration 0017 derives the values from the natives), and the same with one
+/// native that is no decimal or one −0.0 (native whole, values still derived), with one value
+/// one ulp off the conversion, with a NaN or an infinite native (values whole), with a
+/// conversion whose constants no rounding recovers (values whole) and with a factor found by
+/// rounding the value's own map (psi to kPa); a time delta and a bus lag past int4. Each case
+/// is one chunk (its own point); every row reads back after compaction with the very bits it
+/// had hot, and on PostgreSQL each chunk holds the form the case is about.
 pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &B) {
     let store = b.store();
     let lease = store.acquire().await.expect("acquire");
@@ -1117,6 +1121,58 @@ pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &
                 "e.special: int4 deltas, int4 lags, float8 values, native whole",
                 "e.unrecoverable: int4 deltas, int4 lags, float8 values, native × 100",
                 "e.wide: int8 deltas, int8 lags, float8 values, native = value",
+            ]
+        );
+    }
+    // Reprocess decodes a chunk, updates it and encodes it again: a converted point
+    // re-converted (its factor corrected to tenths) keeps its values derived, with the new
+    // constants; one whose new values miss the conversion by an ulp in one row keeps them whole.
+    let mut expected = Vec::new();
+    let mut updates = Vec::new();
+    for (point, off_by_an_ulp) in [("e.converted", None), ("e.psi", Some(7))] {
+        let page = store
+            .load_reprocess_rows(m, point, at(EARLIEST), None, None, 1_000)
+            .await
+            .expect("rows");
+        assert_eq!(page.len(), 40);
+        for (i, r) in page.iter().enumerate() {
+            let v = r.native_num.expect("a native") * 0.1 + 0.0;
+            let v = if off_by_an_ulp == Some(i) {
+                f64::from_bits(v.to_bits() + 1)
+            } else {
+                v
+            };
+            expected.push((point, r.key.source_seq, Some(v.to_bits())));
+            updates.push(update(r, v));
+        }
+    }
+    let updated = store.apply_reprocess(epoch, m, updates).await.expect("reprocess");
+    assert_eq!(updated, 80);
+    let mut got = Vec::new();
+    for point in ["e.converted", "e.psi"] {
+        let page = store
+            .load_reprocess_rows(m, point, at(EARLIEST), None, None, 1_000)
+            .await
+            .expect("rows");
+        got.extend(page.iter().map(|r| {
+            let bits = match r.value {
+                Some(CanonicalValue::Num(v)) => Some(v.to_bits()),
+                _ => None,
+            };
+            (point, r.key.source_seq, bits)
+        }));
+    }
+    assert_eq!(got, expected, "reprocessed rows read back with the bits written");
+    if let Some(forms) = b.compact_forms().await {
+        let forms: Vec<&String> = forms
+            .iter()
+            .filter(|f| f.starts_with("e.converted:") || f.starts_with("e.psi:"))
+            .collect();
+        assert_eq!(
+            forms,
+            [
+                "e.converted: int4 deltas, int4 lags, values = native × 0.1 + 0, native × 100",
+                "e.psi: int4 deltas, int4 lags, float8 values, native × 100",
             ]
         );
     }
