@@ -201,8 +201,9 @@ async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
     let report = store.migrate().await.expect("upgrade");
     assert_eq!(
         report.applied,
-        vec![14, 15, 16, 18],
-        "the integer ids, then the compacted days, the compacted minute rollups and the point indexes"
+        vec![14, 15, 16, 17, 18],
+        "the integer ids, then the compacted days, the compacted minute rollups, the values \
+         derived from native (0017) and the point indexes (0018)"
     );
     assert_eq!(
         snapshot(&pool).await,

@@ -247,7 +247,10 @@ impl Backend for Pg {
             "SELECT k.point_id || ': ' \
                 || CASE WHEN c.observed_d4 IS NOT NULL THEN 'int4' ELSE 'int8' END || ' deltas, ' \
                 || CASE WHEN c.ingested_lag4 IS NOT NULL THEN 'int4' ELSE 'int8' END || ' lags, ' \
-                || CASE WHEN c.value_dec IS NOT NULL THEN 'values × ' || c.value_div ELSE 'float8 values' END || ', ' \
+                || CASE WHEN c.value_scale IS NOT NULL \
+                          THEN 'values = native × ' || c.value_scale || ' + ' || c.value_offset \
+                        WHEN c.value_dec IS NOT NULL THEN 'values × ' || c.value_div \
+                        ELSE 'float8 values' END || ', ' \
                 || CASE WHEN c.native_is_value THEN 'native = value' \
                         WHEN c.native_scale IS NOT NULL \
                           THEN 'native = value × ' || c.native_scale || ' + ' || c.native_offset \

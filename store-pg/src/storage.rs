@@ -41,14 +41,14 @@ pub const RAW_ROW_BYTES: f64 = 235.0;
 /// index), point ids of 25–30 bytes (BENCHMARKS.md, "`sentinel storage`: a rollup row's bytes").
 pub const ROLLUP_ROW_BYTES: f64 = 231.0;
 /// What this storage format costs per raw observation row of a compacted day, chunk table,
-/// TOAST and indexes together (migration 0015), measured on the stages bench's 4,000-point mix,
-/// a tenth of a design-rate day (BENCHMARKS.md, "Compacted days"): 6.4 B on the regular mix,
-/// 16.9 B with jittered times, bus lag and values, 20.8 B when the value is converted from a
-/// decimal native reading (degF to degC: the value is then no decimal and stays float8); the
-/// worst of the three, rounded up, so a plan never undersizes a fleet of converted points.
-/// What `registry plan` and `sentinel storage` size a raw table's days past the compaction age
-/// with.
-pub const COMPACT_ROW_BYTES: f64 = 21.0;
+/// TOAST and indexes together (migrations 0015 and 0017), measured on the stages bench's
+/// 4,000-point mix, a tenth of a design-rate day (BENCHMARKS.md, "Compacted days"): 6.4 B on
+/// the regular mix, 16.9 B with jittered times, bus lag and values, 16.9 B too when the value
+/// is converted from a decimal native reading (degF to degC: the native kept as decimals, the
+/// value derived from it, migration 0017; 20.8 B before, the value whole float8); the worst of
+/// the three, rounded up, so a plan never undersizes a fleet. What `registry plan` and
+/// `sentinel storage` size a raw table's days past the compaction age with.
+pub const COMPACT_ROW_BYTES: f64 = 17.0;
 /// What this storage format costs per minute rollup bucket of a compacted day, chunk table,
 /// TOAST and primary key together (migration 0016): 15.5 B measured on a day of the stages
 /// bench's 4,000 points, every point every minute, with sums, minima and maxima of two random

@@ -74,10 +74,15 @@ NATIVE_BYTES="COALESCE(pg_column_size(native_num), 0)"
 if [ "$("${PSQL[@]}" -d ${DB}_packed -Atc "SELECT count(*) FROM pg_attribute WHERE attrelid = 'observation_measurement_compact'::regclass AND attname = 'native_dec'")" = 1 ]; then
   NATIVE_BYTES="COALESCE(pg_column_size(native_num), pg_column_size(native_dec), 0)"
 fi
-echo "== compacted partition: total, heap, toast, indexes (bytes); per chunk: rows, bytes of the deltas, lags, values, native (0 when derived; num or dec), whole row"
+# An encoder with `value_scale` (values derived from native, migration 0017) counts such chunks.
+DERIVED="'-'"
+if [ "$("${PSQL[@]}" -d ${DB}_packed -Atc "SELECT count(*) FROM pg_attribute WHERE attrelid = 'observation_measurement_compact'::regclass AND attname = 'value_scale'")" = 1 ]; then
+  DERIVED="count(*) FILTER (WHERE value_scale IS NOT NULL)"
+fi
+echo "== compacted partition: total, heap, toast, indexes (bytes); per chunk: rows, bytes of the deltas, lags, values (0 when derived; num or dec), native (0 when derived; num or dec), whole row"
 "${PSQL[@]}" -d ${DB}_packed -Atc "SELECT pg_total_relation_size(c.oid), pg_relation_size(c.oid), pg_total_relation_size(c.reltoastrelid), pg_indexes_size(c.oid) FROM pg_class c WHERE relname = 'observation_measurement_compact_p20260115'" \
-  -c "SELECT avg(n)::int, avg(COALESCE(pg_column_size(observed_d), pg_column_size(observed_d4)))::int, avg(COALESCE(pg_column_size(ingested_lag), pg_column_size(ingested_lag4)))::int, avg(COALESCE(pg_column_size(value_num), pg_column_size(value_dec)))::int, avg($NATIVE_BYTES)::int, avg(pg_column_size(k.*))::int FROM observation_measurement_compact_p20260115 k" \
-  -c "SELECT 'chunks with int8 deltas, int8 lags, float8 values, native whole: ' || count(*) FILTER (WHERE observed_d IS NOT NULL) || ', ' || count(*) FILTER (WHERE ingested_lag IS NOT NULL) || ', ' || count(*) FILTER (WHERE value_num IS NOT NULL) || ', ' || count(*) FILTER (WHERE native_num IS NOT NULL) FROM observation_measurement_compact_p20260115"
+  -c "SELECT avg(n)::int, avg(COALESCE(pg_column_size(observed_d), pg_column_size(observed_d4)))::int, avg(COALESCE(pg_column_size(ingested_lag), pg_column_size(ingested_lag4)))::int, avg(COALESCE(pg_column_size(value_num), pg_column_size(value_dec), 0))::int, avg($NATIVE_BYTES)::int, avg(pg_column_size(k.*))::int FROM observation_measurement_compact_p20260115 k" \
+  -c "SELECT 'chunks with int8 deltas, int8 lags, float8 values, values derived from native, native whole: ' || count(*) FILTER (WHERE observed_d IS NOT NULL) || ', ' || count(*) FILTER (WHERE ingested_lag IS NOT NULL) || ', ' || count(*) FILTER (WHERE value_num IS NOT NULL) || ', ' || $DERIVED || ', ' || count(*) FILTER (WHERE native_num IS NOT NULL) || ' of ' || count(*) FROM observation_measurement_compact_p20260115"
 if [ "${SIZES_ONLY:-0}" = 1 ]; then uptime; exit 0; fi
 for db in ${DB}_hot ${DB}_packed; do
   echo "== $db: history of one point-hour, rehydration window, log heads of 4,000 points (execution times)"

@@ -885,9 +885,13 @@ fn exact(rows: &[StoredObservation]) -> Vec<String> {
 /// a value past int4 once scaled; a −0.0 among decimals; −0.0, NaN, ±inf, the largest and the smallest doubles; a
 /// native that is the value but for the sign of zero; a native off the unit conversion by one
 /// ulp in one row; a converted point (the native a decimal, the value computed from it as the
-/// core does), and the same with one native that is no decimal or one −0.0; a time delta and a bus lag past int4. Each case is one chunk (its own
-/// point); every row reads back after compaction with the very bits it had hot, and on
-/// PostgreSQL each chunk holds the form the case is about.
+/// core does: migration 0017 derives the values from the natives), and the same with one
+/// native that is no decimal or one −0.0 (native whole, values still derived), with one value
+/// one ulp off the conversion, with a NaN or an infinite native (values whole), with a
+/// conversion whose constants no rounding recovers (values whole) and with a factor found by
+/// rounding the value's own map (psi to kPa); a time delta and a bus lag past int4. Each case
+/// is one chunk (its own point); every row reads back after compaction with the very bits it
+/// had hot, and on PostgreSQL each chunk holds the form the case is about.
 pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &B) {
     let store = b.store();
     let lease = store.acquire().await.expect("acquire");
@@ -973,6 +977,29 @@ pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &
             Some(to_c(f)),
             Some(f),
         );
+        // Converted points whose values the chunk must keep (migration 0017 derives a
+        // converted value from its native only when every row is reproduced bit for bit):
+        // one value one ulp off the conversion; a NaN native, an infinite one (the value
+        // computed from each as the core would); a conversion whose constants neither rounding
+        // recovers (0.123456789123 and 1: the factor has 12 significant digits).
+        let f = (decimal(k) * 1.8 + 32.0) * 100.0;
+        let f = f.round() / 100.0;
+        let v = if k == 29 {
+            f64::from_bits(to_c(f).to_bits() + 1)
+        } else {
+            to_c(f)
+        };
+        push(&mut rows, "e.degf_ulp", obs, lag, Some(v), Some(f));
+        let n = if k == 5 { f64::NAN } else { f };
+        push(&mut rows, "e.degf_nan", obs, lag, Some(to_c(n)), Some(n));
+        let n = if k == 5 { f64::INFINITY } else { f };
+        push(&mut rows, "e.degf_inf", obs, lag, Some(to_c(n)), Some(n));
+        let odd = |x: f64| x * 0.123456789123 + 1.0;
+        push(&mut rows, "e.unrecoverable", obs, lag, Some(odd(f)), Some(f));
+        // A conversion whose factor has no short reciprocal (psi to kPa): the value's own
+        // map, rounded, is what the chunk finds.
+        let kpa = |x: f64| x * 6.894757 + 0.0;
+        push(&mut rows, "e.psi", obs, lag, Some(kpa(f)), Some(f));
     }
     let specials = [
         -0.0,
@@ -1033,6 +1060,11 @@ pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &
         "e.converted",
         "e.native_not_decimal",
         "e.native_negative_zero",
+        "e.degf_ulp",
+        "e.degf_nan",
+        "e.degf_inf",
+        "e.unrecoverable",
+        "e.psi",
     ];
     let m = RetentionClass::Measurement;
     let read = || async {
@@ -1053,7 +1085,7 @@ pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &
         (all, history)
     };
     let before = read().await;
-    assert_eq!(before.0.len(), 40 * 7 + 7 * 2 + 2 + 10, "every row was stored");
+    assert_eq!(before.0.len(), 40 * 12 + 7 * 2 + 2 + 10, "every row was stored");
     let done = store
         .compact_day(epoch, request(m, day(0), late(), None))
         .await
@@ -1069,16 +1101,78 @@ pub(super) async fn each_encoding_round_trips_its_edges_exactly<B: Backend>(b: &
             forms,
             [
                 "e.affine: int4 deltas, int4 lags, values × 100, native = value × 1.8 + 32",
-                "e.converted: int4 deltas, int4 lags, float8 values, native × 100",
+                "e.converted: int4 deltas, int4 lags, \
+                 values = native × 0.5555555555555556 + -17.77777777777778, native × 100",
+                "e.degf_inf: int4 deltas, int4 lags, float8 values, native whole",
+                "e.degf_nan: int4 deltas, int4 lags, float8 values, native whole",
+                "e.degf_ulp: int4 deltas, int4 lags, float8 values, native × 100",
                 "e.integers: int4 deltas, int4 lags, values × 1, native = value",
-                "e.native_negative_zero: int4 deltas, int4 lags, float8 values, native whole",
-                "e.native_not_decimal: int4 deltas, int4 lags, float8 values, native whole",
+                // The −0.0 native and the one no decimal keep native whole; the values, which
+                // the conversion reproduces from them, are still derived.
+                "e.native_negative_zero: int4 deltas, int4 lags, \
+                 values = native × 0.5555555555555556 + -17.77777777777778, native whole",
+                "e.native_not_decimal: int4 deltas, int4 lags, \
+                 values = native × 0.5555555555555556 + -17.77777777777778, native whole",
                 "e.negative_zero: int4 deltas, int4 lags, float8 values, native = value",
                 "e.not_affine: int4 deltas, int4 lags, values × 100, native whole",
                 "e.not_decimal: int4 deltas, int4 lags, float8 values, native = value × 1.8 + 32",
+                "e.psi: int4 deltas, int4 lags, values = native × 6.894757 + 0, native × 100",
                 "e.same: int4 deltas, int4 lags, float8 values, native = value",
                 "e.special: int4 deltas, int4 lags, float8 values, native whole",
+                "e.unrecoverable: int4 deltas, int4 lags, float8 values, native × 100",
                 "e.wide: int8 deltas, int8 lags, float8 values, native = value",
+            ]
+        );
+    }
+    // Reprocess decodes a chunk, updates it and encodes it again: a converted point
+    // re-converted (its factor corrected to tenths) keeps its values derived, with the new
+    // constants; one whose new values miss the conversion by an ulp in one row keeps them whole.
+    let mut expected = Vec::new();
+    let mut updates = Vec::new();
+    for (point, off_by_an_ulp) in [("e.converted", None), ("e.psi", Some(7))] {
+        let page = store
+            .load_reprocess_rows(m, point, at(EARLIEST), None, None, 1_000)
+            .await
+            .expect("rows");
+        assert_eq!(page.len(), 40);
+        for (i, r) in page.iter().enumerate() {
+            let v = r.native_num.expect("a native") * 0.1 + 0.0;
+            let v = if off_by_an_ulp == Some(i) {
+                f64::from_bits(v.to_bits() + 1)
+            } else {
+                v
+            };
+            expected.push((point, r.key.source_seq, Some(v.to_bits())));
+            updates.push(update(r, v));
+        }
+    }
+    let updated = store.apply_reprocess(epoch, m, updates).await.expect("reprocess");
+    assert_eq!(updated, 80);
+    let mut got = Vec::new();
+    for point in ["e.converted", "e.psi"] {
+        let page = store
+            .load_reprocess_rows(m, point, at(EARLIEST), None, None, 1_000)
+            .await
+            .expect("rows");
+        got.extend(page.iter().map(|r| {
+            let bits = match r.value {
+                Some(CanonicalValue::Num(v)) => Some(v.to_bits()),
+                _ => None,
+            };
+            (point, r.key.source_seq, bits)
+        }));
+    }
+    assert_eq!(got, expected, "reprocessed rows read back with the bits written");
+    if let Some(forms) = b.compact_forms().await {
+        let forms: Vec<&String> = forms
+            .iter()
+            .filter(|f| f.starts_with("e.converted:") || f.starts_with("e.psi:"))
+            .collect();
+        assert_eq!(
+            forms,
+            [
+                "e.converted: int4 deltas, int4 lags, values = native × 0.1 + 0, native × 100",
+                "e.psi: int4 deltas, int4 lags, float8 values, native × 100",
             ]
         );
     }

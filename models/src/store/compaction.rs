@@ -1,6 +1,8 @@
 //! The memory model's compacted days (issue 24 items 1 and 2): the same semantics as
 //! `migrations/0015_compaction.sql`, over a representation of its own, so a read that forgets
-//! compacted days misses their rows here as it would in PostgreSQL.
+//! compacted days misses their rows here as it would in PostgreSQL. PostgreSQL's narrow forms
+//! (0015's, and 0017's values derived from natives) are exact by construction, so the model
+//! keeps every value and native as it is and answers as they do without mirroring them.
 //!
 //! Owns: a class table's compacted days, each a map of chunks keyed by (point, hour of
 //! `observed_at`, driver instance, source epoch) holding that chunk's rows column by column in
