@@ -203,19 +203,8 @@ impl ClassTable {
         Cow::Owned(all)
     }
 
-    /// Every row with its `applied`, hot then compacted.
-    pub(super) fn all_rows_applied(&self) -> Vec<(ObsRow, Option<i64>)> {
-        let mut all: Vec<_> = self
-            .rows
-            .iter()
-            .cloned()
-            .zip(self.applied.iter().copied())
-            .collect();
-        all.extend(self.compacted_rows());
-        all
-    }
-
-    fn compacted_rows(&self) -> Vec<(ObsRow, Option<i64>)> {
+    /// Every compacted row with its `applied`, decoded, day by day.
+    pub(super) fn compacted_rows(&self) -> Vec<(ObsRow, Option<i64>)> {
         let mut out = Vec::new();
         for (class, day) in self.compacted.values() {
             out.extend(decode_day(*class, day));
