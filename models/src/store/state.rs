@@ -44,7 +44,7 @@ impl MemoryStore {
             .filter_map(|id| model.point_state.get(*id).cloned())
             .collect();
         // Hot and compacted rows alike (`all_rows` borrows when nothing is compacted).
-        let all: [std::borrow::Cow<'_, [ObsRow]>; 3] = std::array::from_fn(|i| model.tables[i].all_rows());
+        let all: [super::compaction::AllRows<'_>; 3] = std::array::from_fn(|i| model.tables[i].all_rows());
         // One pass per class table, each row's point found with one hash lookup and folded
         // into its head at once (no per-point row lists): restarts must not cost
         // points × rows, and the simulator restarts cores a dozen times a seed.
