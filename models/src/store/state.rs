@@ -6,6 +6,9 @@ use super::{
     StoreError, WindowRequest, WindowRow, check_key_range, lock, log_head,
 };
 
+/// Per requested point of one class table, its rows and their `applied`, in table order.
+type PointRows<'a> = FxHashMap<&'a str, Vec<(&'a ObsRow, Option<i64>)>>;
+
 /// One point's newest row and newest valued row so far, as [`log_head`] picks them.
 #[derive(Default)]
 struct HeadRows<'a> {
@@ -91,7 +94,7 @@ impl MemoryStore {
                 Vec::new()
             }
         });
-        let mut by_point: [FxHashMap<&str, Vec<(&ObsRow, Option<i64>)>>; 3] = Default::default();
+        let mut by_point: [PointRows<'_>; 3] = Default::default();
         for request in requests {
             by_point[request.class.index()]
                 .entry(&*request.point_id)
