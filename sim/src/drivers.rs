@@ -77,6 +77,9 @@ struct Outgoing {
 struct Instance {
     source_epoch: u32,
     next_seq: u64,
+    /// Its health points' ids (queue drops, queue depth, publish failures), named once, not
+    /// on every message.
+    health_points: [String; 3],
 }
 
 /// Everything one device host's drivers own.
@@ -113,9 +116,14 @@ impl HostDriver {
     ) -> HostDriver {
         let mut instances = BTreeMap::new();
         for p in &points {
-            instances.entry(p.instance.clone()).or_insert(Instance {
+            instances.entry(p.instance.clone()).or_insert_with(|| Instance {
                 source_epoch: 1,
                 next_seq: 1,
+                health_points: [
+                    queue_drops_point(host, &p.instance),
+                    queue_depth_point(host, &p.instance),
+                    publish_failures_point(host, &p.instance),
+                ],
             });
         }
         let native_now = points.iter().map(|p| (p.native_lo + p.native_hi) / 2.0).collect();
@@ -404,11 +412,16 @@ impl HostDriver {
         // The driver's own health points: what its local queue's bound has dropped, what it
         // holds, what the stream did not take. The simulated host keeps one queue for all its
         // instances, so each reports the host's.
-        let health = if p.id == queue_drops_point(&self.host, &p.instance) {
+        let [drops, depth, failures] = &self
+            .instances
+            .get(&p.instance)
+            .expect("invariant: every point's instance has a sequence")
+            .health_points;
+        let health = if p.id == *drops {
             Some(serde_json::json!(self.dropped))
-        } else if p.id == queue_depth_point(&self.host, &p.instance) {
+        } else if p.id == *depth {
             Some(serde_json::json!(self.queue.len()))
-        } else if p.id == publish_failures_point(&self.host, &p.instance) {
+        } else if p.id == *failures {
             Some(serde_json::json!(self.publish_failures))
         } else {
             None

@@ -179,13 +179,14 @@ impl Model {
 
 /// The class tables' rows, hot and compacted, for the rollups (borrowed while nothing is
 /// compacted).
-fn class_rows(tables: &[ClassTable; 3]) -> [std::borrow::Cow<'_, [ObsRow]>; 3] {
+fn class_rows(tables: &[ClassTable; 3]) -> [compaction::AllRows<'_>; 3] {
     std::array::from_fn(|i| tables[i].all_rows())
 }
 
-/// Borrows [`class_rows`]'s answer as the rollups take it.
-fn as_slices<'a>(rows: &'a [std::borrow::Cow<'_, [ObsRow]>; 3]) -> [&'a [ObsRow]; 3] {
-    std::array::from_fn(|i| &*rows[i])
+/// Borrows [`class_rows`]'s answer as the rollups take it: per class, its hot rows and its
+/// compacted ones.
+fn as_slices<'a>(rows: &'a [compaction::AllRows<'_>; 3]) -> rollup::ClassRows<'a> {
+    std::array::from_fn(|i| rows[i].parts())
 }
 
 /// The in-memory store. Cheap to clone; clones share one model and one handle identity.

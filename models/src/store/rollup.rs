@@ -24,6 +24,9 @@ use sentinel_ports::{
     StoreError,
 };
 
+/// Per class table, its hot rows and its compacted rows (decoded): every row a rollup reads.
+pub(super) type ClassRows<'a> = [(&'a [ObsRow], &'a [ObsRow]); 3];
+
 /// The rollup half of the modelled database.
 #[derive(Clone, Default)]
 pub(super) struct Rollups {
@@ -149,7 +152,7 @@ impl Rollups {
         &mut self,
         grain: RollupGrain,
         (from, to): (Micros, Micros),
-        tables: [&[ObsRow]; 3],
+        tables: ClassRows<'_>,
         registry: &PointRollupInfo,
         retention: &mut RetentionState,
     ) -> u64 {
@@ -173,7 +176,7 @@ impl Rollups {
         &mut self,
         grain: RollupGrain,
         chosen: impl Fn(Micros) -> bool,
-        tables: [&[ObsRow]; 3],
+        tables: ClassRows<'_>,
         registry: &PointRollupInfo,
         retention: &RetentionState,
     ) -> u64 {
@@ -209,7 +212,8 @@ impl Rollups {
         table.retain(|(_, bucket), row| !(chosen(*bucket) && *bucket >= clip[row.class.index()]));
         let mut built: BTreeMap<(String, Micros), RollupRow> = BTreeMap::new();
         for class in RetentionClass::ALL {
-            for row in tables[class.index()] {
+            let (hot, compacted) = tables[class.index()];
+            for row in hot.iter().chain(compacted) {
                 let bucket = grain.floor(row.observed_at);
                 if !chosen(bucket) || row.observed_at < clip[class.index()] {
                     continue;
@@ -262,7 +266,7 @@ impl Rollups {
     pub(super) fn refresh_range(
         &mut self,
         (from, to): (Micros, Micros),
-        tables: [&[ObsRow]; 3],
+        tables: ClassRows<'_>,
         registry: &PointRollupInfo,
         retention: &mut RetentionState,
     ) -> Result<RollupRefresh, StoreError> {
@@ -334,7 +338,7 @@ impl Rollups {
     /// hours of claimed invalidations — then moves `refreshed_to` up to `claimed_to`.
     pub(super) fn apply(
         &mut self,
-        tables: [&[ObsRow]; 3],
+        tables: ClassRows<'_>,
         registry: &PointRollupInfo,
         retention: &mut RetentionState,
     ) -> Result<RollupStep, StoreError> {
@@ -471,7 +475,7 @@ impl Rollups {
         &mut self,
         grain: RollupGrain,
         range: (Micros, Micros),
-        tables: [&[ObsRow]; 3],
+        tables: ClassRows<'_>,
         registry: &PointRollupInfo,
         retention: &mut RetentionState,
     ) -> u64 {

@@ -179,16 +179,22 @@ impl RollupModel {
             .range(lower..)
             .take_while(|((bucket, _), _)| *bucket < hi)
             .collect();
-        let mut stored_by_key: BTreeMap<(Micros, &str), &RollupRow> = BTreeMap::new();
-        for row in stored {
-            if row.bucket < lo || row.bucket >= hi {
-                continue;
-            }
-            stored_by_key.insert((row.bucket, row.point_id.as_str()), row);
-        }
+        // The stored buckets in range, by key (a sorted vector, not a map: this runs after
+        // every refresh step). For a key stored twice the later row counts, as a map's insert
+        // would keep it.
+        let mut stored_by_key: Vec<((Micros, &str), &RollupRow)> = stored
+            .iter()
+            .filter(|row| row.bucket >= lo && row.bucket < hi)
+            .map(|row| ((row.bucket, row.point_id.as_str()), row))
+            .collect();
+        stored_by_key.reverse();
+        stored_by_key.sort_by(|a, b| a.0.cmp(&b.0));
+        stored_by_key.dedup_by(|later, first| later.0 == first.0);
+        let mut matched = vec![false; stored_by_key.len()];
         self.checked += expected.len() as u64;
         for ((bucket, point), agg) in &expected {
-            let Some(row) = stored_by_key.remove(&(*bucket, &**point)) else {
+            let found = stored_by_key.binary_search_by(|(key, _)| key.cmp(&(*bucket, &**point)));
+            let Ok(at) = found else {
                 return Some(format!(
                     "{} bucket {bucket} of {point} is missing; its raw rows say count {} live_count {}",
                     grain.as_str(),
@@ -196,17 +202,22 @@ impl RollupModel {
                     agg.live_count
                 ));
             };
-            if let Some(what) = differs(agg, row) {
+            matched[at] = true;
+            if let Some(what) = differs(agg, stored_by_key[at].1) {
                 return Some(format!("{} bucket {bucket} of {point}: {what}", grain.as_str()));
             }
         }
-        stored_by_key.into_iter().next().map(|((bucket, point), row)| {
-            format!(
-                "{} bucket {bucket} of {point} is stored (count {}) but no committed row falls in it",
-                grain.as_str(),
-                row.count
-            )
-        })
+        stored_by_key
+            .iter()
+            .zip(&matched)
+            .find(|(_, matched)| !**matched)
+            .map(|(((bucket, point), row), _)| {
+                format!(
+                    "{} bucket {bucket} of {point} is stored (count {}) but no committed row falls in it",
+                    grain.as_str(),
+                    row.count
+                )
+            })
     }
 }
 
