@@ -100,18 +100,60 @@ struct RawEnvelope<'a> {
     source_seq: u64,
     #[serde(borrow)]
     observed_at: Cow<'a, str>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "borrowed_opt_str")]
     device_time: Option<Cow<'a, str>>,
     #[serde(borrow)]
     value: NativeValue<'a>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "borrowed_opt_str")]
     unit: Option<Cow<'a, str>>,
     #[serde(default)]
     quality: Option<AssertedQuality>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "borrowed_opt_str")]
     reason: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     detail: Option<&'a RawValue>,
+}
+
+/// An optional string borrowed from the payload unless it holds escapes (issue 24 item 3: no
+/// allocation per observation that can be avoided). `#[serde(borrow)]` borrows a bare
+/// `Cow<str>`, but serde's impl for `Option<Cow<str>>` always builds an owned `String`: one
+/// allocation for every `unit`, `device_time` and `reason` an envelope carries.
+fn borrowed_opt_str<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct StrVisitor;
+    impl<'de> Visitor<'de> for StrVisitor {
+        type Value = Cow<'de, str>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(v))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(v.to_owned()))
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(v))
+        }
+    }
+    struct OptionVisitor;
+    impl<'de> Visitor<'de> for OptionVisitor {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string or null")
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+            deserializer.deserialize_str(StrVisitor).map(Some)
+        }
+    }
+    deserializer.deserialize_option(OptionVisitor)
 }
 
 #[derive(Deserialize)]
@@ -829,6 +871,28 @@ mod tests {
         assert_eq!(env.source_seq, 42);
         assert_eq!(env.value, NativeValue::Num(71.6));
         assert_eq!(env.unit.as_deref(), Some("degF"));
+    }
+
+    #[test]
+    fn optional_strings_borrow_unless_escaped_and_null_is_absent() {
+        let env = decode(
+            r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","device_time":"2026-11-30T03:00:01Z","value":1,"unit":"degF","quality":"bad","reason":"comm_loss"}"#,
+        )
+        .expect("good envelope");
+        assert!(matches!(env.unit, Some(Cow::Borrowed("degF"))), "{:?}", env.unit);
+        assert!(matches!(env.reason, Some(Cow::Borrowed("comm_loss"))), "{:?}", env.reason);
+        assert_eq!(env.device_time, Some(Micros::parse_rfc3339("2026-11-30T03:00:01Z").expect("ts")));
+        let escaped = decode(
+            r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1,"unit":"deg\u0046","reason":null}"#,
+        )
+        .expect("good envelope");
+        assert!(matches!(escaped.unit, Some(Cow::Owned(ref u)) if u == "degF"), "{:?}", escaped.unit);
+        assert_eq!(escaped.reason, None);
+        let wrong = decode(
+            r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1,"unit":5}"#,
+        )
+        .expect_err("a number is not a unit");
+        assert_eq!(wrong.reason, QuarantineReason::Malformed, "{}", wrong.detail);
     }
 
     #[test]
