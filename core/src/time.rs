@@ -56,22 +56,25 @@ impl Micros {
     }
 
     pub fn write_rfc3339(self, out: &mut String) {
-        use std::fmt::Write;
+        let _ = self.fmt_rfc3339(out);
+    }
+
+    /// As [`Micros::to_rfc3339`], into any writer: the `Display` impl and the wire's
+    /// serialisers write through this, with no `String` in between.
+    fn fmt_rfc3339(self, out: &mut impl fmt::Write) -> fmt::Result {
         match time::OffsetDateTime::from_unix_timestamp_nanos(self.0 as i128 * 1_000) {
-            Ok(t) => {
-                let _ = write!(
-                    out,
-                    "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-                    t.year(),
-                    t.month() as u8,
-                    t.day(),
-                    t.hour(),
-                    t.minute(),
-                    t.second(),
-                    t.microsecond()
-                );
-            }
-            Err(_) => out.push_str("invalid"),
+            Ok(t) => write!(
+                out,
+                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+                t.year(),
+                t.month() as u8,
+                t.day(),
+                t.hour(),
+                t.minute(),
+                t.second(),
+                t.microsecond()
+            ),
+            Err(_) => out.write_str("invalid"),
         }
     }
 
@@ -83,7 +86,7 @@ impl Micros {
 
 impl fmt::Display for Micros {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_rfc3339())
+        self.fmt_rfc3339(f)
     }
 }
 

@@ -393,8 +393,10 @@ struct TransitionWire<'a> {
     value: Option<ValueWire<'a>>,
     quality: &'static str,
     reason: Option<&'a str>,
-    observed_at: String,
-    ingested_at: String,
+    #[serde(serialize_with = "rfc3339")]
+    observed_at: Micros,
+    #[serde(serialize_with = "rfc3339")]
+    ingested_at: Micros,
     registry_version: i32,
     core_epoch: u32,
     /// The message key of the row that caused the transition...
@@ -404,6 +406,16 @@ struct TransitionWire<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     control_seq: Option<i64>,
 }
+
+/// A timestamp written as RFC 3339 straight into the output (no `String` per field).
+fn rfc3339<S: serde::Serializer>(at: &Micros, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(at)
+}
+
+/// The bytes a transition's fixed fields take at most (names, punctuation, two timestamps,
+/// numbers at their widest, and a margin for escapes), so [`Transition::encode`] allocates
+/// its output once.
+const TRANSITION_FIXED_BYTES: usize = 352;
 
 /// One transition on `state.<point_id>` (DESIGN.md §2).
 pub struct Transition<'a> {
@@ -428,8 +440,8 @@ impl Transition<'_> {
             value: self.value.map(ValueWire),
             quality: self.quality.as_str(),
             reason: self.reason,
-            observed_at: self.observed_at.to_rfc3339(),
-            ingested_at: self.ingested_at.to_rfc3339(),
+            observed_at: self.observed_at,
+            ingested_at: self.ingested_at,
             registry_version: self.registry_version,
             core_epoch: self.core_epoch,
             key: self.key.map(|key| KeyWire {
@@ -442,7 +454,21 @@ impl Transition<'_> {
         debug_assert!(wire.key.is_some() != wire.control_seq.is_some());
         // Serialising plain structs of strings and numbers into a Vec cannot fail; NaN is
         // excluded because canonical numbers come from JSON numbers through finite arithmetic.
-        serde_json::to_vec(&wire).unwrap_or_default()
+        let text_bytes = match self.value {
+            Some(CanonicalValue::Text(text)) => text.len(),
+            _ => 0,
+        };
+        let mut out = Vec::with_capacity(
+            TRANSITION_FIXED_BYTES
+                + self.point_id.len()
+                + self.reason.map_or(0, str::len)
+                + self.key.map_or(0, |key| key.driver_instance.len())
+                + text_bytes,
+        );
+        match serde_json::to_writer(&mut out, &wire) {
+            Ok(()) => out,
+            Err(_) => Vec::new(),
+        }
     }
 }
 
@@ -871,6 +897,41 @@ mod tests {
         assert_eq!(env.source_seq, 42);
         assert_eq!(env.value, NativeValue::Num(71.6));
         assert_eq!(env.unit.as_deref(), Some("degF"));
+    }
+
+    #[test]
+    fn a_transition_at_its_widest_fits_the_output_allocated_up_front() {
+        let key: &'static ObsKey = Box::leak(Box::new(ObsKey {
+            driver_instance: "d".repeat(DRIVER_INSTANCE_BYTES_MAX).into(),
+            source_epoch: i32::MAX as u32,
+            source_seq: i64::MAX as u64,
+        }));
+        let value = CanonicalValue::Num(-2.225_073_858_507_201_4e-308);
+        let point_id = "p".repeat(POINT_ID_BYTES_MAX);
+        let reason = "r".repeat(REASON_BYTES_MAX);
+        let widest = |key: Option<&'static ObsKey>, control_seq: Option<i64>| Transition {
+            point_id: &point_id,
+            value: Some(&value),
+            quality: Quality::Unavailable,
+            reason: Some(&reason),
+            observed_at: Micros(i64::MAX / 1_000_000 * 1_000),
+            ingested_at: Micros(-62_135_596_800_000_000),
+            registry_version: i32::MIN,
+            core_epoch: u32::MAX,
+            key,
+            control_seq,
+        };
+        for transition in [widest(Some(key), None), widest(None, Some(i64::MIN))] {
+            let encoded = transition.encode();
+            let allocated = TRANSITION_FIXED_BYTES
+                + point_id.len()
+                + reason.len()
+                + transition.key.map_or(0, |k| k.driver_instance.len());
+            assert!(encoded.len() <= allocated, "{} > {allocated}", encoded.len());
+            assert_eq!(encoded.capacity(), allocated, "the output grew past its first allocation");
+            let text = String::from_utf8(encoded).expect("utf-8");
+            assert!(text.contains(&format!("\"ingested_at\":\"{}\"", transition.ingested_at.to_rfc3339())), "{text}");
+        }
     }
 
     #[test]
