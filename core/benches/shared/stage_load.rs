@@ -84,7 +84,7 @@ pub fn deliveries(registry: &Registry, count: usize) -> Vec<Delivery> {
             Delivery {
                 tag: DeliveryTag(n as u64),
                 stream_seq: n as u64 + 1,
-                subject,
+                subject: subject.into(),
                 payload: Bytes::from(payload),
                 ingested_at: T0,
                 delivered_count: 1,
