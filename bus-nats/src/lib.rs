@@ -770,7 +770,7 @@ impl NatsConsumer {
         drain_pull(&mut batch, out, wait_ms).await
     }
 
-    fn to_deliveries(&mut self, messages: Vec<jetstream::Message>) -> Result<Vec<Delivery>, BusError> {
+    fn make_deliveries(&mut self, messages: Vec<jetstream::Message>) -> Result<Vec<Delivery>, BusError> {
         let mut out = Vec::with_capacity(messages.len());
         let mut table = self.bus.tags();
         for message in messages {
@@ -867,7 +867,7 @@ impl Consumer for NatsConsumer {
                 self.pull_now(max - 1, &mut messages).await?;
             }
         }
-        self.to_deliveries(messages)
+        self.make_deliveries(messages)
     }
 }
 
@@ -913,7 +913,10 @@ mod tests {
         let mut subjects = Subjects::default();
         let first = subjects.intern("obs.plant-a.modbus-1");
         let again = subjects.intern("obs.plant-a.modbus-1");
-        assert!(Arc::ptr_eq(&first, &again), "a second delivery on a subject shares the first's");
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "a second delivery on a subject shares the first's"
+        );
         assert_eq!(&*subjects.intern("obs.plant-b.modbus-1"), "obs.plant-b.modbus-1");
         for n in 0..2 * SUBJECTS_INTERNED_MAX {
             assert_eq!(&*subjects.intern(&format!("obs.h.d{n}")), format!("obs.h.d{n}"));

@@ -118,9 +118,7 @@ struct RawEnvelope<'a> {
 /// allocation per observation that can be avoided). `#[serde(borrow)]` borrows a bare
 /// `Cow<str>`, but serde's impl for `Option<Cow<str>>` always builds an owned `String`: one
 /// allocation for every `unit`, `device_time` and `reason` an envelope carries.
-fn borrowed_opt_str<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Cow<'de, str>>, D::Error> {
+fn borrowed_opt_str<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Cow<'de, str>>, D::Error> {
     struct StrVisitor;
     impl<'de> Visitor<'de> for StrVisitor {
         type Value = Cow<'de, str>;
@@ -928,9 +926,19 @@ mod tests {
                 + reason.len()
                 + transition.key.map_or(0, |k| k.driver_instance.len());
             assert!(encoded.len() <= allocated, "{} > {allocated}", encoded.len());
-            assert_eq!(encoded.capacity(), allocated, "the output grew past its first allocation");
+            assert_eq!(
+                encoded.capacity(),
+                allocated,
+                "the output grew past its first allocation"
+            );
             let text = String::from_utf8(encoded).expect("utf-8");
-            assert!(text.contains(&format!("\"ingested_at\":\"{}\"", transition.ingested_at.to_rfc3339())), "{text}");
+            assert!(
+                text.contains(&format!(
+                    "\"ingested_at\":\"{}\"",
+                    transition.ingested_at.to_rfc3339()
+                )),
+                "{text}"
+            );
         }
     }
 
@@ -941,13 +949,24 @@ mod tests {
         )
         .expect("good envelope");
         assert!(matches!(env.unit, Some(Cow::Borrowed("degF"))), "{:?}", env.unit);
-        assert!(matches!(env.reason, Some(Cow::Borrowed("comm_loss"))), "{:?}", env.reason);
-        assert_eq!(env.device_time, Some(Micros::parse_rfc3339("2026-11-30T03:00:01Z").expect("ts")));
+        assert!(
+            matches!(env.reason, Some(Cow::Borrowed("comm_loss"))),
+            "{:?}",
+            env.reason
+        );
+        assert_eq!(
+            env.device_time,
+            Some(Micros::parse_rfc3339("2026-11-30T03:00:01Z").expect("ts"))
+        );
         let escaped = decode(
             r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1,"unit":"deg\u0046","reason":null}"#,
         )
         .expect("good envelope");
-        assert!(matches!(escaped.unit, Some(Cow::Owned(ref u)) if u == "degF"), "{:?}", escaped.unit);
+        assert!(
+            matches!(escaped.unit, Some(Cow::Owned(ref u)) if u == "degF"),
+            "{:?}",
+            escaped.unit
+        );
         assert_eq!(escaped.reason, None);
         let wrong = decode(
             r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1,"unit":5}"#,
