@@ -299,7 +299,7 @@ async fn redelivery_after_ack_wait<B: Backend>() {
     for (i, delivery) in first.iter().enumerate() {
         assert_eq!(delivery.delivered_count, 1);
         assert_eq!(delivery.payload, Bytes::from(format!("p{}", i + 1)));
-        assert_eq!(delivery.subject, subject(i as u64 + 1));
+        assert_eq!(&*delivery.subject, subject(i as u64 + 1));
         assert!(delivery.ingested_at >= before.add_ms(-1) && delivery.ingested_at <= after.add_ms(1));
     }
     assert!(first.windows(2).all(|w| w[0].ingested_at <= w[1].ingested_at));

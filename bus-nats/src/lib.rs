@@ -33,6 +33,7 @@
 
 pub mod auth;
 
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -194,9 +195,37 @@ struct Inner {
 pub struct NatsConsumer {
     consumer: consumer::PullConsumer,
     bus: NatsBus,
+    subjects: Subjects,
 }
 
 const ACK_PAYLOAD: &[u8] = b"+ACK";
+
+/// Distinct subjects a consumer keeps shared before it starts over: far above a fleet's
+/// `obs.<host>.<driver_instance>` count, small beside the stream.
+pub const SUBJECTS_INTERNED_MAX: usize = 4_096;
+
+/// The observation subjects a consumer has seen, one shared `Arc<str>` each, so a delivery's
+/// subject costs a lookup instead of an allocation (issue 24 item 3; async-nats's `Subject`
+/// cannot give up its bytes without a copy). Bounded by [`SUBJECTS_INTERNED_MAX`]: a stream of
+/// ever-new subjects empties the set rather than grows it.
+#[derive(Default)]
+struct Subjects {
+    set: HashSet<Arc<str>>,
+}
+
+impl Subjects {
+    fn intern(&mut self, subject: &str) -> Arc<str> {
+        if let Some(shared) = self.set.get(subject) {
+            return shared.clone();
+        }
+        if self.set.len() >= SUBJECTS_INTERNED_MAX {
+            self.set.clear();
+        }
+        let shared: Arc<str> = subject.into();
+        self.set.insert(shared.clone());
+        shared
+    }
+}
 
 impl NatsBus {
     /// Connects with the system clock (used only for `oldest_unacked_age_ms`).
@@ -553,6 +582,7 @@ impl Bus for NatsBus {
         Ok(NatsConsumer {
             consumer,
             bus: self.clone(),
+            subjects: Subjects::default(),
         })
     }
 
@@ -740,7 +770,7 @@ impl NatsConsumer {
         drain_pull(&mut batch, out, wait_ms).await
     }
 
-    fn to_deliveries(&self, messages: Vec<jetstream::Message>) -> Result<Vec<Delivery>, BusError> {
+    fn make_deliveries(&mut self, messages: Vec<jetstream::Message>) -> Result<Vec<Delivery>, BusError> {
         let mut out = Vec::with_capacity(messages.len());
         let mut table = self.bus.tags();
         for message in messages {
@@ -758,7 +788,7 @@ impl NatsConsumer {
             out.push(Delivery {
                 tag,
                 stream_seq,
-                subject: message.subject.to_string(),
+                subject: self.subjects.intern(message.subject.as_str()),
                 payload: message.payload,
                 ingested_at: Micros::from_unix_nanos(published.unix_timestamp_nanos()),
                 delivered_count: u64::try_from(delivered).unwrap_or(1).max(1),
@@ -837,7 +867,7 @@ impl Consumer for NatsConsumer {
                 self.pull_now(max - 1, &mut messages).await?;
             }
         }
-        self.to_deliveries(messages)
+        self.make_deliveries(messages)
     }
 }
 
@@ -871,5 +901,26 @@ pub async fn request_reply(
             async_nats::RequestErrorKind::TimedOut => RequestFailed::TimedOut(timeout_ms),
             _ => RequestFailed::Other(e.to_string()),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subject_is_shared_once_seen_and_the_set_stays_bounded() {
+        let mut subjects = Subjects::default();
+        let first = subjects.intern("obs.plant-a.modbus-1");
+        let again = subjects.intern("obs.plant-a.modbus-1");
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "a second delivery on a subject shares the first's"
+        );
+        assert_eq!(&*subjects.intern("obs.plant-b.modbus-1"), "obs.plant-b.modbus-1");
+        for n in 0..2 * SUBJECTS_INTERNED_MAX {
+            assert_eq!(&*subjects.intern(&format!("obs.h.d{n}")), format!("obs.h.d{n}"));
+            assert!(subjects.set.len() <= SUBJECTS_INTERNED_MAX);
+        }
     }
 }

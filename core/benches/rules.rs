@@ -98,7 +98,7 @@ fn readings(registry: &Registry, count: usize) -> Vec<Delivery> {
             Delivery {
                 tag: DeliveryTag(n as u64),
                 stream_seq: n as u64 + 1,
-                subject: format!("obs.{}.{}", d.assignment.host, d.assignment.driver_instance),
+                subject: format!("obs.{}.{}", d.assignment.host, d.assignment.driver_instance).into(),
                 payload: Bytes::from(out.to_bytes()),
                 ingested_at: observed,
                 delivered_count: 1,

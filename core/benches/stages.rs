@@ -13,7 +13,9 @@
 //! triggers its readers), each reading encoded as the observation the core publishes.
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock; the core never does
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use sentinel_core::derived::Derivations;
@@ -29,6 +31,39 @@ mod stage_load;
 use stage_load::{T0, deliveries, registry};
 
 const DESIGN_RATE_PER_S: f64 = 500.0;
+
+/// The system allocator, counting calls that allocate (`alloc`, `alloc_zeroed`, `realloc`), so
+/// each figure can say how many allocations an observation costs (issue 24 item 3). One relaxed
+/// atomic add a call: noise beside the allocation itself.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: every call forwards to `System` with the caller's arguments unchanged.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.alloc_zeroed(layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations() -> u64 {
+    ALLOCATIONS.load(Ordering::Relaxed)
+}
 /// The fleet with `count` of its aggregation-safe numbers turned into one-hour means over
 /// `count` others (so no derived point reads a derived point).
 fn registry_with_derived(count: usize) -> Arc<Registry> {
@@ -72,21 +107,25 @@ fn main() {
     // stages 2–10 alone, against the projection and dedup set of a fresh core.
     let config = Config::default();
     let mut best_stage_rate = 0.0f64;
+    let mut stage_allocations = 0.0f64;
     for round in 0..3 {
-        let pass = stage_load::stages_2_10(&registry, &config, input.clone());
+        let pass = stage_load::stages_2_10_counted(&registry, &config, input.clone(), allocations);
         let rate = messages as f64 / pass.secs;
         best_stage_rate = best_stage_rate.max(rate);
+        stage_allocations = pass.allocations as f64 / messages as f64;
         println!(
-            "  round {round}: stages_2_10 {rate:>12.0} obs/s ({} rows, {} quarantined)",
+            "  round {round}: stages_2_10 {rate:>12.0} obs/s ({} rows, {} quarantined; {stage_allocations:.3} allocations a message)",
             pass.rows, pass.quarantined
         );
     }
 
     let mut best_core_rate = 0.0f64;
+    let mut core_allocations = 0.0f64;
     for round in 0..3 {
         let mut core =
             Core::new(config.clone(), registry.clone(), 1, &RestoredState::default(), T0).expect("core");
         let mut remaining = input.clone().into_iter();
+        let allocated_before = allocations();
         let started = Instant::now();
         let mut published = 0u64;
         loop {
@@ -121,9 +160,13 @@ fn main() {
             }
         }
         let secs = started.elapsed().as_secs_f64();
+        // Includes the bench's own `Vec` of each 500-message batch and of its reports.
+        core_allocations = (allocations() - allocated_before) as f64 / messages as f64;
         let rate = messages as f64 / secs;
         best_core_rate = best_core_rate.max(rate);
-        println!("  round {round}: core_total  {rate:>12.0} obs/s ({published} transitions)");
+        println!(
+            "  round {round}: core_total  {rate:>12.0} obs/s ({published} transitions; {core_allocations:.3} allocations a message)"
+        );
     }
 
     let derived_registry = registry_with_derived(1_000);
@@ -179,8 +222,8 @@ fn main() {
         );
     }
     println!(
-        "RESULT stages_2_10={:.0} obs/s ({:.0}x the 500 obs/s design rate); core_total={:.0} obs/s ({:.0}x); \
-         derivation={:.0} committed rows/s ({:.2} us a row, {:.0}x)",
+        "RESULT stages_2_10={:.0} obs/s ({:.0}x the 500 obs/s design rate; {stage_allocations:.3} allocations a message); \
+         core_total={:.0} obs/s ({:.0}x; {core_allocations:.3} allocations a message); derivation={:.0} committed rows/s ({:.2} us a row, {:.0}x)",
         best_stage_rate,
         best_stage_rate / DESIGN_RATE_PER_S,
         best_core_rate,

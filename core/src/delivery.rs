@@ -2,6 +2,8 @@
 //!
 //! Owns: the shape every Bus adapter (NATS, the in-memory model, the simulator) hands the core.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 
 use crate::time::Micros;
@@ -17,7 +19,9 @@ pub struct Delivery {
     /// The stream's sequence number: identical on every redelivery, so it keys quarantine
     /// entries exactly once.
     pub stream_seq: u64,
-    pub subject: String,
+    /// Shared, not owned: an adapter hands out one `Arc` per distinct subject (the NATS adapter
+    /// interns them), so a delivery costs no allocation for its subject (issue 24 item 3).
+    pub subject: Arc<str>,
     pub payload: Bytes,
     /// The bus's accept timestamp, truncated to microseconds. Never the core's clock.
     pub ingested_at: Micros,

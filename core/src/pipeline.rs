@@ -199,7 +199,7 @@ fn quarantine(delivery: Delivery, refusal: Refusal, envelope_bytes_max: usize) -
     QuarantineEntry {
         stream_seq: delivery.stream_seq,
         ingested_at: delivery.ingested_at,
-        subject: delivery.subject,
+        subject: delivery.subject.to_string(),
         reason: refusal.reason,
         detail: refusal.detail,
         payload,

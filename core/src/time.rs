@@ -56,14 +56,19 @@ impl Micros {
     }
 
     pub fn write_rfc3339(self, out: &mut String) {
+        let _ = self.fmt_rfc3339(out);
+    }
+
+    /// As [`Micros::to_rfc3339`], into any writer: the `Display` impl and the wire's
+    /// serialisers write through this, with no `String` in between.
+    fn fmt_rfc3339(self, out: &mut impl fmt::Write) -> fmt::Result {
         // Years 0–9999 (every real instant) digit by digit: `write!` with seven padded
         // integers was 2.6 % of a simulated seed (every transition and envelope has one).
         // The same text as the general form below (`fast_format_agrees_with_the_general_one`).
-        if let Some(text) = format_utc_fast(self) {
-            out.push_str(std::str::from_utf8(&text).unwrap_or("invalid"));
-            return;
+        match format_utc_fast(self) {
+            Some(text) => out.write_str(std::str::from_utf8(&text).unwrap_or("invalid")),
+            None => write_rfc3339_general(self, out),
         }
-        write_rfc3339_general(self, out);
     }
 
     /// The UTC day (days since the epoch) this instant falls in; partitions are per day.
@@ -114,29 +119,26 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 }
 
 /// Through the `time` crate: any instant it can represent, `invalid` past them.
-fn write_rfc3339_general(t: Micros, out: &mut String) {
-    use std::fmt::Write;
+fn write_rfc3339_general(t: Micros, out: &mut impl fmt::Write) -> fmt::Result {
     match time::OffsetDateTime::from_unix_timestamp_nanos(t.0 as i128 * 1_000) {
-        Ok(t) => {
-            let _ = write!(
-                out,
-                "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
-                t.year(),
-                t.month() as u8,
-                t.day(),
-                t.hour(),
-                t.minute(),
-                t.second(),
-                t.microsecond()
-            );
-        }
-        Err(_) => out.push_str("invalid"),
+        Ok(t) => write!(
+            out,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:06}Z",
+            t.year(),
+            t.month() as u8,
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second(),
+            t.microsecond()
+        ),
+        Err(_) => out.write_str("invalid"),
     }
 }
 
 impl fmt::Display for Micros {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.to_rfc3339())
+        self.fmt_rfc3339(f)
     }
 }
 
@@ -270,14 +272,14 @@ mod tests {
         #[test]
         fn fast_format_agrees_with_the_general_one(us in proptest::num::i64::ANY) {
             let mut general = String::new();
-            write_rfc3339_general(Micros(us), &mut general);
+            let _ = write_rfc3339_general(Micros(us), &mut general);
             proptest::prop_assert_eq!(Micros(us).to_rfc3339(), general);
         }
 
         #[test]
         fn fast_format_agrees_in_years_0_to_9999(us in -62_167_219_200_000_000i64..253_402_300_800_000_000) {
             let mut general = String::new();
-            write_rfc3339_general(Micros(us), &mut general);
+            let _ = write_rfc3339_general(Micros(us), &mut general);
             proptest::prop_assert!(format_utc_fast(Micros(us)).is_some());
             proptest::prop_assert_eq!(Micros(us).to_rfc3339(), general);
         }
@@ -298,7 +300,7 @@ mod tests {
             i64::MAX,
         ] {
             let mut general = String::new();
-            write_rfc3339_general(Micros(us), &mut general);
+            let _ = write_rfc3339_general(Micros(us), &mut general);
             assert_eq!(Micros(us).to_rfc3339(), general, "{us}");
         }
         assert_eq!(Micros(0).to_rfc3339(), "1970-01-01T00:00:00.000000Z");

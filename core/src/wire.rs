@@ -100,18 +100,58 @@ struct RawEnvelope<'a> {
     source_seq: u64,
     #[serde(borrow)]
     observed_at: Cow<'a, str>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "borrowed_opt_str")]
     device_time: Option<Cow<'a, str>>,
     #[serde(borrow)]
     value: NativeValue<'a>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "borrowed_opt_str")]
     unit: Option<Cow<'a, str>>,
     #[serde(default)]
     quality: Option<AssertedQuality>,
-    #[serde(borrow, default)]
+    #[serde(borrow, default, deserialize_with = "borrowed_opt_str")]
     reason: Option<Cow<'a, str>>,
     #[serde(borrow, default)]
     detail: Option<&'a RawValue>,
+}
+
+/// An optional string borrowed from the payload unless it holds escapes (issue 24 item 3: no
+/// allocation per observation that can be avoided). `#[serde(borrow)]` borrows a bare
+/// `Cow<str>`, but serde's impl for `Option<Cow<str>>` always builds an owned `String`: one
+/// allocation for every `unit`, `device_time` and `reason` an envelope carries.
+fn borrowed_opt_str<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Cow<'de, str>>, D::Error> {
+    struct StrVisitor;
+    impl<'de> Visitor<'de> for StrVisitor {
+        type Value = Cow<'de, str>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string")
+        }
+        fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Self::Value, E> {
+            Ok(Cow::Borrowed(v))
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(v.to_owned()))
+        }
+        fn visit_string<E: de::Error>(self, v: String) -> Result<Self::Value, E> {
+            Ok(Cow::Owned(v))
+        }
+    }
+    struct OptionVisitor;
+    impl<'de> Visitor<'de> for OptionVisitor {
+        type Value = Option<Cow<'de, str>>;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a string or null")
+        }
+        fn visit_none<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+            deserializer.deserialize_str(StrVisitor).map(Some)
+        }
+    }
+    deserializer.deserialize_option(OptionVisitor)
 }
 
 #[derive(Deserialize)]
@@ -351,8 +391,10 @@ struct TransitionWire<'a> {
     value: Option<ValueWire<'a>>,
     quality: &'static str,
     reason: Option<&'a str>,
-    observed_at: String,
-    ingested_at: String,
+    #[serde(serialize_with = "rfc3339")]
+    observed_at: Micros,
+    #[serde(serialize_with = "rfc3339")]
+    ingested_at: Micros,
     registry_version: i32,
     core_epoch: u32,
     /// The message key of the row that caused the transition...
@@ -362,6 +404,16 @@ struct TransitionWire<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     control_seq: Option<i64>,
 }
+
+/// A timestamp written as RFC 3339 straight into the output (no `String` per field).
+fn rfc3339<S: serde::Serializer>(at: &Micros, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(at)
+}
+
+/// The bytes a transition's fixed fields take at most (names, punctuation, two timestamps,
+/// numbers at their widest, and a margin for escapes), so [`Transition::encode`] allocates
+/// its output once.
+const TRANSITION_FIXED_BYTES: usize = 352;
 
 /// One transition on `state.<point_id>` (DESIGN.md §2).
 pub struct Transition<'a> {
@@ -386,8 +438,8 @@ impl Transition<'_> {
             value: self.value.map(ValueWire),
             quality: self.quality.as_str(),
             reason: self.reason,
-            observed_at: self.observed_at.to_rfc3339(),
-            ingested_at: self.ingested_at.to_rfc3339(),
+            observed_at: self.observed_at,
+            ingested_at: self.ingested_at,
             registry_version: self.registry_version,
             core_epoch: self.core_epoch,
             key: self.key.map(|key| KeyWire {
@@ -400,7 +452,21 @@ impl Transition<'_> {
         debug_assert!(wire.key.is_some() != wire.control_seq.is_some());
         // Serialising plain structs of strings and numbers into a Vec cannot fail; NaN is
         // excluded because canonical numbers come from JSON numbers through finite arithmetic.
-        serde_json::to_vec(&wire).unwrap_or_default()
+        let text_bytes = match self.value {
+            Some(CanonicalValue::Text(text)) => text.len(),
+            _ => 0,
+        };
+        let mut out = Vec::with_capacity(
+            TRANSITION_FIXED_BYTES
+                + self.point_id.len()
+                + self.reason.map_or(0, str::len)
+                + self.key.map_or(0, |key| key.driver_instance.len())
+                + text_bytes,
+        );
+        match serde_json::to_writer(&mut out, &wire) {
+            Ok(()) => out,
+            Err(_) => Vec::new(),
+        }
     }
 }
 
@@ -829,6 +895,84 @@ mod tests {
         assert_eq!(env.source_seq, 42);
         assert_eq!(env.value, NativeValue::Num(71.6));
         assert_eq!(env.unit.as_deref(), Some("degF"));
+    }
+
+    #[test]
+    fn a_transition_at_its_widest_fits_the_output_allocated_up_front() {
+        let key: &'static ObsKey = Box::leak(Box::new(ObsKey {
+            driver_instance: "d".repeat(DRIVER_INSTANCE_BYTES_MAX).into(),
+            source_epoch: i32::MAX as u32,
+            source_seq: i64::MAX as u64,
+        }));
+        let value = CanonicalValue::Num(-2.225_073_858_507_201_4e-308);
+        let point_id = "p".repeat(POINT_ID_BYTES_MAX);
+        let reason = "r".repeat(REASON_BYTES_MAX);
+        let widest = |key: Option<&'static ObsKey>, control_seq: Option<i64>| Transition {
+            point_id: &point_id,
+            value: Some(&value),
+            quality: Quality::Unavailable,
+            reason: Some(&reason),
+            observed_at: Micros(i64::MAX / 1_000_000 * 1_000),
+            ingested_at: Micros(-62_135_596_800_000_000),
+            registry_version: i32::MIN,
+            core_epoch: u32::MAX,
+            key,
+            control_seq,
+        };
+        for transition in [widest(Some(key), None), widest(None, Some(i64::MIN))] {
+            let encoded = transition.encode();
+            let allocated = TRANSITION_FIXED_BYTES
+                + point_id.len()
+                + reason.len()
+                + transition.key.map_or(0, |k| k.driver_instance.len());
+            assert!(encoded.len() <= allocated, "{} > {allocated}", encoded.len());
+            assert_eq!(
+                encoded.capacity(),
+                allocated,
+                "the output grew past its first allocation"
+            );
+            let text = String::from_utf8(encoded).expect("utf-8");
+            assert!(
+                text.contains(&format!(
+                    "\"ingested_at\":\"{}\"",
+                    transition.ingested_at.to_rfc3339()
+                )),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
+    fn optional_strings_borrow_unless_escaped_and_null_is_absent() {
+        let env = decode(
+            r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","device_time":"2026-11-30T03:00:01Z","value":1,"unit":"degF","quality":"bad","reason":"comm_loss"}"#,
+        )
+        .expect("good envelope");
+        assert!(matches!(env.unit, Some(Cow::Borrowed("degF"))), "{:?}", env.unit);
+        assert!(
+            matches!(env.reason, Some(Cow::Borrowed("comm_loss"))),
+            "{:?}",
+            env.reason
+        );
+        assert_eq!(
+            env.device_time,
+            Some(Micros::parse_rfc3339("2026-11-30T03:00:01Z").expect("ts"))
+        );
+        let escaped = decode(
+            r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1,"unit":"deg\u0046","reason":null}"#,
+        )
+        .expect("good envelope");
+        assert!(
+            matches!(escaped.unit, Some(Cow::Owned(ref u)) if u == "degF"),
+            "{:?}",
+            escaped.unit
+        );
+        assert_eq!(escaped.reason, None);
+        let wrong = decode(
+            r#"{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":1,"unit":5}"#,
+        )
+        .expect_err("a number is not a unit");
+        assert_eq!(wrong.reason, QuarantineReason::Malformed, "{}", wrong.detail);
     }
 
     #[test]

@@ -277,7 +277,7 @@ impl World {
         let delivery = Delivery {
             tag: DeliveryTag(tag),
             stream_seq: m.stream_seq,
-            subject: m.subject.to_owned(),
+            subject: m.subject.into(),
             payload: bytes::Bytes::from(m.payload.clone()),
             ingested_at: m.ingested_at,
             delivered_count: 1,

@@ -101,7 +101,7 @@ fn lag_is_published_as_self_points_that_come_back_through_ingest() {
         .map(|(i, (subject, _, envelope))| Delivery {
             tag: DeliveryTag(100 + i as u64),
             stream_seq: 100 + i as u64,
-            subject: subject.clone(),
+            subject: subject.as_str().into(),
             payload: serde_json::to_vec(envelope).expect("JSON").into(),
             ingested_at: T0.add_ms(5_001),
             delivered_count: 1,

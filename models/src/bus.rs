@@ -368,7 +368,7 @@ impl State {
             let delivery = Delivery {
                 tag: DeliveryTag(0),
                 stream_seq: seq,
-                subject: message.subject.clone(),
+                subject: message.subject.as_str().into(),
                 payload: message.payload.clone(),
                 ingested_at: message.ingested_at,
                 delivered_count: message.delivered_count,
@@ -390,7 +390,7 @@ impl State {
             out.push(Delivery {
                 tag: DeliveryTag(0),
                 stream_seq: seq,
-                subject: message.subject.clone(),
+                subject: message.subject.as_str().into(),
                 payload: message.payload.clone(),
                 ingested_at: message.ingested_at,
                 delivered_count: 1,

@@ -302,7 +302,7 @@ async fn commit_path(store: &PgStore, messages: usize, concurrency: usize, sourc
                 sentinel_core::Delivery {
                     tag: sentinel_core::DeliveryTag((chunk * 500 + i) as u64),
                     stream_seq: (source_epoch as u64) << 40 | (chunk * 500 + i) as u64,
-                    subject: m.subject,
+                    subject: m.subject.into(),
                     payload: m.payload,
                     ingested_at: now,
                     delivered_count: 1,

@@ -84,7 +84,7 @@ pub fn deliveries(registry: &Registry, count: usize) -> Vec<Delivery> {
             Delivery {
                 tag: DeliveryTag(n as u64),
                 stream_seq: n as u64 + 1,
-                subject,
+                subject: subject.into(),
                 payload: Bytes::from(payload),
                 ingested_at: T0,
                 delivered_count: 1,
@@ -99,9 +99,22 @@ pub struct StagesPass {
     pub secs: f64,
     pub rows: usize,
     pub quarantined: usize,
+    /// Allocations during the pass, by the bench's counter (0 where the bench has none).
+    pub allocations: u64,
 }
 
 pub fn stages_2_10(registry: &Registry, config: &Config, input: Vec<Delivery>) -> StagesPass {
+    stages_2_10_counted(registry, config, input, || 0)
+}
+
+/// As [`stages_2_10`], reading `allocations` (a bench's counting allocator) either side of the
+/// timed pass.
+pub fn stages_2_10_counted(
+    registry: &Registry,
+    config: &Config,
+    input: Vec<Delivery>,
+    allocations: fn() -> u64,
+) -> StagesPass {
     let dedup = sentinel_core::dedup::DedupSet::new(config.dedup_keys_max);
     let projection =
         sentinel_core::projection::Projection::restore(registry, &RestoredState::default(), config, T0);
@@ -111,6 +124,7 @@ pub fn stages_2_10(registry: &Registry, config: &Config, input: Vec<Delivery>) -
         dedup: &dedup,
         projection: &projection,
     };
+    let allocated_before = allocations();
     let started = Instant::now();
     let (mut rows, mut quarantined) = (0usize, 0usize);
     for delivery in input {
@@ -120,9 +134,11 @@ pub fn stages_2_10(registry: &Registry, config: &Config, input: Vec<Delivery>) -
             Outcome::Duplicate { .. } => {}
         }
     }
+    let secs = started.elapsed().as_secs_f64();
     StagesPass {
-        secs: started.elapsed().as_secs_f64(),
+        secs,
         rows,
         quarantined,
+        allocations: allocations() - allocated_before,
     }
 }

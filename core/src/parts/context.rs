@@ -180,7 +180,7 @@ pub(crate) mod testing {
         Delivery {
             tag: DeliveryTag(seq),
             stream_seq: seq,
-            subject: obs_subject(HOST, INSTANCE),
+            subject: obs_subject(HOST, INSTANCE).into(),
             payload: Bytes::from(envelope.to_bytes()),
             ingested_at: observed_at,
             delivered_count: 1,

@@ -259,7 +259,7 @@ impl Harness {
                 Delivery {
                     tag,
                     stream_seq,
-                    subject: SUBJECTS[selector % SUBJECTS.len()].to_owned(),
+                    subject: SUBJECTS[selector % SUBJECTS.len()].into(),
                     payload: payload.to_vec().into(),
                     ingested_at: self.now,
                     delivered_count: 1,
