@@ -11,7 +11,7 @@ use sentinel_core::derived::WindowRequest;
 use sentinel_core::{Micros, RetentionClass};
 use sentinel_ports::{Lease, Store};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
-use sentinel_tests::pg::TestDb;
+use sentinel_tests::pg::{TestDb, exec, text};
 use sqlx::PgPool;
 
 /// 2026-06-01T00:00:00Z and two days on, in µs.
@@ -23,21 +23,6 @@ const CLASSES: [(&str, RetentionClass, &str); 3] = [
     ("state", RetentionClass::State, "s"),
     ("diagnostic", RetentionClass::Diagnostic, "d"),
 ];
-
-async fn exec(pool: &PgPool, sql: &str) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-        .execute(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-async fn text(pool: &PgPool, sql: &str) -> String {
-    sqlx::query_scalar::<_, Option<String>>(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .unwrap_or_default()
-}
 
 /// Version 13's rows: 400 per class over two days, five points and three driver instances per
 /// class, every column used, some rows `bad` with a reason.

@@ -6,7 +6,7 @@
 //! reads of a point's newest rows scan the index backward.
 
 use sentinel_store_pg::{PgStore, PgStoreConfig};
-use sentinel_tests::pg::TestDb;
+use sentinel_tests::pg::{TestDb, exec, text};
 use sqlx::PgPool;
 
 const CLASSES: [&str; 3] = ["measurement", "state", "diagnostic"];
@@ -20,21 +20,6 @@ const FILL_POINTS: i64 = 50;
 /// a packed entry is 28 B (an 8-byte tuple header, 4-byte key, 4 bytes of padding, 8-byte
 /// timestamp, 4-byte line pointer).
 const FILL_POINT_INDEX_BYTES_PER_ROW_MAX: f64 = 40.0;
-
-async fn exec(pool: &PgPool, sql: &str) {
-    sqlx::raw_sql(sqlx::AssertSqlSafe(sql.to_owned()))
-        .execute(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
-}
-
-async fn text(pool: &PgPool, sql: &str) -> String {
-    sqlx::query_scalar::<_, Option<String>>(sqlx::AssertSqlSafe(sql.to_owned()))
-        .fetch_one(pool)
-        .await
-        .unwrap_or_else(|e| panic!("{sql}: {e}"))
-        .unwrap_or_default()
-}
 
 /// `rows` rows of `points` points, one every 2 ms, into `class` on 2026-01-15, in ingest order
 /// (the row shape of BENCHMARKS.md "Integer ids", with the keys assigned here).

@@ -183,6 +183,25 @@ impl Drop for TestDb {
     }
 }
 
+/// Runs `sql` (one or more statements) on `pool`, panicking with the statement on error: the
+/// upgrade tests' setup and checks.
+pub async fn exec(pool: &sqlx::PgPool, sql: &str) {
+    sqlx::raw_sql(AssertSqlSafe(sql.to_owned()))
+        .execute(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+}
+
+/// The one text value `sql` selects on `pool` (empty for NULL), panicking with the statement
+/// on error.
+pub async fn text(pool: &sqlx::PgPool, sql: &str) -> String {
+    sqlx::query_scalar::<_, Option<String>>(AssertSqlSafe(sql.to_owned()))
+        .fetch_one(pool)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;
