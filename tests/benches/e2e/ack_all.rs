@@ -116,6 +116,10 @@ impl AckAllBus {
 
 pub struct AckAllConsumer {
     consumer: consumer::PullConsumer,
+    /// The consumer's `max_ack_pending`: the server delivers no more above the ack floor, so
+    /// the outstanding deliveries never exceed it (the floor this side sent is at or above the
+    /// server's).
+    outstanding_max: usize,
     outstanding: Arc<Mutex<Outstanding>>,
     subjects: HashSet<Arc<str>>,
 }
@@ -138,8 +142,11 @@ impl Bus for AckAllBus {
             .await
             .map_err(|e| BusError::Other(format!("get consumer: {e}")))?;
         assert_eq!(consumer.cached_info().config.ack_policy, consumer::AckPolicy::All);
+        let outstanding_max = usize::try_from(consumer.cached_info().config.max_ack_pending)
+            .expect("a bounded max_ack_pending");
         Ok(AckAllConsumer {
             consumer,
+            outstanding_max,
             outstanding: self.outstanding.clone(),
             subjects: HashSet::new(),
         })
@@ -259,6 +266,10 @@ impl Consumer for AckAllConsumer {
                 .ok_or_else(|| BusError::Other("JetStream message without a reply subject".to_owned()))?;
             // A redelivery keeps its place and takes the newer reply subject.
             outstanding.by_seq.insert(stream_seq, (reply, false));
+            assert!(
+                outstanding.by_seq.len() <= self.outstanding_max,
+                "more deliveries outstanding than max_ack_pending"
+            );
             let subject = match self.subjects.get(message.subject.as_str()) {
                 Some(shared) => shared.clone(),
                 None => {
