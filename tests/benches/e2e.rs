@@ -29,9 +29,16 @@
 //! at 500 obs/s (core runtime spec, "Buffer sizing"), against the spec's one hour at 20%
 //! utilisation and the ten-minute target; `--commit-insert on-conflict` selects the old form.
 //!
+//! `-- --ack-ab` measures only Sentinel's drain with today's work queue and per-delivery acks
+//! against an interest stream with cumulative acks (`AckAll`) held behind the oldest delivery
+//! in flight ([`ack_all`], bench-only; issue 24 item 3), R rounds alternating.
+//!
 //! CPU is attributed per process from /proc: PostgreSQL (every `postgres` process), nats-server,
 //! and this process (the bridge, or the in-process Sentinel core).
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock
+
+#[path = "e2e/ack_all.rs"]
+mod ack_all;
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -345,17 +352,33 @@ struct Backlog {
     source_epoch: u32,
 }
 
+/// How `OBS` keeps messages and how the core acks them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ObsAcks {
+    /// Today's: work-queue retention, one explicit ack per delivery.
+    WorkQueue,
+    /// Issue 24 item 3's candidate ([`ack_all`]): interest retention, cumulative acks.
+    InterestAckAll,
+}
+
 /// Creates `OBS` as the bus creates it and loads `messages` fleet messages into it.
 async fn load_backlog(nats: &NatsServer, messages: usize, source_epoch: u32) -> Backlog {
+    load_backlog_into(nats, messages, source_epoch, ObsAcks::WorkQueue).await
+}
+
+/// [`load_backlog`] into the stream shape `acks` names (for interest retention the AckAll
+/// consumer is created first: a message nobody is interested in is deleted on arrival).
+async fn load_backlog_into(nats: &NatsServer, messages: usize, source_epoch: u32, acks: ObsAcks) -> Backlog {
     let clock = SystemClock;
-    // Ensures the stream exactly as `sentinel run` does; dropped before anything consumes.
-    drop(
-        bus_with_stream(NatsBusConfig {
-            url: nats.url(),
-            ..NatsBusConfig::default()
-        })
-        .await,
-    );
+    let config = NatsBusConfig {
+        url: nats.url(),
+        ..NatsBusConfig::default()
+    };
+    match acks {
+        // Ensures the stream exactly as `sentinel run` does; dropped before anything consumes.
+        ObsAcks::WorkQueue => drop(bus_with_stream(config).await),
+        ObsAcks::InterestAckAll => ack_all::create(&config).await,
+    }
     let registry = traffic::sample_registry();
     let mut fleet = Fleet::new(&registry, BACKLOG_SEED, source_epoch);
     let publisher = ObservationPublisher::connect(&nats.url(), PublisherConfig::default())
@@ -425,12 +448,41 @@ struct Drain {
 
 /// Sentinel drains `backlog` through the production startup and runtime over the real adapters.
 async fn sentinel_drain(nats: &NatsServer, store: &PgStore, db_url: &str, backlog: &Backlog) -> Drain {
-    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let bus = bus_with_stream(NatsBusConfig {
         url: nats.url(),
         ..NatsBusConfig::default()
     })
     .await;
+    sentinel_drain_on(bus, store, db_url, backlog).await
+}
+
+/// [`sentinel_drain`] over the interest stream with cumulative acks ([`ack_all`]).
+async fn sentinel_drain_ack_all(
+    nats: &NatsServer,
+    store: &PgStore,
+    db_url: &str,
+    backlog: &Backlog,
+) -> Drain {
+    let nats_bus = sentinel_bus_nats::NatsBus::connect(NatsBusConfig {
+        url: nats.url(),
+        ..NatsBusConfig::default()
+    })
+    .await
+    .expect("connect bus");
+    let bus = ack_all::AckAllBus::over(nats_bus);
+    let mut drain = sentinel_drain_on(bus.clone(), store, db_url, backlog).await;
+    let (sent, acked, outstanding) = bus.ack_counts();
+    assert_eq!(outstanding, 0, "every delivery acked at the end of the drain");
+    assert!(acked >= backlog.accepted, "every loaded message acked");
+    drain.note = format!(
+        "{}; {acked} deliveries acked by {sent} cumulative acks",
+        drain.note
+    );
+    drain
+}
+
+async fn sentinel_drain_on<B: Bus>(bus: B, store: &PgStore, db_url: &str, backlog: &Backlog) -> Drain {
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let fallbacks_before = store.commit_fallbacks();
     let cpu_before = cpu_seconds();
     let started_at = Instant::now();
@@ -801,6 +853,11 @@ async fn main() {
         return;
     }
 
+    if flag("--ack-ab") {
+        ack_ab(&nats, &optimistic, &db.url, messages, rounds).await;
+        return;
+    }
+
     let limits = raw_fetch_ack(&nats.url(), messages, RawAcks::Limits).await;
     let fetch_ack_limits = limits.rate;
     println!("  raw JetStream fetch(500)+ack, limits retention     {fetch_ack_limits:>10.0} msg/s");
@@ -947,4 +1004,83 @@ async fn main() {
         cpu(Contestant::SentinelOptimistic, 2),
         load_average()
     );
+}
+
+/// Issue 24 item 3, end to end: Sentinel's drain of the same backlog with today's work queue
+/// and per-delivery acks, and with interest retention and cumulative acks held behind the
+/// oldest delivery in flight ([`ack_all`]), alternating (the order swapped each round), the
+/// optimistic commit form in both. `-- --ack-ab --rounds R --messages N`.
+async fn ack_ab(nats: &NatsServer, store: &PgStore, db_url: &str, messages: usize, rounds: usize) {
+    ack_all::self_check();
+    let mut figures: Vec<(ObsAcks, Drain)> = Vec::new();
+    let mut epoch = BACKLOG_EPOCH_BASE;
+    for round in 0..rounds {
+        let order = if round % 2 == 0 {
+            [ObsAcks::WorkQueue, ObsAcks::InterestAckAll]
+        } else {
+            [ObsAcks::InterestAckAll, ObsAcks::WorkQueue]
+        };
+        for acks in order {
+            reset(nats, db_url).await;
+            epoch += 1;
+            let backlog = load_backlog_into(nats, messages, epoch, acks).await;
+            let load = load_average();
+            let drain = match acks {
+                ObsAcks::WorkQueue => sentinel_drain(nats, store, db_url, &backlog).await,
+                ObsAcks::InterestAckAll => sentinel_drain_ack_all(nats, store, db_url, &backlog).await,
+            };
+            println!(
+                "  round {} {:<36} {:>8.0} obs/s ({:.1} s; load {load}); {}; {}",
+                round + 1,
+                ack_label(acks),
+                drain.rate,
+                drain.secs,
+                drain.cpu,
+                drain.note
+            );
+            figures.push((acks, drain));
+        }
+    }
+    let of = |a: ObsAcks| figures.iter().filter(move |(k, _)| *k == a).map(|(_, d)| d);
+    let rate = |a: ObsAcks| median(of(a).map(|d| d.rate).collect());
+    let cpu = |a: ObsAcks, i: usize| median(of(a).map(|d| d.cpu.us[i]).collect());
+    println!("  medians of {rounds} rounds:");
+    for a in [ObsAcks::WorkQueue, ObsAcks::InterestAckAll] {
+        println!(
+            "    {:<36} {:>8.0} obs/s; postgres {:.1} / nats-server {:.1} / own {:.1} us per msg",
+            ack_label(a),
+            rate(a),
+            cpu(a, 0),
+            cpu(a, 1),
+            cpu(a, 2)
+        );
+    }
+    // Per round: the two of a round ran back to back.
+    let per_round: Vec<String> = figures
+        .chunks(2)
+        .map(|pair| {
+            let get = |k: ObsAcks| pair.iter().find(|(x, _)| *x == k).map_or(0.0, |(_, d)| d.rate);
+            format!("{:.2}", get(ObsAcks::InterestAckAll) / get(ObsAcks::WorkQueue))
+        })
+        .collect();
+    println!(
+        "RESULT ack A/B: interest+AckAll / work-queue = {:.2} obs/s (rounds {}); nats-server {:.1} / {:.1} us/msg, \
+         own {:.1} / {:.1} us/msg, postgres {:.1} / {:.1} us/msg; load {}",
+        rate(ObsAcks::InterestAckAll) / rate(ObsAcks::WorkQueue),
+        per_round.join(" "),
+        cpu(ObsAcks::InterestAckAll, 1),
+        cpu(ObsAcks::WorkQueue, 1),
+        cpu(ObsAcks::InterestAckAll, 2),
+        cpu(ObsAcks::WorkQueue, 2),
+        cpu(ObsAcks::InterestAckAll, 0),
+        cpu(ObsAcks::WorkQueue, 0),
+        load_average()
+    );
+}
+
+fn ack_label(acks: ObsAcks) -> &'static str {
+    match acks {
+        ObsAcks::WorkQueue => "work queue, ack per delivery (today)",
+        ObsAcks::InterestAckAll => "interest, cumulative AckAll (held)",
+    }
 }
