@@ -129,6 +129,20 @@ fn json_token() -> BoxedStrategy<String> {
     .boxed()
 }
 
+/// A JSON value but for one trailing comma somewhere inside (not JSON): the flaw a tame
+/// envelope may carry in `detail` or an unknown key's value, nested or not.
+fn flawed_json_token() -> BoxedStrategy<String> {
+    let flawed = valid_json_token()
+        .prop_filter("an array or object", |t| t.starts_with(['[', '{']))
+        .prop_map(|t| with_trailing_comma(&t));
+    prop_oneof![
+        flawed.clone(),
+        (valid_string_token(), flawed.clone()).prop_map(|(k, v)| format!("{{{k}:{v}}}")),
+        (valid_json_token(), flawed).prop_map(|(a, b)| format!("[{a},{b}]")),
+    ]
+    .boxed()
+}
+
 /// An array's or object's text with a comma before its closing bracket (not JSON).
 fn with_trailing_comma(container: &str) -> String {
     let (body, close) = container.split_at(container.len() - 1);
@@ -304,7 +318,13 @@ fn members_of(wild: bool) -> BoxedStrategy<Vec<(String, String)>> {
             25,
             pick(
                 wild,
-                or_null(object_of(valid_string_token(), valid_json_token())),
+                or_null(
+                    prop_oneof![
+                        15 => object_of(valid_string_token(), valid_json_token()),
+                        1 => flawed_json_token().prop_map(|t| format!("{{\"f\":{t}}}")),
+                    ]
+                    .boxed(),
+                ),
                 detail_token(),
             ),
         ),
@@ -312,7 +332,10 @@ fn members_of(wild: bool) -> BoxedStrategy<Vec<(String, String)>> {
     let (unknown_key, unknown_value) = if wild {
         (string_token(), json_token())
     } else {
-        (valid_string_token(), valid_json_token())
+        (
+            valid_string_token(),
+            prop_oneof![15 => valid_json_token(), 1 => flawed_json_token()].boxed(),
+        )
     };
     let extra = (
         prop::collection::vec((unknown_key, unknown_value), 0..3),
@@ -435,7 +458,10 @@ fn mutate(tokens: &[String], mutation: &Mutation) -> Vec<u8> {
             tokens[structural[i.index(structural.len())]] = (*snippet).to_owned();
         }
         Mutation::TrailingComma => {
-            let close = tokens.iter().rposition(|t| t == "}").expect("the envelope closes");
+            let close = tokens
+                .iter()
+                .rposition(|t| t == "}")
+                .expect("the envelope closes");
             tokens.insert(close, ",".to_owned());
         }
         _ => {}
@@ -556,6 +582,37 @@ proptest! {
         assert_same_as_serde(text.as_bytes())?;
     }
 
+    /// Numbers densely around the scanner's edges (significands about 2^53, powers of ten about
+    /// 22, fractions written out or as exponents), as `value` of an otherwise common envelope.
+    #[test]
+    fn numbers_decode_as_serde(
+        significand in prop_oneof![0u64..1_000, (1u64 << 53) - 1_000..(1u64 << 53) + 1_000, any::<u64>()],
+        exponent in -30i32..=30,
+        form in 0usize..4,
+        negative in any::<bool>(),
+    ) {
+        let sign = if negative { "-" } else { "" };
+        let digits = significand.to_string();
+        let number = match form {
+            0 => format!("{sign}{digits}e{exponent}"),
+            1 => format!("{sign}{digits}.0E{exponent:+}"),
+            // The point placed inside or before the digits: `exponent` digits after it.
+            _ => {
+                let after = exponent.unsigned_abs() as usize;
+                if after < digits.len() {
+                    let (int, frac) = digits.split_at(digits.len() - after);
+                    format!("{sign}{int}.{frac}")
+                } else {
+                    format!("{sign}0.{}{digits}", "0".repeat(after - digits.len()))
+                }
+            }
+        };
+        let text = format!(
+            r#"{{"v":1,"point_id":"p","driver_instance":"d","source_epoch":1,"source_seq":1,"observed_at":"2026-11-30T03:00:00Z","value":{number}}}"#
+        );
+        assert_same_as_serde(text.as_bytes())?;
+    }
+
     /// Noise shaped like JSON, as the fuzz target's property in miniature.
     #[test]
     fn json_shaped_noise_decodes_as_serde(text in "[ {}\\[\\]\",:0-9a-z.eE\\\\-]{0,80}") {
@@ -670,7 +727,11 @@ fn generated_envelopes_reach_the_scanner_and_serde() {
     let samples = 2_000;
     let (mut scanned_ok, mut scanned_refused, mut fallback_ok, mut fallback_refused) = (0, 0, 0, 0);
     for _ in 0..samples {
-        let text = strategy.new_tree(&mut runner).expect("a value").current().concat();
+        let text = strategy
+            .new_tree(&mut runner)
+            .expect("a value")
+            .current()
+            .concat();
         match (
             decode_envelope_scanned(text.as_bytes()),
             decode_envelope_serde(text.as_bytes()),
