@@ -195,28 +195,29 @@ impl<'a> Scanner<'a> {
     /// no match on text); `None`, having read nothing, for any other key or an escaped one.
     #[inline]
     fn known_key(&mut self) -> Option<u16> {
+        /// `name` (its closing quote included) at the start of `rest`, compared as a fixed-size
+        /// array so each key is a few word compares, not a `memcmp` call.
+        fn is<const N: usize>(rest: &[u8], name: &[u8; N]) -> bool {
+            rest.first_chunk::<N>() == Some(name)
+        }
         let rest = &self.bytes()[self.at..];
-        let (name, bit): (&[u8], u16) = match *rest.first()? {
-            b'v' if rest.get(1) == Some(&b'"') => (b"v\"", V),
-            b'v' => (b"value\"", VALUE),
-            b'p' => (b"point_id\"", POINT_ID),
-            b'd' => match rest.get(2)? {
-                b'i' => (b"driver_instance\"", DRIVER_INSTANCE),
-                b'v' => (b"device_time\"", DEVICE_TIME),
-                _ => (b"detail\"", DETAIL),
-            },
-            b's' if rest.get(7) == Some(&b'e') => (b"source_epoch\"", SOURCE_EPOCH),
-            b's' => (b"source_seq\"", SOURCE_SEQ),
-            b'o' => (b"observed_at\"", OBSERVED_AT),
-            b'u' => (b"unit\"", UNIT),
-            b'q' => (b"quality\"", QUALITY),
-            b'r' => (b"reason\"", REASON),
+        let (length, bit) = match *rest.first()? {
+            b'v' if is(rest, b"v\"") => (2, V),
+            b'v' if is(rest, b"value\"") => (6, VALUE),
+            b'p' if is(rest, b"point_id\"") => (9, POINT_ID),
+            b'd' if is(rest, b"driver_instance\"") => (16, DRIVER_INSTANCE),
+            b'd' if is(rest, b"device_time\"") => (12, DEVICE_TIME),
+            b'd' if is(rest, b"detail\"") => (7, DETAIL),
+            b's' if is(rest, b"source_epoch\"") => (13, SOURCE_EPOCH),
+            b's' if is(rest, b"source_seq\"") => (11, SOURCE_SEQ),
+            b'o' if is(rest, b"observed_at\"") => (12, OBSERVED_AT),
+            b'u' if is(rest, b"unit\"") => (5, UNIT),
+            b'q' if is(rest, b"quality\"") => (8, QUALITY),
+            b'r' if is(rest, b"reason\"") => (7, REASON),
             _ => return None,
         };
-        rest.starts_with(name).then(|| {
-            self.at += name.len();
-            bit
-        })
+        self.at += length;
+        Some(bit)
     }
 
     /// The rest of a string whose opening quote is read, borrowed: `None` at an escape (serde
