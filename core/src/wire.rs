@@ -1,8 +1,9 @@
 //! The driver contract v1 (DESIGN.md §2): the observation envelope, subjects, transitions.
 //!
-//! Owns: decoding an envelope from bytes without copying its strings (stage 2's parsing half),
-//! parsing `obs.<host>.<driver_instance>` subjects, encoding `state.<point_id>` transitions, and
-//! the owned envelope a driver serialises ([`EnvelopeOut`]).
+//! Owns: decoding an envelope from bytes without copying its strings (stage 2's parsing half:
+//! the hand-written scanner of [`scan`] first, serde_json when it is not sure), parsing
+//! `obs.<host>.<driver_instance>` subjects, encoding `state.<point_id>` transitions, and the
+//! owned envelope a driver serialises ([`EnvelopeOut`]).
 
 use std::borrow::Cow;
 use std::fmt;
@@ -14,6 +15,8 @@ use serde_json::value::RawValue;
 
 use crate::log::{CanonicalValue, ObsKey, Quality, QuarantineReason};
 use crate::time::Micros;
+
+mod scan;
 
 pub const ENVELOPE_VERSION: u32 = 1;
 /// Limits on envelope strings; longer is `malformed`.
@@ -89,6 +92,8 @@ impl AssertedQuality {
     }
 }
 
+/// The envelope's fields as decoded, before any check: what serde_json builds from a payload
+/// and what [`scan::scan`] builds, field for field, from a payload it is sure of.
 #[derive(Deserialize)]
 struct RawEnvelope<'a> {
     v: u32,
@@ -110,8 +115,13 @@ struct RawEnvelope<'a> {
     quality: Option<AssertedQuality>,
     #[serde(borrow, default, deserialize_with = "borrowed_opt_str")]
     reason: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    detail: Option<&'a RawValue>,
+    #[serde(borrow, default, deserialize_with = "raw_detail")]
+    detail: Option<&'a str>,
+}
+
+/// `detail`'s JSON text as `RawValue` borrows it (`null` is `None`).
+fn raw_detail<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<&'de str>, D::Error> {
+    Option::<&'de RawValue>::deserialize(deserializer).map(|raw| raw.map(RawValue::get))
 }
 
 /// An optional string borrowed from the payload unless it holds escapes (issue 24 item 3: no
@@ -191,11 +201,32 @@ fn refuse(reason: QuarantineReason, detail: impl Into<String>) -> Refusal {
 }
 
 /// Stage 2's parsing half: decodes and checks everything that needs no registry and no clock.
+/// The scanner decodes the common envelope; anything it is not sure of is serde_json's, so the
+/// result is [`decode_envelope_serde`]'s for every payload.
 pub fn decode_envelope(payload: &[u8]) -> Result<Envelope<'_>, Refusal> {
-    let raw: RawEnvelope<'_> = match serde_json::from_slice(payload) {
-        Ok(raw) => raw,
-        Err(error) => return Err(classify_decode_error(payload, &error)),
-    };
+    match scan::scan(payload) {
+        Some(raw) => check(raw),
+        None => decode_envelope_serde(payload),
+    }
+}
+
+/// [`decode_envelope`] through the scanner alone: `None` where the scanner is not sure. For the
+/// tests and the fuzz target that hold the scanner to serde's answers and show it is taken.
+pub fn decode_envelope_scanned(payload: &[u8]) -> Option<Result<Envelope<'_>, Refusal>> {
+    scan::scan(payload).map(check)
+}
+
+/// [`decode_envelope`] through serde_json alone: the reference the scanner answers like, and
+/// the path of every payload the scanner is not sure of (it makes every refusal's detail).
+pub fn decode_envelope_serde(payload: &[u8]) -> Result<Envelope<'_>, Refusal> {
+    match serde_json::from_slice(payload) {
+        Ok(raw) => check(raw),
+        Err(error) => Err(classify_decode_error(payload, &error)),
+    }
+}
+
+/// The checks on decoded fields, the same whichever path decoded them.
+fn check(raw: RawEnvelope<'_>) -> Result<Envelope<'_>, Refusal> {
     if raw.v != ENVELOPE_VERSION {
         return Err(refuse(
             QuarantineReason::UnsupportedVersion,
@@ -215,11 +246,7 @@ pub fn decode_envelope(payload: &[u8]) -> Result<Envelope<'_>, Refusal> {
             raw.reason.as_ref().map_or(0, |r| r.len()),
             REASON_BYTES_MAX,
         ),
-        (
-            "detail",
-            raw.detail.map_or(0, |d| d.get().len()),
-            DETAIL_BYTES_MAX,
-        ),
+        ("detail", raw.detail.map_or(0, str::len), DETAIL_BYTES_MAX),
     ];
     for (field, len, max) in bounded {
         if len > max {
@@ -247,7 +274,7 @@ pub fn decode_envelope(payload: &[u8]) -> Result<Envelope<'_>, Refusal> {
         ));
     }
     if let Some(detail) = raw.detail
-        && !detail.get().starts_with('{')
+        && !detail.starts_with('{')
     {
         return Err(refuse(
             QuarantineReason::Malformed,
@@ -280,8 +307,84 @@ pub fn decode_envelope(payload: &[u8]) -> Result<Envelope<'_>, Refusal> {
         unit: raw.unit,
         quality: raw.quality,
         reason: raw.reason,
-        detail: raw.detail.map(RawValue::get),
+        detail: raw.detail,
     })
+}
+
+/// Where two decodings of one payload differ, bit for bit (a number's bits, so `-0.0` is not
+/// `0.0`; a string's borrowed or owned form; a refusal's reason and detail text), or `None`
+/// when they are the same. The equivalence tests and the fuzz target hold
+/// [`decode_envelope`] to [`decode_envelope_serde`] with it.
+pub fn decoding_difference(
+    a: &Result<Envelope<'_>, Refusal>,
+    b: &Result<Envelope<'_>, Refusal>,
+) -> Option<String> {
+    #[allow(clippy::ptr_arg)] // the form (borrowed or owned) is compared, not only the text
+    fn cow(name: &str, a: &Cow<'_, str>, b: &Cow<'_, str>) -> Option<String> {
+        let same = a == b && matches!(a, Cow::Borrowed(_)) == matches!(b, Cow::Borrowed(_));
+        (!same).then(|| format!("{name}: {a:?} against {b:?}"))
+    }
+    fn optional(name: &str, a: &Option<Cow<'_, str>>, b: &Option<Cow<'_, str>>) -> Option<String> {
+        match (a, b) {
+            (None, None) => None,
+            (Some(a), Some(b)) => cow(name, a, b),
+            _ => Some(format!("{name}: {a:?} against {b:?}")),
+        }
+    }
+    let (a, b) = match (a, b) {
+        (Ok(a), Ok(b)) => (a, b),
+        (Err(a), Err(b)) => return (a != b).then(|| format!("refusal: {a:?} against {b:?}")),
+        _ => return Some(format!("outcome: {a:?} against {b:?}")),
+    };
+    let value = match (&a.value, &b.value) {
+        (NativeValue::Null, NativeValue::Null) => None,
+        (NativeValue::Bool(x), NativeValue::Bool(y)) if x == y => None,
+        (NativeValue::Num(x), NativeValue::Num(y)) if x.to_bits() == y.to_bits() => None,
+        (NativeValue::Text(x), NativeValue::Text(y)) => cow("value", x, y),
+        (x, y) => Some(format!("value: {x:?} against {y:?}")),
+    };
+    let scalar = |name: &str, same: bool, a: &dyn fmt::Debug, b: &dyn fmt::Debug| {
+        (!same).then(|| format!("{name}: {a:?} against {b:?}"))
+    };
+    cow("point_id", &a.point_id, &b.point_id)
+        .or_else(|| cow("driver_instance", &a.driver_instance, &b.driver_instance))
+        .or_else(|| {
+            scalar(
+                "source_epoch",
+                a.source_epoch == b.source_epoch,
+                &a.source_epoch,
+                &b.source_epoch,
+            )
+        })
+        .or_else(|| {
+            scalar(
+                "source_seq",
+                a.source_seq == b.source_seq,
+                &a.source_seq,
+                &b.source_seq,
+            )
+        })
+        .or_else(|| {
+            scalar(
+                "observed_at",
+                a.observed_at == b.observed_at,
+                &a.observed_at,
+                &b.observed_at,
+            )
+        })
+        .or_else(|| {
+            scalar(
+                "device_time",
+                a.device_time == b.device_time,
+                &a.device_time,
+                &b.device_time,
+            )
+        })
+        .or(value)
+        .or_else(|| optional("unit", &a.unit, &b.unit))
+        .or_else(|| scalar("quality", a.quality == b.quality, &a.quality, &b.quality))
+        .or_else(|| optional("reason", &a.reason, &b.reason))
+        .or_else(|| scalar("detail", a.detail == b.detail, &a.detail, &b.detail))
 }
 
 /// Tells a missing field and an unsupported version apart from plain malformed JSON.
@@ -895,6 +998,10 @@ mod tests {
         assert_eq!(env.source_seq, 42);
         assert_eq!(env.value, NativeValue::Num(71.6));
         assert_eq!(env.unit.as_deref(), Some("degF"));
+        assert!(
+            decode_envelope_scanned(GOOD.as_bytes()).is_some(),
+            "the scanner decodes it, skipping the unknown key"
+        );
     }
 
     #[test]

@@ -3,12 +3,17 @@
 //! Owns: feeding the input to [`wire::decode_envelope`] as a payload and, read as UTF-8 (lossy),
 //! to [`wire::parse_obs_subject`] as a subject, and checking what each promises of a success:
 //! a decoded envelope is within the contract's bounds, and a parsed subject rebuilds to the
-//! same text.
+//! same text. The decode is also held to serde_json's alone ([`wire::decode_envelope_serde`]),
+//! bit for bit, so the hand-written scanner it tries first is fuzzed against its reference.
 
 use sentinel_core::wire;
 
 pub fn envelope(data: &[u8]) {
-    if let Ok(env) = wire::decode_envelope(data) {
+    let decoded = wire::decode_envelope(data);
+    if let Some(difference) = wire::decoding_difference(&decoded, &wire::decode_envelope_serde(data)) {
+        panic!("the scanner and serde_json decode differently: {difference}");
+    }
+    if let Ok(env) = decoded {
         assert!(
             !env.point_id.is_empty() && env.point_id.len() <= wire::POINT_ID_BYTES_MAX,
             "decoded point_id outside its bounds: {:?}",
