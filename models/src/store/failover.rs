@@ -81,9 +81,18 @@ impl MemoryStore {
         let kept = |key: &UniqueKey| {
             compacted_kept.contains(key) || promoted.tables.iter().any(|t| t.keys.contains(key))
         };
+        // A row at the same place of the same table in both holds the same key there, and
+        // that table's unique index holds it: most rows are the standby's, in its order, so
+        // an equal key at the same index settles them without a lookup.
         let mut rows_lost = Vec::new();
-        for table in &model.tables {
-            rows_lost.extend(table.all_rows().iter().filter(|r| !kept(&key_of(r))).cloned());
+        for (table, standby) in model.tables.iter().zip(&promoted.tables) {
+            let hot = table.rows.iter().enumerate().filter(|(i, r)| {
+                let same_place = standby.rows.get(*i).is_some_and(|s| same_key(s, r));
+                !same_place && !kept(&key_of(r))
+            });
+            rows_lost.extend(hot.map(|(_, r)| r.clone()));
+            let compacted = table.all_rows().compacted;
+            rows_lost.extend(compacted.into_iter().filter(|r| !kept(&key_of(r))));
         }
         let quarantine_lost = model
             .quarantine
@@ -115,6 +124,29 @@ impl MemoryStore {
         *model = promoted;
         lost
     }
+
+    /// [`MemoryStore::promote`] of a copy taken now (a synchronous standby), without the
+    /// copy: every session dies, nothing else changes, nothing is lost. Copying the whole
+    /// model to promote it again at once was 1 to 2 % of a simulated seed.
+    pub fn promote_current(&self) -> Promoted {
+        let mut model = lock(&self.model);
+        let lost = Promoted {
+            lock_was_held: model.lock_holder.is_some(),
+            epoch_before: model.epoch,
+            epoch_after: model.epoch,
+            ..Promoted::default()
+        };
+        model.lock_holder = None;
+        lost
+    }
+}
+
+/// Whether two rows hold the same unique key (`UniqueKey`'s columns).
+fn same_key(a: &ObsRow, b: &ObsRow) -> bool {
+    a.key.source_seq == b.key.source_seq
+        && a.key.source_epoch == b.key.source_epoch
+        && a.ingested_at == b.ingested_at
+        && a.key.driver_instance == b.key.driver_instance
 }
 
 /// A copy of every table of `model`. Exhaustive on purpose: a field added to [`Model`] does

@@ -32,6 +32,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use sentinel_core::registry::{Descriptor, EventPolicy, Kind};
 use sentinel_core::{CanonicalValue, CommitReport, Micros, ObsKey, Quality, RestoredState};
 
@@ -140,8 +141,8 @@ pub struct EventModel {
     /// Per epoch, its committed rows not yet known applied, in the order it applies them:
     /// (batch id, position in the RETURNING set).
     pending: BTreeMap<u32, BTreeMap<(u64, u32), Pending>>,
-    /// Where each pending row waits.
-    position: BTreeMap<Key3, (u32, (u64, u32))>,
+    /// Where each pending row waits. Looked up, never iterated (so hashed).
+    position: FxHashMap<Key3, (u32, (u64, u32))>,
     /// Rows judged (for the run's statistics).
     pub judged: u64,
 }
@@ -153,7 +154,7 @@ impl EventModel {
             restored: BTreeSet::new(),
             views: BTreeMap::new(),
             pending: BTreeMap::new(),
-            position: BTreeMap::new(),
+            position: FxHashMap::default(),
             judged: 0,
         }
     }
