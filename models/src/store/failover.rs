@@ -330,6 +330,82 @@ mod tests {
         assert_eq!(store.row_counts().total(), 2);
     }
 
+    /// `promote_current` is `promote(snapshot())` without the copy: the same answer, the
+    /// same store after it (the simulator's synchronous failover takes it).
+    #[test]
+    fn promoting_in_place_is_promoting_a_current_snapshot() {
+        let stores = [MemoryStore::default(), MemoryStore::default()];
+        let mut leases = Vec::new();
+        for store in &stores {
+            leases.push(now_or_never(store.acquire()).expect("acquire"));
+            commit(store, 1, 1, 1);
+            commit(store, 1, 2, 2);
+            now_or_never(store.write_control_events(1, vec![event(1)])).expect("event");
+        }
+        let copied = stores[0].promote(stores[0].snapshot());
+        let in_place = stores[1].promote_current();
+        assert_eq!(
+            format!("{copied:?}"),
+            format!("{in_place:?}"),
+            "the same losses (none) and epochs"
+        );
+        for (store, lease) in stores.iter().zip(&mut leases) {
+            assert!(!store.lock_held());
+            assert!(
+                !now_or_never(lease.alive()).expect("alive"),
+                "the old session died"
+            );
+            assert_eq!(store.row_counts().total(), 2);
+            let next = now_or_never(store.acquire()).expect("acquire");
+            assert_eq!(next.epoch(), 2);
+            assert!(next.session() > lease.session(), "session ids are never reused");
+        }
+        // Both go on alike: a commit of the new epoch lands, the old epoch's is fenced.
+        for store in &stores {
+            commit(store, 2, 1, 3);
+            let batch = Batch {
+                id: BatchId(9),
+                epoch: 1,
+                rows: vec![row(4)],
+                quarantine: Vec::new(),
+            };
+            assert!(
+                now_or_never(store.commit(batch)).is_err(),
+                "the deposed epoch is fenced"
+            );
+            assert_eq!(store.row_counts().total(), 3);
+        }
+    }
+
+    /// A promotion whose standby holds the rows at other places (a retention drop after the
+    /// copy took the rows before them) still finds every row it holds by key: only the rows
+    /// committed after the copy are lost.
+    #[test]
+    fn promote_finds_rows_the_standby_holds_at_other_places() {
+        let store = MemoryStore::default();
+        let _lease = now_or_never(store.acquire()).expect("acquire");
+        commit(&store, 1, 1, 1);
+        commit(&store, 1, 2, 2);
+        let snapshot = store.snapshot();
+        // After the copy: the first row goes (as a dropped partition takes it), one more
+        // commits; the old primary's table is [2, 3], the standby's [1, 2].
+        {
+            let mut model = lock(&store.model);
+            let table = &mut model.tables[RetentionClass::Measurement.index()];
+            let first = table.rows.remove(0);
+            table.applied.remove(0);
+            table.keys.retain(|k| k.2 != first.key.source_seq);
+        }
+        commit(&store, 1, 3, 3);
+        let lost = store.promote(snapshot);
+        let seqs: Vec<u64> = lost.rows_lost.iter().map(|r| r.key.source_seq).collect();
+        assert_eq!(
+            seqs,
+            [3],
+            "row 2 sits at another place in the standby, and is kept"
+        );
+    }
+
     /// Synchronous replication: a snapshot taken at the failover loses nothing.
     #[test]
     fn promoting_a_current_snapshot_loses_nothing_but_the_sessions() {
