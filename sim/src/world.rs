@@ -135,7 +135,10 @@ impl SimClock {
             Some(since) => {
                 let now = Micros(since.as_micros() as i64);
                 self.count_event(now);
-                ClockReading { at: now, in_host: true }
+                ClockReading {
+                    at: now,
+                    in_host: true,
+                }
             }
             None => ClockReading {
                 at: Micros(self.controller_now_us.load(Ordering::Relaxed)),
