@@ -464,6 +464,9 @@ pub fn publish_failures_point(host: &str, driver_instance: &str) -> String {
     format!("{host}.{driver_instance}.publish_failures")
 }
 
+/// What [`EnvelopeOut::to_bytes`] reserves: a typical envelope's bytes.
+const ENVELOPE_BYTES_TYPICAL: usize = 320;
+
 /// The `Nats-Msg-Id` of an observation: `<driver_instance>:<source_epoch>:<source_seq>`.
 pub fn msg_id(driver_instance: &str, source_epoch: u32, source_seq: u64) -> String {
     format!("{driver_instance}:{source_epoch}:{source_seq}")
@@ -622,7 +625,12 @@ impl EnvelopeOut {
     }
 
     pub fn to_bytes(&self) -> Vec<u8> {
-        serde_json::to_vec(self).unwrap_or_default()
+        // Room for a typical envelope (about 250 bytes) at once: `to_vec`'s 128 grew twice.
+        let mut bytes = Vec::with_capacity(ENVELOPE_BYTES_TYPICAL);
+        match serde_json::to_writer(&mut bytes, self) {
+            Ok(()) => bytes,
+            Err(_) => Vec::new(),
+        }
     }
 
     pub fn msg_id(&self) -> String {

@@ -328,8 +328,8 @@ impl HostDriver {
     /// lands but its ack is lost in the election, and the driver library retries it with the
     /// same message id, which the stream must drop as a duplicate.
     fn publish_once(&mut self, message: &Outgoing) -> bool {
-        let election = self.world.leader_changing();
-        let now = self.world.now();
+        let (election, reading) = self.world.leader_changing_read();
+        let now = self.world.clock.again(reading);
         if election && !self.chance(ELECTION_LANDS_P) {
             self.world.lock().trace.event(
                 now,

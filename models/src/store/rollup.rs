@@ -15,6 +15,7 @@
 //! SQL hides them behind a mask: the same answers).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use sentinel_core::{Micros, ObsRow, Quality, RetentionClass};
 
@@ -160,6 +161,7 @@ impl Rollups {
         retention.ensure_rollup_range(grain, from, to);
         self.recompute_where(
             grain,
+            (from, to),
             |bucket| bucket >= from && bucket < to,
             tables,
             registry,
@@ -169,17 +171,30 @@ impl Rollups {
 
     /// Recomputes every bucket of `grain` that `chosen` picks, in one pass over the rows (the
     /// simulator runs this often: a step's range and its invalidated buckets go together).
+    /// `span` bounds every bucket `chosen` picks (`span.0 <= bucket < span.1`, both on `grain`'s
+    /// boundaries): a row observed outside it is passed over before its bucket is computed
+    /// (most rows are, at every step).
     /// Clipped as in migration 0005: a class's buckets before its raw table's retention mark are
     /// neither removed nor recomputed (their raw rows are gone), and nothing is written below
     /// the rollup table's own mark.
     fn recompute_where(
         &mut self,
         grain: RollupGrain,
+        span: (Micros, Micros),
         chosen: impl Fn(Micros) -> bool,
         tables: ClassRows<'_>,
         registry: &PointRollupInfo,
         retention: &RetentionState,
     ) -> u64 {
+        debug_assert!(grain.floor(span.0) == span.0 && grain.floor(span.1) == span.1);
+        // On `grain`'s boundaries, `span.0 <= floor(t) < span.1` exactly when `span.0 <= t <
+        // span.1`: the span's test is the bucket's, without the bucket.
+        let in_span = |at: Micros| at >= span.0 && at < span.1;
+        let chosen = |bucket: Micros| {
+            let picked = chosen(bucket);
+            debug_assert!(!picked || in_span(bucket), "a chosen bucket lies in the span");
+            picked
+        };
         let clip = RetentionClass::ALL.map(|c| retention.kept_from(RetainedTable::Raw(c)));
         let clip_own = retention.kept_from(RetainedTable::Rollup(grain));
         if grain == RollupGrain::Minute {
@@ -209,27 +224,32 @@ impl Rollups {
             }
         }
         let table = self.table(grain);
-        table.retain(|(_, bucket), row| !(chosen(*bucket) && *bucket >= clip[row.class.index()]));
-        let mut built: BTreeMap<(String, Micros), RollupRow> = BTreeMap::new();
+        table.retain(|(_, bucket), row| {
+            !(in_span(*bucket) && chosen(*bucket) && *bucket >= clip[row.class.index()])
+        });
+        // Keyed by the rows' shared point ids (the same order as by `String`), each turned
+        // into the table's `String` once per bucket, not once per row.
+        let mut built: BTreeMap<(&Arc<str>, Micros), RollupRow> = BTreeMap::new();
         for class in RetentionClass::ALL {
             let (hot, compacted) = tables[class.index()];
             for row in hot.iter().chain(compacted) {
+                if !in_span(row.observed_at) {
+                    continue;
+                }
                 let bucket = grain.floor(row.observed_at);
                 if !chosen(bucket) || row.observed_at < clip[class.index()] {
                     continue;
                 }
-                let entry = built
-                    .entry((row.point_id.to_string(), bucket))
-                    .or_insert_with(|| RollupRow {
-                        point_id: row.point_id.to_string(),
-                        bucket,
-                        class,
-                        count: 0,
-                        live_count: 0,
-                        sum: None,
-                        min: None,
-                        max: None,
-                    });
+                let entry = built.entry((&row.point_id, bucket)).or_insert_with(|| RollupRow {
+                    point_id: row.point_id.to_string(),
+                    bucket,
+                    class,
+                    count: 0,
+                    live_count: 0,
+                    sum: None,
+                    min: None,
+                    max: None,
+                });
                 // A point the registry does not name keeps the first of its rows' class names.
                 if class.as_str() < entry.class.as_str() {
                     entry.class = class;
@@ -247,7 +267,8 @@ impl Rollups {
         }
         built.retain(|(_, bucket), _| *bucket >= clip_own);
         let written = built.len() as u64;
-        for (key, mut row) in built {
+        for ((point, bucket), mut row) in built {
+            let key = (point.to_string(), bucket);
             let (safe, class) = registry.get(&row.point_id).copied().unwrap_or((false, None));
             if let Some(class) = class {
                 row.class = class;
@@ -371,8 +392,29 @@ impl Rollups {
         for h in &invalidated_hours {
             retention.ensure_rollup_range(RollupGrain::Hour, *h, Micros(h.0 + RollupGrain::Hour.width_us()));
         }
+        // The bounds of what each grain recomputes (empty spans when nothing is).
+        let span_of = |range: (Micros, Micros), extra: &BTreeSet<Micros>, width_us: i64| {
+            let range = (range.0 < range.1).then_some(range);
+            let extra = extra
+                .first()
+                .zip(extra.last())
+                .map(|(first, last)| (*first, Micros(last.0 + width_us)));
+            match (range, extra) {
+                (Some(a), Some(b)) => (a.0.min(b.0), a.1.max(b.1)),
+                (Some(a), None) | (None, Some(a)) => a,
+                (None, None) => (Micros(0), Micros(0)),
+            }
+        };
+        let minute_span = span_of(advanced, &minutes, MINUTE_US);
+        let hour_range = if advanced.0 < advanced.1 {
+            hours
+        } else {
+            (hours.0, hours.0)
+        };
+        let hour_span = span_of(hour_range, &invalidated_hours, RollupGrain::Hour.width_us());
         let mut written = self.recompute_where(
             RollupGrain::Minute,
+            minute_span,
             |m| (m >= advanced.0 && m < advanced.1) || minutes.contains(&m),
             tables,
             registry,
@@ -380,6 +422,7 @@ impl Rollups {
         );
         written += self.recompute_where(
             RollupGrain::Hour,
+            hour_span,
             |h| (advanced.0 < advanced.1 && h >= hours.0 && h < hours.1) || invalidated_hours.contains(&h),
             tables,
             registry,

@@ -32,6 +32,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use rustc_hash::{FxHashMap, FxHashSet};
 use sentinel_core::registry::{Descriptor, EventPolicy, Kind};
 use sentinel_core::{CanonicalValue, CommitReport, Micros, ObsKey, Quality, RestoredState};
 
@@ -136,12 +137,14 @@ pub struct EventModel {
     defs: Arc<BTreeMap<Arc<str>, EventDef>>,
     /// Epochs whose restore the checker saw: only those are judged.
     restored: BTreeSet<u32>,
-    views: BTreeMap<(u32, Arc<str>), View>,
+    /// Looked up by (epoch, point), and walked only to mark views unknown (in no order that
+    /// matters): hashed, as a restart inserts a view for every point.
+    views: FxHashMap<(u32, Arc<str>), View>,
     /// Per epoch, its committed rows not yet known applied, in the order it applies them:
     /// (batch id, position in the RETURNING set).
     pending: BTreeMap<u32, BTreeMap<(u64, u32), Pending>>,
-    /// Where each pending row waits.
-    position: BTreeMap<Key3, (u32, (u64, u32))>,
+    /// Where each pending row waits. Looked up, never iterated (so hashed).
+    position: FxHashMap<Key3, (u32, (u64, u32))>,
     /// Rows judged (for the run's statistics).
     pub judged: u64,
 }
@@ -151,9 +154,9 @@ impl EventModel {
         EventModel {
             defs,
             restored: BTreeSet::new(),
-            views: BTreeMap::new(),
+            views: FxHashMap::default(),
             pending: BTreeMap::new(),
-            position: BTreeMap::new(),
+            position: FxHashMap::default(),
             judged: 0,
         }
     }
@@ -163,12 +166,12 @@ impl EventModel {
     /// position is the newer of the two); the edge is that value.
     pub fn on_restored(&mut self, epoch: u32, restored: &RestoredState) {
         self.restored.insert(epoch);
-        let checkpoints: BTreeMap<&str, &sentinel_core::PointState> =
+        let checkpoints: FxHashMap<&str, &sentinel_core::PointState> =
             restored.checkpoints.iter().map(|s| (&*s.point_id, s)).collect();
         let order = |s: &sentinel_core::PointState| -> Option<Order> {
             Some((s.observed_at?, s.ingested_at?, s.key.clone()?))
         };
-        let mut seen = BTreeSet::new();
+        let mut seen = FxHashSet::default();
         for head in &restored.log_heads {
             let point = head.state.point_id.clone();
             seen.insert(point.clone());

@@ -16,6 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use sentinel_core::Micros;
 use sentinel_models::store::failover::Promoted;
 
@@ -28,7 +29,7 @@ use super::{
 #[derive(Clone)]
 pub struct FailoverCopy {
     taken_at: Micros,
-    committed: BTreeMap<Key3, RowFacts>,
+    committed: FxHashMap<Key3, RowFacts>,
     quarantined_seqs: BTreeSet<u64>,
     committed_controls: BTreeSet<i64>,
     fold: BTreeMap<Arc<str>, FoldHead>,

@@ -94,6 +94,8 @@ pub mod rules;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
+
 use sentinel_core::{CanonicalValue, CommitReport, Core, Micros, ObsKey, Quality};
 
 pub use failover::FailoverCopy;
@@ -190,7 +192,9 @@ pub struct Checker {
     accepted: BTreeMap<u64, Accepted>,
     /// Every accepted message below this stream sequence is covered ([`Self::all_covered`]).
     covered_below: u64,
-    committed: BTreeMap<Key3, RowFacts>,
+    /// Looked up, never iterated (so hashed: the ordered map's string comparisons of the
+    /// driver instance were about 1 % of a seed, BENCHMARKS.md "Simulator seeds per minute").
+    committed: FxHashMap<Key3, RowFacts>,
     quarantined_seqs: BTreeSet<u64>,
     published_keys: BTreeSet<Key3>,
     /// `seq`s of committed control events, and those a transition was published for.
@@ -253,7 +257,7 @@ impl Checker {
             config,
             accepted: BTreeMap::new(),
             covered_below: 0,
-            committed: BTreeMap::new(),
+            committed: FxHashMap::default(),
             quarantined_seqs: BTreeSet::new(),
             published_keys: BTreeSet::new(),
             committed_controls: BTreeSet::new(),

@@ -21,6 +21,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use rustc_hash::FxHashMap;
 use sentinel_core::{Micros, ObsRow, Quality, RetentionClass};
 use sentinel_ports::{RollupGrain, RollupRow, RollupWatermark};
 
@@ -179,22 +180,16 @@ impl RollupModel {
             .range(lower..)
             .take_while(|((bucket, _), _)| *bucket < hi)
             .collect();
-        // The stored buckets in range, by key (a sorted vector, not a map: this runs after
-        // every refresh step). For a key stored twice the later row counts, as a map's insert
-        // would keep it.
-        let mut stored_by_key: Vec<((Micros, &str), &RollupRow)> = stored
-            .iter()
-            .filter(|row| row.bucket >= lo && row.bucket < hi)
-            .map(|row| ((row.bucket, row.point_id.as_str()), row))
-            .collect();
-        stored_by_key.reverse();
-        stored_by_key.sort_by(|a, b| a.0.cmp(&b.0));
-        stored_by_key.dedup_by(|later, first| later.0 == first.0);
-        let mut matched = vec![false; stored_by_key.len()];
+        // The stored buckets in range, by key (hashed: this runs after every refresh step, and
+        // sorting them by key was most of its cost). For a key stored twice the later row
+        // counts, as a map's insert would keep it.
+        let mut stored_by_key: FxHashMap<(Micros, &str), (&RollupRow, bool)> = FxHashMap::default();
+        for row in stored.iter().filter(|row| row.bucket >= lo && row.bucket < hi) {
+            stored_by_key.insert((row.bucket, row.point_id.as_str()), (row, false));
+        }
         self.checked += expected.len() as u64;
         for ((bucket, point), agg) in &expected {
-            let found = stored_by_key.binary_search_by(|(key, _)| key.cmp(&(*bucket, &**point)));
-            let Ok(at) = found else {
+            let Some((row, matched)) = stored_by_key.get_mut(&(*bucket, &**point)) else {
                 return Some(format!(
                     "{} bucket {bucket} of {point} is missing; its raw rows say count {} live_count {}",
                     grain.as_str(),
@@ -202,16 +197,17 @@ impl RollupModel {
                     agg.live_count
                 ));
             };
-            matched[at] = true;
-            if let Some(what) = differs(agg, stored_by_key[at].1) {
+            *matched = true;
+            if let Some(what) = differs(agg, row) {
                 return Some(format!("{} bucket {bucket} of {point}: {what}", grain.as_str()));
             }
         }
+        // The first unmatched stored bucket in (bucket, point) order, if any.
         stored_by_key
             .iter()
-            .zip(&matched)
-            .find(|(_, matched)| !**matched)
-            .map(|(((bucket, point), row), _)| {
+            .filter(|(_, (_, matched))| !*matched)
+            .min_by_key(|(key, _)| **key)
+            .map(|((bucket, point), (row, _))| {
                 format!(
                     "{} bucket {bucket} of {point} is stored (count {}) but no committed row falls in it",
                     grain.as_str(),

@@ -62,7 +62,8 @@ pub fn faults(world: &World, now: Micros) {
     }
     let fires = |site: Site| world.settings.is_active(site) && world.lock().rng.chance(FAILOVER_FIRE_P);
     if fires(Site::DatabaseFailover) {
-        fail_over(world, now, Site::DatabaseFailover, world.store.snapshot(), None);
+        // The synchronous standby's copy is the store as it is: promoted in place.
+        fail_over(world, now, Site::DatabaseFailover, None, None);
     } else if fires(Site::DatabaseFailoverLostCommits) {
         let lag_ms = world.between(REPLICATION_LAG_MS.0, REPLICATION_LAG_MS.1) as i64;
         let snapshot = world.store.snapshot();
@@ -89,7 +90,7 @@ pub fn step(world: &World, now: Micros) {
             world,
             now,
             Site::DatabaseFailoverLostCommits,
-            snapshot,
+            Some(snapshot),
             Some(copy),
         );
     }
@@ -102,15 +103,30 @@ pub fn heal(world: &World) {
     inner.failover.store_down_until = None;
 }
 
-/// The primary dies and the standby holding `snapshot` is promoted: every lock session dies
+/// The primary dies and the standby holding `snapshot` is promoted (`None`: a synchronous
+/// standby, holding everything): every lock session dies
 /// (the holder's incarnation is told it lost its lock, invariant 15), no core reaches the
 /// store for the promotion window, and with `copy` (a lossy failover) the checker rolls back
 /// with the store.
-fn fail_over(world: &World, now: Micros, site: Site, snapshot: Snapshot, copy: Option<Box<FailoverCopy>>) {
+fn fail_over(
+    world: &World,
+    now: Micros,
+    site: Site,
+    snapshot: Option<Snapshot>,
+    copy: Option<Box<FailoverCopy>>,
+) {
     let holder = world.store.lock_holder();
     let window_ms = world.between(PROMOTION_MS.0, PROMOTION_MS.1) as i64;
-    let promoted = world.store.promote(snapshot);
-    let stream: BTreeSet<u64> = world.bus.stream_seqs().into_iter().collect();
+    let promoted = match snapshot {
+        Some(snapshot) => world.store.promote(snapshot),
+        None => world.store.promote_current(),
+    };
+    // What the stream holds, for a lossy failover's roll-back only.
+    let stream: BTreeSet<u64> = if copy.is_some() {
+        world.bus.stream_seqs().into_iter().collect()
+    } else {
+        BTreeSet::new()
+    };
     let mut inner = world.lock();
     inner.failover.store_down_until = Some(now.add_ms(window_ms));
     inner.failover.count += 1;
