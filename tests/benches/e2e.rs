@@ -994,7 +994,7 @@ async fn main() {
          new/old {:.2}; sentinel new {new:.0}, old {old:.0}, bridge {bridge:.0} obs/s; \
          ceilings: fetch_ack(work-queue) {fetch_ack:.0}, fetch_ack(limits) {fetch_ack_limits:.0}, \
          copy(500/tx, 4) {copy:.0}, copy(one tx) {copy_one_tx:.0}; sentinel new = {:.0}% of the slower \
-         same-durability ceiling; own CPU new {:.1} us/msg (target <= 3); load {}",
+         same-durability ceiling; own CPU new {:.1} us/msg (issue 24: <= 4); load {}",
         new / bridge,
         per_round(Contestant::SentinelOptimistic).join(" "),
         old / bridge,
