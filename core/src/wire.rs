@@ -16,7 +16,10 @@ use serde_json::value::RawValue;
 use crate::log::{CanonicalValue, ObsKey, Quality, QuarantineReason};
 use crate::time::Micros;
 
+mod difference;
 mod scan;
+
+pub use difference::decoding_difference;
 
 pub const ENVELOPE_VERSION: u32 = 1;
 /// Limits on envelope strings; longer is `malformed`.
@@ -309,82 +312,6 @@ fn check(raw: RawEnvelope<'_>) -> Result<Envelope<'_>, Refusal> {
         reason: raw.reason,
         detail: raw.detail,
     })
-}
-
-/// Where two decodings of one payload differ, bit for bit (a number's bits, so `-0.0` is not
-/// `0.0`; a string's borrowed or owned form; a refusal's reason and detail text), or `None`
-/// when they are the same. The equivalence tests and the fuzz target hold
-/// [`decode_envelope`] to [`decode_envelope_serde`] with it.
-pub fn decoding_difference(
-    a: &Result<Envelope<'_>, Refusal>,
-    b: &Result<Envelope<'_>, Refusal>,
-) -> Option<String> {
-    #[allow(clippy::ptr_arg)] // the form (borrowed or owned) is compared, not only the text
-    fn cow(name: &str, a: &Cow<'_, str>, b: &Cow<'_, str>) -> Option<String> {
-        let same = a == b && matches!(a, Cow::Borrowed(_)) == matches!(b, Cow::Borrowed(_));
-        (!same).then(|| format!("{name}: {a:?} against {b:?}"))
-    }
-    fn optional(name: &str, a: &Option<Cow<'_, str>>, b: &Option<Cow<'_, str>>) -> Option<String> {
-        match (a, b) {
-            (None, None) => None,
-            (Some(a), Some(b)) => cow(name, a, b),
-            _ => Some(format!("{name}: {a:?} against {b:?}")),
-        }
-    }
-    let (a, b) = match (a, b) {
-        (Ok(a), Ok(b)) => (a, b),
-        (Err(a), Err(b)) => return (a != b).then(|| format!("refusal: {a:?} against {b:?}")),
-        _ => return Some(format!("outcome: {a:?} against {b:?}")),
-    };
-    let value = match (&a.value, &b.value) {
-        (NativeValue::Null, NativeValue::Null) => None,
-        (NativeValue::Bool(x), NativeValue::Bool(y)) if x == y => None,
-        (NativeValue::Num(x), NativeValue::Num(y)) if x.to_bits() == y.to_bits() => None,
-        (NativeValue::Text(x), NativeValue::Text(y)) => cow("value", x, y),
-        (x, y) => Some(format!("value: {x:?} against {y:?}")),
-    };
-    let scalar = |name: &str, same: bool, a: &dyn fmt::Debug, b: &dyn fmt::Debug| {
-        (!same).then(|| format!("{name}: {a:?} against {b:?}"))
-    };
-    cow("point_id", &a.point_id, &b.point_id)
-        .or_else(|| cow("driver_instance", &a.driver_instance, &b.driver_instance))
-        .or_else(|| {
-            scalar(
-                "source_epoch",
-                a.source_epoch == b.source_epoch,
-                &a.source_epoch,
-                &b.source_epoch,
-            )
-        })
-        .or_else(|| {
-            scalar(
-                "source_seq",
-                a.source_seq == b.source_seq,
-                &a.source_seq,
-                &b.source_seq,
-            )
-        })
-        .or_else(|| {
-            scalar(
-                "observed_at",
-                a.observed_at == b.observed_at,
-                &a.observed_at,
-                &b.observed_at,
-            )
-        })
-        .or_else(|| {
-            scalar(
-                "device_time",
-                a.device_time == b.device_time,
-                &a.device_time,
-                &b.device_time,
-            )
-        })
-        .or(value)
-        .or_else(|| optional("unit", &a.unit, &b.unit))
-        .or_else(|| scalar("quality", a.quality == b.quality, &a.quality, &b.quality))
-        .or_else(|| optional("reason", &a.reason, &b.reason))
-        .or_else(|| scalar("detail", a.detail == b.detail, &a.detail, &b.detail))
 }
 
 /// Tells a missing field and an unsupported version apart from plain malformed JSON.

@@ -125,11 +125,8 @@ pub(super) fn scan(payload: &[u8]) -> Option<RawEnvelope<'_>> {
             DETAIL => detail = s.detail()?,
             _ => s.skip_value(0)?,
         }
-        s.ws();
-        match s.next()? {
-            b',' => s.ws(),
-            b'}' => break,
-            _ => return None,
+        if s.member_end(b'}')? {
+            break;
         }
     }
     s.ws();
@@ -460,33 +457,18 @@ impl<'a> Scanner<'a> {
             }
             b'-' | b'0'..=b'9' => self.skip_number(),
             b'[' => {
-                if depth >= SKIP_DEPTH_MAX {
-                    return None;
-                }
-                self.at += 1;
-                self.ws();
-                if self.peek()? == b']' {
-                    self.at += 1;
+                if self.open(depth, b']')? {
                     return Some(());
                 }
                 loop {
                     self.skip_value(depth + 1)?;
-                    self.ws();
-                    match self.next()? {
-                        b',' => self.ws(),
-                        b']' => return Some(()),
-                        _ => return None,
+                    if self.member_end(b']')? {
+                        return Some(());
                     }
                 }
             }
             b'{' => {
-                if depth >= SKIP_DEPTH_MAX {
-                    return None;
-                }
-                self.at += 1;
-                self.ws();
-                if self.peek()? == b'}' {
-                    self.at += 1;
+                if self.open(depth, b'}')? {
                     return Some(());
                 }
                 loop {
@@ -496,14 +478,42 @@ impl<'a> Scanner<'a> {
                     self.eat(b':')?;
                     self.ws();
                     self.skip_value(depth + 1)?;
-                    self.ws();
-                    match self.next()? {
-                        b',' => self.ws(),
-                        b'}' => return Some(()),
-                        _ => return None,
+                    if self.member_end(b'}')? {
+                        return Some(());
                     }
                 }
             }
+            _ => None,
+        }
+    }
+
+    /// Past an array's or object's opening bracket (at `at`) and the whitespace after it, at
+    /// most [`SKIP_DEPTH_MAX`] deep: `true` when `close` follows at once (then read too), an
+    /// empty container.
+    fn open(&mut self, depth: usize, close: u8) -> Option<bool> {
+        if depth >= SKIP_DEPTH_MAX {
+            return None;
+        }
+        self.at += 1;
+        self.ws();
+        if self.peek()? == close {
+            self.at += 1;
+            return Some(true);
+        }
+        Some(false)
+    }
+
+    /// Past what follows a member: whitespace, then `,` and the whitespace after it (`false`:
+    /// another member comes) or `close` (`true`); anything else, a trailing comma's `close`
+    /// included at the next member, is serde's.
+    fn member_end(&mut self, close: u8) -> Option<bool> {
+        self.ws();
+        match self.next()? {
+            b',' => {
+                self.ws();
+                Some(false)
+            }
+            c if c == close => Some(true),
             _ => None,
         }
     }
