@@ -3,7 +3,7 @@
 //! packed — its index bytes go down, its rows and every read's answers do not change (history,
 //! the log heads, a redelivered row and a late copy of one still refused as duplicates) — and
 //! recorded, so a second run packs nothing until the partition is written to again; a day the
-//! stream may still hold is not packed; a role that does not own the tables is refused with
+//! stream may still hold is not packed, nor one the core compacts within a day; a role that does not own the tables is refused with
 //! exit 14; `sentinel storage` shows the partition packed.
 
 use std::borrow::Cow;
@@ -251,10 +251,19 @@ async fn a_closed_day_is_packed_once_with_every_answer_kept() {
     let before = answers(&store, &pool).await;
     let index_before = index_bytes(&pool).await;
     let definitions = index_definitions(&pool).await;
-    assert!(definitions.len() >= 2, "the point index and the dedup key at least: {definitions:?}");
+    assert!(
+        definitions.len() >= 2,
+        "the point index and the dedup key at least: {definitions:?}"
+    );
 
-    // Now the stream's oldest message is newer than the day's end: packed.
-    let (out, json) = pack(&db.url, &nats.url(), &[]);
+    // Now the stream's oldest message is newer than the day's end; but a core compacting at 7
+    // days (the default) compacts the day: not packed.
+    let (left, json) = pack(&db.url, &nats.url(), &[]);
+    let left = succeeded(&left, json);
+    assert_eq!(left["packed"].as_array().map(Vec::len), Some(0), "{left}");
+    assert_eq!(left["skipped"]["compaction"], 1, "{left}");
+    // An estate whose core does not compact: packed.
+    let (out, json) = pack(&db.url, &nats.url(), &["--no-compaction"]);
     let json = succeeded(&out, json);
     let packed = json["packed"].as_array().expect("packed");
     assert_eq!(packed.len(), 1, "{json}");
@@ -292,10 +301,14 @@ async fn a_closed_day_is_packed_once_with_every_answer_kept() {
     .await
     .expect("indexes");
     assert_eq!(invalid, 0);
-    assert_eq!(index_definitions(&pool).await, definitions, "the same indexes, nothing left over");
+    assert_eq!(
+        index_definitions(&pool).await,
+        definitions,
+        "the same indexes, nothing left over"
+    );
 
     // Again: nothing to do.
-    let (again, json) = pack(&db.url, &nats.url(), &[]);
+    let (again, json) = pack(&db.url, &nats.url(), &["--no-compaction"]);
     let again = succeeded(&again, json);
     assert_eq!(again["packed"].as_array().map(Vec::len), Some(0), "{again}");
     assert_eq!(again["skipped"]["packed"], 1, "{again}");
@@ -326,7 +339,7 @@ async fn a_closed_day_is_packed_once_with_every_answer_kept() {
     lease.release().await.expect("release");
     store.close().await;
     writes_reported(&pool, ROWS as i64 + 1).await;
-    let (dry, json) = pack(&db.url, &nats.url(), &["--dry-run"]);
+    let (dry, json) = pack(&db.url, &nats.url(), &["--dry-run", "--no-compaction"]);
     let dry = succeeded(&dry, json);
     assert_eq!(dry["due"].as_array().map(Vec::len), Some(1), "{dry}");
     assert_eq!(dry["due"][0]["partition"], PARTITION);

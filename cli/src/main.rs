@@ -456,6 +456,9 @@ enum DbCommand {
         /// Pack a day once it ended at least this many days ago (0..=400).
         #[arg(long, default_value_t = pack::PACK_AFTER_DAYS_DEFAULT)]
         after_days: u32,
+        /// The running core's compaction age: a day it compacts within a day is not packed.
+        #[command(flatten)]
+        compaction: CompactionAgeArgs,
         /// List what is due; rebuild nothing (any role that reads the catalogue).
         #[arg(long)]
         dry_run: bool,
@@ -618,6 +621,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
                     db,
                     nats,
                     after_days,
+                    compaction,
                     dry_run,
                     now,
                     json,
@@ -625,6 +629,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
         } => {
             let args = pack::PackArgs {
                 after_days,
+                compact_after_days: compaction.after_days(),
                 dry_run,
                 now,
                 json,

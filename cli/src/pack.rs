@@ -2,8 +2,9 @@
 //! 0019; BENCHMARKS.md "Packing a closed hot day"): rebuilds the indexes of every hot daily
 //! partition of the class tables that is due — its day ended at least `--after-days` days ago
 //! (default 1), the stream's oldest message was ingested after the day ended (read from the bus
-//! as `sentinel compact` reads it; an empty stream holds no day), it is not compacted, it holds
-//! rows, and it was not packed since its last write — with `REINDEX TABLE CONCURRENTLY`, one
+//! as `sentinel compact` reads it; an empty stream holds no day), it is not compacted and the
+//! running core does not compact it within a day (`--compact-after-days`, 7, as `sentinel run`
+//! takes it; `--no-compaction`), it holds rows, and it was not packed since its last write — with `REINDEX TABLE CONCURRENTLY`, one
 //! at a time, oldest first, each recorded in `hot_day_pack`. A day filled in ingest order goes
 //! from about 235 to about 195 bytes a row; no row changes and no read answers differently.
 //!
@@ -40,6 +41,8 @@ pub const PACK_AFTER_DAYS_DEFAULT: u32 = 1;
 pub struct PackArgs {
     pub after_days: u32,
     pub dry_run: bool,
+    /// The running core's compaction age (`None`: no compaction).
+    pub compact_after_days: Option<u32>,
     /// The instant to decide at (RFC 3339), instead of the clock's: for tests.
     pub now: Option<String>,
     pub json: bool,
@@ -54,6 +57,9 @@ pub enum Skip {
     Compacted,
     /// It holds no rows.
     Empty,
+    /// Its day is compacted within a day (`--compact-after-days`): packing it is moot, and the
+    /// compaction's TRUNCATE would wait for the rebuild (and every read of the day behind it).
+    Compaction,
     /// Packed, and not written to since.
     Packed,
     /// The stream may still hold a message ingested on or before its day's end.
@@ -61,10 +67,11 @@ pub enum Skip {
 }
 
 impl Skip {
-    pub const ALL: [Skip; 5] = [
+    pub const ALL: [Skip; 6] = [
         Skip::Young,
         Skip::Compacted,
         Skip::Empty,
+        Skip::Compaction,
         Skip::Packed,
         Skip::Stream,
     ];
@@ -74,6 +81,7 @@ impl Skip {
             Skip::Young => "young",
             Skip::Stream => "stream",
             Skip::Compacted => "compacted",
+            Skip::Compaction => "compaction",
             Skip::Empty => "empty",
             Skip::Packed => "packed",
         }
@@ -81,8 +89,14 @@ impl Skip {
 }
 
 /// Whether `p` is due at `now` (`None`) or why not. The first reason in [`Skip::ALL`]'s order
-/// wins.
-pub fn due(p: &HotPartition, now: Micros, after_days: u32, stream_oldest: Option<Micros>) -> Option<Skip> {
+/// wins. `compact_after_days`: the running core's compaction age (`None`: it compacts nothing).
+pub fn due(
+    p: &HotPartition,
+    now: Micros,
+    after_days: u32,
+    compact_after_days: Option<u32>,
+    stream_oldest: Option<Micros>,
+) -> Option<Skip> {
     let day_end = Micros(p.day.0 + US_PER_DAY);
     if day_end.0 + i64::from(after_days) * US_PER_DAY > now.0 {
         return Some(Skip::Young);
@@ -92,6 +106,10 @@ pub fn due(p: &HotPartition, now: Micros, after_days: u32, stream_oldest: Option
     }
     if p.empty {
         return Some(Skip::Empty);
+    }
+    // The core compacts a day once it ended `n` days ago: leave the day it takes within a day.
+    if compact_after_days.is_some_and(|n| day_end.0 + i64::from(n.saturating_sub(1)) * US_PER_DAY <= now.0) {
+        return Some(Skip::Compaction);
     }
     if p.packed_since_last_write() {
         return Some(Skip::Packed);
@@ -161,7 +179,7 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &PackArgs) -> anyhow
     let mut skipped = [0usize; Skip::ALL.len()];
     let mut due_now: Vec<&HotPartition> = Vec::new();
     for p in &partitions {
-        match due(p, now, args.after_days, oldest) {
+        match due(p, now, args.after_days, args.compact_after_days, oldest) {
             Some(skip) => skipped[Skip::ALL.iter().position(|s| *s == skip).unwrap_or(0)] += 1,
             None => due_now.push(p),
         }
@@ -227,6 +245,7 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &PackArgs) -> anyhow
             serde_json::json!({
                 "now": now.to_rfc3339(),
                 "after_days": args.after_days,
+                "compact_after_days": args.compact_after_days,
                 "stream_oldest": oldest.map(Micros::to_rfc3339),
                 "dry_run": args.dry_run,
                 "due": due_list,
@@ -325,30 +344,45 @@ mod tests {
         let now = at("2026-01-17T00:30:00Z");
         let p = partition("2026-01-15");
         // Ended at 01-16 00:00: one day old at 01-17 00:00, not a microsecond before.
-        assert_eq!(due(&p, now, 1, None), None);
+        assert_eq!(due(&p, now, 1, None, None), None);
         assert_eq!(
-            due(&p, at("2026-01-16T23:59:59.999999Z"), 1, None),
+            due(&p, at("2026-01-16T23:59:59.999999Z"), 1, None, None),
             Some(Skip::Young)
         );
-        assert_eq!(due(&p, at("2026-01-17T00:00:00Z"), 1, None), None);
-        assert_eq!(due(&p, now, 2, None), Some(Skip::Young));
-        assert_eq!(due(&p, at("2026-01-16T00:00:00Z"), 0, None), None);
+        assert_eq!(due(&p, at("2026-01-17T00:00:00Z"), 1, None, None), None);
+        assert_eq!(due(&p, now, 2, None, None), Some(Skip::Young));
+        assert_eq!(due(&p, at("2026-01-16T00:00:00Z"), 0, None, None), None);
         // The stream's oldest message ingested at the day's end may still be redelivered.
         assert_eq!(
-            due(&p, now, 1, Some(at("2026-01-16T00:00:00Z"))),
+            due(&p, now, 1, None, Some(at("2026-01-16T00:00:00Z"))),
             Some(Skip::Stream)
         );
-        assert_eq!(due(&p, now, 1, Some(at("2026-01-16T00:00:00.000001Z"))), None);
+        assert_eq!(
+            due(&p, now, 1, None, Some(at("2026-01-16T00:00:00.000001Z"))),
+            None
+        );
+        // The core compacts at 7 days: the day it takes within a day is left to it. Day
+        // 01-15 ended 01-16; compacted from 01-23, left alone from 01-22.
+        assert_eq!(due(&p, at("2026-01-21T23:59:59Z"), 1, Some(7), None), None);
+        assert_eq!(
+            due(&p, at("2026-01-22T00:00:00Z"), 1, Some(7), None),
+            Some(Skip::Compaction)
+        );
+        assert_eq!(
+            due(&p, at("2026-03-01T00:00:00Z"), 1, None, None),
+            None,
+            "no compaction"
+        );
         let compacted = HotPartition {
             compacted: true,
             ..p.clone()
         };
-        assert_eq!(due(&compacted, now, 1, None), Some(Skip::Compacted));
+        assert_eq!(due(&compacted, now, 1, None, None), Some(Skip::Compacted));
         let empty = HotPartition {
             empty: true,
             ..p.clone()
         };
-        assert_eq!(due(&empty, now, 1, None), Some(Skip::Empty));
+        assert_eq!(due(&empty, now, 1, None, None), Some(Skip::Empty));
         let record = PackRecord {
             packed_at: now,
             rows: 5,
@@ -362,14 +396,14 @@ mod tests {
             packed: Some(record.clone()),
             ..p.clone()
         };
-        assert_eq!(due(&packed, now, 1, None), Some(Skip::Packed));
+        assert_eq!(due(&packed, now, 1, None, None), Some(Skip::Packed));
         // Written to since (a late row), or the statistics were reset: due again.
         let written = HotPartition {
             writes: 11,
             ..packed.clone()
         };
-        assert_eq!(due(&written, now, 1, None), None);
+        assert_eq!(due(&written, now, 1, None, None), None);
         let reset = HotPartition { writes: 0, ..packed };
-        assert_eq!(due(&reset, now, 1, None), None);
+        assert_eq!(due(&reset, now, 1, None, None), None);
     }
 }
