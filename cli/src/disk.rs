@@ -350,7 +350,8 @@ mod tests {
         // The core runtime spec's estate: ~19M raw rows a day from about 4,000 points, each
         // reporting at least once a minute, under 90 days of measurement retention. The spec
         // puts it at ~40 GB with compression from day seven; this format, uncompressed, is
-        // about 19M × 90 × 235 B ≈ 402 GB raw plus the minute rollup's 5.76M rows a day.
+        // about 19M × (2 × 235 + 88 × 195) B ≈ 335 GB raw with its closed days packed (402 GB
+        // as ingest fills them) plus the minute rollup's 5.76M rows a day.
         let rate_hz = 19_000_000.0 / 86_400.0 / 4_000.0;
         let points: Vec<_> = (0..4_000)
             .map(|i| point(&format!("p{i}"), RetentionClass::Measurement, rate_hz, 100))
