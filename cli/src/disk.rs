@@ -190,13 +190,13 @@ pub fn text(projections: &[Projection]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<17} {:>24} {:>14} {:>20} {:>10}",
+        "{:<17} {:>26} {:>14} {:>20} {:>10}",
         "table", "days", "rows/day", "bytes/row (hot)", "size"
     );
     for p in projections {
         let _ = writeln!(
             out,
-            "{:<17} {:>24} {:>14.0} {:>20} {:>10}",
+            "{:<17} {:>26} {:>14.0} {:>20} {:>10}",
             p.table.label(),
             days_text(p),
             p.rows_per_day,
@@ -206,7 +206,7 @@ pub fn text(projections: &[Projection]) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<17} {:>24} {:>14} {:>20} {:>10}",
+        "{:<17} {:>26} {:>14} {:>20} {:>10}",
         "total",
         "",
         "",

@@ -289,7 +289,7 @@ fn row_text(name: &str, partitions: Option<usize>, size: &TableSize) -> String {
         format!("~{}", size.rows)
     };
     format!(
-        "{name:<17} {:>10} {rows:>14} {:>10} {:>10} {:>9}",
+        "{name:<22} {:>10} {rows:>14} {:>10} {:>10} {:>9}",
         partitions.map_or_else(|| "-".to_owned(), |n| n.to_string()),
         human_bytes(size.heap_bytes as f64),
         human_bytes(size.index_bytes as f64),
@@ -309,7 +309,7 @@ fn text(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<17} {:>10} {:>14} {:>10} {:>10} {:>9}",
+        "{:<22} {:>10} {:>14} {:>10} {:>10} {:>9}",
         "table", "partitions", "rows", "heap", "indexes", "bytes/row"
     );
     for (table, count, size) in totals {
