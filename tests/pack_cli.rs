@@ -3,8 +3,9 @@
 //! packed — its index bytes go down, its rows and every read's answers do not change (history,
 //! the log heads, a redelivered row and a late copy of one still refused as duplicates) — and
 //! recorded, so a second run packs nothing until the partition is written to again; a day the
-//! stream may still hold is not packed, nor one the core compacts within a day; a role that does not own the tables is refused with
-//! exit 14; `sentinel storage` shows the partition packed.
+//! stream may still hold is not packed, nor one the core compacts within a day; a role that
+//! does not own the tables is refused with exit 14; `sentinel storage` shows the partition
+//! packed, and its record goes once the day is compacted.
 
 use std::borrow::Cow;
 use std::process::Command;
@@ -373,6 +374,37 @@ async fn a_closed_day_is_packed_once_with_every_answer_kept() {
             .all(|p| p["packed"] == false),
         "no other partition is packed"
     );
+
+    // Compacted, the day's record goes with it: the next run forgets it and skips the day.
+    let compact = output_within(
+        Command::new(sentinel_bin()).args([
+            "compact",
+            "--database-url",
+            &db.url,
+            "--nats-url",
+            &nats.url(),
+            "--from",
+            DAY,
+            "--through",
+            DAY,
+            "--json",
+        ]),
+        Duration::from_secs(120),
+    );
+    assert!(
+        compact.status.success(),
+        "{}",
+        String::from_utf8_lossy(&compact.stderr)
+    );
+    let (after, json) = pack(&db.url, &nats.url(), &["--no-compaction"]);
+    let after = succeeded(&after, json);
+    assert_eq!(after["forgotten"], 1, "{after}");
+    assert_eq!(after["skipped"]["compacted"], 1, "{after}");
+    let records: i64 = sqlx::query_scalar("SELECT count(*) FROM hot_day_pack")
+        .fetch_one(&pool)
+        .await
+        .expect("records");
+    assert_eq!(records, 0);
     drop(db);
     drop(nats);
 }

@@ -19,7 +19,7 @@
 
 use sentinel_core::{Micros, RetentionClass};
 use sentinel_ports::StoreError;
-use sqlx::Row;
+use sqlx::{ConnectOptions, Connection, Row};
 
 use crate::{PgStore, db_error, from_odt, to_odt};
 
@@ -141,8 +141,10 @@ const RECORD: &str = "INSERT INTO hot_day_pack AS h (partition, day, packed_at, 
        duration_ms = EXCLUDED.duration_ms \
      RETURNING h.packed_at";
 
-/// The records of partitions that no longer exist (dropped by retention).
-const FORGET: &str = "DELETE FROM hot_day_pack WHERE to_regclass(quote_ident(partition)) IS NULL";
+/// The records of partitions that no longer exist (dropped by retention) or whose day is
+/// compacted (the hot partition is then empty, or holds late rows the next compaction merges).
+const FORGET: &str = "DELETE FROM hot_day_pack WHERE to_regclass(quote_ident(partition)) IS NULL \
+       OR to_regclass(quote_ident(regexp_replace(partition, '_p([0-9]{8})$', '_compact_p\\1'))) IS NOT NULL";
 
 /// Every pack record (for `sentinel storage`): partition name and record.
 const RECORDS: &str = "SELECT partition, packed_at, rows, writes, heap_bytes, index_bytes_before, \
@@ -259,12 +261,12 @@ impl PgStore {
         Ok(out)
     }
 
-    /// Deletes the records of partitions that no longer exist; how many.
+    /// Deletes the records of partitions that no longer exist or whose day is compacted; how
+    /// many.
     pub async fn pack_forget_dropped(&self) -> Result<u64, StoreError> {
-        let done = sqlx::query(FORGET)
-            .execute(&self.pool)
-            .await
-            .map_err(db_error("forgetting dropped partitions' pack records"))?;
+        let done = sqlx::query(FORGET).execute(&self.pool).await.map_err(db_error(
+            "forgetting dropped and compacted partitions' pack records",
+        ))?;
         Ok(done.rows_affected())
     }
 
@@ -278,6 +280,15 @@ impl PgStore {
         debug_assert_eq!(partition_of_name(&name), Some((class, day)));
         let started = std::time::Instant::now();
         let (heap_bytes, index_bytes_before, writes) = self.partition_sizes(&name).await?;
+        // Its own session, without sqlx's slow-statement warning: a rebuild takes seconds to
+        // minutes by design, and the command logs each partition's duration itself.
+        let mut session = self
+            .connect_options
+            .clone()
+            .disable_statement_logging()
+            .connect()
+            .await
+            .map_err(db_error("opening the rebuild's session"))?;
         let leftovers: Vec<String> = sqlx::query_scalar(LEFTOVERS)
             .bind(&name)
             .fetch_all(&self.pool)
@@ -287,16 +298,18 @@ impl PgStore {
             // A catalogue name, quoted as an identifier; it matched `_ccnew[0-9]*$` above.
             let drop = format!("DROP INDEX CONCURRENTLY {}", quote_ident(&index));
             sqlx::raw_sql(sqlx::AssertSqlSafe(drop))
-                .execute(&self.pool)
+                .execute(&mut session)
                 .await
                 .map_err(db_error("dropping a failed rebuild's index"))?;
         }
         // `name` is built from the class's fixed text and the day's digits: nothing to quote.
         let reindex = format!("REINDEX TABLE CONCURRENTLY {name}");
         sqlx::raw_sql(sqlx::AssertSqlSafe(reindex))
-            .execute(&self.pool)
+            .execute(&mut session)
             .await
             .map_err(db_error("rebuilding a partition's indexes"))?;
+        // A failed close leaves the server to end the session; the rebuild is done either way.
+        let _ = session.close().await;
         let rows: i64 = sqlx::query_scalar(count_statement(class))
             .bind(to_odt(day)?)
             .bind(to_odt(Micros(day.0 + sentinel_core::time::US_PER_DAY))?)
