@@ -52,7 +52,9 @@ fn row(seq: u64, ingested_late_by_us: i64) -> ObsRow {
         point_id: Arc::from(point(seq)),
         class: RetentionClass::Measurement,
         ingested_at: Micros(ingested + ingested_late_by_us),
-        observed_at: Micros(ingested - 90_000_000),
+        // The first row was observed on the day before: the partition (and its count) is by
+        // `ingested_at`, the bus-accept time.
+        observed_at: Micros(ingested - 150_000_000),
         device_time: None,
         value: Some(CanonicalValue::Num(seq as f64 * 0.25)),
         native_num: Some(seq as f64),

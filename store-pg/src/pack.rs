@@ -117,17 +117,18 @@ const LEFTOVERS: &str = "SELECT x.relname::text FROM pg_index ix JOIN pg_class x
                           WHERE c.relnamespace = current_schema()::regnamespace AND c.relname = $1) \
        AND NOT ix.indisvalid AND x.relname ~ '_ccnew[0-9]*$'";
 
-/// Rows of a class's day, through the parent (pruned to the partition).
+/// Rows of a class's day partition, through the parent: the partition key is `ingested_at`,
+/// so the range prunes to the one partition (a range of `observed_at` would scan every one).
 fn count_statement(class: RetentionClass) -> &'static str {
     match class {
         RetentionClass::Measurement => {
-            "SELECT count(*) FROM observation_measurement WHERE observed_at >= $1 AND observed_at < $2"
+            "SELECT count(*) FROM observation_measurement WHERE ingested_at >= $1 AND ingested_at < $2"
         }
         RetentionClass::State => {
-            "SELECT count(*) FROM observation_state WHERE observed_at >= $1 AND observed_at < $2"
+            "SELECT count(*) FROM observation_state WHERE ingested_at >= $1 AND ingested_at < $2"
         }
         RetentionClass::Diagnostic => {
-            "SELECT count(*) FROM observation_diagnostic WHERE observed_at >= $1 AND observed_at < $2"
+            "SELECT count(*) FROM observation_diagnostic WHERE ingested_at >= $1 AND ingested_at < $2"
         }
     }
 }
