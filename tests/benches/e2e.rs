@@ -37,6 +37,12 @@
 //! and this process (the bridge, or the in-process Sentinel core).
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock
 
+/// Under `--features bench-mimalloc`, Sentinel and the naive bridge (both in this process)
+/// allocate through mimalloc instead of glibc's malloc: the allocator A/B of issue 24 item 3.
+#[cfg(feature = "bench-mimalloc")]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[path = "e2e/ack_all.rs"]
 mod ack_all;
 
@@ -824,8 +830,13 @@ async fn main() {
     let on_conflict = connect_store(&db.url, CommitInsert::OnConflict).await;
     optimistic.migrate().await.expect("migrate");
     println!(
-        "e2e bench: {messages} messages; nats-server {} and PostgreSQL on this machine; load {}",
+        "e2e bench: {messages} messages; nats-server {} and PostgreSQL on this machine; allocator {}; load {}",
         nats.url(),
+        if cfg!(feature = "bench-mimalloc") {
+            "mimalloc"
+        } else {
+            "glibc malloc"
+        },
         load_average()
     );
     if flag("--drain-only") {
