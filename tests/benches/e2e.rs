@@ -44,6 +44,13 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The allocator this build runs on, for the bench's first and summary lines.
+const ALLOCATOR_NAME: &str = if cfg!(feature = "bench-system-allocator") {
+    "glibc malloc"
+} else {
+    "mimalloc"
+};
+
 #[path = "e2e/ack_all.rs"]
 mod ack_all;
 
@@ -833,11 +840,7 @@ async fn main() {
     println!(
         "e2e bench: {messages} messages; nats-server {} and PostgreSQL on this machine; allocator {}; load {}",
         nats.url(),
-        if cfg!(feature = "bench-system-allocator") {
-            "system (glibc malloc)"
-        } else {
-            "mimalloc"
-        },
+        ALLOCATOR_NAME,
         load_average()
     );
     if flag("--drain-only") {
@@ -1006,7 +1009,7 @@ async fn main() {
          new/old {:.2}; sentinel new {new:.0}, old {old:.0}, bridge {bridge:.0} obs/s; \
          ceilings: fetch_ack(work-queue) {fetch_ack:.0}, fetch_ack(limits) {fetch_ack_limits:.0}, \
          copy(500/tx, 4) {copy:.0}, copy(one tx) {copy_one_tx:.0}; sentinel new = {:.0}% of the slower \
-         same-durability ceiling; own CPU new {:.1} us/msg (issue 24: <= 4); load {}",
+         same-durability ceiling; own CPU new {:.1} us/msg (issue 24: <= 4) under {ALLOCATOR_NAME}; load {}",
         new / bridge,
         per_round(Contestant::SentinelOptimistic).join(" "),
         old / bridge,
