@@ -40,6 +40,15 @@ use sentinel_runtime::RuntimeConfig;
 
 use args::{CompactionAgeArgs, CoreTuningArgs, DbArgs, NatsArgs, RetentionArgs};
 
+/// mimalloc, not glibc's malloc (issue 24 item 3): draining a backlog allocates and frees
+/// small blocks per message in async-nats, tokio, sqlx and the commit path, where glibc's
+/// malloc and free were about a seventh of Sentinel's own CPU. Alternated with glibc in the
+/// e2e bench's drain (BENCHMARKS.md, "the allocator end to end"), Sentinel's own CPU was lower
+/// in 9 of 13 pairs and higher in 1: medians 4.05 against 4.35 µs a message over the ten
+/// drain-only pairs. Nothing depends on addresses or on which allocator frees what.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "sentinel",

@@ -296,9 +296,20 @@ impl Derivations {
         self.defs.is_empty()
     }
 
+    /// Whether some derived point reads `point`: a committed row of any other point neither
+    /// changes the inputs' state nor triggers a reading, so the fold can skip it unseen.
+    pub fn reads(&self, point: PointIdx) -> bool {
+        self.inputs.get(point.0 as usize).is_some_and(Option::is_some)
+    }
+
     /// One committed row (of a RETURNING set): updates its input's state and returns the
     /// readings it triggers, in derived-point order.
     pub fn on_committed(&mut self, row: &ObsRow) -> Vec<DerivedReading> {
+        // Before the window row is built: it clones the row's id and key, and most committed
+        // rows are of points nothing derives from (issue 24 item 3).
+        if !self.reads(row.point) {
+            return Vec::new();
+        }
         let value = row.value.as_ref().and_then(CanonicalValue::num);
         let seen = WindowRow {
             point_id: row.point_id.clone(),

@@ -37,6 +37,20 @@
 //! and this process (the bridge, or the in-process Sentinel core).
 #![allow(clippy::disallowed_methods)] // a benchmark reads the clock
 
+/// Sentinel and the naive bridge (both in this process) allocate through mimalloc, as the
+/// `sentinel` binary does, so the bench measures what ships; `--features
+/// bench-system-allocator` runs both on glibc's malloc instead (the A/B of issue 24 item 3).
+#[cfg(not(feature = "bench-system-allocator"))]
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// The allocator this build runs on, for the bench's first and summary lines.
+const ALLOCATOR_NAME: &str = if cfg!(feature = "bench-system-allocator") {
+    "glibc malloc"
+} else {
+    "mimalloc"
+};
+
 #[path = "e2e/ack_all.rs"]
 mod ack_all;
 
@@ -824,8 +838,9 @@ async fn main() {
     let on_conflict = connect_store(&db.url, CommitInsert::OnConflict).await;
     optimistic.migrate().await.expect("migrate");
     println!(
-        "e2e bench: {messages} messages; nats-server {} and PostgreSQL on this machine; load {}",
+        "e2e bench: {messages} messages; nats-server {} and PostgreSQL on this machine; allocator {}; load {}",
         nats.url(),
+        ALLOCATOR_NAME,
         load_average()
     );
     if flag("--drain-only") {
@@ -994,7 +1009,7 @@ async fn main() {
          new/old {:.2}; sentinel new {new:.0}, old {old:.0}, bridge {bridge:.0} obs/s; \
          ceilings: fetch_ack(work-queue) {fetch_ack:.0}, fetch_ack(limits) {fetch_ack_limits:.0}, \
          copy(500/tx, 4) {copy:.0}, copy(one tx) {copy_one_tx:.0}; sentinel new = {:.0}% of the slower \
-         same-durability ceiling; own CPU new {:.1} us/msg (issue 24: <= 4); load {}",
+         same-durability ceiling; own CPU new {:.1} us/msg (issue 24: <= 4) under {ALLOCATOR_NAME}; load {}",
         new / bridge,
         per_round(Contestant::SentinelOptimistic).join(" "),
         old / bridge,
