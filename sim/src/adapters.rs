@@ -959,6 +959,17 @@ impl Store for SimStore {
             .await
     }
 
+    async fn compact_rollup_day(
+        &self,
+        epoch: u32,
+        request: sentinel_ports::RollupCompactionRequest<'_>,
+    ) -> Result<sentinel_ports::RollupCompaction, StoreError> {
+        let write = self.handle.compact_rollup_day(epoch, request);
+        let what = "compacts a day's minute rollups";
+        self.maintenance_write(Maintenance::Compaction, what, epoch, write)
+            .await
+    }
+
     async fn move_point_class(
         &self,
         epoch: u32,
