@@ -112,6 +112,8 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         "INSERT INTO point_desired (point_id, value, since, core_epoch, control_seq) \
          VALUES ('p', '1', now(), 0, 0) ON CONFLICT (point_id) DO UPDATE SET value = EXCLUDED.value",
         "SELECT count(*) FROM point_desired",
+        // The pack record (migration 0019): read, never written (the owner packs).
+        "SELECT count(*) FROM hot_day_pack",
     ] {
         assert_eq!(
             refused(&roles.writer_url, sql).await,
@@ -138,6 +140,11 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         ),
         ("DELETE invalidations", "DELETE FROM rollup_invalidation"),
         ("DELETE desired values", "DELETE FROM point_desired"),
+        (
+            "record a pack",
+            "INSERT INTO hot_day_pack VALUES ('observation_state_p20260115', now(), now(), 0, 0, 0, 0, 0, 0)",
+        ),
+        ("REINDEX the raw rows", "REINDEX TABLE observation_measurement"),
         (
             "DROP today's rollup partition",
             "DO $$ BEGIN EXECUTE format('DROP TABLE %I', \
@@ -221,6 +228,7 @@ async fn the_reader_reads_and_cannot_write_or_see_payloads() {
         "SELECT sum, live_count FROM rollup_1m",
         "SELECT refreshed_to FROM rollup_watermark",
         "SELECT * FROM point_desired",
+        "SELECT * FROM hot_day_pack",
     ] {
         assert_eq!(
             refused(&roles.reader_url, sql).await,

@@ -186,9 +186,9 @@ async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
     let report = store.migrate().await.expect("upgrade");
     assert_eq!(
         report.applied,
-        vec![14, 15, 16, 17, 18],
+        vec![14, 15, 16, 17, 18, 19],
         "the integer ids, then the compacted days, the compacted minute rollups, the values \
-         derived from native (0017) and the point indexes (0018)"
+         derived from native (0017) the point indexes (0018) and the pack record (0019)"
     );
     assert_eq!(
         snapshot(&pool).await,

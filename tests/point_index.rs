@@ -142,7 +142,11 @@ async fn a_populated_database_upgrades_to_the_ascending_point_index_with_every_a
         .await
         .expect("connect the store");
     let report = store.migrate().await.expect("upgrade");
-    assert_eq!(report.applied, vec![18], "the point indexes of 0018");
+    assert_eq!(
+        report.applied,
+        vec![18, 19],
+        "the point indexes of 0018, then the pack record of 0019"
+    );
 
     let partitions = hot_partitions(&pool).await;
     assert!(

@@ -17,7 +17,9 @@ use sentinel_core::{
 };
 use sentinel_ports::{Lease, Store};
 use sentinel_runtime::registry_dir;
-use sentinel_store_pg::{COMPACT_ROW_BYTES, PgStore, PgStoreConfig, RAW_ROW_BYTES, ROLLUP_ROW_BYTES};
+use sentinel_store_pg::{
+    COMPACT_ROW_BYTES, PACKED_ROW_BYTES, PgStore, PgStoreConfig, RAW_ROW_BYTES, ROLLUP_ROW_BYTES,
+};
 use sentinel_tests::bin::sentinel_bin;
 use sentinel_tests::harness::output_within;
 use sentinel_tests::pg::TestDb;
@@ -230,6 +232,10 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
     // Compacted from day seven (the default `--compact-after-days`): 7 days at the measured
     // hot cost, 38 at the compacted format's.
     assert_eq!(m["compacted_days"], 38);
+    assert_eq!(
+        m["packed_days"], 0,
+        "a measured table keeps its own cost on every hot day"
+    );
     let expected = rate_m * 86_400.0 * (7.0 * measured_bytes_per_row + 38.0 * COMPACT_ROW_BYTES);
     assert!(
         (m["bytes"].as_f64().expect("bytes") - expected).abs() < 1.0,
@@ -239,10 +245,13 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
     assert_eq!(s["horizon_days"], 90);
     assert_eq!(s["bytes_per_row_from"], "format");
     assert_eq!(s["bytes_per_row"].as_f64(), Some(RAW_ROW_BYTES));
+    // Of its 7 hot days, today's and yesterday's as ingest fills them, 5 packed by
+    // `sentinel db pack`.
+    assert_eq!(s["packed_days"], 5, "{s}");
     assert!((s["rows_per_day"].as_f64().expect("rows/day") - rate_s * 86_400.0).abs() < 1e-3);
     assert!(
         (s["bytes"].as_f64().expect("bytes")
-            - rate_s * 86_400.0 * (7.0 * RAW_ROW_BYTES + 83.0 * COMPACT_ROW_BYTES))
+            - rate_s * 86_400.0 * (2.0 * RAW_ROW_BYTES + 5.0 * PACKED_ROW_BYTES + 83.0 * COMPACT_ROW_BYTES))
             .abs()
             < 1.0,
         "{s}"
@@ -352,7 +361,10 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
         String::from_utf8_lossy(&past.stderr)
     );
     assert!(
-        (state["bytes"].as_f64().expect("bytes") - rate_s * 86_400.0 * 90.0 * RAW_ROW_BYTES).abs() < 1.0,
+        (state["bytes"].as_f64().expect("bytes")
+            - rate_s * 86_400.0 * (2.0 * RAW_ROW_BYTES + 88.0 * PACKED_ROW_BYTES))
+            .abs()
+            < 1.0,
         "{state}"
     );
 

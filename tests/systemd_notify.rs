@@ -267,3 +267,50 @@ fn the_unit_passes_systemd_analyze_verify() {
     assert!(out.status.success() && problems.is_empty(), "{stderr}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The daily pack (`ops/systemd/sentinel-pack.{service,timer}`, migration 0019): a oneshot of
+/// `sentinel db pack` as the owner, started by a daily persistent timer; both pass
+/// `systemd-analyze verify`.
+#[test]
+fn the_pack_timer_and_its_service_pass_systemd_analyze_verify() {
+    let root = workspace_root().join("ops/systemd");
+    let service = std::fs::read_to_string(root.join("sentinel-pack.service")).expect("the pack service");
+    let timer = std::fs::read_to_string(root.join("sentinel-pack.timer")).expect("the pack timer");
+    for line in [
+        "Type=oneshot",
+        "ExecStart=/usr/local/bin/sentinel db pack",
+        "EnvironmentFile=/etc/sentinel/pack.env",
+        "NoNewPrivileges=yes",
+        "ProtectSystem=strict",
+    ] {
+        assert!(
+            service.lines().any(|l| l.starts_with(line)),
+            "the service lacks {line}"
+        );
+    }
+    for line in ["OnCalendar=", "Persistent=true", "WantedBy=timers.target"] {
+        assert!(
+            timer.lines().any(|l| l.starts_with(line)),
+            "the timer lacks {line}"
+        );
+    }
+    let dir = std::env::temp_dir().join(format!("sentinel-pack-unit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let bin = sentinel_bin();
+    std::fs::write(
+        dir.join("sentinel-pack.service"),
+        service.replace("/usr/local/bin/sentinel", bin.to_str().expect("UTF-8 path")),
+    )
+    .expect("write the service");
+    std::fs::write(dir.join("sentinel-pack.timer"), &timer).expect("write the timer");
+    let out = Command::new("systemd-analyze")
+        .args(["verify", "--man=no"])
+        .arg(dir.join("sentinel-pack.service"))
+        .arg(dir.join("sentinel-pack.timer"))
+        .output()
+        .expect("run systemd-analyze verify");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let problems: Vec<&str> = stderr.lines().filter(|l| l.contains("sentinel-pack")).collect();
+    assert!(out.status.success() && problems.is_empty(), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -58,7 +58,7 @@ fn parse_day(text: &str) -> anyhow::Result<Micros> {
 
 /// The stream's oldest message's `ingested_at`, a millisecond early (the bus reports its age in
 /// whole milliseconds), so a refusal is never missed; `None` when the stream is empty.
-async fn stream_oldest(nats: &NatsArgs, now: Micros) -> anyhow::Result<Option<Micros>> {
+pub(crate) async fn stream_oldest(nats: &NatsArgs, now: Micros) -> anyhow::Result<Option<Micros>> {
     let bus = NatsBus::connect(NatsBusConfig {
         url: nats.nats_url.clone(),
         credentials: nats.credentials()?,

@@ -7,7 +7,11 @@
 //! sized at the compacted format's cost, [`COMPACT_ROW_BYTES`]; so are the minute rollup's
 //! days past their own, shorter age (`--rollup-compact-after-days`, 1 by default: compacted
 //! alone, `Store::compact_rollup_day`), at [`COMPACT_ROLLUP_BUCKET_BYTES`] a bucket. The
-//! hourly rollup is never compacted.
+//! hourly rollup is never compacted. Of a raw table's hot days, the [`UNPACKED_HOT_DAYS`]
+//! newest (today's and yesterday's) are at the hot cost and the rest at [`PACKED_ROW_BYTES`]
+//! (the closed days `sentinel db pack` rebuilds daily, migration 0019) when the table is sized
+//! at the format's cost; a table measured in this database keeps its own cost for every hot
+//! day, packed or not as it is.
 //!
 //! Owns: the projection arithmetic ([`project`]), its text table and JSON, and how bytes read.
 //! A point's declared `row_bytes` is not used here: it is the sensor's declared write size for
@@ -17,12 +21,16 @@ use sentinel_core::registry::Descriptor;
 use sentinel_core::retention::RetentionConfig;
 use sentinel_ports::{RetainedTable, RollupGrain};
 use sentinel_store_pg::{
-    COMPACT_ROLLUP_BUCKET_BYTES, COMPACT_ROW_BYTES, RAW_ROW_BYTES, ROLLUP_ROW_BYTES, TableSize,
+    COMPACT_ROLLUP_BUCKET_BYTES, COMPACT_ROW_BYTES, PACKED_ROW_BYTES, RAW_ROW_BYTES, ROLLUP_ROW_BYTES,
+    TableSize,
 };
 
 /// A table's bytes per row are its own once it holds at least this many rows; below, page and
 /// index overhead of a nearly empty table would say nothing about a full one.
 pub const MEASURED_ROWS_MIN: u64 = 10_000;
+/// A raw table's hot days not yet packed: today's, and yesterday's until `sentinel db pack`'s
+/// default age (`--after-days 1`) has passed since it ended.
+pub const UNPACKED_HOT_DAYS: u32 = 1 + crate::pack::PACK_AFTER_DAYS_DEFAULT;
 const SECONDS_PER_DAY: f64 = 86_400.0;
 /// A rollup bucket a point reports in at most: one a minute, one an hour.
 const MINUTES_PER_DAY: f64 = 1_440.0;
@@ -70,6 +78,9 @@ pub struct Projection {
     /// Of `horizon_days`, the days held compacted, at [`compact_row_bytes`] a row (a raw table
     /// or the minute rollup whose horizon is past the compaction age; 0 for every other).
     pub compacted_days: u32,
+    /// Of the hot days, the closed ones sized packed, at [`PACKED_ROW_BYTES`] a row (a raw
+    /// table sized at the format's cost; 0 for every other).
+    pub packed_days: u32,
     pub rows_per_day: f64,
     pub bytes_per_row: f64,
     pub bytes_per_row_from: RowBytesFrom,
@@ -132,14 +143,21 @@ pub fn project(
             let compacted_days = age.map_or(0, |after| horizon_days.saturating_sub(after));
             debug_assert!(compacted_days <= horizon_days);
             let hot_days = horizon_days - compacted_days;
+            let packed_days = match (table, bytes_per_row_from) {
+                (RetainedTable::Raw(_), RowBytesFrom::Format) => hot_days.saturating_sub(UNPACKED_HOT_DAYS),
+                _ => 0,
+            };
+            debug_assert!(packed_days <= hot_days);
             let bytes = rows_per_day
-                * (f64::from(hot_days) * bytes_per_row
+                * (f64::from(hot_days - packed_days) * bytes_per_row
+                    + f64::from(packed_days) * PACKED_ROW_BYTES
                     + f64::from(compacted_days) * compact_row_bytes(table));
             debug_assert!(bytes.is_finite() && bytes >= 0.0, "a projection is a size");
             Projection {
                 table,
                 horizon_days,
                 compacted_days,
+                packed_days,
                 rows_per_day,
                 bytes_per_row,
                 bytes_per_row_from,
@@ -189,19 +207,15 @@ pub fn text(projections: &[Projection]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<17} {:>14} {:>14} {:>20} {:>10}",
+        "{:<17} {:>26} {:>14} {:>20} {:>10}",
         "table", "days", "rows/day", "bytes/row (hot)", "size"
     );
     for p in projections {
         let _ = writeln!(
             out,
-            "{:<17} {:>14} {:>14.0} {:>20} {:>10}",
+            "{:<17} {:>26} {:>14.0} {:>20} {:>10}",
             p.table.label(),
-            if p.compacted_days > 0 {
-                format!("{} ({} compact)", p.horizon_days, p.compacted_days)
-            } else {
-                p.horizon_days.to_string()
-            },
+            days_text(p),
             p.rows_per_day,
             format!("{:.0} ({})", p.bytes_per_row, p.bytes_per_row_from.as_str()),
             human_bytes(p.bytes)
@@ -209,7 +223,7 @@ pub fn text(projections: &[Projection]) -> String {
     }
     let _ = writeln!(
         out,
-        "{:<17} {:>14} {:>14} {:>20} {:>10}",
+        "{:<17} {:>26} {:>14} {:>20} {:>10}",
         "total",
         "",
         "",
@@ -217,6 +231,22 @@ pub fn text(projections: &[Projection]) -> String {
         human_bytes(projections.iter().map(|p| p.bytes).sum())
     );
     out
+}
+
+/// `90`, `90 (83 compact)`, `90 (5 packed, 83 compact)`.
+fn days_text(p: &Projection) -> String {
+    let mut parts = Vec::new();
+    if p.packed_days > 0 {
+        parts.push(format!("{} packed", p.packed_days));
+    }
+    if p.compacted_days > 0 {
+        parts.push(format!("{} compact", p.compacted_days));
+    }
+    if parts.is_empty() {
+        p.horizon_days.to_string()
+    } else {
+        format!("{} ({})", p.horizon_days, parts.join(", "))
+    }
 }
 
 /// The projection for `--json`: each table and the total bytes.
@@ -229,6 +259,8 @@ pub fn json(projections: &[Projection]) -> serde_json::Value {
                 "horizon_days": p.horizon_days,
                 "compacted_days": p.compacted_days,
                 "compacted_bytes_per_row": compact_row_bytes(p.table),
+                "packed_days": p.packed_days,
+                "packed_bytes_per_row": PACKED_ROW_BYTES,
                 "rows_per_day": p.rows_per_day,
                 "bytes_per_row": p.bytes_per_row,
                 "bytes_per_row_from": p.bytes_per_row_from.as_str(),
@@ -302,6 +334,8 @@ mod tests {
             (m.bytes_per_row, m.bytes_per_row_from),
             (120.0, RowBytesFrom::Measured)
         );
+        // A table measured here keeps its own cost on every hot day (packed or not, as it is).
+        assert_eq!(m.packed_days, 0);
         assert_eq!(m.bytes, 1.5 * 86_400.0 * 30.0 * 120.0);
         // State: too few rows measured, so the format's cost, not the declared row size.
         let s = &p[1];
@@ -311,6 +345,11 @@ mod tests {
         );
         assert!((s.rows_per_day - 86.4).abs() < 1e-9);
         assert_eq!(s.horizon_days, 90);
+        assert_eq!(
+            s.packed_days, 88,
+            "at the format's cost, every closed hot day is packed"
+        );
+        assert!((s.bytes - 86.4 * (2.0 * RAW_ROW_BYTES + 88.0 * PACKED_ROW_BYTES)).abs() < 1e-6);
         // Rollups: one row per point per minute it reports in, at most 1,440 a day.
         let minute = &p[3];
         assert!((minute.rows_per_day - (1_440.0 + 1_440.0 + 86.4)).abs() < 1e-9);
@@ -328,7 +367,8 @@ mod tests {
         // The core runtime spec's estate: ~19M raw rows a day from about 4,000 points, each
         // reporting at least once a minute, under 90 days of measurement retention. The spec
         // puts it at ~40 GB with compression from day seven; this format, uncompressed, is
-        // about 19M × 90 × 235 B ≈ 402 GB raw plus the minute rollup's 5.76M rows a day.
+        // about 19M × (2 × 235 + 88 × 195) B ≈ 335 GB raw with its closed days packed (402 GB
+        // as ingest fills them) plus the minute rollup's 5.76M rows a day.
         let rate_hz = 19_000_000.0 / 86_400.0 / 4_000.0;
         let points: Vec<_> = (0..4_000)
             .map(|i| point(&format!("p{i}"), RetentionClass::Measurement, rate_hz, 100))
@@ -339,19 +379,35 @@ mod tests {
         };
         let p = project(&points, &config, CompactAges::default(), &[]);
         assert!((p[0].rows_per_day - 19e6).abs() < 1.0);
-        assert!((p[0].bytes - 19e6 * 90.0 * RAW_ROW_BYTES).abs() < 1e3);
+        // Today's and yesterday's rows as ingest fills them, the 88 closed days packed
+        // (`sentinel db pack`): 19M × (2 × 235 + 88 × 195) B ≈ 335 GB.
+        assert_eq!(p[0].packed_days, 88);
+        assert!((p[0].bytes - 19e6 * (2.0 * RAW_ROW_BYTES + 88.0 * PACKED_ROW_BYTES)).abs() < 1e3);
         assert!((p[3].rows_per_day - 5_760_000.0).abs() < 1e-3);
         assert!(p.iter().all(|p| p.bytes_per_row_from == RowBytesFrom::Format));
         assert!(p.iter().all(|p| p.compacted_days == 0));
-        // Compacted from day seven, as the spec has it: 7 hot days and 83 compacted, about
-        // 19M × (7 × 235 + 83 × 17) B ≈ 58.1 GB of raw rows (the spec says ~40 GB).
+        // Compacted from day seven, as the spec has it: 7 hot days (today's and yesterday's
+        // unpacked, 5 packed) and 83 compacted, about 19M × (2 × 235 + 5 × 195 + 83 × 17) B
+        // ≈ 54.3 GB of raw rows (58.1 GB unpacked; the spec says ~40 GB). The minute rollups
+        // here with the raw days (their own age set to the raw one).
         let with_raw = CompactAges {
             raw_days: Some(7),
             rollup_1m_days: None,
         };
         let p = project(&points, &config, with_raw, &[]);
-        assert_eq!((p[0].horizon_days, p[0].compacted_days), (90, 83));
-        assert!((p[0].bytes - 19e6 * (7.0 * RAW_ROW_BYTES + 83.0 * COMPACT_ROW_BYTES)).abs() < 1e3);
+        assert_eq!(
+            (p[0].horizon_days, p[0].packed_days, p[0].compacted_days),
+            (90, 5, 83)
+        );
+        assert!(
+            (p[0].bytes - 19e6 * (2.0 * RAW_ROW_BYTES + 5.0 * PACKED_ROW_BYTES + 83.0 * COMPACT_ROW_BYTES))
+                .abs()
+                < 1e3
+        );
+        // The diagnostic class's 7-day horizon: 2 unpacked, 5 packed, none compacted.
+        assert_eq!((p[2].packed_days, p[2].compacted_days), (5, 0));
+        // Rollups are never packed.
+        assert_eq!((p[3].packed_days, p[4].packed_days), (0, 0));
         // A horizon within the age is all hot; the minute rollup is compacted with the raw
         // days (7 hot, 83 compacted: 5.76M × (7 × 231 + 83 × COMPACT_ROLLUP_BUCKET_BYTES) B),
         // the hourly one never.

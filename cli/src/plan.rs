@@ -130,7 +130,8 @@ fn text(dir: &Path, plan: &Plan, disk: &[disk::Projection]) -> String {
         out,
         "disk over the configured horizons at the storage format's measured cost per row \
          (table and indexes; the retention flags change the days, and a raw table's days past \
-         --compact-after-days are sized compacted):"
+         --compact-after-days are sized compacted, its closed hot days but yesterday packed by \
+         `sentinel db pack`):"
     );
     for line in disk::text(disk).lines() {
         let _ = writeln!(out, "  {line}");

@@ -2,7 +2,8 @@
 //! configured horizons will hold. Rows, heap and index bytes per retained table and partition
 //! (the raw classes and both rollups), each class's compacted days (issue 24: `<class> packed`,
 //! days, observations, bytes per observation) and the minute rollup's (`rollup_1m packed`,
-//! days, buckets, bytes per bucket), the control log and the quarantine, bytes per row; then
+//! days, buckets, bytes per bucket), each class's hot days whose indexes `sentinel db pack`
+//! rebuilt (`<class> idx packed`; in JSON, `packed` and `packed_at` on each raw partition), the control log and the quarantine, bytes per row; then
 //! the projection: each table's rows per day at the newest registry version's declared rates,
 //! times its horizon (the flags `sentinel run` and `sentinel retention` take), times its bytes
 //! per row — measured here when the table holds enough rows to say, else the storage format's
@@ -20,6 +21,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use sentinel_core::RetentionClass;
 use sentinel_core::registry::canonical;
 use sentinel_ports::{RetainedTable, Store};
+use sentinel_store_pg::pack::PackRecord;
 use sentinel_store_pg::{PgStore, PgStoreConfig, StorageReport, TableSize};
 
 use crate::args::RetentionArgs;
@@ -37,6 +39,37 @@ fn compacted_totals(report: &StorageReport) -> Vec<(RetentionClass, usize, Table
             let mut days = 0;
             for c in report.compacted.iter().filter(|c| c.class == class) {
                 size.add(&c.size);
+                days += 1;
+            }
+            (class, days, size)
+        })
+        .collect()
+}
+
+/// The pack records of the raw partitions this report holds, by (class, day).
+type Packs = std::collections::BTreeMap<(usize, i64), PackRecord>;
+
+/// The pack record of a raw partition, if `sentinel db pack` packed it.
+fn pack_of(packs: &Packs, table: RetainedTable, from: sentinel_core::Micros) -> Option<&PackRecord> {
+    let class = table.class()?;
+    packs.get(&(class.index(), from.0))
+}
+
+/// Each class's hot partitions with packed indexes summed: (class, days, rows and bytes).
+fn packed_totals(report: &StorageReport, packs: &Packs) -> Vec<(RetentionClass, usize, TableSize)> {
+    RetentionClass::ALL
+        .into_iter()
+        .map(|class| {
+            let mut size = TableSize {
+                rows_exact: true,
+                ..TableSize::default()
+            };
+            let mut days = 0;
+            for p in report.partitions.iter().filter(|p| {
+                p.partition.table == RetainedTable::Raw(class)
+                    && pack_of(packs, p.partition.table, p.partition.from).is_some()
+            }) {
+                size.add(&p.size);
                 days += 1;
             }
             (class, days, size)
@@ -118,6 +151,12 @@ pub async fn run(
         })
         .await?;
     bar.finish_and_clear();
+    let packs: Packs = store
+        .pack_records()
+        .await?
+        .into_iter()
+        .map(|(class, day, record)| ((class.index(), day.0), record))
+        .collect();
     let registry = store.load_registry(None).await?;
     let descriptors = match &registry {
         Some(stored) => stored
@@ -147,9 +186,9 @@ pub async fn run(
     }
     let version = registry.as_ref().map(|r| r.version);
     let out = if json {
-        json_text(&report, &totals, &observations, &projections, version)
+        json_text(&report, &packs, &totals, &observations, &projections, version)
     } else {
-        text(&report, &totals, &observations, &projections, version)
+        text(&report, &packs, &totals, &observations, &projections, version)
     };
     crate::write_stdout(&out)?;
     Ok(ExitCode::SUCCESS)
@@ -157,6 +196,7 @@ pub async fn run(
 
 fn json_text(
     report: &StorageReport,
+    packs: &Packs,
     totals: &[(RetainedTable, usize, TableSize)],
     observations: &TableSize,
     projections: &[Projection],
@@ -170,6 +210,11 @@ fn json_text(
             v["table"] = table_name(p.partition.table).into();
             v["from"] = p.partition.from.to_rfc3339().into();
             v["to"] = p.partition.to.to_rfc3339().into();
+            if p.partition.table.class().is_some() {
+                let pack = pack_of(packs, p.partition.table, p.partition.from);
+                v["packed"] = pack.is_some().into();
+                v["packed_at"] = pack.map(|r| r.packed_at.to_rfc3339()).into();
+            }
             v
         })
         .collect();
@@ -244,7 +289,7 @@ fn row_text(name: &str, partitions: Option<usize>, size: &TableSize) -> String {
         format!("~{}", size.rows)
     };
     format!(
-        "{name:<17} {:>10} {rows:>14} {:>10} {:>10} {:>9}",
+        "{name:<22} {:>10} {rows:>14} {:>10} {:>10} {:>9}",
         partitions.map_or_else(|| "-".to_owned(), |n| n.to_string()),
         human_bytes(size.heap_bytes as f64),
         human_bytes(size.index_bytes as f64),
@@ -254,6 +299,7 @@ fn row_text(name: &str, partitions: Option<usize>, size: &TableSize) -> String {
 
 fn text(
     report: &StorageReport,
+    packs: &Packs,
     totals: &[(RetainedTable, usize, TableSize)],
     observations: &TableSize,
     projections: &[Projection],
@@ -263,11 +309,17 @@ fn text(
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<17} {:>10} {:>14} {:>10} {:>10} {:>9}",
+        "{:<22} {:>10} {:>14} {:>10} {:>10} {:>9}",
         "table", "partitions", "rows", "heap", "indexes", "bytes/row"
     );
     for (table, count, size) in totals {
         let _ = writeln!(out, "{}", row_text(&table.label(), Some(*count), size));
+    }
+    for (class, days, size) in packed_totals(report, packs) {
+        if days > 0 {
+            let name = format!("{} idx packed", class.as_str());
+            let _ = writeln!(out, "{}", row_text(&name, Some(days), &size));
+        }
     }
     for (class, days, size) in compacted_totals(report) {
         if days > 0 {

@@ -25,10 +25,13 @@
 //! | [`class_change`] | moving a point's history to another class table |
 //! | [`compaction`] | compacting a closed day (migration 0015); every read above sees compacted rows through the `observation_<class>_all` views |
 //! | [`grants`] | the roles' grants |
+//! | [`pack`] | packing a closed hot day's indexes (`sentinel db pack`, migration 0019): an owner's operation outside the store port, since it changes no row |
 //! | [`inspect`] | counts for status and tests |
 //!
 //! All SQL is static (sqlx 0.9 `SqlSafeStr`); partition DDL lives in the SQL function
-//! `sentinel_ensure_partitions` so nothing here builds statements at run time.
+//! `sentinel_ensure_partitions` so nothing here builds statements at run time — except
+//! [`pack`]'s `REINDEX TABLE CONCURRENTLY`, which PostgreSQL runs only outside a function, on a
+//! partition name the module builds from a class and a day.
 
 /// The raw rows carry integer keys (migration 0014); the reads select the class tables
 /// themselves, resolving a point id to its key once (`point_key_of!`, an InitPlan) and a row's
@@ -66,6 +69,7 @@ pub mod hosts;
 mod inspect;
 pub mod keys;
 pub mod lock;
+pub mod pack;
 mod partitions;
 mod registry;
 mod reprocess;
@@ -78,8 +82,8 @@ mod store_impl;
 pub use lock::{LOCK_KEY, LockHolder, MigrateReport, PgLease, PgLock, SchemaState};
 pub(crate) use state::key_from_columns;
 pub use storage::{
-    COMPACT_ROLLUP_BUCKET_BYTES, COMPACT_ROW_BYTES, CompactedRollupSize, CompactedSize, PartitionSize,
-    RAW_ROW_BYTES, ROLLUP_ROW_BYTES, STORAGE_PARTITIONS_MAX, StorageReport, TableSize,
+    COMPACT_ROLLUP_BUCKET_BYTES, COMPACT_ROW_BYTES, CompactedRollupSize, CompactedSize, PACKED_ROW_BYTES,
+    PartitionSize, RAW_ROW_BYTES, ROLLUP_ROW_BYTES, STORAGE_PARTITIONS_MAX, StorageReport, TableSize,
 };
 
 use std::collections::BTreeSet;
