@@ -99,14 +99,6 @@ impl CompactionAgeArgs {
         }
         Ok((!self.no_compaction).then_some(self.rollup_compact_after_days))
     }
-
-    /// Both ages, as `registry plan` and `sentinel storage` size the days they hold compacted.
-    pub fn ages(&self) -> anyhow::Result<crate::disk::CompactAges> {
-        Ok(crate::disk::CompactAges {
-            raw_days: self.after_days(),
-            rollup_1m_days: self.rollup_after_days()?,
-        })
-    }
 }
 
 /// The running core's compaction of closed days (`sentinel_core::compaction`; README,

@@ -45,6 +45,15 @@ pub struct CompactAges {
 }
 
 impl CompactAges {
+    /// Both ages from the flags `sentinel run` takes, as `registry plan` and `sentinel
+    /// storage` size the days they hold compacted.
+    pub fn of(args: &crate::args::CompactionAgeArgs) -> anyhow::Result<CompactAges> {
+        Ok(CompactAges {
+            raw_days: args.after_days(),
+            rollup_1m_days: args.rollup_after_days()?,
+        })
+    }
+
     /// The minute rollup's days are compacted alone at `rollup_1m_days`, or with the raw days.
     pub fn rollup_1m(self) -> Option<u32> {
         self.raw_days

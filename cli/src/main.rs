@@ -558,7 +558,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             &dir,
             &admission.validated()?,
             &horizons.config()?,
-            compaction.ages()?,
+            disk::CompactAges::of(&compaction)?,
             json,
         ),
         Command::Registry {
@@ -741,7 +741,16 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             compaction,
             exact,
             json,
-        } => storage::run(&db.database_url, &horizons, compaction.ages()?, exact, json).await,
+        } => {
+            storage::run(
+                &db.database_url,
+                &horizons,
+                disk::CompactAges::of(&compaction)?,
+                exact,
+                json,
+            )
+            .await
+        }
         Command::History {
             point_id,
             db,
