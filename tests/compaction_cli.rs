@@ -167,3 +167,105 @@ async fn a_day_is_compacted_under_the_lock_and_reported_by_storage() {
     );
     drop(nats);
 }
+
+/// `sentinel compact --rollups-only`: a day's minute rollups alone, without asking the bus (the
+/// URL given answers nothing), one `rollup_1m` event, named in `--json`; the raw rows stay hot.
+#[tokio::test]
+async fn rollups_only_compacts_the_minute_rollups_alone_without_the_bus() {
+    let db = TestDb::create().await.expect("database");
+    let store = PgStore::connect(&db.url, PgStoreConfig::default())
+        .await
+        .expect("connect");
+    store.migrate().await.expect("migrate");
+    let lease = store.acquire().await.expect("acquire");
+    let day = Micros::parse_rfc3339("2026-01-15T00:00:00Z").expect("instant");
+    let rows: Vec<ObsRow> = (1..=ROWS)
+        .map(|seq| row(Micros(day.0 + seq as i64 * 60_000_000), seq))
+        .collect();
+    store
+        .commit(Batch {
+            id: BatchId(1),
+            epoch: lease.epoch(),
+            rows,
+            quarantine: vec![],
+        })
+        .await
+        .expect("commit");
+    store
+        .refresh_rollups(lease.epoch(), day, Micros(day.0 + 86_400_000_000))
+        .await
+        .expect("refresh the day's rollups");
+    let minutes_before = store
+        .load_rollups(
+            sentinel_ports::RollupGrain::Minute,
+            day,
+            Micros(day.0 + 86_400_000_000),
+            None,
+        )
+        .await
+        .expect("minutes");
+    lease.release().await.expect("release");
+
+    let run = || {
+        output_within(
+            Command::new(sentinel_bin()).args([
+                "compact",
+                "--database-url",
+                &db.url,
+                "--nats-url",
+                "nats://127.0.0.1:1",
+                "--from",
+                "2026-01-10",
+                "--through",
+                "2026-01-20",
+                "--rollups-only",
+                "--json",
+            ]),
+            Duration::from_secs(120),
+        )
+    };
+    let out = run();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let json: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+    assert_eq!(json["rollups_only"], true);
+    let compacted = json["compacted"].as_array().expect("compacted");
+    assert_eq!(compacted.len(), 1, "{json}");
+    assert_eq!(compacted[0]["table"], "rollup_1m");
+    assert_eq!(compacted[0]["day"], "2026-01-15");
+    // One row a minute for 600 minutes, two points alternating: a bucket each, a chunk a point.
+    assert_eq!(
+        (compacted[0]["buckets"].as_u64(), compacted[0]["chunks"].as_u64()),
+        (Some(ROWS), Some(2))
+    );
+    assert!(json["stopped"].is_null(), "{json}");
+    let events = store.load_control_events(0, 100).await.expect("events");
+    let compactions: Vec<_> = events.iter().filter(|e| e.kind == "compaction").collect();
+    assert_eq!(compactions.len(), 1, "only the rollups' event");
+    assert!(
+        compactions[0].payload.contains("\"rollup_1m\""),
+        "{}",
+        compactions[0].payload
+    );
+    let minutes_after = store
+        .load_rollups(
+            sentinel_ports::RollupGrain::Minute,
+            day,
+            Micros(day.0 + 86_400_000_000),
+            None,
+        )
+        .await
+        .expect("minutes");
+    assert_eq!(
+        minutes_after, minutes_before,
+        "the compacted minutes read as the hot ones"
+    );
+    let raw = sqlx::PgPool::connect(&db.url).await.expect("a raw connection");
+    let hot_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM observation_measurement")
+        .fetch_one(&raw)
+        .await
+        .expect("hot rows");
+    assert_eq!(hot_rows, ROWS as i64, "the raw rows stay hot");
+    // Again: nothing hot, nothing written.
+    let again: Value = serde_json::from_slice(&run().stdout).expect("JSON");
+    assert_eq!(again["compacted"].as_array().map(Vec::len), Some(0), "{again}");
+}

@@ -3,8 +3,9 @@
 //! each day of each class that holds rows — one `compaction` control event each, with the
 //! core's epoch and principal `core:compaction` — while traffic published meanwhile is
 //! committed; every old row reads back through the `observation` view exactly as before, now
-//! from the compacted tables; a day too young is left hot. With `--no-compaction` the same
-//! core compacts nothing.
+//! from the compacted tables; a day too young is left hot, its minute rollups compacted alone
+//! (`rollup_1m`, one day old is enough at the default rollup age). With `--no-compaction` the
+//! same core compacts nothing.
 
 use std::borrow::Cow;
 use std::process::Child;
@@ -84,6 +85,14 @@ async fn seed(env: &Env, days: &[(RetentionClass, i64)]) -> u64 {
             .await
             .expect("commit an old day");
     }
+    // The youngest day's minute rollups, as a core's refresh leaves them (the older days'
+    // are compacted with their rows).
+    let youngest = days.iter().map(|&(_, offset)| offset).max().unwrap_or(0);
+    let from = Micros((today + youngest) * US_PER_DAY);
+    env.store
+        .refresh_rollups(lease.epoch(), from, Micros(from.0 + US_PER_DAY))
+        .await
+        .expect("refresh the youngest day's rollups");
     lease.release().await.expect("release");
     total
 }
@@ -198,7 +207,7 @@ async fn a_running_core_compacts_old_closed_days_while_ingest_continues() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(WAIT_S);
     loop {
         let events = compaction_events(&env).await;
-        if events.len() >= 4 {
+        if events.len() >= 5 {
             break;
         }
         assert!(
@@ -231,8 +240,14 @@ async fn a_running_core_compacts_old_closed_days_while_ingest_continues() {
         .collect();
     assert_eq!(
         days.len(),
-        4,
-        "one event per day and class with rows, no more: {days:?}"
+        5,
+        "one event per day and class with rows, and the young day's minute rollups', no more: {days:?}"
+    );
+    let young_name = young.to_rfc3339()[..10].to_string();
+    assert!(
+        days.iter()
+            .any(|p| p.contains("\"rollup_1m\"") && p.contains(&young_name)),
+        "the young day's minute rollups compacted alone: {days:?}"
     );
     for (class, offset) in [
         ("measurement", -10),

@@ -260,6 +260,14 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
         projected(&exact, "rollup_1m")["bytes_per_row"].as_f64(),
         Some(ROLLUP_ROW_BYTES)
     );
+    // The minute rollup's days are compacted alone a day after they end
+    // (`--rollup-compact-after-days`, default 1): 1 hot day of its 90, 89 compacted.
+    let minute = projected(&exact, "rollup_1m");
+    assert_eq!(
+        (minute["horizon_days"].as_u64(), minute["compacted_days"].as_u64()),
+        (Some(90), Some(89)),
+        "{minute}"
+    );
 
     // `registry plan` sizes the same folder with the same horizons at the format's cost: for
     // every table this database has too few rows to measure, the same projection.
@@ -319,6 +327,39 @@ async fn storage_reports_each_table_and_partition_and_projects_the_horizons() {
         .find(|t| t["table"] == "raw_state")
         .expect("raw_state");
     assert_eq!(state["compacted_days"], 0, "{state}");
+    // The minute rollups' own age: as the raw rows' (the old rule, 83 days compacted), and
+    // never past it.
+    let plan_with = |age: &str| {
+        output_within(
+            Command::new(sentinel_bin()).args([
+                "registry",
+                "plan",
+                registry_dir::sample_dir().to_str().expect("path"),
+                "--json",
+                "--rollup-compact-after-days",
+                age,
+            ]),
+            Duration::from_secs(60),
+        )
+    };
+    let week = plan_with("7");
+    assert!(week.status.success(), "{}", String::from_utf8_lossy(&week.stderr));
+    let week: Value = serde_json::from_slice(&week.stdout).expect("one JSON object");
+    let minute = week["disk"]["tables"]
+        .as_array()
+        .expect("disk tables")
+        .iter()
+        .find(|t| t["table"] == "rollup_1m")
+        .expect("rollup_1m");
+    assert_eq!(minute["compacted_days"], 83, "{minute}");
+    let past = plan_with("8");
+    assert!(!past.status.success(), "a rollup age past the raw age is refused");
+    assert!(
+        String::from_utf8_lossy(&past.stderr)
+            .contains("--rollup-compact-after-days (8) must be at most --compact-after-days (7)"),
+        "{}",
+        String::from_utf8_lossy(&past.stderr)
+    );
     assert!(
         (state["bytes"].as_f64().expect("bytes")
             - rate_s * 86_400.0 * (2.0 * RAW_ROW_BYTES + 88.0 * PACKED_ROW_BYTES))

@@ -36,6 +36,7 @@ mod class_change;
 #[path = "store_conformance/compaction.rs"]
 mod compaction;
 use compaction::{
+    a_days_minute_rollups_compact_alone_and_again_after_a_recompute,
     a_late_copy_of_a_compacted_key_is_not_inserted,
     a_minute_that_lost_its_rows_is_gone_from_a_compacted_rollup_day,
     compacted_rows_are_reprocessed_moved_and_dropped, compaction_refuses_exactly_and_writes_once,
@@ -332,6 +333,7 @@ macro_rules! on_conflict_form {
 
 conformance!(
     compaction_refuses_exactly_and_writes_once,
+    a_days_minute_rollups_compact_alone_and_again_after_a_recompute,
     each_encoding_round_trips_its_edges_exactly,
     a_late_copy_of_a_compacted_key_is_not_inserted,
     compacted_rows_are_reprocessed_moved_and_dropped,

@@ -68,9 +68,16 @@ pub struct CompactionAgeArgs {
     #[arg(long, default_value_t = sentinel_ports::COMPACT_AFTER_DAYS_DEFAULT,
           value_parser = clap::value_parser!(u32).range(1..=i64::from(sentinel_ports::COMPACT_AFTER_DAYS_MAX)))]
     pub compact_after_days: u32,
+    /// A closed day's minute rollups are compacted alone by the running core once the day
+    /// ended this many days ago (1 to 400, at most --compact-after-days; equal to it: only
+    /// with the day's raw rows). They need no stream rule: a late row's recompute wins over a
+    /// compacted minute.
+    #[arg(long, default_value_t = sentinel_ports::ROLLUP_COMPACT_AFTER_DAYS_DEFAULT,
+          value_parser = clap::value_parser!(u32).range(1..=i64::from(sentinel_ports::COMPACT_AFTER_DAYS_MAX)))]
+    pub rollup_compact_after_days: u32,
     /// The running core compacts nothing (`sentinel compact` still can, with the core
     /// stopped).
-    #[arg(long, conflicts_with = "compact_after_days")]
+    #[arg(long, conflicts_with_all = ["compact_after_days", "rollup_compact_after_days"])]
     pub no_compaction: bool,
 }
 
@@ -78,6 +85,19 @@ impl CompactionAgeArgs {
     /// The age in days, `None` when nothing is compacted.
     pub fn after_days(&self) -> Option<u32> {
         (!self.no_compaction).then_some(self.compact_after_days)
+    }
+
+    /// The minute rollups' own age, `None` when nothing is compacted; refused past the raw
+    /// age.
+    pub fn rollup_after_days(&self) -> anyhow::Result<Option<u32>> {
+        if !self.no_compaction && self.rollup_compact_after_days > self.compact_after_days {
+            anyhow::bail!(
+                "--rollup-compact-after-days ({}) must be at most --compact-after-days ({})",
+                self.rollup_compact_after_days,
+                self.compact_after_days
+            );
+        }
+        Ok((!self.no_compaction).then_some(self.rollup_compact_after_days))
     }
 }
 
@@ -102,6 +122,7 @@ impl CompactionArgs {
     pub fn config(&self) -> anyhow::Result<CompactionConfig> {
         let config = CompactionConfig {
             after_days: self.age.after_days(),
+            rollup_after_days: self.age.rollup_after_days()?,
             first_run_delay_ms: i64::try_from(self.compaction_first_run_delay_ms)
                 .context("--compaction-first-run-delay-ms")?,
             run_interval_ms: i64::try_from(self.compaction_interval_ms)

@@ -9,6 +9,11 @@
 //! the first refusal of that kind (every later day is refused too). Days already compacted or
 //! empty write nothing. Each day's minute rollups are compacted with it (migration 0016, their
 //! own `compaction` event), also a day whose raw rows retention already dropped.
+//!
+//! `--rollups-only` compacts only the days' minute rollups (`Store::compact_rollup_day`), at
+//! their own age (`--compact-after-days`, 1 by default then), without reading the stream: a
+//! recompute of a compacted minute writes a hot row that wins over it. `--json` names each
+//! day's `rollup_1m` compaction.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -20,7 +25,8 @@ use sentinel_core::time::US_PER_DAY;
 use sentinel_core::{Micros, RetentionClass};
 use sentinel_ports::clock::{Clock, SystemClock};
 use sentinel_ports::{
-    COMPACT_AFTER_DAYS_MAX, Compaction, CompactionRequest, Lease, Store, StoreError, day_name,
+    COMPACT_AFTER_DAYS_MAX, Compaction, CompactionRequest, Lease, RollupCompaction, RollupCompactionRequest,
+    Store, StoreError, day_name,
 };
 use sentinel_store_pg::{PgStore, PgStoreConfig};
 
@@ -40,6 +46,8 @@ pub struct CompactArgs {
     /// Empty: every class.
     pub classes: Vec<RetentionClass>,
     pub compact_after_days: u32,
+    /// Only the days' minute rollups (`Store::compact_rollup_day`); `classes` is empty.
+    pub rollups_only: bool,
     pub json: bool,
 }
 
@@ -93,6 +101,46 @@ fn compaction_json(class: RetentionClass, day: Micros, c: &Compaction) -> serde_
     })
 }
 
+fn rollup_json(day: Micros, r: &RollupCompaction) -> serde_json::Value {
+    serde_json::json!({
+        "table": "rollup_1m",
+        "day": day_name(day),
+        "buckets": r.buckets,
+        "chunks": r.chunks,
+        "bytes_before": r.bytes_before,
+        "bytes_after": r.bytes_after,
+        "seq": r.seq,
+    })
+}
+
+/// One day's answer: a class's rows (with the day's rollups), or the rollups alone.
+enum Done {
+    Rows(RetentionClass, Compaction),
+    Rollups(RollupCompaction),
+}
+
+impl Done {
+    fn wrote(&self) -> bool {
+        match self {
+            Done::Rows(_, c) => c.rows > 0 || c.rollups.buckets > 0,
+            Done::Rollups(r) => r.buckets > 0,
+        }
+    }
+}
+
+fn print_rollups(day: Micros, r: &RollupCompaction) {
+    println!(
+        "  {:<11} {}  {} buckets → {} chunks, {} → {} bytes  (control event {})",
+        "rollup_1m",
+        day_name(day),
+        r.buckets,
+        r.chunks,
+        r.bytes_before,
+        r.bytes_after,
+        r.seq.unwrap_or_default()
+    );
+}
+
 pub async fn run(database_url: &str, nats: &NatsArgs, args: &CompactArgs) -> anyhow::Result<ExitCode> {
     if !(1..=COMPACT_AFTER_DAYS_MAX).contains(&args.compact_after_days) {
         bail!(
@@ -118,7 +166,12 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &CompactArgs) -> any
     } else {
         args.classes.clone()
     };
-    let oldest = stream_oldest(nats, now).await?;
+    // The minute rollups alone need no stream rule: the bus is not asked.
+    let oldest = if args.rollups_only {
+        None
+    } else {
+        stream_oldest(nats, now).await?
+    };
     let store = PgStore::connect(database_url, PgStoreConfig::default())
         .await
         .context("connecting to PostgreSQL")?;
@@ -141,7 +194,23 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &CompactArgs) -> any
     let mut stopped = None;
     'days: for i in 0..days {
         let day = Micros(from.0 + i * US_PER_DAY);
-        for &class in &classes {
+        if args.rollups_only {
+            let request = RollupCompactionRequest {
+                day,
+                now,
+                compact_after_days: args.compact_after_days,
+                principal: PRINCIPAL,
+            };
+            match store.compact_rollup_day(lease.epoch(), request).await {
+                Ok(r) => done.push((day, Done::Rollups(r))),
+                Err(StoreError::Other(refusal)) if refusal.starts_with("compaction refused") => {
+                    stopped = Some(refusal);
+                    break 'days;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        for &class in classes.iter().filter(|_| !args.rollups_only) {
             let request = CompactionRequest {
                 class,
                 day,
@@ -151,7 +220,7 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &CompactArgs) -> any
                 principal: PRINCIPAL,
             };
             match store.compact_day(lease.epoch(), request).await {
-                Ok(c) => done.push((class, day, c)),
+                Ok(c) => done.push((day, Done::Rows(class, c))),
                 // Every later day is refused the same way: stop, and say why.
                 Err(e @ StoreError::StreamHoldsDay { .. }) => {
                     stopped = Some(e.to_string());
@@ -173,14 +242,14 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &CompactArgs) -> any
     }
     let duration_us = started.elapsed().as_micros() as u64;
     crate::db::finish_under_lock(&store, lease, "compaction", duration_us).await?;
-    let compacted: Vec<_> = done
-        .iter()
-        .filter(|(_, _, c)| c.rows > 0 || c.rollups.buckets > 0)
-        .collect();
+    let compacted: Vec<_> = done.iter().filter(|(_, d)| d.wrote()).collect();
     if args.json {
         let list: Vec<_> = compacted
             .iter()
-            .map(|(cl, d, c)| compaction_json(*cl, *d, c))
+            .map(|(day, d)| match d {
+                Done::Rows(class, c) => compaction_json(*class, *day, c),
+                Done::Rollups(r) => rollup_json(*day, r),
+            })
             .collect();
         println!(
             "{}",
@@ -188,6 +257,7 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &CompactArgs) -> any
                 "now": now.to_rfc3339(),
                 "from": day_name(from),
                 "through": day_name(through),
+                "rollups_only": args.rollups_only,
                 "stream_oldest": oldest.map(Micros::to_rfc3339),
                 "compacted": list,
                 "stopped": stopped,
@@ -202,28 +272,24 @@ pub async fn run(database_url: &str, nats: &NatsArgs, args: &CompactArgs) -> any
             day_name(through),
             duration_us as f64 / 1e6
         );
-        for (class, day, c) in &compacted {
-            println!(
-                "  {:<11} {}  {} rows → {} chunks, {} → {} bytes  (control event {})",
-                class.as_str(),
-                day_name(*day),
-                c.rows,
-                c.chunks,
-                c.bytes_before,
-                c.bytes_after,
-                c.seq.unwrap_or_default()
-            );
-            if c.rollups.buckets > 0 {
-                println!(
-                    "  {:<11} {}  {} buckets → {} chunks, {} → {} bytes  (control event {})",
-                    "rollup_1m",
-                    day_name(*day),
-                    c.rollups.buckets,
-                    c.rollups.chunks,
-                    c.rollups.bytes_before,
-                    c.rollups.bytes_after,
-                    c.rollups.seq.unwrap_or_default()
-                );
+        for (day, d) in &compacted {
+            match d {
+                Done::Rows(class, c) => {
+                    println!(
+                        "  {:<11} {}  {} rows → {} chunks, {} → {} bytes  (control event {})",
+                        class.as_str(),
+                        day_name(*day),
+                        c.rows,
+                        c.chunks,
+                        c.bytes_before,
+                        c.bytes_after,
+                        c.seq.unwrap_or_default()
+                    );
+                    if c.rollups.buckets > 0 {
+                        print_rollups(*day, &c.rollups);
+                    }
+                }
+                Done::Rollups(r) => print_rollups(*day, r),
             }
         }
         if let Some(why) = &stopped {

@@ -4,9 +4,10 @@
 //! format's measured cost per row ([`RAW_ROW_BYTES`], [`ROLLUP_ROW_BYTES`]); `sentinel storage`
 //! uses a table's own bytes per row once it holds [`MEASURED_ROWS_MIN`] rows. A raw table's
 //! days past the compaction age (`--compact-after-days`, 7 by default; `--no-compaction`) are
-//! sized at the compacted format's cost, [`COMPACT_ROW_BYTES`]; so are the minute rollup's,
-//! at [`COMPACT_ROLLUP_BUCKET_BYTES`] a bucket (compacted with the raw day, migration 0016).
-//! The hourly rollup is never compacted. Of a raw table's hot days, the [`UNPACKED_HOT_DAYS`]
+//! sized at the compacted format's cost, [`COMPACT_ROW_BYTES`]; so are the minute rollup's
+//! days past their own, shorter age (`--rollup-compact-after-days`, 1 by default: compacted
+//! alone, `Store::compact_rollup_day`), at [`COMPACT_ROLLUP_BUCKET_BYTES`] a bucket. The
+//! hourly rollup is never compacted. Of a raw table's hot days, the [`UNPACKED_HOT_DAYS`]
 //! newest (today's and yesterday's) are at the hot cost and the rest at [`PACKED_ROW_BYTES`]
 //! (the closed days `sentinel db pack` rebuilds daily, migration 0019) when the table is sized
 //! at the format's cost; a table measured in this database keeps its own cost for every hot
@@ -34,6 +35,31 @@ const SECONDS_PER_DAY: f64 = 86_400.0;
 /// A rollup bucket a point reports in at most: one a minute, one an hour.
 const MINUTES_PER_DAY: f64 = 1_440.0;
 const HOURS_PER_DAY: f64 = 24.0;
+
+/// The ages past which days are held compacted (`sentinel run`'s): the raw tables' and the
+/// minute rollup's (at most the raw age; `None` with the raw age: nothing is compacted).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CompactAges {
+    pub raw_days: Option<u32>,
+    pub rollup_1m_days: Option<u32>,
+}
+
+impl CompactAges {
+    /// Both ages from the flags `sentinel run` takes, as `registry plan` and `sentinel
+    /// storage` size the days they hold compacted.
+    pub fn of(args: &crate::args::CompactionAgeArgs) -> anyhow::Result<CompactAges> {
+        Ok(CompactAges {
+            raw_days: args.after_days(),
+            rollup_1m_days: args.rollup_after_days()?,
+        })
+    }
+
+    /// The minute rollup's days are compacted alone at `rollup_1m_days`, or with the raw days.
+    pub fn rollup_1m(self) -> Option<u32> {
+        self.raw_days
+            .map(|raw| self.rollup_1m_days.map_or(raw, |r| r.min(raw)))
+    }
+}
 
 /// Where a projection's bytes per row came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,15 +103,15 @@ pub fn bytes_per_row(size: &TableSize) -> Option<f64> {
 
 /// The projected size of each retained table over its horizon in `config`, at the declared
 /// rates of `descriptors`, with the bytes per row `measured` holds for a table when it holds
-/// at least [`MEASURED_ROWS_MIN`] rows, else the format's. A raw table's or the minute
-/// rollup's days older than `compact_after_days` (none when `None`) are at
-/// [`compact_row_bytes`] a row. A rollup has
+/// at least [`MEASURED_ROWS_MIN`] rows, else the format's. A raw table's days older than
+/// `ages.raw_days`, and the minute rollup's older than [`CompactAges::rollup_1m`] (none when
+/// `None`), are at [`compact_row_bytes`] a row. A rollup has
 /// one row per point per bucket the point reports in: a point slower than a bucket fills only
 /// some.
 pub fn project(
     descriptors: &[Descriptor],
     config: &RetentionConfig,
-    compact_after_days: Option<u32>,
+    ages: CompactAges,
     measured: &[(RetainedTable, usize, TableSize)],
 ) -> Vec<Projection> {
     RetainedTable::ALL
@@ -118,12 +144,12 @@ pub fn project(
                 _ => (format_row_bytes(table), RowBytesFrom::Format),
             };
             let horizon_days = horizon_days(config, table);
-            let compacted_days = match (table, compact_after_days) {
-                (RetainedTable::Raw(_) | RetainedTable::Rollup(RollupGrain::Minute), Some(after)) => {
-                    horizon_days.saturating_sub(after)
-                }
-                _ => 0,
+            let age = match table {
+                RetainedTable::Raw(_) => ages.raw_days,
+                RetainedTable::Rollup(RollupGrain::Minute) => ages.rollup_1m(),
+                RetainedTable::Rollup(RollupGrain::Hour) => None,
             };
+            let compacted_days = age.map_or(0, |after| horizon_days.saturating_sub(after));
             debug_assert!(compacted_days <= horizon_days);
             let hot_days = horizon_days - compacted_days;
             let packed_days = match (table, bytes_per_row_from) {
@@ -310,7 +336,7 @@ mod tests {
             (RetainedTable::Raw(RetentionClass::Measurement), 1, measured_size),
             (RetainedTable::Raw(RetentionClass::State), 1, too_few),
         ];
-        let p = project(&points, &config, None, &measured);
+        let p = project(&points, &config, CompactAges::default(), &measured);
         let m = &p[0];
         assert_eq!(m.rows_per_day, 1.5 * 86_400.0);
         assert_eq!(
@@ -360,7 +386,7 @@ mod tests {
             raw_days: [90, 90, 7],
             ..RetentionConfig::default()
         };
-        let p = project(&points, &config, None, &[]);
+        let p = project(&points, &config, CompactAges::default(), &[]);
         assert!((p[0].rows_per_day - 19e6).abs() < 1.0);
         // Today's and yesterday's rows as ingest fills them, the 88 closed days packed
         // (`sentinel db pack`): 19M × (2 × 235 + 88 × 195) B ≈ 335 GB.
@@ -371,8 +397,13 @@ mod tests {
         assert!(p.iter().all(|p| p.compacted_days == 0));
         // Compacted from day seven, as the spec has it: 7 hot days (today's and yesterday's
         // unpacked, 5 packed) and 83 compacted, about 19M × (2 × 235 + 5 × 195 + 83 × 17) B
-        // ≈ 54.3 GB of raw rows (58.1 GB unpacked; the spec says ~40 GB).
-        let p = project(&points, &config, Some(7), &[]);
+        // ≈ 54.3 GB of raw rows (58.1 GB unpacked; the spec says ~40 GB). The minute rollups
+        // here with the raw days (their own age set to the raw one).
+        let with_raw = CompactAges {
+            raw_days: Some(7),
+            rollup_1m_days: None,
+        };
+        let p = project(&points, &config, with_raw, &[]);
         assert_eq!(
             (p[0].horizon_days, p[0].packed_days, p[0].compacted_days),
             (90, 5, 83)
@@ -394,13 +425,40 @@ mod tests {
         assert!(
             (p[3].bytes - 5.76e6 * (7.0 * ROLLUP_ROW_BYTES + 83.0 * COMPACT_ROLLUP_BUCKET_BYTES)).abs() < 1e3
         );
-        let q = project(&points, &config, None, &[]);
+        let q = project(&points, &config, CompactAges::default(), &[]);
         assert!(
             p[0].bytes < q[0].bytes / 4.0,
             "compaction shrinks the raw table's projection"
         );
         assert!(p[3].bytes < q[3].bytes / 4.0, "and the minute rollup's");
         assert_eq!(p[4].bytes, q[4].bytes, "the hourly rollup is never compacted");
+        // The defaults: the minute rollup compacted alone a day after the day ended (1 hot day,
+        // 89 compacted); the raw rows as before.
+        let defaults = CompactAges {
+            raw_days: Some(7),
+            rollup_1m_days: Some(1),
+        };
+        let r = project(&points, &config, defaults, &[]);
+        assert_eq!((r[0].compacted_days, r[3].compacted_days), (83, 89));
+        assert_eq!(r[0].bytes, p[0].bytes, "the raw rows wait for their own age");
+        assert!((r[3].bytes - 5.76e6 * (ROLLUP_ROW_BYTES + 89.0 * COMPACT_ROLLUP_BUCKET_BYTES)).abs() < 1e3);
+        let six_days = 6.0 * 5.76e6 * (ROLLUP_ROW_BYTES - COMPACT_ROLLUP_BUCKET_BYTES);
+        assert!(
+            (p[3].bytes - r[3].bytes - six_days).abs() < 1e3,
+            "six of the hot week's minute rollup days compacted"
+        );
+        // Never past the raw age; nothing at all when compaction is off.
+        let past = CompactAges {
+            raw_days: Some(3),
+            rollup_1m_days: Some(5),
+        };
+        assert_eq!(past.rollup_1m(), Some(3));
+        let off = CompactAges {
+            raw_days: None,
+            rollup_1m_days: Some(1),
+        };
+        assert_eq!(off.rollup_1m(), None);
+        assert_eq!(project(&points, &config, off, &[])[3].compacted_days, 0);
     }
 
     #[test]

@@ -248,9 +248,14 @@ enum Command {
         /// Only these class tables (repeatable); default: all three.
         #[arg(long = "class", value_enum)]
         classes: Vec<ClassArg>,
-        /// How many days a closed day waits before it is compacted.
-        #[arg(long, default_value_t = sentinel_ports::COMPACT_AFTER_DAYS_DEFAULT)]
-        compact_after_days: u32,
+        /// How many days a closed day waits before it is compacted (default 7; with
+        /// --rollups-only, 1).
+        #[arg(long)]
+        compact_after_days: Option<u32>,
+        /// Only the days' minute rollups, at their own age (no stream rule): the raw rows
+        /// are left hot.
+        #[arg(long, conflicts_with = "classes")]
+        rollups_only: bool,
         /// One JSON object on stdout instead of text.
         #[arg(long)]
         json: bool,
@@ -562,7 +567,7 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             &dir,
             &admission.validated()?,
             &horizons.config()?,
-            compaction.after_days(),
+            disk::CompactAges::of(&compaction)?,
             json,
         ),
         Command::Registry {
@@ -721,13 +726,20 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             through,
             classes,
             compact_after_days,
+            rollups_only,
             json,
         } => {
+            let default_days = if rollups_only {
+                sentinel_ports::ROLLUP_COMPACT_AFTER_DAYS_DEFAULT
+            } else {
+                sentinel_ports::COMPACT_AFTER_DAYS_DEFAULT
+            };
             let args = compact::CompactArgs {
                 from,
                 through,
                 classes: classes.into_iter().map(ClassArg::class).collect(),
-                compact_after_days,
+                compact_after_days: compact_after_days.unwrap_or(default_days),
+                rollups_only,
                 json,
             };
             compact::run(&db.database_url, &nats, &args).await
@@ -738,7 +750,16 @@ async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
             compaction,
             exact,
             json,
-        } => storage::run(&db.database_url, &horizons, compaction.after_days(), exact, json).await,
+        } => {
+            storage::run(
+                &db.database_url,
+                &horizons,
+                disk::CompactAges::of(&compaction)?,
+                exact,
+                json,
+            )
+            .await
+        }
         Command::History {
             point_id,
             db,

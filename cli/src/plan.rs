@@ -71,7 +71,7 @@ pub fn run(
     dir: &Path,
     admission: &Admission,
     horizons: &RetentionConfig,
-    compact_after_days: Option<u32>,
+    ages: disk::CompactAges,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
     let descriptors = match registry_dir::check_dir_with(dir, admission) {
@@ -83,7 +83,7 @@ pub fn run(
     };
     let plan = Plan::of(&descriptors, admission);
     // Nothing is measured before the database exists: every table at the format's cost.
-    let disk = disk::project(&descriptors, horizons, compact_after_days, &[]);
+    let disk = disk::project(&descriptors, horizons, ages, &[]);
     let out = if json {
         let mut value = serde_json::to_value(&plan)?;
         value["disk"] = disk::json(&disk);

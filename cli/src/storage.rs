@@ -134,7 +134,7 @@ fn size_json(size: &TableSize) -> serde_json::Value {
 pub async fn run(
     database_url: &str,
     horizons: &RetentionArgs,
-    compact_after_days: Option<u32>,
+    ages: crate::disk::CompactAges,
     exact: bool,
     json: bool,
 ) -> anyhow::Result<ExitCode> {
@@ -170,7 +170,7 @@ pub async fn run(
         None => Vec::new(),
     };
     let totals = totals(&report);
-    let projections = project(&descriptors, &config, compact_after_days, &totals);
+    let projections = project(&descriptors, &config, ages, &totals);
     let mut observations: TableSize = totals.iter().filter(|(t, _, _)| t.class().is_some()).fold(
         TableSize {
             rows_exact: true,

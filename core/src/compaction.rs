@@ -16,6 +16,15 @@
 //! (every later day of every class would be refused too). A failure waits the retry interval. A
 //! restart walks again from the oldest kept day; days already compacted or empty cost the store
 //! one probe each and write nothing, and the next is asked at once.
+//!
+//! The minute rollups have a cursor of their own ([`CompactionTarget::MinuteRollups`]): they
+//! need no stream rule (a recompute of a compacted minute writes a hot row that wins over it),
+//! so a day's minute rollups are compacted alone at their own, shorter age
+//! (`rollup_after_days`, default 1), walking days oldest first from the first day the
+//! minute-rollup retention keeps to the newest day old enough at that age; the raw rows wait
+//! for `after_days` (their compaction still compacts the day's rollups too: nothing, by then).
+//! Both cursors share the one request in flight, the pauses and the hold while ingest is
+//! behind; the older waiting day goes first, a class's rows before the rollups on a tie.
 
 use crate::registry::RetentionClass;
 use crate::retention::RetentionConfig;
@@ -32,6 +41,10 @@ pub struct CompactionConfig {
     /// running core compacts nothing (`sentinel run --no-compaction`). Default 7, the spec's
     /// "compression from day seven".
     pub after_days: Option<u32>,
+    /// A closed day's minute rollups are compacted alone once the day ended this many days
+    /// ago (1..=400, at most `after_days`); `None`: only with the day's raw rows. Off whenever
+    /// `after_days` is. Default 1.
+    pub rollup_after_days: Option<u32>,
     /// The next walk after one that reached the newest day old enough, or that the stream
     /// held back.
     pub run_interval_ms: i64,
@@ -49,6 +62,7 @@ impl Default for CompactionConfig {
     fn default() -> Self {
         CompactionConfig {
             after_days: Some(7),
+            rollup_after_days: Some(1),
             run_interval_ms: 3_600_000,
             first_run_delay_ms: 300_000,
             catch_up_interval_ms: 1_000,
@@ -66,6 +80,16 @@ impl CompactionConfig {
                 "compaction.after_days must be within 1..={COMPACT_AFTER_DAYS_MAX}, got {days}"
             ));
         }
+        if let Some(days) = self.rollup_after_days
+            && (!(1..=COMPACT_AFTER_DAYS_MAX).contains(&days)
+                || self.after_days.is_some_and(|raw| days > raw))
+        {
+            return Err(format!(
+                "compaction.rollup_after_days must be within 1..={COMPACT_AFTER_DAYS_MAX} and at most \
+                 compaction.after_days ({}), got {days}",
+                self.after_days.map_or("off".to_string(), |d| d.to_string())
+            ));
+        }
         if self.run_interval_ms <= 0
             || self.first_run_delay_ms < 0
             || self.catch_up_interval_ms <= 0
@@ -79,24 +103,43 @@ impl CompactionConfig {
         }
         Ok(())
     }
+
+    /// The age at which a day's minute rollups are compacted alone, if they are: off when
+    /// compaction is.
+    pub fn rollup_age_days(&self) -> Option<u32> {
+        self.after_days.and(self.rollup_after_days)
+    }
 }
 
-/// What the core asks the store for: compact one closed day of one class.
+/// What one request compacts.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum CompactionTarget {
+    /// A class's raw rows of the day (`Store::compact_day`, which compacts the day's minute
+    /// rollups too).
+    Rows(RetentionClass),
+    /// The day's minute rollups alone (`Store::compact_rollup_day`).
+    MinuteRollups,
+}
+
+/// What the core asks the store for: compact one closed day of one class, or its minute
+/// rollups.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct CompactionDayRequest {
     pub epoch: u32,
-    pub class: RetentionClass,
+    pub target: CompactionTarget,
     /// The UTC midnight starting the day.
     pub day: Micros,
     /// The request's instant: the store's `now` and the control event's `occurred_at`.
     pub at: Micros,
+    /// The target's age: `after_days` for rows, `rollup_after_days` for minute rollups.
     pub after_days: u32,
 }
 
 /// A request's outcome, as the core needs it.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum CompactionOutcome {
-    /// Done: `rows` hot rows compacted (0: the day was already compacted, or empty).
+    /// Done: `rows` hot rows (or minute buckets) compacted (0: the day was already
+    /// compacted, or empty).
     Done { rows: u64 },
     /// The stream may still hold a message ingested on the day: asked again a run interval
     /// later. Normal while the stream holds an old backlog.
@@ -110,12 +153,15 @@ pub enum CompactionOutcome {
 #[derive(Debug)]
 pub struct CompactionSchedule {
     config: CompactionConfig,
-    /// The class and day in flight.
-    in_flight: Option<(RetentionClass, Micros)>,
+    /// The target and day in flight.
+    in_flight: Option<(CompactionTarget, Micros)>,
     next_at: Micros,
     /// Per class (by [`RetentionClass::index`]), the next day to ask for; `None` until the
     /// first walk starts it at the oldest kept day.
     cursor: [Option<Micros>; 3],
+    /// The next day whose minute rollups to ask for; `None` until the first walk starts it at
+    /// the oldest day the minute rollups keep.
+    rollup_cursor: Option<Micros>,
 }
 
 impl CompactionSchedule {
@@ -126,6 +172,7 @@ impl CompactionSchedule {
             in_flight: None,
             next_at,
             cursor: [None; 3],
+            rollup_cursor: None,
         }
     }
 
@@ -147,39 +194,55 @@ impl CompactionSchedule {
             return None;
         }
         let newest = Self::newest_due(after_days, now);
-        let mut oldest: Option<(RetentionClass, Micros)> = None;
+        let mut oldest: Option<(CompactionTarget, Micros)> = None;
         for class in RetentionClass::ALL {
             let kept_from = retention.raw_kept_from(class, now);
             let cursor = self.cursor[class.index()].map_or(kept_from, |c| c.max(kept_from));
             self.cursor[class.index()] = Some(cursor);
             if cursor <= newest && oldest.is_none_or(|(_, day)| cursor < day) {
-                oldest = Some((class, cursor));
+                oldest = Some((CompactionTarget::Rows(class), cursor));
             }
         }
-        let Some((class, day)) = oldest else {
-            // Every class is walked up to the newest day old enough.
+        let mut age_days = after_days;
+        if let Some(rollup_days) = self.config.rollup_age_days() {
+            debug_assert!(rollup_days <= after_days);
+            let kept_from = retention.rollup_1m_kept_from(now);
+            let cursor = self.rollup_cursor.map_or(kept_from, |c| c.max(kept_from));
+            self.rollup_cursor = Some(cursor);
+            // A tie goes to the class's rows: they compact the day's rollups with them.
+            if cursor <= Self::newest_due(rollup_days, now) && oldest.is_none_or(|(_, day)| cursor < day) {
+                oldest = Some((CompactionTarget::MinuteRollups, cursor));
+                age_days = rollup_days;
+            }
+        }
+        let Some((target, day)) = oldest else {
+            // Every class and the minute rollups are walked up to the newest day old enough.
             self.next_at = now.add_ms(self.config.run_interval_ms);
             return None;
         };
-        debug_assert!(day.0 % US_PER_DAY == 0 && day <= newest);
-        self.in_flight = Some((class, day));
+        debug_assert!(day.0 % US_PER_DAY == 0 && day <= Self::newest_due(age_days, now));
+        self.in_flight = Some((target, day));
         Some(CompactionDayRequest {
             epoch,
-            class,
+            target,
             day,
             at: now,
-            after_days,
+            after_days: age_days,
         })
     }
 
     pub fn on_compacted(&mut self, now: Micros, outcome: CompactionOutcome) {
-        let Some((class, day)) = self.in_flight.take() else {
+        let Some((target, day)) = self.in_flight.take() else {
             debug_assert!(false, "a compaction answered that was never asked for");
             return;
         };
         let wait_ms = match outcome {
             CompactionOutcome::Done { rows } => {
-                self.cursor[class.index()] = Some(Micros(day.0 + US_PER_DAY));
+                let next = Some(Micros(day.0 + US_PER_DAY));
+                match target {
+                    CompactionTarget::Rows(class) => self.cursor[class.index()] = next,
+                    CompactionTarget::MinuteRollups => self.rollup_cursor = next,
+                }
                 // An empty or already compacted day cost the store one probe: the next at once.
                 if rows == 0 {
                     0
@@ -197,6 +260,11 @@ impl CompactionSchedule {
         self.in_flight.is_some()
     }
 
+    /// What the request in flight compacts, if one is.
+    pub fn in_flight_target(&self) -> Option<CompactionTarget> {
+        self.in_flight.map(|(target, _)| target)
+    }
+
     /// When the next request may be due, if one can be asked for.
     pub fn next_deadline(&self) -> Option<Micros> {
         (self.config.after_days.is_some() && self.in_flight.is_none()).then_some(self.next_at)
@@ -211,9 +279,11 @@ mod tests {
         Micros::parse_rfc3339(text).expect("test instant")
     }
 
+    /// The raw rows alone: the rollups' own cursor is off.
     fn config() -> CompactionConfig {
         CompactionConfig {
             first_run_delay_ms: 0,
+            rollup_after_days: None,
             ..CompactionConfig::default()
         }
     }
@@ -228,13 +298,17 @@ mod tests {
         }
     }
 
-    fn walk(s: &mut CompactionSchedule, now: Micros) -> Vec<(RetentionClass, String)> {
+    fn walk(s: &mut CompactionSchedule, now: Micros) -> Vec<(CompactionTarget, String)> {
         let mut asked = Vec::new();
         let mut t = now;
         while let Some(request) = s.poll(t, 3, false, &retention()) {
-            assert_eq!((request.epoch, request.at, request.after_days), (3, t, 7));
+            let age = match request.target {
+                CompactionTarget::Rows(_) => s.config.after_days,
+                CompactionTarget::MinuteRollups => s.config.rollup_after_days,
+            };
+            assert_eq!((request.epoch, request.at, Some(request.after_days)), (3, t, age));
             asked.push((
-                request.class,
+                request.target,
                 crate::time::Micros::to_rfc3339(request.day)[..10].to_string(),
             ));
             s.on_compacted(t, CompactionOutcome::Done { rows: 1 });
@@ -273,12 +347,13 @@ mod tests {
         // Newest old enough: it ended 7 days before today's midnight → 2026-06-12.
         // Kept from: measurement 06-11, state 06-12, diagnostic 06-13 (nothing due).
         use RetentionClass::*;
+        let rows = CompactionTarget::Rows;
         assert_eq!(
             walk(&mut s, now),
             [
-                (Measurement, "2026-06-11".to_string()),
-                (Measurement, "2026-06-12".to_string()),
-                (State, "2026-06-12".to_string()),
+                (rows(Measurement), "2026-06-11".to_string()),
+                (rows(Measurement), "2026-06-12".to_string()),
+                (rows(State), "2026-06-12".to_string()),
             ]
         );
         let done_at = now.add_ms(3_000);
@@ -293,8 +368,8 @@ mod tests {
         assert_eq!(
             walk(&mut s, tomorrow),
             [
-                (Measurement, "2026-06-13".to_string()),
-                (State, "2026-06-13".to_string()),
+                (rows(Measurement), "2026-06-13".to_string()),
+                (rows(State), "2026-06-13".to_string()),
             ]
         );
     }
@@ -302,15 +377,22 @@ mod tests {
     #[test]
     fn one_at_a_time_held_back_while_behind_and_the_stream_or_a_failure_waits() {
         let now = at("2026-06-20T12:00:00Z");
-        let mut s = CompactionSchedule::new(CompactionConfig::default(), now);
+        let raw_only = CompactionConfig {
+            rollup_after_days: None,
+            ..CompactionConfig::default()
+        };
+        let mut s = CompactionSchedule::new(raw_only, now);
         assert_eq!(s.poll(now, 1, false, &retention()), None, "not at once");
         let first = now.add_ms(300_000);
         assert_eq!(s.next_deadline(), Some(first));
         assert_eq!(s.poll(first, 1, true, &retention()), None, "ingest behind");
         let request = s.poll(first, 1, false, &retention()).expect("due");
         assert_eq!(
-            (request.class, request.day),
-            (RetentionClass::Measurement, at("2026-06-11T00:00:00Z"))
+            (request.target, request.day),
+            (
+                CompactionTarget::Rows(RetentionClass::Measurement),
+                at("2026-06-11T00:00:00Z")
+            )
         );
         assert!(s.in_flight());
         assert_eq!(s.next_deadline(), None, "one in flight at most");
@@ -362,5 +444,109 @@ mod tests {
         s.cursor[RetentionClass::Measurement.index()] = Some(at("2026-01-01T00:00:00Z"));
         let request = s.poll(now, 1, false, &retention()).expect("due");
         assert_eq!(request.day, at("2026-06-11T00:00:00Z"), "no day retention drops");
+    }
+
+    #[test]
+    fn the_rollup_age_is_bounded_by_the_raw_age_and_off_with_it() {
+        let with = |after_days, rollup_after_days| CompactionConfig {
+            after_days,
+            rollup_after_days,
+            ..CompactionConfig::default()
+        };
+        assert_eq!(CompactionConfig::default().rollup_after_days, Some(1));
+        assert_eq!(CompactionConfig::default().rollup_age_days(), Some(1));
+        assert_eq!(with(Some(7), Some(7)).validate(), Ok(()));
+        assert_eq!(
+            with(Some(7), Some(8)).validate(),
+            Err("compaction.rollup_after_days must be within 1..=400 and at most \
+                 compaction.after_days (7), got 8"
+                .into())
+        );
+        assert!(with(Some(7), Some(0)).validate().is_err());
+        assert_eq!(with(Some(400), Some(400)).validate(), Ok(()));
+        assert!(with(Some(400), Some(401)).validate().is_err());
+        assert_eq!(
+            with(Some(7), None).rollup_age_days(),
+            None,
+            "with the raw rows only"
+        );
+        assert_eq!(with(None, Some(1)).rollup_age_days(), None, "off with compaction");
+        let mut off = CompactionSchedule::new(with(None, Some(1)), at("2026-06-20T12:00:00Z"));
+        assert_eq!(off.poll(at("2026-07-20T12:00:00Z"), 1, false, &retention()), None);
+    }
+
+    #[test]
+    fn minute_rollups_walk_their_own_cursor_at_their_age_oldest_day_first() {
+        let now = at("2026-06-20T12:00:00Z");
+        let mut s = CompactionSchedule::new(
+            CompactionConfig {
+                first_run_delay_ms: 0,
+                ..CompactionConfig::default()
+            },
+            now,
+        );
+        // Minute rollups kept from 06-11 (9 days), newest old enough at 1 day: 06-18. The raw
+        // rows as before (through 06-12); a tie goes to the rows.
+        use CompactionTarget::*;
+        use RetentionClass::*;
+        let day = |d: u32| format!("2026-06-{d:02}");
+        let mut expected = vec![
+            (Rows(Measurement), day(11)),
+            (MinuteRollups, day(11)),
+            (Rows(Measurement), day(12)),
+            (Rows(State), day(12)),
+        ];
+        expected.extend((12..=18).map(|d| (MinuteRollups, day(d))));
+        assert_eq!(walk(&mut s, now), expected);
+        // A day later: one more day of each.
+        let tomorrow = at("2026-06-21T12:00:00Z");
+        assert_eq!(
+            walk(&mut s, tomorrow),
+            [
+                (Rows(Measurement), day(13)),
+                (Rows(State), day(13)),
+                (MinuteRollups, day(19)),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rollup_request_shares_the_one_in_flight_the_hold_and_the_retry() {
+        let now = at("2026-06-20T12:00:00Z");
+        let mut s = CompactionSchedule::new(
+            CompactionConfig {
+                first_run_delay_ms: 0,
+                after_days: Some(9),
+                ..CompactionConfig::default()
+            },
+            now,
+        );
+        // Raw rows: nothing is 9 days old and kept; the rollups from 06-11.
+        assert_eq!(s.poll(now, 1, true, &retention()), None, "ingest behind");
+        let request = s.poll(now, 1, false, &retention()).expect("due");
+        assert_eq!(
+            (request.target, request.day, request.after_days),
+            (CompactionTarget::MinuteRollups, at("2026-06-11T00:00:00Z"), 1)
+        );
+        assert_eq!(s.in_flight_target(), Some(CompactionTarget::MinuteRollups));
+        assert_eq!(s.poll(now, 1, false, &retention()), None, "one in flight at most");
+        s.on_compacted(now, CompactionOutcome::Failed);
+        assert_eq!(s.next_deadline(), Some(now.add_ms(60_000)), "a failure retries");
+        let retry_at = now.add_ms(60_000);
+        let retry = s.poll(retry_at, 1, false, &retention()).expect("retried");
+        assert_eq!(retry.day, request.day, "the same day");
+        s.on_compacted(retry_at, CompactionOutcome::Done { rows: 1_440 });
+        assert_eq!(
+            s.poll(retry_at.add_ms(999), 1, false, &retention()),
+            None,
+            "a pause"
+        );
+        let next = s
+            .poll(retry_at.add_ms(1_000), 1, false, &retention())
+            .expect("the next day");
+        assert_eq!(
+            (next.target, next.day),
+            (CompactionTarget::MinuteRollups, at("2026-06-12T00:00:00Z"))
+        );
     }
 }

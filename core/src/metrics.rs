@@ -45,6 +45,10 @@ pub struct Metrics {
     /// the hot rows they held, and requests the stream held back or that failed (retried).
     pub compacted_days: u64,
     pub compacted_rows: u64,
+    /// Days whose minute rollups the running core compacted alone, at their own age (a day
+    /// with hot minute rollups), and the hot buckets they held.
+    pub compacted_rollup_days: u64,
+    pub compacted_rollup_buckets: u64,
     pub compaction_stream_holds: u64,
     pub compaction_failures: u64,
     /// Claims decided, by [`CLAIM_OUTCOMES`]: set, released by their holder, expired (each one

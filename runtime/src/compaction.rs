@@ -6,11 +6,13 @@
 //! answer compacts nothing — and telling the store's answers apart: done, fenced (the core
 //! stops), the stream may still redeliver a message of the day (normal, quiet: logged at DEBUG,
 //! retried a run later), anything else (a warning, retried). Nothing logged names a value.
-//! The store owns the compacted form and the refusals (`Store::compact_day`).
+//! The store owns the compacted form and the refusals (`Store::compact_day`). A request for a
+//! day's minute rollups alone (`CompactionTarget::MinuteRollups`) reads no lag (no stream
+//! rule) and calls `Store::compact_rollup_day`.
 
-use sentinel_core::compaction::{CompactionDayRequest, CompactionOutcome};
-use sentinel_core::{Input, Micros};
-use sentinel_ports::{Bus, CompactionRequest, Lag, Store, StoreError, day_name};
+use sentinel_core::compaction::{CompactionDayRequest, CompactionOutcome, CompactionTarget};
+use sentinel_core::{Input, Micros, RetentionClass};
+use sentinel_ports::{Bus, CompactionRequest, Lag, RollupCompactionRequest, Store, StoreError, day_name};
 use tracing::{debug, error, info, warn};
 
 use crate::telemetry::{StoreOp, Telemetry};
@@ -44,15 +46,75 @@ pub fn stream_oldest(lag: &Lag, now: Micros) -> Result<Option<Micros>, String> {
     Ok(Some(oldest))
 }
 
-/// Compacts the request's day: reads the stream's oldest message, then `Store::compact_day`.
+/// Compacts the request's day: for a class's rows, reads the stream's oldest message, then
+/// `Store::compact_day`; for the minute rollups, `Store::compact_rollup_day`.
 pub async fn compact_day<B: Bus, S: Store>(
     bus: &B,
     store: &S,
     request: CompactionDayRequest,
     telemetry: Option<&Telemetry>,
 ) -> Input {
+    match request.target {
+        CompactionTarget::Rows(class) => compact_rows(bus, store, class, request, telemetry).await,
+        CompactionTarget::MinuteRollups => compact_rollups(store, request, telemetry).await,
+    }
+}
+
+/// A day's minute rollups alone.
+async fn compact_rollups<S: Store>(
+    store: &S,
+    request: CompactionDayRequest,
+    telemetry: Option<&Telemetry>,
+) -> Input {
     let day = day_name(request.day);
-    let class = request.class.as_str();
+    let asked = RollupCompactionRequest {
+        day: request.day,
+        now: request.at,
+        compact_after_days: request.after_days,
+        principal: PRINCIPAL,
+    };
+    match store.compact_rollup_day(request.epoch, asked).await {
+        Ok(done) => {
+            if done.buckets > 0 {
+                info!(
+                    day,
+                    buckets = done.buckets,
+                    chunks = done.chunks,
+                    bytes_before = done.bytes_before,
+                    bytes_after = done.bytes_after,
+                    epoch = request.epoch,
+                    "compacted a closed day's minute rollups"
+                );
+            }
+            Input::DayCompacted(CompactionOutcome::Done { rows: done.buckets })
+        }
+        Err(fenced @ StoreError::Fenced { .. }) => {
+            error!(refusal = %fenced, "rollup compaction fenced");
+            if let Some(t) = telemetry {
+                t.store_error(StoreOp::Compaction, Some(&fenced));
+            }
+            Input::CompactionFenced
+        }
+        Err(e) => {
+            if let Some(t) = telemetry {
+                t.store_error(StoreOp::Compaction, Some(&e));
+            }
+            warn!(error = %e, day, "rollup compaction failed; retrying later");
+            Input::DayCompacted(CompactionOutcome::Failed)
+        }
+    }
+}
+
+/// A class's rows of the day (and the day's minute rollups with them).
+async fn compact_rows<B: Bus, S: Store>(
+    bus: &B,
+    store: &S,
+    retention_class: RetentionClass,
+    request: CompactionDayRequest,
+    telemetry: Option<&Telemetry>,
+) -> Input {
+    let day = day_name(request.day);
+    let class = retention_class.as_str();
     let oldest = match bus
         .lag()
         .await
@@ -66,7 +128,7 @@ pub async fn compact_day<B: Bus, S: Store>(
         }
     };
     let asked = CompactionRequest {
-        class: request.class,
+        class: retention_class,
         day: request.day,
         now: request.at,
         compact_after_days: request.after_days,

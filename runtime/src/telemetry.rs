@@ -528,6 +528,16 @@ fn encode_core(f: &mut Family<'_, '_>, s: &Snapshot, now: Micros) -> std::fmt::R
         &[(&[], m.compacted_rows)],
     )?;
     f.counter(
+        "sentinel_compacted_rollup_days",
+        "Closed days whose minute rollups the running core compacted alone, at their own age (one compaction control event each)",
+        &[(&[], m.compacted_rollup_days)],
+    )?;
+    f.counter(
+        "sentinel_compacted_rollup_buckets",
+        "Hot minute rollup buckets the running core compacted alone",
+        &[(&[], m.compacted_rollup_buckets)],
+    )?;
+    f.counter(
         "sentinel_compaction_deferred",
         "Compaction requests deferred, by why: stream (a message ingested on the day may still be redelivered), failed (retried)",
         &[

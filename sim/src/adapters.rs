@@ -542,6 +542,59 @@ impl SimStore {
         self.judge_maintenance(kind, epoch, write.await)
     }
 
+    /// A compaction (of a class's day, which compacts its minute rollups too, or of the
+    /// minute rollups alone) as [`Self::maintenance_write`] judges it, and invariant 27 on the
+    /// day's minute rollups: the store reads every bucket of the day after the compaction as
+    /// it read it before. Nothing runs between the reads and the write: the memory store
+    /// answers each at once, under its lock.
+    async fn rollup_compaction_write<T>(
+        &self,
+        day: Micros,
+        action: &str,
+        epoch: u32,
+        write: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        self.enter(Some(action)).await?;
+        let range = (day, Micros(day.0 + sentinel_core::time::US_PER_DAY));
+        let read = || {
+            self.world
+                .store
+                .load_rollups(RollupGrain::Minute, range.0, range.1, None)
+        };
+        let before = read().await;
+        let result = write.await;
+        if result.is_ok() {
+            let after = read().await;
+            let now = self.world.now();
+            let mut inner = self.world.lock();
+            match (before, after) {
+                (Ok(before), Ok(after)) if before == after => inner.checker.compaction.on_rollup_day_judged(),
+                (Ok(before), Ok(after)) => {
+                    let first = before
+                        .iter()
+                        .zip(&after)
+                        .position(|(b, a)| b != a)
+                        .unwrap_or(before.len().min(after.len()));
+                    let what = format!(
+                        "a compaction ({action}) changed the minute rollups of {}: {} buckets before, {} after, the first differing: {:?} became {:?}",
+                        sentinel_ports::day_name(day),
+                        before.len(),
+                        after.len(),
+                        before.get(first),
+                        after.get(first)
+                    );
+                    inner.checker.fail(27, now, what);
+                }
+                (Err(e), _) | (_, Err(e)) => {
+                    inner
+                        .checker
+                        .fail(0, now, format!("the memory store's rollups do not load: {e}"))
+                }
+            }
+        }
+        self.judge_maintenance(Maintenance::Compaction, epoch, result)
+    }
+
     /// Invariant 6 on a maintenance write's outcome, `result` (see [`Self::maintenance_write`]).
     /// The holder is read after the write: the model runs each write whole under its lock, and
     /// a write that landed changed nothing the fence reads.
@@ -954,9 +1007,27 @@ impl Store for SimStore {
         epoch: u32,
         request: sentinel_ports::CompactionRequest<'_>,
     ) -> Result<sentinel_ports::Compaction, StoreError> {
+        let day = request.day;
         let write = self.handle.compact_day(epoch, request);
-        self.maintenance_write(Maintenance::Compaction, "compacts a day", epoch, write)
+        self.rollup_compaction_write(day, "compacts a day", epoch, write)
             .await
+    }
+
+    async fn compact_rollup_day(
+        &self,
+        epoch: u32,
+        request: sentinel_ports::RollupCompactionRequest<'_>,
+    ) -> Result<sentinel_ports::RollupCompaction, StoreError> {
+        let day = request.day;
+        let write = self.handle.compact_rollup_day(epoch, request);
+        let what = "compacts a day's minute rollups";
+        let out = self.rollup_compaction_write(day, what, epoch, write).await?;
+        self.world
+            .lock()
+            .checker
+            .compaction
+            .on_rollups_compacted(out.buckets);
+        Ok(out)
     }
 
     async fn move_point_class(

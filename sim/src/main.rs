@@ -126,7 +126,7 @@ fn main() -> anyhow::Result<()> {
     let commands: Arc<[AtomicU64; 3]> = Arc::new(Default::default());
     // Seeds that compacted old days, the days and rows compacted, and day readings judged
     // (invariant 27), over all seeds.
-    let compactions: Arc<[AtomicU64; 4]> = Arc::new(Default::default());
+    let compactions: Arc<[AtomicU64; 6]> = Arc::new(Default::default());
     let started = Instant::now();
     let verbose = cli.verbose;
 
@@ -159,6 +159,8 @@ fn main() -> anyhow::Result<()> {
                         s.compacted_days,
                         s.compacted_rows,
                         s.compaction_days_checked,
+                        s.rollup_days_compacted,
+                        s.rollup_days_judged,
                     ]) {
                         total.fetch_add(n, Ordering::Relaxed);
                     }
@@ -206,9 +208,11 @@ fn main() -> anyhow::Result<()> {
     );
     let [applied, deposed, refused] = commands.as_ref().each_ref().map(|c| c.load(Ordering::Relaxed));
     println!("commands applied by drivers {applied} (from a deposed core {deposed}), refused {refused}");
-    let [seeds, days, rows, checked] = compactions.as_ref().each_ref().map(|c| c.load(Ordering::Relaxed));
+    let [seeds, days, rows, checked, rollup_days, rollups_judged] =
+        compactions.as_ref().each_ref().map(|c| c.load(Ordering::Relaxed));
     println!(
-        "old days compacted by the operator: {days} days ({rows} rows) in {seeds} seeds, {checked} day readings judged (invariant 27)"
+        "old days compacted by the operator: {days} days ({rows} rows) in {seeds} seeds, {checked} day readings judged (invariant 27); \
+         {rollup_days} days' minute rollups compacted alone, {rollups_judged} compactions judged to change no minute rollup"
     );
     if !failures.is_empty() {
         std::process::exit(1);

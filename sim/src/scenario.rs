@@ -146,6 +146,10 @@ pub struct Stats {
     pub compacted_days: u64,
     pub compacted_rows: u64,
     pub compaction_days_checked: u64,
+    /// Days whose minute rollups the operator compacted alone, and compactions after which a
+    /// day's minute rollups were judged unchanged (invariant 27).
+    pub rollup_days_compacted: u64,
+    pub rollup_days_judged: u64,
 }
 
 impl SeedOutcome {
@@ -587,6 +591,8 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
             compacted_days: inner.checker.compaction.compacted_days,
             compacted_rows: inner.checker.compaction.compacted_rows,
             compaction_days_checked: inner.checker.compaction.days_checked,
+            rollup_days_compacted: inner.checker.compaction.rollup_days_compacted,
+            rollup_days_judged: inner.checker.compaction.rollup_days_judged,
         },
     }
 }

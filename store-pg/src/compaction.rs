@@ -4,7 +4,9 @@
 //! the start identity, encodes the day's rows into chunks, empties the hot partition and writes
 //! the `compaction` control event in one transaction; then, in the same transaction, the
 //! day's minute rollups through `sentinel_compact_rollup_day`
-//! (`migrations/0016_rollup_compaction.sql`, its own `compaction` event).
+//! (`migrations/0016_rollup_compaction.sql`, its own `compaction` event). A day's minute
+//! rollups are also compacted alone, at their own shorter age (`Store::compact_rollup_day`:
+//! the same function in its own transaction).
 //!
 //! Owns: the call, the refusals checked first (`sentinel_ports::check_compaction`, the same
 //! words as the model's; the function checks them again), and mapping its answer onto
@@ -14,7 +16,10 @@
 use sqlx::Row;
 
 use super::{PgStore, core_start_to_db, db_error, epoch_to_db, to_odt};
-use sentinel_ports::{Compaction, CompactionRequest, RollupCompaction, StoreError, check_compaction};
+use sentinel_ports::{
+    Compaction, CompactionRequest, RollupCompaction, RollupCompactionRequest, StoreError, check_compaction,
+    check_rollup_compaction,
+};
 
 const COMPACT: &str = "SELECT rows, chunks, bytes_before, bytes_after, seq \
      FROM sentinel_compact_day($1, $2, $3, $4, $5, $6, $7, $8)";
@@ -114,6 +119,61 @@ impl PgStore {
             rollup_bytes_after = done.rollups.bytes_after,
             epoch,
             "day compacted"
+        );
+        Ok(done)
+    }
+
+    pub(super) async fn compact_rollup_day_inner(
+        &self,
+        epoch: u32,
+        request: RollupCompactionRequest<'_>,
+    ) -> Result<RollupCompaction, StoreError> {
+        check_rollup_compaction(&request)?;
+        let age_days = i32::try_from(request.compact_after_days).unwrap_or(i32::MAX);
+        let mut tx = match self.pool.begin().await {
+            Ok(tx) => tx,
+            Err(e) => return Err(db_error("compacting a day's rollups")(e)),
+        };
+        let answer = sqlx::query(COMPACT_ROLLUPS)
+            .bind(epoch_to_db(epoch)?)
+            .bind(core_start_to_db(self.core_start()))
+            .bind(to_odt(request.day)?)
+            .bind(to_odt(request.now)?)
+            .bind(age_days)
+            .bind(request.principal)
+            .fetch_one(&mut *tx)
+            .await;
+        let answer = match answer {
+            Ok(row) => decode_answer(&row).map_err(db_error("decoding a rollup compaction"))?,
+            Err(e) => {
+                drop(tx);
+                return Err(self.rollup_error(epoch, "compacting a day's rollups", e).await);
+            }
+        };
+        if let Err(e) = tx.commit().await {
+            return Err(self
+                .rollup_error(epoch, "committing a rollup compaction", e)
+                .await);
+        }
+        let done = RollupCompaction {
+            buckets: answer.0,
+            chunks: answer.1,
+            bytes_before: answer.2,
+            bytes_after: answer.3,
+            seq: answer.4,
+        };
+        assert!(
+            (done.buckets == 0) == done.seq.is_none(),
+            "a rollup compaction writes its event exactly when it compacted buckets"
+        );
+        tracing::info!(
+            day = %sentinel_ports::day_name(request.day),
+            buckets = done.buckets,
+            chunks = done.chunks,
+            bytes_before = done.bytes_before,
+            bytes_after = done.bytes_after,
+            epoch,
+            "day's minute rollups compacted"
         );
         Ok(done)
     }

@@ -198,6 +198,14 @@ impl Store for PgStore {
         self.compact_day_inner(epoch, request).await
     }
 
+    async fn compact_rollup_day(
+        &self,
+        epoch: u32,
+        request: sentinel_ports::RollupCompactionRequest<'_>,
+    ) -> Result<sentinel_ports::RollupCompaction, StoreError> {
+        self.compact_rollup_day_inner(epoch, request).await
+    }
+
     async fn move_point_class(
         &self,
         epoch: u32,

@@ -5,7 +5,11 @@
 # `sentinel_compact_rollup_day` (migration 0016), measured with psql in one sitting: bytes per
 # bucket (table plus indexes) hot and compacted, the compaction's time beside a sequential scan
 # of the partition, and reads through `rollup_1m_all` (one point's day, every point's hour, the
-# rollups load of `sentinel-store-pg`) beside the same reads on the hot copy.
+# rollups load of `sentinel-store-pg`) beside the same reads on the hot copy. Then (branch
+# roll24) a re-compaction: a recompute takes back 144 minutes (10%) of every point of the
+# compacted day — hot rows with new values and the mask the recompute leaves, as
+# `sentinel_rollup_recompute` writes them — and the day is compacted again, timed beside the
+# first compaction, with the day's answer (count, sums) the same before and after it.
 #
 #   tests/benches/rollup_compaction.sh [regular|jitter]   (needs psql on 127.0.0.1 as postgres)
 #
@@ -82,4 +86,20 @@ EXPLAIN (ANALYZE, TIMING OFF) EXECUTE l('site17.ahu42.supply_air_temp');
 EXPLAIN (ANALYZE, TIMING OFF) EXECUTE l('site17.ahu42.supply_air_temp');
 SQL
 done
+echo "== re-compaction: 144 minutes of every point recomputed hot (576,000 buckets, 10%), then the day compacted again"
+"${PSQL[@]}" -d r24bench_packed -q <<'SQL'
+INSERT INTO rollup_1m (point_id, bucket, retention_class, count, live_count, sum, min, max)
+  SELECT point_id, bucket, retention_class, count, live_count, sum + 1, min + 1, max + 1
+  FROM rollup_1m_all WHERE day = '2026-01-15' AND bucket >= '2026-01-15 10:00' AND bucket < '2026-01-15 12:24';
+INSERT INTO rollup_1m_compact_mask (day, from_ts, from_m, from_s, from_d, to_ts)
+  VALUES ('2026-01-15', '2026-01-15 10:00', '2026-01-15 10:00', '2026-01-15 10:00', '2026-01-15 10:00', '2026-01-15 12:24');
+VACUUM ANALYZE rollup_1m;
+SQL
+echo "-- the day's answer before: buckets, sum of counts, sum of sums"
+"${PSQL[@]}" -d r24bench_packed -Atc "SELECT count(*), sum(count), round(sum(sum)::numeric, 2) FROM rollup_1m_all WHERE day = '2026-01-15'"
+"${PSQL[@]}" -d r24bench_packed -c '\timing on' -c "SELECT count(*) FROM rollup_1m_p20260115" \
+  -c "SELECT * FROM sentinel_compact_rollup_day(1, 7, '2026-01-15', '2026-02-01', 1, 'bench')"
+echo "-- and after (the same expected), hot rows and masks left (0 and 0 expected)"
+"${PSQL[@]}" -d r24bench_packed -Atc "SELECT count(*), sum(count), round(sum(sum)::numeric, 2) FROM rollup_1m_all WHERE day = '2026-01-15'" \
+  -c "SELECT (SELECT count(*) FROM rollup_1m_p20260115), (SELECT count(*) FROM rollup_1m_compact_mask)"
 uptime

@@ -12,7 +12,12 @@
 //!   exactly as before; the minute rollups read the same from their compacted chunks, after a
 //!   refresh rewrote them hot, and compacted again; reprocess then compaction equals
 //!   compaction then reprocess; and late rows into compacted minutes, each minute refreshed
-//!   alone, read as the same rows never compacted (migration 0016).
+//!   alone, read as the same rows never compacted (migration 0016). Some days' minute rollups
+//!   are compacted alone first (`Store::compact_rollup_day`), before their raw rows;
+//! - a day's minute rollups compacted alone: the refusals (not closed, younger than the rollup
+//!   age, a fenced handle) word for word, one `rollup_1m` event, the raw rows left hot, every
+//!   read as before; then a late row and a reprocess recompute the day, and compacting it again
+//!   (alone, then with the raw day) reads as the same rows never compacted.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -25,8 +30,8 @@ use sentinel_core::reprocess::{RowUpdate, StoredObservation};
 use sentinel_core::time::US_PER_DAY;
 use sentinel_core::{CanonicalValue, DeliveryTag, Micros, ObsKey, ObsRow, Quality, RetentionClass};
 use sentinel_ports::{
-    ClassExtent, Compaction, CompactionRequest, HistoryRow, Lease, RetentionCutoffs, RollupGrain, RollupRow,
-    Store, StoreError,
+    ClassExtent, Compaction, CompactionRequest, HistoryRow, Lease, RetentionCutoffs, RollupCompaction,
+    RollupCompactionRequest, RollupGrain, RollupRow, Store, StoreError,
 };
 
 use super::{Backend, Mem, Pg, at, batch};
@@ -64,6 +69,15 @@ fn request(
         now,
         compact_after_days: sentinel_ports::COMPACT_AFTER_DAYS_DEFAULT,
         stream_oldest,
+        principal: "test",
+    }
+}
+
+fn rollup_request(day: Micros, now: Micros, compact_after_days: u32) -> RollupCompactionRequest<'static> {
+    RollupCompactionRequest {
+        day,
+        now,
+        compact_after_days,
         principal: "test",
     }
 }
@@ -544,6 +558,7 @@ pub(super) async fn compacted_rows_are_reprocessed_moved_and_dropped<B: Backend>
 async fn check_property<B: Backend>(
     gens: &[Gen],
     compact: &[(usize, i64)],
+    rollup_days: &[i64],
     reprocess_every: u64,
 ) -> Result<(), TestCaseError> {
     let rows: Vec<ObsRow> = gens
@@ -558,7 +573,7 @@ async fn check_property<B: Backend>(
     let epoch = lease.epoch();
     commit_all(b.store(), epoch, rows.clone()).await;
     let before = reads(&b, epoch).await;
-    compact_all(&b, epoch, compact).await?;
+    compact_all(&b, epoch, compact, rollup_days).await?;
     // The minute rollups as compaction left them, before any refresh takes a minute back.
     prop_assert_eq!(
         &load_1m(&b).await,
@@ -569,7 +584,7 @@ async fn check_property<B: Backend>(
     prop_assert_eq!(&after, &before, "every read answers as it did before compaction");
     // The refresh in `reads` rewrote every minute hot over the compacted ones; compacting the
     // same days again merges them back into the chunks.
-    compact_all(&b, epoch, compact).await?;
+    compact_all(&b, epoch, compact, rollup_days).await?;
     prop_assert_eq!(
         &load_1m(&b).await,
         &before.rollups_1m,
@@ -590,7 +605,7 @@ async fn check_property<B: Backend>(
             .map_err(|e| TestCaseError::fail(e.to_string()))?;
     }
     let late_compacted = load_1m(&b).await;
-    compact_all(&b, epoch, compact).await?;
+    compact_all(&b, epoch, compact, rollup_days).await?;
     prop_assert_eq!(
         &load_1m(&b).await,
         &late_compacted,
@@ -620,6 +635,12 @@ async fn check_property<B: Backend>(
     let epoch = lease.epoch();
     commit_all(c.store(), epoch, rows).await;
     reprocess_some(&c, epoch, reprocess_every).await;
+    for &d in rollup_days {
+        c.store()
+            .compact_rollup_day(epoch, rollup_request(day(d), late(), 1))
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
     for &(class, d) in compact {
         c.store()
             .compact_day(epoch, request(classes[class], day(d), late(), None))
@@ -636,8 +657,20 @@ async fn check_property<B: Backend>(
     Ok(())
 }
 
-/// Compacts each (class, day) of `compact` (its day's minute rollups with it).
-async fn compact_all<B: Backend>(b: &B, epoch: u32, compact: &[(usize, i64)]) -> Result<(), TestCaseError> {
+/// Compacts the minute rollups of each day of `rollup_days` alone, then each (class, day) of
+/// `compact` (its day's minute rollups with it).
+async fn compact_all<B: Backend>(
+    b: &B,
+    epoch: u32,
+    compact: &[(usize, i64)],
+    rollup_days: &[i64],
+) -> Result<(), TestCaseError> {
+    for &d in rollup_days {
+        b.store()
+            .compact_rollup_day(epoch, rollup_request(day(d), late(), 1))
+            .await
+            .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    }
     for &(class, d) in compact {
         b.store()
             .compact_day(epoch, request(RetentionClass::ALL[class], day(d), late(), None))
@@ -714,11 +747,13 @@ fn run_property<B: Backend>(cases: u32) {
     let strategy = (
         prop::collection::vec(gen_row(), 1..80),
         prop::collection::btree_set((0..3usize, 0..3i64), 0..9),
+        prop::collection::btree_set(-1..4i64, 0..5),
         1..4u64,
     );
-    let result = runner.run(&strategy, |(gens, compact, every)| {
+    let result = runner.run(&strategy, |(gens, compact, rollup_days, every)| {
         let compact: Vec<(usize, i64)> = compact.into_iter().collect();
-        rt.block_on(check_property::<B>(&gens, &compact, every))
+        let rollup_days: Vec<i64> = rollup_days.into_iter().collect();
+        rt.block_on(check_property::<B>(&gens, &compact, &rollup_days, every))
     });
     if let Err(e) = result {
         panic!("{e}");
@@ -1245,5 +1280,172 @@ pub(super) async fn a_minute_that_lost_its_rows_is_gone_from_a_compacted_rollup_
         .expect("compact again");
     assert_eq!(again.rollups.buckets, 1, "the refreshed minute, merged back");
     assert_eq!(buckets(load_1m(b).await), vec![Micros(day(1).0 + H)]);
+    b.release(lease).await;
+}
+
+fn refused_rollups(result: Result<RollupCompaction, StoreError>) -> String {
+    match result {
+        Err(StoreError::Other(message)) => message,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+/// A day's minute rollups compacted alone, at their own age (issue 24, disk): refused word for
+/// word as `compact_day` is (not closed, younger than the age) and when fenced, writing
+/// nothing; then one `rollup_1m` event, the raw rows left hot and every read as before; a late
+/// row and a reprocess recompute the day's minutes over the chunks, and compacting the day again
+/// (its rollups alone, then with the raw rows) reads as the same rows never compacted.
+pub(super) async fn a_days_minute_rollups_compact_alone_and_again_after_a_recompute<B: Backend>(b: &B) {
+    let store = b.store();
+    let lease = store.acquire().await.expect("acquire");
+    let epoch = lease.epoch();
+    let gens: Vec<Gen> = (0..24)
+        .map(|i| Gen {
+            point: i % 3,
+            instance: i % 2,
+            ingested_us: i as i64 * H + 17 * S,
+            lag_us: 150_000,
+            value: Some(i as i32),
+            quality: Quality::Live,
+            device_time: false,
+            reason: false,
+            native_text: false,
+        })
+        .collect();
+    let rows: Vec<ObsRow> = gens
+        .iter()
+        .enumerate()
+        .map(|(i, g)| obs_row(g, i as u64 + 1))
+        .collect();
+    commit_all(store, epoch, rows.clone()).await;
+    let before = reads(b, epoch).await;
+    let events = || async { store.load_control_events(0, 1_000).await.expect("events") };
+    let events_before = events().await;
+
+    let message = refused_rollups(
+        store
+            .compact_rollup_day(epoch, rollup_request(day(0), Micros(day(0).0 + 23 * H), 1))
+            .await,
+    );
+    assert_eq!(
+        message,
+        "compaction refused: day 2026-01-15 is not closed (it ends after now)"
+    );
+    // Closed, but not a day old: it ended at day(1), and a day later is day(2).
+    let message = refused_rollups(
+        store
+            .compact_rollup_day(epoch, rollup_request(day(0), Micros(day(2).0 - 1), 1))
+            .await,
+    );
+    assert_eq!(
+        message,
+        "compaction refused: day 2026-01-15 is younger than 1 days"
+    );
+    let other = b.another_handle();
+    match other
+        .compact_rollup_day(epoch, rollup_request(day(0), day(2), 1))
+        .await
+    {
+        Err(StoreError::Fenced { .. }) => {}
+        other => panic!("expected a fence, got {other:?}"),
+    }
+    assert_eq!(events().await, events_before, "a refusal writes nothing");
+
+    // A day old: allowed, with no stream to ask.
+    let done = store
+        .compact_rollup_day(epoch, rollup_request(day(0), day(2), 1))
+        .await
+        .expect("compact the rollups");
+    assert_eq!((done.buckets, done.chunks), (24, 3), "{done:?}");
+    assert!(done.bytes_before > 0 && done.bytes_after > 0);
+    let after = events().await;
+    assert_eq!(after.len(), events_before.len() + 1, "one event");
+    let event = after.last().expect("the rollups' event");
+    assert_eq!(Some(event.seq), done.seq);
+    assert_eq!(
+        (event.kind.as_str(), event.occurred_at, event.core_epoch),
+        ("compaction", day(2), epoch)
+    );
+    let payload: serde_json::Value = serde_json::from_str(&event.payload).expect("payload");
+    assert_eq!(payload["table"], "rollup_1m");
+    assert_eq!(payload["day"], "2026-01-15");
+    assert_eq!(payload["buckets"], 24);
+    assert_eq!(payload["chunks"], 3);
+    assert_eq!(
+        load_1m(b).await,
+        before.rollups_1m,
+        "the chunks read as the hot rows did"
+    );
+    let again = store
+        .compact_rollup_day(epoch, rollup_request(day(0), day(2), 1))
+        .await
+        .expect("again");
+    assert_eq!(
+        (again.buckets, again.seq),
+        (0, None),
+        "nothing hot: nothing written"
+    );
+    assert_eq!(events().await.len(), after.len());
+    assert_eq!(reads(b, epoch).await, before, "every read answers as before");
+
+    // A late row into a compacted minute, and a reprocess of some of the day's rows: their
+    // minutes are recomputed hot over the chunks.
+    let late_rows = late_copies(&gens, rows.len() as u64);
+    commit_all(store, epoch, late_rows.clone()).await;
+    reprocess_some(b, epoch, 3).await;
+    store
+        .refresh_rollups(epoch, Micros(day(-1).0), day(5))
+        .await
+        .expect("refresh rollups");
+    let recomputed = load_1m(b).await;
+    assert_ne!(
+        recomputed, before.rollups_1m,
+        "the recompute changed some minutes"
+    );
+    // The same rows never compacted, on a store of their own.
+    let d = B::fresh().await;
+    let d_lease = d.store().acquire().await.expect("acquire");
+    let d_epoch = d_lease.epoch();
+    commit_all(d.store(), d_epoch, rows).await;
+    commit_all(d.store(), d_epoch, late_rows).await;
+    reprocess_some(&d, d_epoch, 3).await;
+    d.store()
+        .refresh_rollups(d_epoch, Micros(day(-1).0), day(5))
+        .await
+        .expect("refresh rollups");
+    let never = load_1m(&d).await;
+    d.release(d_lease).await;
+    assert_eq!(
+        recomputed, never,
+        "recomputed over chunks reads as never compacted"
+    );
+    // Compacted again, alone: the recomputed minutes merged into the chunks.
+    let merged = store
+        .compact_rollup_day(epoch, rollup_request(day(0), late(), 1))
+        .await
+        .expect("again, after a recompute");
+    assert!(merged.buckets > 0 && merged.seq.is_some(), "{merged:?}");
+    assert_eq!(
+        load_1m(b).await,
+        never,
+        "merged back, every minute as never compacted"
+    );
+    // Recomputed again, then the raw day compacted with its rollups.
+    store
+        .refresh_rollups(epoch, Micros(day(-1).0), day(5))
+        .await
+        .expect("refresh rollups");
+    let with_rows = store
+        .compact_day(epoch, request(RetentionClass::Measurement, day(0), late(), None))
+        .await
+        .expect("the raw day");
+    // The raw rows stayed hot through the rollups' compactions: the 8 measurement rows of day 0.
+    assert_eq!(with_rows.rows, 8, "{with_rows:?}");
+    assert!(with_rows.rollups.buckets > 0, "{with_rows:?}");
+    assert_eq!(
+        load_1m(b).await,
+        never,
+        "and with the raw day, still the same minutes"
+    );
     b.release(lease).await;
 }

@@ -19,7 +19,7 @@
 //! Emits `RefreshRollups`, `DropExpired`, `CompactDay`, `EnsurePartitions`, `Reprocess` and
 //! `ReprocessReply`.
 
-use crate::compaction::{CompactionOutcome, CompactionSchedule};
+use crate::compaction::{CompactionOutcome, CompactionSchedule, CompactionTarget};
 use crate::config::Config;
 use crate::effect::Effect;
 use crate::partitions::{PartitionsOutcome, PartitionsSchedule};
@@ -135,7 +135,12 @@ impl Maintenance {
     /// A day's compaction answered: counted, and the schedule moves (a stream refusal and a
     /// failure wait; the runtime logged them, without values).
     pub fn on_day_compacted(&mut self, outcome: CompactionOutcome, ctx: &Ctx, out: &mut Out) {
+        let rollups = self.compaction.in_flight_target() == Some(CompactionTarget::MinuteRollups);
         match outcome {
+            CompactionOutcome::Done { rows } if rows > 0 && rollups => {
+                out.metrics.compacted_rollup_days += 1;
+                out.metrics.compacted_rollup_buckets += rows;
+            }
             CompactionOutcome::Done { rows } if rows > 0 => {
                 out.metrics.compacted_days += 1;
                 out.metrics.compacted_rows += rows;
@@ -318,6 +323,8 @@ mod tests {
     #[test]
     fn compaction_asks_a_day_at_a_time_counts_what_it_did_and_waits_on_the_stream() {
         let mut ctx = ctx();
+        // The raw rows alone here; the minute rollups' own cursor in the next test.
+        ctx.config.compaction.rollup_after_days = None;
         let mut out = Out::default();
         let mut maintenance = Maintenance::new(&ctx.config, T0);
         let compaction_of = |effects: Vec<Effect>| {
@@ -338,8 +345,13 @@ mod tests {
         // The oldest day any class still keeps (state's, a 90-day horizon), asked first.
         let kept_from = ctx.config.retention.raw_kept_from(RetentionClass::State, ctx.now);
         assert_eq!(
-            (first.class, first.day, first.epoch, first.at),
-            (RetentionClass::State, kept_from, ctx.epoch, ctx.now)
+            (first.target, first.day, first.epoch, first.at),
+            (
+                CompactionTarget::Rows(RetentionClass::State),
+                kept_from,
+                ctx.epoch,
+                ctx.now
+            )
         );
         assert_eq!(first.after_days, 7);
         maintenance.on_tick(false, &ctx, &mut out);
@@ -361,6 +373,42 @@ mod tests {
             (out.metrics.compacted_days, out.metrics.compacted_rows),
             (1, 40),
             "an empty or already compacted day is not counted"
+        );
+    }
+
+    #[test]
+    fn a_days_minute_rollups_are_asked_alone_and_counted_apart() {
+        let mut ctx = ctx();
+        let mut out = Out::default();
+        let mut maintenance = Maintenance::new(&ctx.config, T0);
+        let compaction_of = |effects: Vec<Effect>| {
+            effects.into_iter().find_map(|e| match e {
+                Effect::CompactDay(day) => Some(day),
+                _ => None,
+            })
+        };
+        ctx.now = T0.add_ms(ctx.config.compaction.first_run_delay_ms);
+        assert!(!maintenance.on_lag(0, 0, None, &ctx, &mut out));
+        maintenance.on_tick(false, &ctx, &mut out);
+        let first = compaction_of(drain(&mut out)).expect("a day is due");
+        assert!(matches!(first.target, CompactionTarget::Rows(_)), "{first:?}");
+        maintenance.on_day_compacted(CompactionOutcome::Done { rows: 40 }, &ctx, &mut out);
+        ctx.now = ctx.now.add_ms(ctx.config.compaction.catch_up_interval_ms);
+        maintenance.on_tick(false, &ctx, &mut out);
+        let rollups = compaction_of(drain(&mut out)).expect("the rollups of the same day");
+        assert_eq!(
+            (rollups.target, rollups.day, rollups.after_days),
+            (CompactionTarget::MinuteRollups, first.day, 1)
+        );
+        maintenance.on_day_compacted(CompactionOutcome::Done { rows: 1_440 }, &ctx, &mut out);
+        assert_eq!(
+            (
+                out.metrics.compacted_days,
+                out.metrics.compacted_rows,
+                out.metrics.compacted_rollup_days,
+                out.metrics.compacted_rollup_buckets
+            ),
+            (1, 40, 1, 1_440)
         );
     }
 

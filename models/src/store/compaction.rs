@@ -22,8 +22,8 @@ use sentinel_core::registry::PointIdx;
 use sentinel_core::time::US_PER_DAY;
 use sentinel_core::{CanonicalValue, DeliveryTag, Micros, ObsKey, ObsRow, Quality, RetentionClass};
 use sentinel_ports::{
-    Compaction, CompactionRequest, RollupCompaction, StoreError, StoredControlEvent, check_compaction,
-    day_name,
+    Compaction, CompactionRequest, RollupCompaction, RollupCompactionRequest, StoreError, StoredControlEvent,
+    check_compaction, check_rollup_compaction, day_name,
 };
 
 use super::{ClassTable, Model};
@@ -358,7 +358,7 @@ impl Model {
         let hot = table.rows.iter().filter(|r| in_day(r.ingested_at)).count();
         if hot == 0 {
             let chunks = table.compacted.get(&day_index).map_or(0, |(_, d)| d.len() as u64);
-            let rollups = self.compact_rollup_day(epoch, request);
+            let rollups = self.compact_rollup_day(epoch, request.day, request.now, request.principal);
             return Ok(Compaction {
                 rows: 0,
                 chunks,
@@ -427,15 +427,34 @@ impl Model {
             payload: compaction_payload(class, request.day, &done),
             registry_version,
         });
-        done.rollups = self.compact_rollup_day(epoch, request);
+        done.rollups = self.compact_rollup_day(epoch, request.day, request.now, request.principal);
         Ok(done)
     }
 
+    /// `sentinel_compact_rollup_day` in its own transaction (`Store::compact_rollup_day`): the
+    /// fence, the refusals of `sentinel_ports::check_rollup_compaction`, then as below.
+    pub(super) fn compact_rollup_day_alone(
+        &mut self,
+        epoch: u32,
+        start: Option<u64>,
+        request: &RollupCompactionRequest<'_>,
+    ) -> Result<RollupCompaction, StoreError> {
+        self.maintenance_fence(epoch, start)?;
+        check_rollup_compaction(request)?;
+        Ok(self.compact_rollup_day(epoch, request.day, request.now, request.principal))
+    }
+
     /// `sentinel_compact_rollup_day`, after the class's rows in the same transaction (the
-    /// refusals were checked for both): the day's minute rollups into chunks, and their own
-    /// `compaction` event when the day held hot ones.
-    fn compact_rollup_day(&mut self, epoch: u32, request: &CompactionRequest<'_>) -> RollupCompaction {
-        let Some(done) = self.rollups.compact_minute_day(request.day) else {
+    /// refusals were checked for both), or alone: the day's minute rollups into chunks, and
+    /// their own `compaction` event when the day held hot ones.
+    fn compact_rollup_day(
+        &mut self,
+        epoch: u32,
+        day: Micros,
+        now: Micros,
+        principal: &str,
+    ) -> RollupCompaction {
+        let Some(done) = self.rollups.compact_minute_day(day) else {
             return RollupCompaction::default();
         };
         let seq = self.control_events.last().map_or(1, |e| e.seq + 1);
@@ -449,14 +468,14 @@ impl Model {
         };
         self.control_events.push(StoredControlEvent {
             seq,
-            occurred_at: request.now,
+            occurred_at: now,
             kind: sentinel_core::ControlKind::Compaction.as_str().to_owned(),
             point_id: None,
-            principal: request.principal.to_owned(),
+            principal: principal.to_owned(),
             core_epoch: epoch,
             payload: serde_json::json!({
                 "table": "rollup_1m",
-                "day": day_name(request.day),
+                "day": day_name(day),
                 "buckets": done.buckets,
                 "chunks": done.chunks,
                 "bytes_before": done.bytes_before,

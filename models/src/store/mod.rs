@@ -754,6 +754,14 @@ impl Store for MemoryStore {
         lock(&self.model).compact_day(epoch, self.core_start(), &request)
     }
 
+    async fn compact_rollup_day(
+        &self,
+        epoch: u32,
+        request: sentinel_ports::RollupCompactionRequest<'_>,
+    ) -> Result<sentinel_ports::RollupCompaction, StoreError> {
+        lock(&self.model).compact_rollup_day_alone(epoch, self.core_start(), &request)
+    }
+
     async fn move_point_class(
         &self,
         epoch: u32,

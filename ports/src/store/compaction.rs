@@ -17,6 +17,10 @@ use super::StoreError;
 pub const COMPACT_AFTER_DAYS_DEFAULT: u32 = 7;
 /// The most a caller may ask a day to wait; and at least one day.
 pub const COMPACT_AFTER_DAYS_MAX: u32 = 400;
+/// The age a day's minute rollups must reach before they are compacted on their own, by
+/// default (`--rollup-compact-after-days`): a day after the day ended. They need no stream
+/// rule (a recompute of a compacted minute writes a hot row that wins over it).
+pub const ROLLUP_COMPACT_AFTER_DAYS_DEFAULT: u32 = 1;
 
 /// What one [`crate::Store::compact_day`] asks for.
 #[derive(Clone, Debug, PartialEq)]
@@ -75,6 +79,20 @@ pub struct RollupCompaction {
     pub seq: Option<i64>,
 }
 
+/// What one [`crate::Store::compact_rollup_day`] asks for: one closed day's minute rollups
+/// alone, at their own age (no stream rule: a redelivered message recomputes its minute into a
+/// hot row, which wins over the compacted element).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RollupCompactionRequest<'a> {
+    /// The UTC midnight starting the day (of the buckets).
+    pub day: Micros,
+    /// The caller's now: the day must have ended `compact_after_days` before it. Also the
+    /// control event's `occurred_at`.
+    pub now: Micros,
+    pub compact_after_days: u32,
+    pub principal: &'a str,
+}
+
 /// The day's date as the refusals and the control event name it (`YYYY-MM-DD`).
 pub fn day_name(day: Micros) -> String {
     day.to_rfc3339().chars().take(10).collect()
@@ -84,30 +102,8 @@ pub fn day_name(day: Micros) -> String {
 /// written, in this order: bounds, a day that is not a UTC midnight, a day not closed at
 /// `now`, a day younger than `compact_after_days`, a day the stream may still hold a message of.
 pub fn check_compaction(request: &CompactionRequest<'_>) -> Result<(), StoreError> {
-    let days = request.compact_after_days;
-    if !(1..=COMPACT_AFTER_DAYS_MAX).contains(&days) {
-        return Err(StoreError::Other(format!(
-            "compaction: the age must be within 1..={COMPACT_AFTER_DAYS_MAX} days, got {days}"
-        )));
-    }
-    if request.day.0.rem_euclid(US_PER_DAY) != 0 {
-        return Err(StoreError::Other(format!(
-            "compaction: {} is not a UTC midnight",
-            request.day.0
-        )));
-    }
+    check_day_age(request.day, request.now, request.compact_after_days)?;
     let day_end = request.day.0.saturating_add(US_PER_DAY);
-    let name = day_name(request.day);
-    if day_end > request.now.0 {
-        return Err(StoreError::Other(format!(
-            "compaction refused: day {name} is not closed (it ends after now)"
-        )));
-    }
-    if day_end.saturating_add(i64::from(days) * US_PER_DAY) > request.now.0 {
-        return Err(StoreError::Other(format!(
-            "compaction refused: day {name} is younger than {days} days"
-        )));
-    }
     if let Some(oldest) = request.stream_oldest
         && oldest.0 < day_end
     {
@@ -115,6 +111,41 @@ pub fn check_compaction(request: &CompactionRequest<'_>) -> Result<(), StoreErro
             day: request.day,
             oldest,
         });
+    }
+    Ok(())
+}
+
+/// The refusals of [`crate::Store::compact_rollup_day`], checked by both stores before
+/// anything is written: those of [`check_compaction`] but the stream's, in the same words
+/// (`sentinel_compact_rollup_day` of migration 0016 raises them too).
+pub fn check_rollup_compaction(request: &RollupCompactionRequest<'_>) -> Result<(), StoreError> {
+    check_day_age(request.day, request.now, request.compact_after_days)
+}
+
+/// Bounds, a UTC midnight, closed at `now`, and at least `days` old.
+fn check_day_age(day: Micros, now: Micros, days: u32) -> Result<(), StoreError> {
+    if !(1..=COMPACT_AFTER_DAYS_MAX).contains(&days) {
+        return Err(StoreError::Other(format!(
+            "compaction: the age must be within 1..={COMPACT_AFTER_DAYS_MAX} days, got {days}"
+        )));
+    }
+    if day.0.rem_euclid(US_PER_DAY) != 0 {
+        return Err(StoreError::Other(format!(
+            "compaction: {} is not a UTC midnight",
+            day.0
+        )));
+    }
+    let day_end = day.0.saturating_add(US_PER_DAY);
+    let name = day_name(day);
+    if day_end > now.0 {
+        return Err(StoreError::Other(format!(
+            "compaction refused: day {name} is not closed (it ends after now)"
+        )));
+    }
+    if day_end.saturating_add(i64::from(days) * US_PER_DAY) > now.0 {
+        return Err(StoreError::Other(format!(
+            "compaction refused: day {name} is younger than {days} days"
+        )));
     }
     Ok(())
 }
@@ -167,5 +198,32 @@ mod tests {
         let mut zero = request(d, d + 8 * DAY, None);
         zero.compact_after_days = 0;
         assert!(check_compaction(&zero).is_err());
+    }
+
+    #[test]
+    fn rollup_refusals_are_the_same_words_without_the_stream() {
+        let d = 20_000 * DAY; // 2024-10-04
+        let rollups = |now: i64, days: u32| RollupCompactionRequest {
+            day: Micros(d),
+            now: Micros(now),
+            compact_after_days: days,
+            principal: "test",
+        };
+        assert!(check_rollup_compaction(&rollups(d + 2 * DAY, 1)).is_ok());
+        assert_eq!(
+            check_rollup_compaction(&rollups(d + 2 * DAY - 1, 1))
+                .unwrap_err()
+                .to_string(),
+            "store: compaction refused: day 2024-10-04 is younger than 1 days"
+        );
+        assert_eq!(
+            check_rollup_compaction(&rollups(d + DAY - 1, 1))
+                .unwrap_err()
+                .to_string(),
+            "store: compaction refused: day 2024-10-04 is not closed (it ends after now)"
+        );
+        assert!(check_rollup_compaction(&rollups(d + 2 * DAY, 0)).is_err());
+        assert!(check_rollup_compaction(&rollups(d + 402 * DAY, 401)).is_err());
+        assert!(check_rollup_compaction(&rollups(d + 401 * DAY, 400)).is_ok());
     }
 }

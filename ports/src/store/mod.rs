@@ -21,7 +21,7 @@ use sentinel_core::{
     RetentionClass,
 };
 
-use compaction::{Compaction, CompactionRequest};
+use compaction::{Compaction, CompactionRequest, RollupCompaction, RollupCompactionRequest};
 use maintenance::{ClassExtent, ClassMove, HistoryRow};
 use records::{RegistryLoad, StartupStep, StoredControlEvent, StoredDesired, StoredRegistry};
 use retention::{Partition, PartitionsAhead, RetentionCutoffs, RetentionRun};
@@ -439,6 +439,19 @@ pub trait Store: Clone + Send + Sync + 'static {
         epoch: u32,
         request: CompactionRequest<'_>,
     ) -> impl Future<Output = Result<Compaction, StoreError>> + Send;
+
+    /// Compacts one closed day's minute rollups alone, at their own age (issue 24, disk: the
+    /// hot week's minute rollups), as `compact_day` compacts them after a class's rows: in one
+    /// transaction fenced on `epoch` (and the handle's start identity), with one `compaction`
+    /// control event (payload table `rollup_1m`) when the day held hot minute rollups.
+    /// Refused before anything is written ([`compaction::check_rollup_compaction`]): a day not
+    /// closed or younger than `compact_after_days`; no stream rule. Idempotent: a day with no
+    /// hot minute rollup writes nothing. The day's raw rows are untouched.
+    fn compact_rollup_day(
+        &self,
+        epoch: u32,
+        request: RollupCompactionRequest<'_>,
+    ) -> impl Future<Output = Result<RollupCompaction, StoreError>> + Send;
 
     // --- Class changes (issue 9 item 4) -------------------------------------------------
 

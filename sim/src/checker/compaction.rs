@@ -40,6 +40,11 @@ pub struct CompactionModel {
     pub compacted_days: u64,
     pub compacted_rows: u64,
     pub days_checked: u64,
+    /// Days whose minute rollups were compacted alone and had hot buckets, the buckets, and
+    /// compactions after which a day's minute rollups were judged unchanged (invariant 27).
+    pub rollup_days_compacted: u64,
+    pub rollup_buckets_compacted: u64,
+    pub rollup_days_judged: u64,
 }
 
 /// The canonical order the comparison sorts both sides into (the key is unique per row).
@@ -89,6 +94,15 @@ impl CompactionModel {
     /// The committed rows of a day.
     pub fn rows(&self, day: DayKey) -> &[ObsRow] {
         self.days.get(&day).map_or(&[], Vec::as_slice)
+    }
+
+    pub fn on_rollups_compacted(&mut self, buckets: u64) {
+        self.rollup_days_compacted += u64::from(buckets > 0);
+        self.rollup_buckets_compacted += buckets;
+    }
+
+    pub fn on_rollup_day_judged(&mut self) {
+        self.rollup_days_judged += 1;
     }
 
     pub fn on_compacted(&mut self, rows: u64) {

@@ -11,7 +11,11 @@
 //! compacts some of those days one by one, with the stream's oldest message time from the bus
 //! model, sometimes cut off between two days as its process dies and the restarting core takes
 //! the lock (the next day's compaction, by the deposed epoch, must then be refused); and the
-//! reads invariant 27 judges after each day and at the end of the run ([`check_days`]).
+//! reads invariant 27 judges after each day and at the end of the run ([`check_days`]). The
+//! old days' minute rollups are refreshed when they are committed, and half the days have
+//! them compacted alone first (`sentinel compact --rollups-only`, `Store::compact_rollup_day`),
+//! which the adapter judges as every compaction: fenced (invariant 6) and changing no bucket
+//! of the day (invariant 27).
 //! Every draw comes from a generator of its own ([`COMPACT_STREAM`]), so the run's other draws
 //! stay as they were.
 
@@ -22,7 +26,7 @@ use std::sync::Arc;
 use sentinel_core::registry::descriptor::Kind;
 use sentinel_core::time::US_PER_DAY;
 use sentinel_core::{BatchId, CanonicalValue, DeliveryTag, Micros, ObsKey, ObsRow, Quality, RetentionClass};
-use sentinel_ports::{CompactionRequest, HISTORY_ROWS_MAX, Lease, Store};
+use sentinel_ports::{CompactionRequest, HISTORY_ROWS_MAX, Lease, RollupCompactionRequest, Store};
 
 use crate::adapters::SimStore;
 use crate::checker::compaction::{DayKey, DayReads, day_start};
@@ -138,6 +142,10 @@ pub fn seed_old_days(world: &World, registry: &SimRegistry, rng: &mut SimRng, st
             .expect("invariant: the previous deployment's log commits into a fresh store");
         assert_eq!(report.inserted.len(), chunk.len(), "every old row is new");
     }
+    // Its minute and hourly rollups, as its core's refresh left them.
+    let (from, to) = (day_start(first_day), day_start(first_day + OLD_DAYS));
+    now_or_never(Store::refresh_rollups(&world.store, epoch, from, to))
+        .expect("invariant: the previous deployment's rollups refresh under its lock");
     drop(lease);
     let points: std::collections::BTreeSet<Arc<str>> = rows.iter().map(|r| r.point_id.clone()).collect();
     let mut inner = world.lock();
@@ -197,6 +205,29 @@ pub fn operator_compact(world: &Arc<World>, now: Micros) {
             principal: PRINCIPAL,
         };
         let name = sentinel_ports::day_name(day_start(day));
+        if world.lock().compact_rng.chance(0.5) {
+            // `--rollups-only` first: the day's minute rollups alone, at their own age.
+            let rollups = RollupCompactionRequest {
+                day: day_start(day),
+                now,
+                compact_after_days: sentinel_ports::ROLLUP_COMPACT_AFTER_DAYS_DEFAULT,
+                principal: PRINCIPAL,
+            };
+            match now_or_never(Store::compact_rollup_day(&store, epoch, rollups)) {
+                Ok(done) => world.trace(format_args!(
+                    "operator compact epoch {epoch} rollup_1m {name}: {} buckets into {} chunks",
+                    done.buckets, done.chunks
+                )),
+                Err(e) if deposed => world.trace(format_args!(
+                    "operator compact epoch {epoch} rollup_1m {name} cut off ({e})"
+                )),
+                Err(e) => {
+                    let what = format!("operator compact of rollup_1m {name} failed under the lock: {e}");
+                    world.lock().checker.fail(0, now, what);
+                    return;
+                }
+            }
+        }
         let outcome = now_or_never(Store::compact_day(&store, epoch, request));
         match &outcome {
             Ok(done) => {
