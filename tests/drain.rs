@@ -234,8 +234,11 @@ async fn a_drain_neither_revives_points_from_replayed_data_nor_cascades_into_sta
         .collect();
     assert!(
         unpublished.is_empty(),
-        "each stale event's transition names it: {unpublished:?} never published (published {published:?})"
+        "each stale event's transition names it: {unpublished:?} never seen (seen {published:?}; the \
+         subscriber's client reported {} slow-consumer drops)",
+        transitions.dropped()
     );
+    assert_eq!(transitions.dropped(), 0, "the subscriber dropped no transition");
     let stale_events: Vec<i64> = sqlx::query_scalar(
         "SELECT seq FROM control_event WHERE kind = 'quality_changed' AND core_epoch = 2 \
          AND principal = 'core:watchdog' AND payload->>'to' = 'stale' ORDER BY seq",

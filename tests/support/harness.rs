@@ -14,6 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -195,15 +196,46 @@ pub struct Transitions {
     by_control_seq: Arc<Mutex<BTreeMap<i64, u32>>>,
     by_epoch: Arc<Mutex<BTreeMap<u64, u64>>>,
     seen: Arc<Mutex<Vec<TransitionSeen>>>,
+    /// Messages the client dropped because the collector fell behind (async-nats's slow
+    /// consumer event), so a test that misses a transition can tell a drop from a core that
+    /// never published.
+    dropped: Arc<AtomicU64>,
 }
+
+/// Room for every transition a test's drain publishes before the collector reads them (a
+/// 60,000-message drain publishes about as many). async-nats's default, 65,536, drops the rest
+/// once a loaded machine's debug-built collector falls that far behind: CI saw a drain test
+/// miss exactly the watchdog transitions published last.
+const TRANSITIONS_QUEUED_MAX: usize = 1 << 20;
 
 impl Transitions {
     /// Subscribes to `state.>`; returns once the server has registered the subscription, so
     /// nothing published afterwards is missed.
     pub async fn subscribe(url: &str) -> Transitions {
-        let client = async_nats::connect(url).await.expect("subscriber connects");
+        let dropped = Arc::new(AtomicU64::new(0));
+        let counter = dropped.clone();
+        let client = async_nats::ConnectOptions::new()
+            .subscription_capacity(TRANSITIONS_QUEUED_MAX)
+            .event_callback(move |event| {
+                if matches!(event, async_nats::Event::SlowConsumer(_)) {
+                    counter.fetch_add(1, Ordering::Relaxed);
+                }
+                async {}
+            })
+            .connect(url)
+            .await
+            .expect("subscriber connects");
         let sub = crate::nats::subscribe_synced(&client, "state.>", "state._sync", b"").await;
-        Transitions::collect(client, sub)
+        let mut transitions = Transitions::collect(client, sub);
+        transitions.dropped = dropped;
+        transitions
+    }
+
+    /// How many slow-consumer events the subscriber's client reported (each for a message it
+    /// dropped; the event queue may itself drop some, so more than 0 is what this tells);
+    /// always 0 for [`Transitions::subscribe_on`]'s, whose client the caller made.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
     }
 
     /// Subscribes `client` (which may only subscribe: a read-only principal) to `state.>`, made
