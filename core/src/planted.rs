@@ -86,10 +86,15 @@ pub enum PlantedBug {
     /// row comes back without its `detail`. Caught by invariant 27, which reads every
     /// compacted day back through the store's read paths against the rows committed on it.
     CompactionDropsDetail,
+    /// The store's minute-rollup compaction forgets a bucket (planted in the store model): a
+    /// day's first minute bucket is left out of its chunk, whether the minute rollups are
+    /// compacted alone (`compact_rollup_day`) or with the day's rows. Caught by invariant 27,
+    /// which reads a day's minute rollups back before and after every compaction.
+    RollupCompactionDropsBucket,
 }
 
 impl PlantedBug {
-    pub const ALL: [PlantedBug; 19] = [
+    pub const ALL: [PlantedBug; 20] = [
         PlantedBug::AckBeforeCommit,
         PlantedBug::IngestedAtFromCoreClock,
         PlantedBug::ProjectSubmittedBatch,
@@ -109,6 +114,7 @@ impl PlantedBug {
         PlantedBug::WarmupIgnoresSuppression,
         PlantedBug::ForSWithoutWake,
         PlantedBug::CompactionDropsDetail,
+        PlantedBug::RollupCompactionDropsBucket,
     ];
 
     pub fn name(self) -> &'static str {
@@ -132,6 +138,7 @@ impl PlantedBug {
             PlantedBug::WarmupIgnoresSuppression => "warmup-ignores-suppression",
             PlantedBug::ForSWithoutWake => "for-s-without-wake",
             PlantedBug::CompactionDropsDetail => "compaction-drops-detail",
+            PlantedBug::RollupCompactionDropsBucket => "rollup-compaction-drops-bucket",
         }
     }
 

@@ -181,3 +181,10 @@ fn a_for_s_without_its_timer_wake_is_caught_by_invariant_26() {
 fn a_compaction_that_drops_a_column_is_caught_by_invariant_27() {
     caught_by(PlantedBug::CompactionDropsDetail, 27);
 }
+
+/// A minute-rollup compaction that forgets a day's first bucket: the day's minute rollups read
+/// back with one bucket fewer after the compaction than before (invariant 27).
+#[test]
+fn a_rollup_compaction_that_drops_a_bucket_is_caught_by_invariant_27() {
+    caught_by(PlantedBug::RollupCompactionDropsBucket, 27);
+}

@@ -287,8 +287,9 @@ impl MemoryStore {
     /// Plants a known bug in the model (simulator tests only). Only
     /// [`sentinel_core::PlantedBug::CommitWithoutFence`],
     /// [`sentinel_core::PlantedBug::MaintenanceWithoutFence`],
-    /// [`sentinel_core::PlantedBug::RollupIgnoresLateRows`] and
-    /// [`sentinel_core::PlantedBug::CompactionDropsDetail`] live in the store; the others are
+    /// [`sentinel_core::PlantedBug::RollupIgnoresLateRows`],
+    /// [`sentinel_core::PlantedBug::CompactionDropsDetail`] and
+    /// [`sentinel_core::PlantedBug::RollupCompactionDropsBucket`] live in the store; the others are
     /// the core's and are ignored here.
     #[cfg(feature = "planted-bugs")]
     pub fn plant(&self, bug: sentinel_core::PlantedBug) {
@@ -302,6 +303,9 @@ impl MemoryStore {
             }
             sentinel_core::PlantedBug::CompactionDropsDetail => {
                 lock(&self.model).compaction_drops_detail = true
+            }
+            sentinel_core::PlantedBug::RollupCompactionDropsBucket => {
+                lock(&self.model).rollups.compaction_drops_bucket = true
             }
             _ => {}
         }

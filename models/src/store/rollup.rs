@@ -43,6 +43,9 @@ pub(super) struct Rollups {
     claimed_invalidations: Option<usize>,
     /// Planted bug (simulator tests only): the statement trigger records nothing.
     pub(super) ignore_late_rows: bool,
+    /// Planted bug (simulator tests only): a compaction of a day's minute rollups leaves the
+    /// day's first bucket out of its chunks.
+    pub(super) compaction_drops_bucket: bool,
 }
 
 /// One compacted (point, class, day) of the minute table: its buckets in order, column by
@@ -494,7 +497,8 @@ impl Rollups {
         let bytes_before = hot * HOT_ROLLUP_ROW_BYTES + chunk_bytes(self.minute_compacted.get(&day));
         let visible = self.minute_day(day);
         let mut chunks: BTreeMap<(String, RetentionClass), RollupChunk> = BTreeMap::new();
-        for ((point, _), row) in &visible {
+        let dropped = usize::from(self.compaction_drops_bucket);
+        for ((point, _), row) in visible.iter().skip(dropped) {
             chunks
                 .entry((point.clone(), row.class))
                 .or_default()
@@ -509,7 +513,12 @@ impl Rollups {
             bytes_after: chunk_bytes(Some(&chunks)),
         };
         self.minute_compacted.insert(day, chunks);
-        debug_assert_eq!(self.minute_day(day).len(), visible.len(), "nothing lost");
+        // Nothing lost (but the bucket a planted bug drops, for invariant 27 to find).
+        debug_assert_eq!(
+            self.minute_day(day).len() + dropped,
+            visible.len(),
+            "nothing lost"
+        );
         Some(done)
     }
 
