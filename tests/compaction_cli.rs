@@ -52,6 +52,24 @@ fn row(at: Micros, seq: u64) -> ObsRow {
     }
 }
 
+/// Commits the test's day, 2026-01-15: `ROWS` rows a minute apart, in one batch; returns the day.
+async fn commit_the_day(store: &PgStore, epoch: u32) -> Micros {
+    let day = Micros::parse_rfc3339("2026-01-15T00:00:00Z").expect("instant");
+    let rows: Vec<ObsRow> = (1..=ROWS)
+        .map(|seq| row(Micros(day.0 + seq as i64 * 60_000_000), seq))
+        .collect();
+    store
+        .commit(Batch {
+            id: BatchId(1),
+            epoch,
+            rows,
+            quarantine: vec![],
+        })
+        .await
+        .expect("commit");
+    day
+}
+
 fn compact(db_url: &str, nats_url: &str) -> (std::process::Output, Option<Value>) {
     let out = output_within(
         Command::new(sentinel_bin()).args([
@@ -99,19 +117,7 @@ async fn a_day_is_compacted_under_the_lock_and_reported_by_storage() {
     );
     drop(no_stream);
     let lease = store.acquire().await.expect("acquire");
-    let day = Micros::parse_rfc3339("2026-01-15T00:00:00Z").expect("instant");
-    let rows: Vec<ObsRow> = (1..=ROWS)
-        .map(|seq| row(Micros(day.0 + seq as i64 * 60_000_000), seq))
-        .collect();
-    store
-        .commit(Batch {
-            id: BatchId(1),
-            epoch: lease.epoch(),
-            rows,
-            quarantine: vec![],
-        })
-        .await
-        .expect("commit");
+    commit_the_day(&store, lease.epoch()).await;
 
     // While another session holds the lock: exit 10, nothing compacted.
     let (held, _) = compact(&db.url, &nats.url());
@@ -178,19 +184,7 @@ async fn rollups_only_compacts_the_minute_rollups_alone_without_the_bus() {
         .expect("connect");
     store.migrate().await.expect("migrate");
     let lease = store.acquire().await.expect("acquire");
-    let day = Micros::parse_rfc3339("2026-01-15T00:00:00Z").expect("instant");
-    let rows: Vec<ObsRow> = (1..=ROWS)
-        .map(|seq| row(Micros(day.0 + seq as i64 * 60_000_000), seq))
-        .collect();
-    store
-        .commit(Batch {
-            id: BatchId(1),
-            epoch: lease.epoch(),
-            rows,
-            quarantine: vec![],
-        })
-        .await
-        .expect("commit");
+    let day = commit_the_day(&store, lease.epoch()).await;
     store
         .refresh_rollups(lease.epoch(), day, Micros(day.0 + 86_400_000_000))
         .await

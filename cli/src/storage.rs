@@ -27,8 +27,10 @@ use sentinel_store_pg::{PgStore, PgStoreConfig, StorageReport, TableSize};
 use crate::args::RetentionArgs;
 use crate::disk::{self, Projection, bytes_per_row, human_bytes, project, table_name};
 
-/// Each class's compacted days summed: (class, days, rows and bytes).
-fn compacted_totals(report: &StorageReport) -> Vec<(RetentionClass, usize, TableSize)> {
+/// Sizes summed per class: (class, days, rows and bytes), one day per item.
+fn totals_by_class<'a>(
+    days: impl Iterator<Item = (RetentionClass, &'a TableSize)> + Clone,
+) -> Vec<(RetentionClass, usize, TableSize)> {
     RetentionClass::ALL
         .into_iter()
         .map(|class| {
@@ -36,14 +38,19 @@ fn compacted_totals(report: &StorageReport) -> Vec<(RetentionClass, usize, Table
                 rows_exact: true,
                 ..TableSize::default()
             };
-            let mut days = 0;
-            for c in report.compacted.iter().filter(|c| c.class == class) {
-                size.add(&c.size);
-                days += 1;
+            let mut count = 0;
+            for (_, day) in days.clone().filter(|(c, _)| *c == class) {
+                size.add(day);
+                count += 1;
             }
-            (class, days, size)
+            (class, count, size)
         })
         .collect()
+}
+
+/// Each class's compacted days summed: (class, days, rows and bytes).
+fn compacted_totals(report: &StorageReport) -> Vec<(RetentionClass, usize, TableSize)> {
+    totals_by_class(report.compacted.iter().map(|c| (c.class, &c.size)))
 }
 
 /// The pack records of the raw partitions this report holds, by (class, day).
@@ -57,24 +64,10 @@ fn pack_of(packs: &Packs, table: RetainedTable, from: sentinel_core::Micros) -> 
 
 /// Each class's hot partitions with packed indexes summed: (class, days, rows and bytes).
 fn packed_totals(report: &StorageReport, packs: &Packs) -> Vec<(RetentionClass, usize, TableSize)> {
-    RetentionClass::ALL
-        .into_iter()
-        .map(|class| {
-            let mut size = TableSize {
-                rows_exact: true,
-                ..TableSize::default()
-            };
-            let mut days = 0;
-            for p in report.partitions.iter().filter(|p| {
-                p.partition.table == RetainedTable::Raw(class)
-                    && pack_of(packs, p.partition.table, p.partition.from).is_some()
-            }) {
-                size.add(&p.size);
-                days += 1;
-            }
-            (class, days, size)
-        })
-        .collect()
+    totals_by_class(report.partitions.iter().filter_map(|p| {
+        let class = p.partition.table.class()?; // a raw partition
+        pack_of(packs, p.partition.table, p.partition.from).map(|_| (class, &p.size))
+    }))
 }
 
 /// The minute rollup's compacted days summed: (days, buckets and bytes).

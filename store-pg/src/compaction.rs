@@ -34,7 +34,43 @@ fn decode_answer(row: &sqlx::postgres::PgRow) -> Result<Answer, sqlx::Error> {
     Ok((count(0)?, count(1)?, count(2)?, count(3)?, row.try_get(4)?))
 }
 
+/// `sentinel_compact_rollup_day`'s answer, checked: it writes its event exactly when it
+/// compacted buckets.
+fn rollup_compaction(answer: Answer) -> RollupCompaction {
+    let done = RollupCompaction {
+        buckets: answer.0,
+        chunks: answer.1,
+        bytes_before: answer.2,
+        bytes_after: answer.3,
+        seq: answer.4,
+    };
+    assert!(
+        (done.buckets == 0) == done.seq.is_none(),
+        "a rollup compaction writes its event exactly when it compacted buckets"
+    );
+    done
+}
+
 impl PgStore {
+    /// The call of `sentinel_compact_rollup_day` for one day, fenced on this store's epoch
+    /// and start identity: run in `compact_day`'s transaction after the raw rows, or alone.
+    fn compact_rollups_call<'q>(
+        &self,
+        epoch: u32,
+        day: sentinel_core::Micros,
+        now: sentinel_core::Micros,
+        age_days: i32,
+        principal: &'q str,
+    ) -> Result<sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>, StoreError> {
+        Ok(sqlx::query(COMPACT_ROLLUPS)
+            .bind(epoch_to_db(epoch)?)
+            .bind(core_start_to_db(self.core_start()))
+            .bind(to_odt(day)?)
+            .bind(to_odt(now)?)
+            .bind(age_days)
+            .bind(principal))
+    }
+
     pub(super) async fn compact_day_inner(
         &self,
         epoch: u32,
@@ -65,17 +101,14 @@ impl PgStore {
                 return Err(self.rollup_error(epoch, "compacting a day", e).await);
             }
         };
-        let rollups = sqlx::query(COMPACT_ROLLUPS)
-            .bind(epoch_to_db(epoch)?)
-            .bind(core_start_to_db(self.core_start()))
-            .bind(to_odt(request.day)?)
-            .bind(to_odt(request.now)?)
-            .bind(age_days)
-            .bind(request.principal)
+        let rollups = self
+            .compact_rollups_call(epoch, request.day, request.now, age_days, request.principal)?
             .fetch_one(&mut *tx)
             .await;
         let rollups = match rollups {
-            Ok(row) => decode_answer(&row).map_err(db_error("decoding a rollup compaction"))?,
+            Ok(row) => {
+                rollup_compaction(decode_answer(&row).map_err(db_error("decoding a rollup compaction"))?)
+            }
             Err(e) => {
                 drop(tx);
                 return Err(self.rollup_error(epoch, "compacting a day's rollups", e).await);
@@ -90,21 +123,11 @@ impl PgStore {
             bytes_before: raw.2,
             bytes_after: raw.3,
             seq: raw.4,
-            rollups: RollupCompaction {
-                buckets: rollups.0,
-                chunks: rollups.1,
-                bytes_before: rollups.2,
-                bytes_after: rollups.3,
-                seq: rollups.4,
-            },
+            rollups,
         };
         assert!(
             (done.rows == 0) == done.seq.is_none(),
             "a compaction writes its event exactly when it compacted rows"
-        );
-        assert!(
-            (done.rollups.buckets == 0) == done.rollups.seq.is_none(),
-            "a rollup compaction writes its event exactly when it compacted buckets"
         );
         tracing::info!(
             class = request.class.as_str(),
@@ -134,17 +157,14 @@ impl PgStore {
             Ok(tx) => tx,
             Err(e) => return Err(db_error("compacting a day's rollups")(e)),
         };
-        let answer = sqlx::query(COMPACT_ROLLUPS)
-            .bind(epoch_to_db(epoch)?)
-            .bind(core_start_to_db(self.core_start()))
-            .bind(to_odt(request.day)?)
-            .bind(to_odt(request.now)?)
-            .bind(age_days)
-            .bind(request.principal)
+        let answer = self
+            .compact_rollups_call(epoch, request.day, request.now, age_days, request.principal)?
             .fetch_one(&mut *tx)
             .await;
-        let answer = match answer {
-            Ok(row) => decode_answer(&row).map_err(db_error("decoding a rollup compaction"))?,
+        let done = match answer {
+            Ok(row) => {
+                rollup_compaction(decode_answer(&row).map_err(db_error("decoding a rollup compaction"))?)
+            }
             Err(e) => {
                 drop(tx);
                 return Err(self.rollup_error(epoch, "compacting a day's rollups", e).await);
@@ -155,17 +175,6 @@ impl PgStore {
                 .rollup_error(epoch, "committing a rollup compaction", e)
                 .await);
         }
-        let done = RollupCompaction {
-            buckets: answer.0,
-            chunks: answer.1,
-            bytes_before: answer.2,
-            bytes_after: answer.3,
-            seq: answer.4,
-        };
-        assert!(
-            (done.buckets == 0) == done.seq.is_none(),
-            "a rollup compaction writes its event exactly when it compacted buckets"
-        );
         tracing::info!(
             day = %sentinel_ports::day_name(request.day),
             buckets = done.buckets,

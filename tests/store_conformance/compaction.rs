@@ -30,8 +30,8 @@ use sentinel_core::reprocess::{RowUpdate, StoredObservation};
 use sentinel_core::time::US_PER_DAY;
 use sentinel_core::{CanonicalValue, DeliveryTag, Micros, ObsKey, ObsRow, Quality, RetentionClass};
 use sentinel_ports::{
-    ClassExtent, Compaction, CompactionRequest, HistoryRow, Lease, RetentionCutoffs, RollupCompaction,
-    RollupCompactionRequest, RollupGrain, RollupRow, Store, StoreError,
+    ClassExtent, CompactionRequest, HistoryRow, Lease, RetentionCutoffs, RollupCompactionRequest,
+    RollupGrain, RollupRow, Store, StoreError,
 };
 
 use super::{Backend, Mem, Pg, at, batch};
@@ -261,7 +261,8 @@ async fn reads<B: Backend>(b: &B, epoch: u32) -> Reads {
     }
 }
 
-fn refused(result: Result<Compaction, StoreError>) -> String {
+/// A refusal's words; anything else (a success, another error) fails the test.
+fn refused<T: std::fmt::Debug>(result: Result<T, StoreError>) -> String {
     match result {
         Err(StoreError::Other(message)) => message,
         other => panic!("expected a refusal, got {other:?}"),
@@ -1283,13 +1284,6 @@ pub(super) async fn a_minute_that_lost_its_rows_is_gone_from_a_compacted_rollup_
     b.release(lease).await;
 }
 
-fn refused_rollups(result: Result<RollupCompaction, StoreError>) -> String {
-    match result {
-        Err(StoreError::Other(message)) => message,
-        other => panic!("expected a refusal, got {other:?}"),
-    }
-}
-
 /// A day's minute rollups compacted alone, at their own age (issue 24, disk): refused word for
 /// word as `compact_day` is (not closed, younger than the age) and when fenced, writing
 /// nothing; then one `rollup_1m` event, the raw rows left hot and every read as before; a late
@@ -1322,7 +1316,7 @@ pub(super) async fn a_days_minute_rollups_compact_alone_and_again_after_a_recomp
     let events = || async { store.load_control_events(0, 1_000).await.expect("events") };
     let events_before = events().await;
 
-    let message = refused_rollups(
+    let message = refused(
         store
             .compact_rollup_day(epoch, rollup_request(day(0), Micros(day(0).0 + 23 * H), 1))
             .await,
@@ -1332,7 +1326,7 @@ pub(super) async fn a_days_minute_rollups_compact_alone_and_again_after_a_recomp
         "compaction refused: day 2026-01-15 is not closed (it ends after now)"
     );
     // Closed, but not a day old: it ended at day(1), and a day later is day(2).
-    let message = refused_rollups(
+    let message = refused(
         store
             .compact_rollup_day(epoch, rollup_request(day(0), Micros(day(2).0 - 1), 1))
             .await,
