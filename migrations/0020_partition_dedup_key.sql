@@ -16,8 +16,9 @@
 -- and stays packed; 28.6 B a row filled in ingest order, measured), and the partitioned index
 -- is dropped. Within one partition the three-column key is stricter than the four-column one:
 -- whatever the old index refused it refuses, and also a copy of a key stored the same day with
--- another `ingested_at` (a copy stage 3 and the late-duplicate probe already refuse when they
--- see it; the store now refuses it as the spec's three-column key would). Across partitions
+-- another `ingested_at`, which the old index let through unless it came late enough for the
+-- late-duplicate probe (stage 3's bounded set and the stream's window usually stop it first);
+-- the spec's three-column key refuses it, and so does the store now. Across partitions
 -- nothing changes: the late-duplicate probe (store-pg `commit.rs`, `stored_copy_in!`) reads the
 -- partitions of its lookback as before, now through this index and the row's `ingested_at`.
 -- The commit's `INSERT … ON CONFLICT DO NOTHING` names no conflict target, so every unique index
