@@ -61,6 +61,12 @@ const ONE_ROW: &str = "INSERT INTO point_key (point_id) VALUES ('p'); \
      VALUES (now(), (SELECT key FROM point_key WHERE point_id = 'p'), now(), 1, 'live', true, 1, \
      (SELECT key FROM instance_key WHERE driver_instance = 'i'), 1, 1)";
 
+/// [`ONE_ROW`]'s key again, ingested at the start of its day (the same partition).
+const ROW_AGAIN: &str = "INSERT INTO observation_measurement (ingested_at, point_key, observed_at, \
+     native_num, quality, changed, registry_version, instance_key, source_epoch, source_seq) \
+     VALUES (date_trunc('day', now(), 'UTC'), (SELECT key FROM point_key WHERE point_id = 'p'), now(), 1, 'live', \
+     true, 1, (SELECT key FROM instance_key WHERE driver_instance = 'i'), 1, 1)";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
     let (db, roles) = granted().await;
@@ -79,6 +85,22 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         None,
         "the writer inserts"
     );
+    // The partition the writer's call made has its dedup key (migration 0020, made by the
+    // function as the owner): the row again, with another ingested_at the same day, is not
+    // inserted with ON CONFLICT DO NOTHING and fails a plain insert.
+    assert_eq!(
+        refused(&roles.writer_url, &format!("{ROW_AGAIN} ON CONFLICT DO NOTHING")).await,
+        None
+    );
+    let again = refused(&roles.writer_url, ROW_AGAIN)
+        .await
+        .expect("a plain insert of a stored key fails");
+    assert!(again.contains("duplicate key"), "{again}");
+    let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM observation_measurement")
+        .fetch_one(&mut pg(&db.url).await)
+        .await
+        .expect("count");
+    assert_eq!(rows, 1, "the redelivered row was not inserted");
     assert_eq!(
         refused(&roles.writer_url, "SELECT count(*) FROM observation").await,
         None

@@ -548,20 +548,37 @@ async fn commit_reports_only_new_rows<B: Backend>(b: &B) {
         .expect("in-batch duplicate");
     assert_eq!(report.inserted, vec![0, 1]);
 
-    // A different ingested_at is a different row under the 4-column index (it is the bus's
-    // duplicate window, not the store, that stops a prompt re-publish). A copy that arrives
-    // late after its observation is another matter: `a_late_copy_of_a_stored_key_is_not_inserted`.
+    // The same key with another ingested_at on the same day is the same row: each hot day's
+    // unique index is the three-column key (migration 0020; the ingest spec's key, which the
+    // four-column index only approximated) and refuses it, late or not.
+    let mut again = seq_row(m, 2);
+    again.ingested_at = Micros(again.ingested_at.0 + 1_000_000);
+    again.observed_at = again.ingested_at;
+    let report = b
+        .store()
+        .commit(batch(5, epoch, vec![again, seq_row(m, 9)], vec![]))
+        .await
+        .expect("same-day copy");
+    assert_eq!(
+        report.inserted,
+        vec![1],
+        "a copy of a key stored the same day is not inserted"
+    );
+
+    // On another day it is another partition, and another row (it is the bus's duplicate
+    // window, not the store, that stops a prompt re-publish). A copy that arrives late after
+    // its observation is another matter: `a_late_copy_of_a_stored_key_is_not_inserted`.
     let mut republished = seq_row(m, 1);
     republished.ingested_at = Micros(republished.ingested_at.0 + 86_400 * 1_000_000);
     republished.observed_at = republished.ingested_at;
     let report = b
         .store()
-        .commit(batch(5, epoch, vec![republished], vec![]))
+        .commit(batch(6, epoch, vec![republished], vec![]))
         .await
         .expect("next day");
     assert_eq!(report.inserted, vec![0]);
 
-    assert_eq!(b.counts().await.get(m), 9);
+    assert_eq!(b.counts().await.get(m), 10);
     b.release(lease).await;
 }
 
@@ -712,14 +729,34 @@ async fn a_late_copy_of_a_stored_key_is_not_inserted<B: Backend>(b: &B) {
     );
 
     // A copy just inside the threshold is not checked (the stream's window catches those):
-    // stored, as before issue 25.
+    // on the day its first copy is stored, the day's unique key refuses it (migration 0020);
+    // on the next day it is stored, as before issue 25.
     let fresh_copy = late(Measurement, 1, observed.add_ms(late_after_ms));
     let report = b
         .store()
         .commit(batch(3, epoch, vec![fresh_copy], vec![]))
         .await
-        .expect("a copy inside the threshold");
-    assert_eq!(report.inserted, vec![0]);
+        .expect("a copy inside the threshold, the same day");
+    assert_eq!(report.inserted, Vec::<u32>::new(), "the day's key refuses it");
+    let before_midnight = at("2026-01-15T23:59:30Z");
+    let first_tonight = row(RowSpec {
+        seq: 4,
+        observed_at: before_midnight,
+        ingested_at: before_midnight.add_ms(20),
+        ..RowSpec::default()
+    });
+    let copy_tomorrow = row(RowSpec {
+        seq: 4,
+        observed_at: before_midnight,
+        ingested_at: before_midnight.add_ms(late_after_ms),
+        ..RowSpec::default()
+    });
+    let report = b
+        .store()
+        .commit(batch(31, epoch, vec![first_tonight, copy_tomorrow], vec![]))
+        .await
+        .expect("a copy inside the threshold, the next day");
+    assert_eq!(report.inserted, vec![0, 1], "not checked: stored");
 
     // A first copy from before the lookback (observed_at far ahead of its ingest: a device
     // clock beyond the core's future bound) is not found.
@@ -733,8 +770,9 @@ async fn a_late_copy_of_a_stored_key_is_not_inserted<B: Backend>(b: &B) {
         .commit(batch(4, epoch, vec![ahead.clone()], vec![]))
         .await
         .expect("ahead");
+    // (The next day: the same day, the day's unique key would refuse it.)
     let ahead_again = row(RowSpec {
-        ingested_at: replayed_at,
+        ingested_at: observed.add_ms(86_400_000),
         ..RowSpec {
             seq: 9,
             observed_at: ahead.observed_at,
@@ -747,7 +785,7 @@ async fn a_late_copy_of_a_stored_key_is_not_inserted<B: Backend>(b: &B) {
         .await
         .expect("outside the lookback");
     assert_eq!(report.inserted, vec![0], "the check looks back only so far");
-    assert_eq!(b.counts().await.get(Measurement), 5);
+    assert_eq!(b.counts().await.get(Measurement), 6);
     b.release(lease).await;
 }
 

@@ -438,8 +438,9 @@ impl Derivations {
     /// not hold: the readings a crash lost between a commit and their publish. A reading is
     /// derived again only when the replay holds everything it folds (its window, or for a pair
     /// op the other input's newest row) and its own point's rows were read as far back as its
-    /// trigger; nothing stored is derived again (the unique index includes `ingested_at`, so a
-    /// second publish would be a second row); one still in the stream, uncommitted, goes out
+    /// trigger; nothing stored is derived again (the unique key is per daily partition of
+    /// `ingested_at`, so a second publish on a later day would be a second row); one still in
+    /// the stream, uncommitted, goes out
     /// with the same message id and the stream's duplicate window drops it. At most
     /// [`REDERIVE_MAX`] readings, the earliest. Returns how many input rows were folded, and
     /// the readings.

@@ -108,8 +108,9 @@ macro_rules! stored_copy_in {
 /// [`insert_class`] with the late-duplicate check (issue 25 item 2,
 /// [`sentinel_ports::LATE_DUPLICATE_AFTER_MS`]): a row late by more than `$32` µs
 /// (`ingested_at − observed_at`) is skipped when its three-column key is already in the table
-/// with an earlier `ingested_at` at or after `observed_at − $33` µs. The probe is the unique
-/// index's prefix plus a range on its last column, in the partitions of that range only.
+/// with an earlier `ingested_at` at or after `observed_at − $33` µs. The probe is a lookup of
+/// each partition's unique key `(instance_key, source_epoch, source_seq)` (migration 0020) with
+/// `ingested_at` checked on the row found, in the partitions of that range only.
 macro_rules! insert_class_checked {
     ($table:literal, $class:literal, $tail:literal) => {
         concat!(

@@ -62,7 +62,7 @@ impl Model {
                     r.key.source_seq,
                     r.ingested_at,
                 );
-                if self.tables[to.index()].keys.contains(&key) {
+                if self.tables[to.index()].key_taken(&key) {
                     return Err(StoreError::Other(format!(
                         "moving point {point_id}: a row's key is already in class {}",
                         to.as_str()

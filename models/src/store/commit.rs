@@ -1,5 +1,6 @@
-//! The model's fenced batch commit: the 4-column unique key, `ON CONFLICT DO NOTHING RETURNING`,
-//! the quarantine table keyed by stream sequence (ingest spec, stages 11–12).
+//! The model's fenced batch commit: each hot daily partition's three-column unique key
+//! (migration 0020), `ON CONFLICT DO NOTHING RETURNING`, the quarantine table keyed by stream
+//! sequence (ingest spec, stages 11–12).
 
 use super::{
     BTreeSet, Batch, CommitError, CommitReport, MemoryStore, Micros, StoreError, StoredQuarantine,
@@ -51,7 +52,8 @@ impl MemoryStore {
             if late_duplicate(table, row) {
                 continue;
             }
-            if table.keys.insert(key) {
+            if !table.key_taken(&key) {
+                table.keys.insert(key);
                 table.rows.push(row.clone());
                 table.applied.push(Some(batch.applied()));
                 inserted.push(ordinal as u32);

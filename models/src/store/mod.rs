@@ -10,8 +10,8 @@
 //!   holder's, and the fence every write verifies: its epoch and its handle's identity (one per
 //!   handle, shared by clones; [`MemoryStore::another_handle`] is another process's);
 //! - one `core_start` record per acquisition, its startup timings written under the fence;
-//! - one table per retention class with the 4-column unique key and `ON CONFLICT DO NOTHING
-//!   RETURNING` (only new rows are reported);
+//! - one table per retention class with each hot day's three-column unique key (migration
+//!   0020) and `ON CONFLICT DO NOTHING RETURNING` (only new rows are reported);
 //! - quarantine keyed by `(stream, stream_seq)`;
 //! - the `point_state` checkpoint upsert and the log-head rule of `load_state`;
 //! - registry versions with "identical content creates no version";
@@ -74,8 +74,11 @@ pub struct StoredQuarantine {
     pub recorded_at: Micros,
 }
 
-/// The 4-column unique key of a class table: `(driver_instance, source_epoch, source_seq,
-/// ingested_at)`.
+/// A class table row's key: `(driver_instance, source_epoch, source_seq, ingested_at)`. Unique
+/// per hot daily partition on its first three columns (migration 0020: each partition's dedup
+/// key is `(instance_key, source_epoch, source_seq)`), so [`ClassTable::key_taken`] is the
+/// unique index's check; the set is ordered so that check and the late-duplicate probe are
+/// ranges.
 type UniqueKey = (Arc<str>, u32, u64, Micros);
 
 #[derive(Default)]
@@ -88,6 +91,21 @@ struct ClassTable {
     /// The compacted days (`compaction.rs`), by day index (days since the epoch), each with
     /// the class its rows decode to.
     compacted: BTreeMap<i64, (RetentionClass, compaction::CompactedDay)>,
+}
+
+impl ClassTable {
+    /// Whether the hot partition `key` would be stored in (the UTC day of its `ingested_at`)
+    /// already holds its three-column key (migration 0020's per-partition unique index): what
+    /// `INSERT … ON CONFLICT DO NOTHING` skips, and a plain insert fails on.
+    fn key_taken(&self, key: &UniqueKey) -> bool {
+        let day = key.3.day();
+        let from = Micros(day * sentinel_core::time::US_PER_DAY);
+        let to = Micros((day + 1) * sentinel_core::time::US_PER_DAY);
+        self.keys
+            .range((key.0.clone(), key.1, key.2, from)..(key.0.clone(), key.1, key.2, to))
+            .next()
+            .is_some()
+    }
 }
 
 struct RegistryVersionRow {

@@ -31,7 +31,9 @@ use rollups::{RollupGrain, RollupRefresh, RollupRow, RollupStep, RollupStepLimit
 /// queues its readings on disk and replays them when the link returns, each with its message
 /// id; one whose ack was lost before the cut may already be in the stream, and when it comes
 /// back after the stream's duplicate window (2 min) the stream stores it again with a new
-/// `ingested_at`, which the four-column unique index does not catch. So a commit also refuses a
+/// `ingested_at`, which the four-column unique index did not catch (since migration 0020 each
+/// day's partition has the three-column key, which catches a copy on the same day, not one on
+/// a later day). So a commit also refuses a
 /// row whose `(driver_instance, source_epoch, source_seq)` is already stored with an earlier
 /// `ingested_at` at or after `observed_at − LATE_DUPLICATE_LOOKBACK_MS`, but checks only rows
 /// that arrived late: `ingested_at − observed_at` above `LATE_DUPLICATE_AFTER_MS`. A copy the
