@@ -25,19 +25,23 @@
 -- (`observation_<class>_all`, `_named`, the `observation` view: each recreated from its own
 -- `pg_get_viewdef`, which names every column, so the positional UNION ALL of hot and decoded
 -- compacted rows keeps its order) come back as they were. Anything the migration does not know
--- how to carry over (an internal or disabled trigger, a policy, a constraint besides NOT NULL, a rule, an inheritance
--- child, column-level options or grants, a sub-partitioned partition, an unexpected column) is
--- refused with an error before anything changes, so the migration never drops what it cannot
--- rebuild. The compacted tables (`observation_<class>_compact`) are not touched.
+-- how to carry over (a constraint besides NOT NULL, an internal or disabled trigger, a policy, a
+-- rule, an inheritance child, extended statistics, a publication, column-level statistics
+-- targets, compression or grants, a tablespace, a sub-partitioned partition, a materialized
+-- view, an unexpected column) is refused with an error before anything changes, so the
+-- migration never drops what it cannot rebuild. A partition's invalid index (what an
+-- interrupted `sentinel db pack` leaves, `…_ccnew`) is not carried over. The compacted tables (`observation_<class>_compact`) are not touched.
 --
 -- Only one SQL function relied on the hot table's column positions: the class move's insert of
 -- decoded compacted rows into the target hot table, which now names its columns.
 --
 -- It runs under the single-writer lock `sentinel migrate` holds; the rows are rewritten once
 -- and every index is built sorted (so a day's B-trees come out packed, as `sentinel db pack`
--- leaves them); its time per GB of hot table is measured in BENCHMARKS.md. `hot_day_pack`
--- keeps its records, but a rebuilt partition's insert count restarts from the copy, so `sentinel
--- db pack` finds each closed day due once more and packs it again (which changes nothing).
+-- leaves them); its time per GB of hot table is measured in BENCHMARKS.md. Old and new tables
+-- both exist until it commits, so it needs free disk of about the hot tables' size, and as much
+-- again for the write-ahead log of the copy and the index builds. `hot_day_pack`
+-- keeps its records, but a rebuilt partition's write count restarts with the copy, so `sentinel
+-- db pack` may find a closed day due once more and pack it again, which changes nothing.
 
 DO $migrate$
 DECLARE
