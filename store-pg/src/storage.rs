@@ -30,20 +30,22 @@ pub const STORAGE_PARTITIONS_MAX: usize = 5 * 3_660;
 /// What this storage format costs per raw observation row, table and indexes together:
 /// measured over a tenth of a design-rate day (4,320,000 rows of 4,000 points with ids of 25–30
 /// bytes, 16 driver instances, filled in ingest order, after VACUUM ANALYZE) with the ids as
-/// integer keys (migration 0014) and the ascending point index of migration 0018: heap 126 B,
-/// the point index 38.5 B (53 B descending), the dedup key index 71 B (BENCHMARKS.md, "The hot
-/// row's bytes"; 250 B before 0018, 371 B with text ids). What `registry plan` and `sentinel
+/// integer keys (migration 0014), the ascending point index of migration 0018 and the columns
+/// in alignment order of migration 0021: heap 109.2 B (126 B before 0021), the point index
+/// 38.5 B (53 B descending), the dedup key index 71 B (BENCHMARKS.md, "The hot row's bytes" and
+/// "The hot row's heap tuple in alignment order"; 235 B before 0021, 250 B before 0018, 371 B
+/// with text ids). What `registry plan` and `sentinel
 /// storage` size a raw table with until it holds enough rows to measure its own;
 /// `tests/storage_report.rs` keeps it within 15 % of a populated partition.
-pub const RAW_ROW_BYTES: f64 = 235.0;
+pub const RAW_ROW_BYTES: f64 = 219.0;
 /// What a raw row of a closed hot day costs once `sentinel db pack` rebuilt its partition's
-/// indexes (migration 0019): the heap as filled, 126 B, and both B-trees packed, the point
-/// index 28.5 B and the dedup key 40.6 B, against 38.5 and 70.9 B as ingest fills them
-/// (BENCHMARKS.md, "Packing a closed hot day": measured through the command on a day of
-/// 4,320,000 rows in ingest order). What `registry plan` and `sentinel storage` size a raw
+/// indexes (migration 0019): the heap as filled, 109.2 B since migration 0021 (126 B before),
+/// and both B-trees packed, the point index 28.5 B and the dedup key 40.6 B, against 38.5 and
+/// 70.9 B as ingest fills them (BENCHMARKS.md, "Packing a closed hot day": measured through the
+/// command on a day of 4,320,000 rows in ingest order; 195 B before 0021). What `registry plan` and `sentinel storage` size a raw
 /// table's closed hot days with, before compaction; today's and yesterday's are at
 /// [`RAW_ROW_BYTES`].
-pub const PACKED_ROW_BYTES: f64 = 195.0;
+pub const PACKED_ROW_BYTES: f64 = 178.0;
 /// What this storage format costs per rollup row, table and indexes together: 231 B measured
 /// over a day of 1,000 points' minutes (126 heap, 105 index: the primary key and the bucket
 /// index), point ids of 25–30 bytes (BENCHMARKS.md, "`sentinel storage`: a rollup row's bytes").

@@ -32,7 +32,7 @@ const US_PER_HOUR: i64 = 3_600_000_000;
 
 /// A hot row's bytes with its indexes, as the model reports them (`sentinel_store_pg`'s
 /// `RAW_ROW_BYTES`, measured in BENCHMARKS.md "The hot row's bytes").
-const HOT_ROW_BYTES: u64 = 235;
+const HOT_ROW_BYTES: u64 = 219;
 
 /// (point id, hour start µs, driver instance, source epoch): a chunk's primary key within its day.
 type ChunkKey = (Arc<str>, i64, Arc<str>, u32);
