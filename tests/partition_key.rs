@@ -54,13 +54,14 @@ async fn fill(pool: &PgPool, class: &str, rows: i64, points: i64) {
 /// and a key lookup by the full key (reprocess's address): what must not change across the
 /// upgrade.
 async fn answers(pool: &PgPool) -> Vec<String> {
+    // Rows as jsonb, whose keys sort by name: migration 0021 reorders the tables' columns.
     let mut out = Vec::new();
     for class in CLASSES {
         out.push(
             text(
                 pool,
                 &format!(
-                    "SELECT count(*) || ' ' || md5(string_agg(o::text, '|' ORDER BY o.instance_key, o.source_epoch, \
+                    "SELECT count(*) || ' ' || md5(string_agg(to_jsonb(o)::text, '|' ORDER BY o.instance_key, o.source_epoch, \
                        o.source_seq, o.ingested_at)) FROM observation_{class}_all o"
                 ),
             )
@@ -70,7 +71,7 @@ async fn answers(pool: &PgPool) -> Vec<String> {
             text(
                 pool,
                 &format!(
-                    "SELECT json_agg(h ORDER BY k)::text FROM (SELECT DISTINCT point_key AS k FROM observation_{class}) p \
+                    "SELECT jsonb_agg(h ORDER BY k)::text FROM (SELECT DISTINCT point_key AS k FROM observation_{class}) p \
                      CROSS JOIN LATERAL (SELECT o.* FROM observation_{class}_all o WHERE o.point_key = p.k \
                        ORDER BY o.observed_at DESC, o.ingested_at DESC, o.instance_key DESC, o.source_epoch DESC, \
                        o.source_seq DESC LIMIT 1) h"
@@ -82,7 +83,7 @@ async fn answers(pool: &PgPool) -> Vec<String> {
             text(
                 pool,
                 &format!(
-                    "SELECT json_agg(o ORDER BY o.ingested_at)::text FROM observation_{class} o \
+                    "SELECT jsonb_agg(o ORDER BY o.ingested_at)::text FROM observation_{class} o \
                      WHERE (o.instance_key, o.source_epoch, o.source_seq) = \
                        ((SELECT key FROM instance_key WHERE driver_instance = 'drv3'), 1, 19)"
                 ),
@@ -142,11 +143,17 @@ async fn assert_one_key_per_partition(pool: &PgPool) {
     }
 }
 
+/// A raw row's columns in the order the selects below give them (migration 0021 reorders the
+/// table's, so every insert here names them).
+const COLUMNS: &str = "ingested_at, point_key, observed_at, device_time, value_num, value_bool, \
+    value_text, native_num, native_text, unit_native, quality, reason, detail, changed, \
+    registry_version, instance_key, source_epoch, source_seq, skew_flagged, applied";
+
 /// Rows `INSERT … ON CONFLICT DO NOTHING` (no conflict target, as the commit) inserts into
-/// `class` from `select`.
+/// `class` from `select`, which gives [`COLUMNS`].
 async fn on_conflict_inserts(pool: &PgPool, class: &str, select: &str) -> u64 {
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO observation_{class} {select} ON CONFLICT DO NOTHING"
+        "INSERT INTO observation_{class} ({COLUMNS}) {select} ON CONFLICT DO NOTHING"
     )))
     .execute(pool)
     .await
@@ -159,7 +166,7 @@ async fn on_conflict_inserts(pool: &PgPool, class: &str, select: &str) -> u64 {
 async fn assert_redeliveries_refused(pool: &PgPool, day: &str) {
     for class in CLASSES {
         let part = format!("observation_{class}_p{}", day.replace('-', ""));
-        let same = format!("SELECT * FROM {part} ORDER BY source_seq LIMIT 50");
+        let same = format!("SELECT {COLUMNS} FROM {part} ORDER BY source_seq LIMIT 50");
         assert_eq!(
             on_conflict_inserts(pool, class, &same).await,
             0,
@@ -178,7 +185,7 @@ async fn assert_redeliveries_refused(pool: &PgPool, day: &str) {
             "{part}: a copy with another ingested_at the same day is not inserted"
         );
         let plain = sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-            "INSERT INTO observation_{class} {moved}"
+            "INSERT INTO observation_{class} ({COLUMNS}) {moved}"
         )))
         .execute(pool)
         .await
@@ -203,7 +210,7 @@ async fn a_populated_database_upgrades_to_a_dedup_key_per_partition_with_every_a
         exec(
             &pool,
             &format!(
-                "INSERT INTO observation_{class} SELECT ingested_at + interval '1 day', point_key, observed_at, \
+                "INSERT INTO observation_{class} ({COLUMNS}) SELECT ingested_at + interval '1 day', point_key, observed_at, \
                    device_time, value_num, value_bool, value_text, native_num, native_text, unit_native, quality, \
                    reason, detail, changed, registry_version, instance_key, source_epoch, source_seq, skew_flagged, \
                    applied FROM observation_{class}_p20260115 WHERE source_seq % 100 = 19"
@@ -223,7 +230,11 @@ async fn a_populated_database_upgrades_to_a_dedup_key_per_partition_with_every_a
         .await
         .expect("connect the store");
     let report = store.migrate().await.expect("upgrade");
-    assert_eq!(report.applied, vec![20], "the per-partition dedup keys of 0020");
+    assert_eq!(
+        report.applied,
+        vec![20, 21],
+        "the per-partition dedup keys of 0020, then 0021's column order"
+    );
 
     // Two days of three classes, and whatever days the store made ahead of today.
     let partitions = hot_partitions(&pool).await.len();

@@ -376,7 +376,7 @@ mod tests {
         // The core runtime spec's estate: ~19M raw rows a day from about 4,000 points, each
         // reporting at least once a minute, under 90 days of measurement retention. The spec
         // puts it at ~40 GB with compression from day seven; this format, uncompressed, is
-        // about 19M × (2 × 193 + 88 × 183) B ≈ 313 GB raw with its closed days packed (330 GB
+        // about 19M × (2 × 184 + 88 × 174) B ≈ 298 GB raw with its closed days packed (315 GB
         // as ingest fills them) plus the minute rollup's 5.76M rows a day.
         let rate_hz = 19_000_000.0 / 86_400.0 / 4_000.0;
         let points: Vec<_> = (0..4_000)
@@ -389,15 +389,15 @@ mod tests {
         let p = project(&points, &config, CompactAges::default(), &[]);
         assert!((p[0].rows_per_day - 19e6).abs() < 1.0);
         // Today's and yesterday's rows as ingest fills them, the 88 closed days packed
-        // (`sentinel db pack`): 19M × (2 × 193 + 88 × 183) B ≈ 313 GB.
+        // (`sentinel db pack`): 19M × (2 × 184 + 88 × 174) B ≈ 298 GB.
         assert_eq!(p[0].packed_days, 88);
         assert!((p[0].bytes - 19e6 * (2.0 * RAW_ROW_BYTES + 88.0 * PACKED_ROW_BYTES)).abs() < 1e3);
         assert!((p[3].rows_per_day - 5_760_000.0).abs() < 1e-3);
         assert!(p.iter().all(|p| p.bytes_per_row_from == RowBytesFrom::Format));
         assert!(p.iter().all(|p| p.compacted_days == 0));
         // Compacted from day seven, as the spec has it: 7 hot days (today's and yesterday's
-        // unpacked, 5 packed) and 83 compacted, about 19M × (2 × 193 + 5 × 183 + 83 × 17) B
-        // ≈ 51.5 GB of raw rows (52.5 GB unpacked; the spec says ~40 GB). The minute rollups
+        // unpacked, 5 packed) and 83 compacted, about 19M × (2 × 184 + 5 × 174 + 83 × 17) B
+        // ≈ 50.3 GB of raw rows (51.3 GB unpacked; the spec says ~40 GB). The minute rollups
         // here with the raw days (their own age set to the raw one).
         let with_raw = CompactAges {
             raw_days: Some(7),

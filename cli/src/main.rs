@@ -459,8 +459,8 @@ enum DbCommand {
         reader: String,
     },
     /// Pack the indexes of every closed hot day out of the stream's reach, not compacted and
-    /// not packed since its last write (`REINDEX TABLE CONCURRENTLY`, oldest first; about 193
-    /// to 183 bytes a row). Run as the schema owner (exit 14 for another role), beside the
+    /// not packed since its last write (`REINDEX TABLE CONCURRENTLY`, oldest first; about 184
+    /// to 174 bytes a row). Run as the schema owner (exit 14 for another role), beside the
     /// running core: it takes no lock and blocks no commit or read.
     Pack {
         #[command(flatten)]

@@ -6,7 +6,7 @@
 //! running core does not compact it within a day (`--compact-after-days`, 7, as `sentinel run`
 //! takes it; `--no-compaction`), it holds rows, and it was not packed since its last write — with `REINDEX TABLE CONCURRENTLY`, one
 //! at a time, oldest first, each recorded in `hot_day_pack`. A day filled in ingest order goes
-//! from about 193 to about 183 bytes a row (235 to 195 before migration 0020); no row changes and no read answers differently.
+//! from about 184 to about 174 bytes a row (235 to 195 before migrations 0020 and 0021); no row changes and no read answers differently.
 //!
 //! Run as the schema owner (PostgreSQL 15 lets only the owner REINDEX, and only outside a
 //! transaction and a function); another role is refused with exit [`EXIT_NOT_OWNER`] before

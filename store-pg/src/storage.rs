@@ -30,23 +30,26 @@ pub const STORAGE_PARTITIONS_MAX: usize = 5 * 3_660;
 /// What this storage format costs per raw observation row, table and indexes together:
 /// measured over a tenth of a design-rate day (4,320,000 rows of 4,000 points with ids of 25–30
 /// bytes, 16 driver instances, filled in ingest order, after VACUUM ANALYZE) with the ids as
-/// integer keys (migration 0014), the ascending point index of migration 0018 and the
-/// per-partition dedup key of migration 0020: heap 126 B, the point index 38.5 B (53 B
-/// descending), the dedup key 28.6 B (70.9 B as the four-column partitioned index; BENCHMARKS.md,
-/// "The dedup key per hot partition"; 235 B before 0020, 250 B before 0018, 371 B with text
-/// ids). What `registry plan` and `sentinel storage` size a raw table with until it holds
-/// enough rows to measure its own; `tests/storage_report.rs` keeps it within 15 % of a
+/// integer keys (migration 0014), the ascending point index of migration 0018, the
+/// per-partition dedup key of migration 0020 and the columns in alignment order of migration
+/// 0021, with `applied` set as the core's commits write it: heap 117.0 B (109.2 B without
+/// `applied`, 126 B before 0021), the point index 38.5 B (53 B descending), the dedup key
+/// 28.6 B (70.9 B as the four-column partitioned index). BENCHMARKS.md "Both together" (184.2 B
+/// measured with both; "The dedup key per hot partition", "The hot row's heap tuple in
+/// alignment order"; 235 B before 0020 and 0021 without `applied`, 250 B before 0018, 371 B
+/// with text ids). What `registry plan` and `sentinel storage` size a raw table with until it
+/// holds enough rows to measure its own; `tests/storage_report.rs` keeps it within 15 % of a
 /// populated partition.
-pub const RAW_ROW_BYTES: f64 = 193.0;
+pub const RAW_ROW_BYTES: f64 = 184.0;
 /// What a raw row of a closed hot day costs once `sentinel db pack` rebuilt its partition's
-/// indexes (migration 0019): the heap as filled, 126 B, and both B-trees packed, the point
-/// index 28.5 B and the dedup key 28.5 B (migration 0020's three-column key at fillfactor
-/// 100), against 38.5 and 28.6 B as ingest fills them (BENCHMARKS.md, "The dedup key per hot
-/// partition": a day of 4,320,000 rows in ingest order rebuilt; 195 B with the four-column key
-/// of 0001–0019, "Packing a closed hot day"). What `registry plan` and `sentinel storage` size
-/// a raw table's closed hot days with, before compaction; today's and yesterday's are at
-/// [`RAW_ROW_BYTES`].
-pub const PACKED_ROW_BYTES: f64 = 183.0;
+/// indexes (migration 0019): the heap as filled, 117.0 B with `applied` since migration 0021,
+/// and both B-trees packed, the point index 28.5 B and the dedup key 28.5 B (migration 0020's
+/// three-column key at fillfactor 100), against 38.5 and 28.6 B as ingest fills them
+/// (BENCHMARKS.md "Both together": 174.1 B measured; 195 B with the four-column key, 0001's
+/// column order and no `applied`, "Packing a closed hot day"). What `registry plan` and
+/// `sentinel storage` size a raw table's closed hot days with, before compaction; today's and
+/// yesterday's are at [`RAW_ROW_BYTES`].
+pub const PACKED_ROW_BYTES: f64 = 174.0;
 /// What this storage format costs per rollup row, table and indexes together: 231 B measured
 /// over a day of 1,000 points' minutes (126 heap, 105 index: the primary key and the bucket
 /// index), point ids of 25–30 bytes (BENCHMARKS.md, "`sentinel storage`: a rollup row's bytes").
