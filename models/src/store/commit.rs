@@ -53,6 +53,7 @@ impl MemoryStore {
             }
             if table.keys.insert(key) {
                 table.rows.push(row.clone());
+                table.head_appended(row);
                 table.applied.push(Some(batch.applied()));
                 inserted.push(ordinal as u32);
             }
