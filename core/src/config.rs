@@ -11,6 +11,11 @@ pub struct Config {
     pub inflight_batches_max: usize,
     /// Stage 3: keys remembered by the fast-path dedup set (oldest forgotten first).
     pub dedup_keys_max: usize,
+    /// Stage 3: keys the dedup set reserves room for when a core starts (at most
+    /// `dedup_keys_max`); it grows past this as keys arrive. Cost only, never behaviour: a core
+    /// that holds few keys (the simulator's, restarted a dozen times a run) need not fault in
+    /// a table sized for a production stream. Default [`crate::dedup::PRESIZE_KEYS_MAX`].
+    pub dedup_presize_keys_max: usize,
     /// Stage 2: larger payloads are quarantined as `oversized`, stored truncated to this.
     pub envelope_bytes_max: usize,
     /// Stage 2: `observed_at` later than `ingested_at` plus this is `future_timestamp`.
@@ -59,6 +64,7 @@ impl Default for Config {
             flush_interval_ms: 100,
             inflight_batches_max: 4,
             dedup_keys_max: 1 << 20,
+            dedup_presize_keys_max: crate::dedup::PRESIZE_KEYS_MAX,
             envelope_bytes_max: 16 * 1024,
             observed_future_max_ms: 5 * 60 * 1000,
             device_skew_max_ms: 2_000,

@@ -8,7 +8,8 @@
 //! with no allocation per observation.
 //!
 //! The map and the order queue start with room for the configured bound up to
-//! [`PRESIZE_KEYS_MAX`] keys and grow past that as keys arrive. Sizing them for the whole default
+//! [`PRESIZE_KEYS_MAX`] keys (or the configured `dedup_presize_keys_max`) and grow past that as
+//! keys arrive. Sizing them for the whole default
 //! bound (2^20) up front was measured and not kept (BENCHMARKS.md, "Issue 24 item 3"): a fresh
 //! core then looks every key up in a sparse 48 MiB table, a cache miss and often a page fault
 //! each, which cost more than the amortised growth it saves.
@@ -80,8 +81,14 @@ pub fn pack(instance: InstanceIdx, source_epoch: u32, source_seq: u64) -> u128 {
 
 impl DedupSet {
     pub fn new(keys_max: usize) -> DedupSet {
+        DedupSet::with_presize(keys_max, PRESIZE_KEYS_MAX)
+    }
+
+    /// [`DedupSet::new`] reserving room for `keys_max` keys up to `presize_keys_max` (at
+    /// least one): how much it holds and forgets is the same whatever the presize.
+    pub fn with_presize(keys_max: usize, presize_keys_max: usize) -> DedupSet {
         assert!(keys_max > 0, "dedup set needs room for at least one key");
-        let presize = keys_max.min(PRESIZE_KEYS_MAX);
+        let presize = keys_max.min(presize_keys_max.max(1));
         let set = DedupSet {
             slots: FxHashMap::with_capacity_and_hasher(presize, Default::default()),
             order: VecDeque::with_capacity(presize),
@@ -194,6 +201,29 @@ mod tests {
             capacity,
             "the set grew while keys came and went at its bound"
         );
+    }
+
+    #[test]
+    fn a_smaller_presize_changes_room_not_what_is_remembered() {
+        let keys_max = 3_000;
+        let mut full = DedupSet::new(keys_max);
+        let mut small = DedupSet::with_presize(keys_max, 64);
+        assert!(small.capacity() >= 64 && small.capacity() < keys_max);
+        assert!(full.capacity() >= keys_max);
+        for seq in 0..(keys_max as u64 * 3) {
+            let key = pack(InstanceIdx(seq as u32 % 5), 1, seq);
+            assert_eq!(full.get(key), small.get(key));
+            full.insert_in_flight(key, BatchId(seq % 9));
+            small.insert_in_flight(key, BatchId(seq % 9));
+            if seq % 2 == 0 {
+                full.mark_committed(key);
+                small.mark_committed(key);
+            }
+            let old = pack(InstanceIdx((seq / 2) as u32 % 5), 1, seq / 2);
+            assert_eq!(full.get(old), small.get(old), "after key {seq}");
+        }
+        assert_eq!(full.len(), small.len());
+        assert!(DedupSet::with_presize(10, 0).capacity() >= 1);
     }
 
     #[test]

@@ -27,6 +27,58 @@ use sentinel_sim::{Options, SeedOutcome, SimRegistry, run_seed};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+// mimalloc's own option setter (its C API; the `mimalloc` crate links the library but exports
+// the call only with its `extended` feature, which would add a dependency).
+unsafe extern "C" {
+    fn mi_option_set(option: std::ffi::c_int, value: std::ffi::c_long);
+}
+
+/// `mi_option_purge_delay` in mimalloc's `mi_option_e` (v3, `mimalloc.h`).
+const MI_OPTION_PURGE_DELAY: std::ffi::c_int = 15;
+
+/// Tells mimalloc never to hand freed memory back to the system. A run is a few seconds to a
+/// few minutes of seeds that each build and drop the same tables; returning their pages and
+/// faulting them in again (the kernel clears every page) cost about 3 % of a seed's CPU
+/// (BENCHMARKS.md, "Issue 24 item 5, fifth pass"), for a peak that is held a few seeds later anyway.
+fn keep_freed_memory() {
+    // SAFETY: `mi_option_set` only stores the option (an index into mimalloc's option table,
+    // in range); mimalloc reads it at its next purge decision. No allocation is in progress
+    // on another thread: this runs first in `main`, before any worker starts.
+    unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) };
+}
+
+#[cfg(target_os = "linux")]
+unsafe extern "C" {
+    fn prctl(option: std::ffi::c_int, ...) -> std::ffi::c_int;
+}
+
+/// `PR_SET_THP_DISABLE` (`linux/prctl.h`).
+#[cfg(target_os = "linux")]
+const PR_SET_THP_DISABLE: std::ffi::c_int = 41;
+
+/// Asks Linux for no transparent huge pages in this process. mimalloc marks its arena
+/// `MADV_HUGEPAGE` when it reserves it (before `main`, so its own `allow_thp` option is read
+/// too early to set here), and the kernel then backs every first touch with a 2 MiB page it
+/// clears whole: a seed's scattered few MiB of tables held 57 MB resident for ten seeds on one
+/// thread where 4 KiB pages hold 35 MB, for no measurable CPU saved (BENCHMARKS.md, "Issue 24
+/// item 5, fifth pass"). A refusal (an old kernel) changes nothing but memory.
+fn no_huge_pages() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: `prctl(PR_SET_THP_DISABLE, 1, 0, 0, 0)` sets one flag on this process and
+        // touches no memory of ours; its result is only whether the flag was set.
+        let _ = unsafe {
+            prctl(
+                PR_SET_THP_DISABLE,
+                1 as std::ffi::c_ulong,
+                0 as std::ffi::c_ulong,
+                0 as std::ffi::c_ulong,
+                0 as std::ffi::c_ulong,
+            )
+        };
+    }
+}
+
 #[derive(Parser, Debug)]
 #[command(name = "sentinel-sim", about = "Sentinel's deterministic simulator")]
 struct Cli {
@@ -66,6 +118,8 @@ struct Cli {
 }
 
 fn main() -> anyhow::Result<()> {
+    keep_freed_memory();
+    no_huge_pages();
     let cli = Cli::parse();
     let plant = match &cli.plant {
         None => None,

@@ -73,7 +73,7 @@ pub struct SimRegistry {
     /// reads (so invariant 17's windows are not rewritten under it).
     pub reprocess_point: String,
     /// `agg_safe` of every point of either version (for the checker's invariant 10).
-    pub agg_safe: std::sync::Arc<BTreeMap<std::sync::Arc<str>, bool>>,
+    pub agg_safe: std::sync::Arc<crate::checker::rollups::AggSafe>,
     /// The event policy and deadbands of every point of either version (for the checker's
     /// invariant 21).
     pub events: std::sync::Arc<BTreeMap<std::sync::Arc<str>, crate::checker::events::EventDef>>,

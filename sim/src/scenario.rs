@@ -597,10 +597,18 @@ pub fn run_seed(seed: u64, registry: &SimRegistry, options: &Options) -> SeedOut
     }
 }
 
+/// The dedup set's room at each core start (`Config::dedup_presize_keys_max`).
+const DEDUP_PRESIZE_KEYS_MAX: usize = 1 << 12;
+
 /// The configuration of every core of a run.
 fn core_config(settings: &Settings) -> Config {
     Config {
         dedup_keys_max: settings.dedup_keys_max,
+        // A whole run delivers about 4,000 keys (spread over a dozen core starts), so room for
+        // 2^12 at each start; the set grows past it if a run needs (the bound, and what the
+        // core remembers and forgets, are the setting's). Production's 2^16 presize would have
+        // every start allocate and fault in 4 MiB.
+        dedup_presize_keys_max: DEDUP_PRESIZE_KEYS_MAX,
         // Self-points still flow through ingest (and go stale between readings, which
         // exercises the watchdog), at a third of production's rate to keep seeds cheap.
         self_points_interval_ms: 15_000,

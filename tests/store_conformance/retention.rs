@@ -79,6 +79,21 @@ async fn commit_three_days<B: Backend>(b: &B, epoch: u32) {
         .expect("commit three days");
 }
 
+/// The points whose log heads `load_state` finds among `t.flow` (measurement) and `t.rssi`
+/// (diagnostic).
+async fn log_head_points<B: Backend>(b: &B) -> Vec<String> {
+    let points = [
+        ("t.flow".to_string(), RetentionClass::Measurement),
+        ("t.rssi".to_string(), RetentionClass::Diagnostic),
+    ];
+    let restored = b.store().load_state(&points).await.expect("load state");
+    restored
+        .log_heads
+        .into_iter()
+        .map(|h| h.state.point_id.to_string())
+        .collect()
+}
+
 pub(super) async fn retention_drops_whole_raw_days_with_an_event_each<B: Backend>(b: &B) {
     let lease = b.store().acquire().await.expect("acquire");
     let epoch = lease.epoch();
@@ -98,6 +113,10 @@ pub(super) async fn retention_drops_whole_raw_days_with_an_event_each<B: Backend
         3,
         "two t.flow minutes and one t.rssi minute on D1"
     );
+
+    // Both points have a log head before the drop (read here so a store that keeps its heads
+    // between reads must forget them when a drop takes rows).
+    assert_eq!(log_head_points(b).await, ["t.flow", "t.rssi"]);
 
     // Measurement and diagnostic keep from D2; state and the rollups keep everything.
     let cut = cutoffs(D2, FAR_PAST, D2, FAR_PAST, FAR_PAST);
@@ -151,6 +170,12 @@ pub(super) async fn retention_drops_whole_raw_days_with_an_event_each<B: Backend
     let counts = b.counts().await;
     assert_eq!(counts.get(RetentionClass::Measurement), 4, "D2 and D3 stay");
     assert_eq!(counts.get(RetentionClass::Diagnostic), 0);
+    // A restart's log heads read the rows left: `t.rssi`'s only row went with its day.
+    assert_eq!(
+        log_head_points(b).await,
+        ["t.flow"],
+        "no log head from a dropped day's rows"
+    );
 
     // One epoch-stamped event per dropped partition.
     let events = b.store().load_control_events(0, 100).await.expect("events");

@@ -72,7 +72,7 @@ pub(crate) struct Ingest {
 impl Ingest {
     pub fn new(config: &Config) -> Ingest {
         Ingest {
-            dedup: DedupSet::new(config.dedup_keys_max),
+            dedup: DedupSet::with_presize(config.dedup_keys_max, config.dedup_presize_keys_max),
             open: None,
             next_batch_id: 1,
             in_flight: BTreeMap::new(),

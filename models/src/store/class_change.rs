@@ -23,6 +23,10 @@ impl Model {
         occurred_at: Micros,
     ) -> Result<ClassMove, StoreError> {
         self.maintenance_fence(epoch, start)?;
+        // Rows leave their tables and land in `to`'s (hot and compacted alike).
+        for table in &mut self.tables {
+            table.forget_heads();
+        }
         let target_kept = self.retention.kept_from(RetainedTable::Raw(to));
         let mut moving: Vec<(RetentionClass, Vec<usize>)> = Vec::new();
         for class in RetentionClass::ALL {

@@ -55,6 +55,7 @@ impl MemoryStore {
             if !table.key_taken(&key) {
                 table.keys.insert(key);
                 table.rows.push(row.clone());
+                table.head_appended(row);
                 table.applied.push(Some(batch.applied()));
                 inserted.push(ordinal as u32);
             }

@@ -290,6 +290,7 @@ impl ClassTable {
         ingested_at: Micros,
         update: impl FnOnce(&mut ObsRow),
     ) -> Option<ObsRow> {
+        self.forget_heads();
         let day_index = ingested_at.day();
         let (class, day) = self.compacted.get_mut(&day_index)?;
         let chunk_key: ChunkKey = (
@@ -324,6 +325,7 @@ impl ClassTable {
 
     /// Takes every compacted row of `point_id` out (a class move), with its `applied`.
     pub(super) fn take_compacted_point(&mut self, point_id: &str) -> Vec<(ObsRow, Option<i64>)> {
+        self.forget_heads();
         let mut out = Vec::new();
         for (class, day) in self.compacted.values_mut() {
             let keys: Vec<ChunkKey> = day.keys().filter(|k| &*k.0 == point_id).cloned().collect();
@@ -339,6 +341,7 @@ impl ClassTable {
 
     /// Drops the compacted rows ingested in `[from, to)` (a retention drop of their day).
     pub(super) fn drop_compacted(&mut self, from: Micros, to: Micros) {
+        self.forget_heads();
         self.compacted
             .retain(|day, _| !(day * US_PER_DAY >= from.0 && day * US_PER_DAY < to.0));
     }
@@ -358,6 +361,7 @@ impl Model {
         let in_day = |at: Micros| at.day() == day_index;
         let class = request.class;
         let table = &mut self.tables[class.index()];
+        table.forget_heads();
         let hot = table.rows.iter().filter(|r| in_day(r.ingested_at)).count();
         if hot == 0 {
             let chunks = table.compacted.get(&day_index).map_or(0, |(_, d)| d.len() as u64);

@@ -202,6 +202,7 @@ fn copy_table(table: &ClassTable) -> ClassTable {
         applied: table.applied.clone(),
         keys: table.keys.clone(),
         compacted: table.compacted.clone(),
+        heads: table.heads.clone(),
     }
 }
 
@@ -392,6 +393,7 @@ mod tests {
         {
             let mut model = lock(&store.model);
             let table = &mut model.tables[RetentionClass::Measurement.index()];
+            table.forget_heads();
             let first = table.rows.remove(0);
             table.applied.remove(0);
             table.keys.retain(|k| k.2 != first.key.source_seq);

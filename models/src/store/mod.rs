@@ -91,6 +91,79 @@ struct ClassTable {
     /// The compacted days (`compaction.rs`), by day index (days since the epoch), each with
     /// the class its rows decode to.
     compacted: BTreeMap<i64, (RetentionClass, compaction::CompactedDay)>,
+    /// Each point's newest row and newest valued row (as [`log_head`] picks them) over the hot
+    /// and compacted rows, kept as commits append rows, so a restart's `load_state` reads them
+    /// instead of folding every row of the table (the simulator restarts a dozen times a
+    /// seed). `None` once anything but a commit has written `rows` or `compacted` (through
+    /// [`ClassTable::forget_heads`]); the next `load_state` folds the table again.
+    heads: Option<FxHashMap<Arc<str>, TableHead>>,
+}
+
+/// A point's newest row and newest valued row in one class table ([`ClassTable::heads`]).
+#[derive(Clone)]
+struct TableHead {
+    latest: ObsRow,
+    latest_valued: Option<ObsRow>,
+}
+
+impl TableHead {
+    /// Folds `row` in, as [`log_head`] does (the order key is unique: no ties).
+    fn fold(&mut self, row: &ObsRow) {
+        if row.order_key() > self.latest.order_key() {
+            self.latest = row.clone();
+        }
+        if row.value.is_some()
+            && self
+                .latest_valued
+                .as_ref()
+                .is_none_or(|l| row.order_key() > l.order_key())
+        {
+            self.latest_valued = Some(row.clone());
+        }
+    }
+
+    fn of(row: &ObsRow) -> TableHead {
+        TableHead {
+            latest: row.clone(),
+            latest_valued: row.value.is_some().then(|| row.clone()),
+        }
+    }
+}
+
+impl ClassTable {
+    /// Every write to `rows` or `compacted` but a commit's append calls this first.
+    fn forget_heads(&mut self) {
+        self.heads = None;
+    }
+
+    /// A commit appended `row`: folds it into its point's head, if the heads are kept.
+    fn head_appended(&mut self, row: &ObsRow) {
+        if let Some(heads) = &mut self.heads {
+            match heads.get_mut(&row.point_id) {
+                Some(head) => head.fold(row),
+                None => {
+                    heads.insert(row.point_id.clone(), TableHead::of(row));
+                }
+            }
+        }
+    }
+
+    /// The heads, folded from every row (hot and compacted) if they were forgotten.
+    fn heads(&mut self) -> &FxHashMap<Arc<str>, TableHead> {
+        if self.heads.is_none() {
+            let mut heads: FxHashMap<Arc<str>, TableHead> = FxHashMap::default();
+            for row in self.all_rows().iter() {
+                match heads.get_mut(&row.point_id) {
+                    Some(head) => head.fold(row),
+                    None => {
+                        heads.insert(row.point_id.clone(), TableHead::of(row));
+                    }
+                }
+            }
+            self.heads = Some(heads);
+        }
+        self.heads.get_or_insert_default()
+    }
 }
 
 impl ClassTable {
@@ -709,6 +782,7 @@ impl Store for MemoryStore {
             match partition.table {
                 RetainedTable::Raw(class) => {
                     let table = &mut model.tables[class.index()];
+                    table.forget_heads();
                     let applied = std::mem::take(&mut table.applied);
                     let (rows, applied): (Vec<ObsRow>, Vec<Option<i64>>) = std::mem::take(&mut table.rows)
                         .into_iter()

@@ -143,6 +143,7 @@ impl Model {
             .collect();
         let mut updated = 0;
         let mut changed_at: Vec<Micros> = Vec::new();
+        self.tables[class.index()].forget_heads();
         for row in &mut self.tables[class.index()].rows {
             let Some(u) = by_key.remove(&(row.key.clone(), row.ingested_at)) else {
                 continue;

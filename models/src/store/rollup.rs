@@ -15,7 +15,8 @@
 //! SQL hides them behind a mask: the same answers).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
 
 use sentinel_core::{Micros, ObsRow, Quality, RetentionClass};
 
@@ -230,9 +231,11 @@ impl Rollups {
         table.retain(|(_, bucket), row| {
             !(in_span(*bucket) && chosen(*bucket) && *bucket >= clip[row.class.index()])
         });
-        // Keyed by the rows' shared point ids (the same order as by `String`), each turned
-        // into the table's `String` once per bucket, not once per row.
-        let mut built: BTreeMap<(&Arc<str>, Micros), RollupRow> = BTreeMap::new();
+        // Keyed by the rows' point ids, each turned into the table's `String` once per bucket,
+        // not once per row; hashed, not ordered: every bucket built goes into the ordered
+        // table below, so the order they are built in does not matter, and a string
+        // comparison at every tree level for every row in the span did.
+        let mut built: FxHashMap<(&str, Micros), RollupRow> = FxHashMap::default();
         for class in RetentionClass::ALL {
             let (hot, compacted) = tables[class.index()];
             for row in hot.iter().chain(compacted) {
@@ -243,16 +246,18 @@ impl Rollups {
                 if !chosen(bucket) || row.observed_at < clip[class.index()] {
                     continue;
                 }
-                let entry = built.entry((&row.point_id, bucket)).or_insert_with(|| RollupRow {
-                    point_id: row.point_id.to_string(),
-                    bucket,
-                    class,
-                    count: 0,
-                    live_count: 0,
-                    sum: None,
-                    min: None,
-                    max: None,
-                });
+                let entry = built
+                    .entry((&*row.point_id, bucket))
+                    .or_insert_with(|| RollupRow {
+                        point_id: row.point_id.to_string(),
+                        bucket,
+                        class,
+                        count: 0,
+                        live_count: 0,
+                        sum: None,
+                        min: None,
+                        max: None,
+                    });
                 // A point the registry does not name keeps the first of its rows' class names.
                 if class.as_str() < entry.class.as_str() {
                     entry.class = class;

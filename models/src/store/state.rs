@@ -9,36 +9,13 @@ use super::{
 /// Per requested point of one class table, its rows and their `applied`, in table order.
 type PointRows<'a> = FxHashMap<&'a str, Vec<(&'a ObsRow, Option<i64>)>>;
 
-/// One point's newest row and newest valued row so far, as [`log_head`] picks them.
-#[derive(Default)]
-struct HeadRows<'a> {
-    latest: Option<&'a ObsRow>,
-    latest_valued: Option<&'a ObsRow>,
-}
-
-impl<'a> HeadRows<'a> {
-    fn fold(&mut self, row: &'a ObsRow) {
-        if self.latest.is_none_or(|l| row.order_key() > l.order_key()) {
-            self.latest = Some(row);
-        }
-        if row.value.is_some() && self.latest_valued.is_none_or(|l| row.order_key() > l.order_key()) {
-            self.latest_valued = Some(row);
-        }
-    }
-
-    fn log_head(self) -> Option<LogHead> {
-        log_head(self.latest.into_iter().chain(self.latest_valued))
-    }
-}
-
 impl MemoryStore {
     pub(super) async fn load_state_inner(
         &self,
         points: &[(String, RetentionClass)],
     ) -> Result<RestoredState, StoreError> {
-        let model = lock(&self.model);
-        // A hash set, not an ordered one: every row of every class table is looked up here,
-        // on every restart (the simulator restarts cores dozens of times per seed).
+        let mut model = lock(&self.model);
+        // A hash set, not an ordered one: restarts ask for every point.
         let wanted: FxHashSet<(&str, RetentionClass)> =
             points.iter().map(|(id, c)| (id.as_str(), *c)).collect();
         let ids: BTreeSet<&str> = wanted.iter().map(|(id, _)| *id).collect();
@@ -46,29 +23,25 @@ impl MemoryStore {
             .iter()
             .filter_map(|id| model.point_state.get(*id).cloned())
             .collect();
-        // Hot and compacted rows alike (`all_rows` borrows when nothing is compacted).
-        let all: [super::compaction::AllRows<'_>; 3] = std::array::from_fn(|i| model.tables[i].all_rows());
-        // One pass per class table, each row's point found with one hash lookup and folded
-        // into its head at once (no per-point row lists): restarts must not cost
-        // points × rows, and the simulator restarts cores a dozen times a seed.
-        let mut heads: FxHashMap<(&str, RetentionClass), HeadRows<'_>> = wanted
-            .iter()
-            .map(|&wanted| (wanted, HeadRows::default()))
-            .collect();
+        // Each class table's heads, kept as commits append (folded from every row, hot and
+        // compacted, only after another write): a restart does not fold every row of every
+        // table, and the simulator restarts cores a dozen times a seed.
         for class in RetentionClass::ALL {
-            for row in all[class.index()].iter() {
-                if let Some(head) = heads.get_mut(&(&*row.point_id, class)) {
-                    head.fold(row);
-                }
+            if wanted.iter().any(|(_, c)| *c == class) {
+                model.tables[class.index()].heads();
             }
         }
+        let model = &*model;
         // In (point, class) order, as the ordered map this replaced gave: the heads' order
         // must not depend on hashing.
-        let mut groups: Vec<_> = heads.into_iter().collect();
-        groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut groups: Vec<(&str, RetentionClass)> = wanted.into_iter().collect();
+        groups.sort_unstable();
         let mut log_heads: Vec<LogHead> = groups
             .into_iter()
-            .filter_map(|(_, head)| head.log_head())
+            .filter_map(|(point, class)| {
+                let head = model.tables[class.index()].heads.as_ref()?.get(point)?;
+                log_head(std::iter::once(&head.latest).chain(head.latest_valued.as_ref()))
+            })
             .collect();
         log_heads.sort_by(|a, b| a.state.point_id.cmp(&b.state.point_id));
         Ok(RestoredState {

@@ -133,7 +133,7 @@ pub struct CheckerConfig {
     /// Invariant 17: the run's derived points.
     pub derived: Arc<BTreeMap<Arc<str>, derived::DerivedDef>>,
     /// Invariant 10: `agg_safe` of every point of the run.
-    pub agg_safe: Arc<BTreeMap<Arc<str>, bool>>,
+    pub agg_safe: Arc<rollups::AggSafe>,
     /// Invariants 12 and 18–20: the writable points of the run.
     pub writable: Arc<BTreeMap<Arc<str>, commands::WritableDef>>,
     /// Invariant 21: the event policy and deadbands of every point of the run.

@@ -36,13 +36,17 @@ struct Agg {
     max: Option<f64>,
 }
 
+/// `agg_safe` by point id: looked up on every commit, never walked, so hashed (a string key in
+/// an ordered map was a string comparison per tree level).
+pub type AggSafe = FxHashMap<Arc<str>, bool>;
+
 /// Buckets by `(bucket, point)`, so a time range is a range of the map.
 type Table = BTreeMap<(Micros, Arc<str>), Agg>;
 
 #[derive(Clone)]
 pub struct RollupModel {
     /// `agg_safe` of every point any registry version of the run knows (the same in each).
-    agg_safe: Arc<BTreeMap<Arc<str>, bool>>,
+    agg_safe: Arc<AggSafe>,
     minute: Table,
     hour: Table,
     /// Minute buckets a commit touched since the last watermark check.
@@ -54,7 +58,7 @@ pub struct RollupModel {
 }
 
 impl RollupModel {
-    pub fn new(agg_safe: Arc<BTreeMap<Arc<str>, bool>>) -> RollupModel {
+    pub fn new(agg_safe: Arc<AggSafe>) -> RollupModel {
         RollupModel {
             agg_safe,
             minute: Table::new(),
@@ -250,7 +254,7 @@ fn differs(agg: &Agg, row: &RollupRow) -> Option<String> {
 /// `agg_safe` of every point in `descriptors`.
 pub fn agg_safe_points<'a>(
     descriptors: impl Iterator<Item = &'a sentinel_core::registry::Descriptor>,
-) -> BTreeMap<Arc<str>, bool> {
+) -> AggSafe {
     descriptors
         .map(|d| (Arc::from(d.id.as_str()), d.agg_safe))
         .collect()
