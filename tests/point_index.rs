@@ -6,7 +6,7 @@
 //! reads of a point's newest rows scan the index backward.
 
 use sentinel_store_pg::{PgStore, PgStoreConfig};
-use sentinel_tests::pg::{TestDb, exec, text};
+use sentinel_tests::pg::{TestDb, exec, fill_ingest_order, text};
 use sqlx::PgPool;
 
 const CLASSES: [&str; 3] = ["measurement", "state", "diagnostic"];
@@ -20,31 +20,6 @@ const FILL_POINTS: i64 = 50;
 /// a packed entry is 28 B (an 8-byte tuple header, 4-byte key, 4 bytes of padding, 8-byte
 /// timestamp, 4-byte line pointer).
 const FILL_POINT_INDEX_BYTES_PER_ROW_MAX: f64 = 40.0;
-
-/// `rows` rows of `points` points, one every 2 ms, into `class` on 2026-01-15, in ingest order
-/// (the row shape of BENCHMARKS.md "Integer ids", with the keys assigned here).
-async fn fill(pool: &PgPool, class: &str, rows: i64, points: i64) {
-    exec(
-        pool,
-        &format!(
-            "INSERT INTO point_key (point_id) SELECT '{class}.p' || p FROM generate_series(0, {points} - 1) p \
-               ON CONFLICT DO NOTHING; \
-             INSERT INTO instance_key (driver_instance) SELECT 'drv' || i FROM generate_series(0, 15) i \
-               ON CONFLICT DO NOTHING; \
-             INSERT INTO observation_{class} (ingested_at, point_key, observed_at, value_num, native_num, \
-               unit_native, quality, changed, registry_version, instance_key, source_epoch, source_seq) \
-             SELECT t + interval '150 milliseconds', pk.key, t, 20 + (n % 97) * 0.25, 68 + (n % 97) * 0.45, \
-               'degF', CASE WHEN n % 20 = 0 THEN 'stale'::quality ELSE 'live'::quality END, n % 3 = 0, 1, \
-               ik.key, 1, n \
-             FROM (SELECT n, n % {points} AS p, TIMESTAMPTZ '2026-01-15' + n * interval '2 milliseconds' AS t \
-                   FROM generate_series(0, {rows} - 1) n) s \
-             JOIN point_key pk ON pk.point_id = '{class}.p' || s.p \
-             JOIN instance_key ik ON ik.driver_instance = 'drv' || (s.p % 16) \
-             ORDER BY n"
-        ),
-    )
-    .await;
-}
 
 /// Every point's newest row and ten seconds of one point's rows, per class, in the readers'
 /// orders: what must not change with the index under them.
@@ -119,7 +94,7 @@ async fn a_populated_database_upgrades_to_the_ascending_point_index_with_every_a
     db.migrate_up_to(&pool, 17).await;
     exec(&pool, "SELECT sentinel_ensure_partitions('2026-01-15', 2)").await;
     for class in CLASSES {
-        fill(&pool, class, 20_000, 40).await;
+        fill_ingest_order(&pool, class, 20_000, 40).await;
     }
     // A late row: older than its point's newest, so it lands inside the point's entries.
     exec(
@@ -197,7 +172,7 @@ async fn a_day_filled_in_ingest_order_keeps_its_point_index_packed() {
     store.migrate().await.expect("migrate");
     let pool = PgPool::connect(&db.url).await.expect("connect as the owner");
     exec(&pool, "SELECT sentinel_ensure_partitions('2026-01-15', 1)").await;
-    fill(&pool, "measurement", FILL_ROWS, FILL_POINTS).await;
+    fill_ingest_order(&pool, "measurement", FILL_ROWS, FILL_POINTS).await;
     exec(&pool, "VACUUM ANALYZE observation_measurement").await;
     let (rows, bytes): (i64, i64) = sqlx::query_as(
         "SELECT (SELECT count(*) FROM observation_measurement_p20260115), \

@@ -202,6 +202,33 @@ pub async fn text(pool: &sqlx::PgPool, sql: &str) -> String {
         .unwrap_or_default()
 }
 
+/// `rows` rows of `points` points (16 driver instances), one every 2 ms, into `class` on
+/// 2026-01-15, in ingest order: the row shape of BENCHMARKS.md "Integer ids", with the keys
+/// assigned here (`applied` left NULL, as that fill has it). The index-size and upgrade tests'
+/// fill.
+pub async fn fill_ingest_order(pool: &sqlx::PgPool, class: &str, rows: i64, points: i64) {
+    exec(
+        pool,
+        &format!(
+            "INSERT INTO point_key (point_id) SELECT '{class}.p' || p FROM generate_series(0, {points} - 1) p \
+               ON CONFLICT DO NOTHING; \
+             INSERT INTO instance_key (driver_instance) SELECT 'drv' || i FROM generate_series(0, 15) i \
+               ON CONFLICT DO NOTHING; \
+             INSERT INTO observation_{class} (ingested_at, point_key, observed_at, value_num, native_num, \
+               unit_native, quality, changed, registry_version, instance_key, source_epoch, source_seq) \
+             SELECT t + interval '150 milliseconds', pk.key, t, 20 + (n % 97) * 0.25, 68 + (n % 97) * 0.45, \
+               'degF', CASE WHEN n % 20 = 0 THEN 'stale'::quality ELSE 'live'::quality END, n % 3 = 0, 1, \
+               ik.key, 1, n \
+             FROM (SELECT n, n % {points} AS p, TIMESTAMPTZ '2026-01-15' + n * interval '2 milliseconds' AS t \
+                   FROM generate_series(0, {rows} - 1) n) s \
+             JOIN point_key pk ON pk.point_id = '{class}.p' || s.p \
+             JOIN instance_key ik ON ik.driver_instance = 'drv' || (s.p % 16) \
+             ORDER BY n"
+        ),
+    )
+    .await;
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;
