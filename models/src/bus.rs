@@ -172,6 +172,12 @@ impl MemoryBus {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// The `ingested_at` the stream stamped on message `seq`, while the stream holds it (the
+    /// simulator's checker reads it right after a publish).
+    pub fn ingested_at_of(&self, seq: u64) -> Option<Micros> {
+        self.lock().messages.get(&seq).map(|m| m.ingested_at)
+    }
+
     /// A driver's publish into the stream. Duplicate check first (as JetStream does), then
     /// the discard-new limits.
     pub fn publish_observation(

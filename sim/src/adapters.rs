@@ -303,13 +303,18 @@ impl Bus for SimBus {
             .publish_observation(&subject, &msg_id, payload)
             .map_err(refused)?;
         if !ack.duplicate {
+            let stamp = self
+                .world
+                .bus
+                .ingested_at_of(ack.seq)
+                .expect("the stream holds a message it has just accepted");
             let now = self.world.now();
             let judged = self.world.judged(&self.incarnation);
             let mut inner = self.world.lock();
             inner
                 .checker
                 .on_core_reading(ack.seq, key.clone(), self.incarnation.id(), judged);
-            inner.checker.on_accepted(ack.seq, key, observation, now);
+            inner.checker.on_accepted(ack.seq, key, observation, stamp, now);
             inner.trace.event(
                 now,
                 format_args!("{} self-point seq {}", self.incarnation.core.host(), ack.seq),

@@ -341,6 +341,11 @@ impl HostDriver {
             self.world
                 .bus
                 .publish_observation(&message.subject, &message.msg_id, message.payload.clone());
+        // The stream's stamp, read before anything else runs (invariant 1).
+        let stamp = match &result {
+            Ok(ack) if !ack.duplicate => self.world.bus.ingested_at_of(ack.seq),
+            _ => None,
+        };
         // Drawn before the world is locked (from this driver's generator, or the run's).
         let retry_ms = if election && matches!(result, Ok(ref ack) if !ack.duplicate) {
             self.between(ELECTION_RETRY_MS.0, ELECTION_RETRY_MS.1) as i64
@@ -358,9 +363,13 @@ impl HostDriver {
             }
             Ok(ack) => {
                 inner.driver_landed += 1;
-                inner
-                    .checker
-                    .on_accepted(ack.seq, message.key.clone(), message.observation.clone(), now);
+                inner.checker.on_accepted(
+                    ack.seq,
+                    message.key.clone(),
+                    message.observation.clone(),
+                    stamp.expect("the stream holds a message it has just accepted"),
+                    now,
+                );
                 let lost = if election {
                     " (ack lost in the election)"
                 } else {

@@ -4,7 +4,9 @@
 //! reading, a command reaching a driver, a core's exit — and the checker tests the invariants
 //! against what it has seen, at the moment it happens:
 //!
-//! 1. no two rows share `(driver_instance, source_epoch, source_seq)` — on every commit;
+//! 1. no two rows share `(driver_instance, source_epoch, source_seq)`, and a row's `ingested_at`
+//!    is the stream's stamp on a message that carried its key (ingest spec, "Where ingested_at
+//!    comes from") — on every commit;
 //! 2. nothing accepted is lost — at the end of the liveness phase;
 //! 3. ack implies durable — on every ack;
 //! 4. a transition only for a committed row or committed control event, at most once across
@@ -195,6 +197,11 @@ pub struct Checker {
     /// Looked up, never iterated (so hashed: the ordered map's string comparisons of the
     /// driver instance were about 1 % of a seed, BENCHMARKS.md "Simulator seeds per minute").
     committed: FxHashMap<Key3, RowFacts>,
+    /// Invariant 1's other half: each key's stamps, the `ingested_at` the stream gave each
+    /// message that carried it (more than one when a publisher's copy outlived the duplicate
+    /// window). Since migration 0020 a day's key refuses a same-day copy at another ingest
+    /// time, so a core that stamped rows from its own clock no longer shows as a second row.
+    stamps: FxHashMap<Key3, Vec<Micros>>,
     quarantined_seqs: BTreeSet<u64>,
     published_keys: BTreeSet<Key3>,
     /// `seq`s of committed control events, and those a transition was published for.
@@ -258,6 +265,7 @@ impl Checker {
             accepted: BTreeMap::new(),
             covered_below: 0,
             committed: FxHashMap::default(),
+            stamps: FxHashMap::default(),
             quarantined_seqs: BTreeSet::new(),
             published_keys: BTreeSet::new(),
             committed_controls: BTreeSet::new(),
@@ -291,15 +299,20 @@ impl Checker {
         }
     }
 
-    /// The stream accepted message `seq` at `at`. `observation` is the point and
-    /// `observed_at` of a message that will be a row of a registered point.
+    /// The stream accepted message `seq` at `at` and stamped it `stamp` (its `ingested_at`).
+    /// `observation` is the point and `observed_at` of a message that will be a row of a
+    /// registered point.
     pub fn on_accepted(
         &mut self,
         seq: u64,
         key: Option<Key3>,
         observation: Option<(Arc<str>, Micros)>,
+        stamp: Micros,
         at: Micros,
     ) {
+        if let Some(key) = &key {
+            self.stamps.entry(key.clone()).or_default().push(stamp);
+        }
         self.covered_below = self.covered_below.min(seq);
         self.accepted.insert(
             seq,
@@ -385,6 +398,19 @@ impl Checker {
                     1,
                     at,
                     format!("a second row for key {key:?} (ingested_at {})", row.ingested_at.0),
+                );
+            }
+            if let Some(stamps) = self.stamps.get(&key)
+                && !stamps.contains(&row.ingested_at)
+            {
+                self.fail(
+                    1,
+                    at,
+                    format!(
+                        "the row for key {key:?} has ingested_at {}, not the stream's stamp {:?}",
+                        row.ingested_at.0,
+                        stamps.iter().map(|s| s.0).collect::<Vec<_>>()
+                    ),
                 );
             }
             fold_in(&mut self.fold, row);
