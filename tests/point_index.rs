@@ -6,7 +6,7 @@
 //! reads of a point's newest rows scan the index backward.
 
 use sentinel_store_pg::{PgStore, PgStoreConfig};
-use sentinel_tests::pg::{TestDb, exec, fill_ingest_order, text};
+use sentinel_tests::pg::{TestDb, exec, fill_ingest_order, index_bytes_per_row_of_fill, text};
 use sqlx::PgPool;
 
 const CLASSES: [&str; 3] = ["measurement", "state", "diagnostic"];
@@ -165,24 +165,12 @@ async fn a_populated_database_upgrades_to_the_ascending_point_index_with_every_a
 
 #[tokio::test]
 async fn a_day_filled_in_ingest_order_keeps_its_point_index_packed() {
-    let db = TestDb::create().await.expect("test database");
-    let store = PgStore::connect(&db.url, PgStoreConfig::default())
-        .await
-        .expect("connect the store");
-    store.migrate().await.expect("migrate");
-    let pool = PgPool::connect(&db.url).await.expect("connect as the owner");
-    exec(&pool, "SELECT sentinel_ensure_partitions('2026-01-15', 1)").await;
-    fill_ingest_order(&pool, "measurement", FILL_ROWS, FILL_POINTS).await;
-    exec(&pool, "VACUUM ANALYZE observation_measurement").await;
-    let (rows, bytes): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM observation_measurement_p20260115), \
-           pg_relation_size('observation_measurement_p20260115_point_key_observed_at_idx')",
+    let per_row = index_bytes_per_row_of_fill(
+        "observation_measurement_p20260115_point_key_observed_at_idx",
+        FILL_ROWS,
+        FILL_POINTS,
     )
-    .fetch_one(&pool)
-    .await
-    .expect("the point index's size");
-    assert_eq!(rows, FILL_ROWS);
-    let per_row = bytes as f64 / rows as f64;
+    .await;
     assert!(
         per_row <= FILL_POINT_INDEX_BYTES_PER_ROW_MAX,
         "a day filled in ingest order costs {per_row:.1} B a row in its point index, \

@@ -229,6 +229,32 @@ pub async fn fill_ingest_order(pool: &sqlx::PgPool, class: &str, rows: i64, poin
     .await;
 }
 
+/// A fresh database at the latest migration, `rows` rows of `points` points filled in ingest
+/// order into measurement's 2026-01-15 partition ([`fill_ingest_order`]), then VACUUM ANALYZE:
+/// `index`'s bytes per row (the index-size tests of 0018 and 0020).
+pub async fn index_bytes_per_row_of_fill(index: &str, rows: i64, points: i64) -> f64 {
+    let db = TestDb::create().await.expect("test database");
+    let store = sentinel_store_pg::PgStore::connect(&db.url, sentinel_store_pg::PgStoreConfig::default())
+        .await
+        .expect("connect the store");
+    store.migrate().await.expect("migrate");
+    let pool = sqlx::PgPool::connect(&db.url)
+        .await
+        .expect("connect as the owner");
+    exec(&pool, "SELECT sentinel_ensure_partitions('2026-01-15', 1)").await;
+    fill_ingest_order(&pool, "measurement", rows, points).await;
+    exec(&pool, "VACUUM ANALYZE observation_measurement").await;
+    let (count, bytes): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM observation_measurement_p20260115), pg_relation_size($1::regclass)",
+    )
+    .bind(index)
+    .fetch_one(&pool)
+    .await
+    .unwrap_or_else(|e| panic!("the size of {index}: {e}"));
+    assert_eq!(count, rows);
+    bytes as f64 / count as f64
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;
