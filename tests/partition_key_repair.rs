@@ -272,7 +272,7 @@ async fn a_hand_made_partition_holding_duplicate_keys_refuses_the_boot_naming_it
         &pool,
         "DELETE FROM observation_state_p20260302 o USING observation_state_p20260302 e \
          WHERE (o.instance_key, o.source_epoch, o.source_seq) = (e.instance_key, e.source_epoch, e.source_seq) \
-           AND o.ingested_at > e.ingested_at",
+           AND (o.ingested_at, o.ctid) > (e.ingested_at, e.ctid)",
     )
     .await;
     let lease = store.acquire().await.expect("the boot after the fix");
