@@ -222,8 +222,8 @@ impl PgStore {
         }
         Err(StoreError::Other(format!(
             "refusing to start: {}; without its dedup key a redelivered message would be stored \
-             twice there. Delete the later copy of each duplicated key (docs/operations.md, \
-             \"A hot partition without its dedup key\") and start again",
+             twice there. Fix each partition named (docs/operations.md, \"A hot partition without \
+             its dedup key\": delete the later copy of each duplicated key) and start again",
             why.join("; ")
         )))
     }
