@@ -85,6 +85,28 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         None,
         "the writer inserts"
     );
+    // A hot partition made by hand has no dedup key; the writer's call of the function over
+    // its day makes it, as the owner (migration 0022), as the boot does.
+    sqlx::raw_sql(
+        "CREATE TABLE observation_state_p20991230 PARTITION OF observation_state \
+         FOR VALUES FROM ('2099-12-30 00:00+00') TO ('2099-12-31 00:00+00')",
+    )
+    .execute(&mut pg(&db.url).await)
+    .await
+    .expect("a partition by hand, as the owner");
+    assert_eq!(
+        refused(
+            &roles.writer_url,
+            "DO $$ BEGIN IF (SELECT has_key FROM sentinel_hot_partition_keys() \
+               WHERE part = 'observation_state_p20991230') THEN RAISE 'has its key already'; END IF; END $$; \
+             SELECT sentinel_ensure_partitions('2099-12-30', 1); \
+             DO $$ BEGIN IF NOT (SELECT has_key FROM sentinel_hot_partition_keys() \
+               WHERE part = 'observation_state_p20991230') THEN RAISE 'no key made'; END IF; END $$"
+        )
+        .await,
+        None,
+        "the writer has a hand-made partition's key made through the SECURITY DEFINER function"
+    );
     // The partition the writer's call made has its dedup key (migration 0020, made by the
     // function as the owner): the row again, with another ingested_at the same day, is not
     // inserted with ON CONFLICT DO NOTHING and fails a plain insert.
@@ -204,6 +226,14 @@ async fn the_writer_appends_but_cannot_rewrite_drop_or_create() {
         ),
         ("CREATE", "CREATE TABLE sneaky (x int)"),
         (
+            "make a dedup key itself",
+            "SELECT sentinel_hot_partition_key('observation_state_p20991230')",
+        ),
+        (
+            "index a partition by hand",
+            "CREATE INDEX sneaky_key ON observation_state_p20991230 (source_seq)",
+        ),
+        (
             "a partition by hand",
             "CREATE TABLE observation_measurement_p20991231 PARTITION OF observation_measurement \
              FOR VALUES FROM ('2099-12-31') TO ('2100-01-01')",
@@ -251,6 +281,8 @@ async fn the_reader_reads_and_cannot_write_or_see_payloads() {
         "SELECT refreshed_to FROM rollup_watermark",
         "SELECT * FROM point_desired",
         "SELECT * FROM hot_day_pack",
+        // `sentinel storage`'s dedup key column (migration 0022): the catalogue only.
+        "SELECT * FROM sentinel_hot_partition_keys()",
     ] {
         assert_eq!(
             refused(&roles.reader_url, sql).await,

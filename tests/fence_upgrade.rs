@@ -71,9 +71,9 @@ async fn a_populated_database_upgrades_to_the_identity_fence() {
     let report = store.migrate().await.expect("upgrade");
     assert_eq!(
         report.applied,
-        vec![13, 14, 15, 16, 17, 18, 19, 20, 21],
+        vec![13, 14, 15, 16, 17, 18, 19, 20, 21, 22],
         "0013, then the integer ids of 0014, the compacted days of 0015, the compacted \
-         minute rollups of 0016, the values derived from native of 0017 the point indexes of 0018, the pack record of 0019 and the per-partition dedup keys of 0020 and the hot row's column order of 0021"
+         minute rollups of 0016, the values derived from native of 0017 the point indexes of 0018, the pack record of 0019 and the per-partition dedup keys of 0020 and the hot row's column order of 0021 and the dedup key check of 0022"
     );
     let holder: (i32, Option<i64>) = sqlx::query_as("SELECT epoch, core_start FROM core_epoch")
         .fetch_one(&pool)

@@ -360,7 +360,11 @@ async fn a_populated_database_upgrades_to_the_new_column_order_with_every_answer
     );
 
     let report = store.migrate().await.expect("upgrade");
-    assert_eq!(report.applied, vec![21], "the column order of 0021");
+    assert_eq!(
+        report.applied,
+        vec![21, 22],
+        "the column order of 0021, then 0022's dedup key check"
+    );
     for (class, _, _) in CLASSES {
         assert_eq!(column_order(&pool, class).await, NEW_ORDER, "{class}");
     }

@@ -186,9 +186,9 @@ async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
     let report = store.migrate().await.expect("upgrade");
     assert_eq!(
         report.applied,
-        vec![14, 15, 16, 17, 18, 19, 20, 21],
+        vec![14, 15, 16, 17, 18, 19, 20, 21, 22],
         "the integer ids, then the compacted days, the compacted minute rollups, the values \
-         derived from native (0017) the point indexes (0018), the pack record (0019) and the per-partition dedup keys (0020) and the hot row's column order (0021)"
+         derived from native (0017) the point indexes (0018), the pack record (0019) and the per-partition dedup keys (0020) and the hot row's column order (0021) and the dedup key check (0022)"
     );
     assert_eq!(
         snapshot(&pool).await,

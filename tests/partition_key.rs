@@ -207,8 +207,8 @@ async fn a_populated_database_upgrades_to_a_dedup_key_per_partition_with_every_a
     let report = store.migrate().await.expect("upgrade");
     assert_eq!(
         report.applied,
-        vec![20, 21],
-        "the per-partition dedup keys of 0020, then 0021's column order"
+        vec![20, 21, 22],
+        "the per-partition dedup keys of 0020, then 0021's column order and 0022's dedup key check"
     );
 
     // Two days of three classes, and whatever days the store made ahead of today.

@@ -119,8 +119,8 @@ async fn a_populated_database_upgrades_to_the_ascending_point_index_with_every_a
     let report = store.migrate().await.expect("upgrade");
     assert_eq!(
         report.applied,
-        vec![18, 19, 20, 21],
-        "the point indexes of 0018, the pack record of 0019, the per-partition dedup keys of 0020 and the column order of 0021"
+        vec![18, 19, 20, 21, 22],
+        "the point indexes of 0018, the pack record of 0019, the per-partition dedup keys of 0020, the column order of 0021 and the dedup key check of 0022"
     );
 
     let partitions = hot_partitions(&pool).await;

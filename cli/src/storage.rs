@@ -3,7 +3,10 @@
 //! (the raw classes and both rollups), each class's compacted days (issue 24: `<class> packed`,
 //! days, observations, bytes per observation) and the minute rollup's (`rollup_1m packed`,
 //! days, buckets, bytes per bucket), each class's hot days whose indexes `sentinel db pack`
-//! rebuilt (`<class> idx packed`; in JSON, `packed` and `packed_at` on each raw partition), the control log and the quarantine, bytes per row; then
+//! rebuilt (`<class> idx packed`; in JSON, `packed` and `packed_at` on each raw partition), the control log and the quarantine, bytes per row;
+//! each hot partition's dedup key (in JSON, `dedup_key` on each raw partition and
+//! `hot_partitions_without_dedup_key`, every one by name; in text, a line per partition
+//! without one, after the tables); then
 //! the projection: each table's rows per day at the newest registry version's declared rates,
 //! times its horizon (the flags `sentinel run` and `sentinel retention` take), times its bytes
 //! per row — measured here when the table holds enough rows to say, else the storage format's
@@ -207,6 +210,7 @@ fn json_text(
                 let pack = pack_of(packs, p.partition.table, p.partition.from);
                 v["packed"] = pack.is_some().into();
                 v["packed_at"] = pack.map(|r| r.packed_at.to_rfc3339()).into();
+                v["dedup_key"] = p.dedup_key.into();
             }
             v
         })
@@ -263,6 +267,7 @@ fn json_text(
             "tables": tables,
             "partitions": partitions,
             "partitions_left_out": report.partitions_left_out,
+            "hot_partitions_without_dedup_key": report.hot_partitions_without_key,
             "compacted": compacted,
             "compacted_tables": compacted_tables,
             "compacted_rollups": compacted_rollups,
@@ -331,6 +336,14 @@ fn text(
     let _ = writeln!(out, "{}", row_text("control_event", None, &report.control_log));
     let _ = writeln!(out, "{}", row_text("quarantine", None, &report.quarantine));
     let _ = writeln!(out, "{}", row_text("observations", None, observations));
+    for part in &report.hot_partitions_without_key {
+        let _ = writeln!(
+            out,
+            "NO DEDUP KEY: hot partition {part} has no unique (instance_key, source_epoch, source_seq) \
+             index, so a redelivered message would be stored twice there; the next `sentinel run` \
+             or `sentinel migrate` makes it, or refuses to start if the partition holds duplicate keys"
+        );
+    }
     if report.partitions_left_out > 0 {
         let _ = writeln!(
             out,

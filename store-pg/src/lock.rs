@@ -434,6 +434,9 @@ impl PgLock {
             supported,
             "database schema checked under the lock"
         );
+        // Every hot partition's dedup key first (a refusal names the partitions that cannot
+        // have one), then today's partitions: both before the epoch moves and ingest starts.
+        store.ensure_hot_partition_keys().await?;
         store.ensure_partitions_around_today().await?;
         Ok(MigrateReport {
             applied,

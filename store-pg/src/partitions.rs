@@ -4,6 +4,17 @@
 //! ([`sentinel_ports::Store::ensure_partitions_ahead`]) in a transaction of its own with a
 //! `lock_timeout` (SET LOCAL), so it never waits long behind an open transaction on a parent
 //! table, and nothing queued behind it waits longer than that either.
+//!
+//! Also owns the boot's check of the hot partitions' dedup keys (migrations 0020, 0022): every
+//! hot partition must have its unique `<partition>_key (instance_key, source_epoch,
+//! source_seq)`, or the commit's `INSERT … ON CONFLICT DO NOTHING` stores a redelivered message
+//! twice. Under the single-writer lock, before ingest, [`PgStore::ensure_hot_partition_keys`]
+//! lists every hot partition lacking it (`sentinel_hot_partition_keys()`, whatever made the
+//! partition and whatever its name or day) and has `sentinel_ensure_partitions` make it for
+//! that partition's day (as the owner: the writer makes nothing itself), logging each made key
+//! at WARN by name; a partition whose key cannot be made (its rows already hold duplicate keys)
+//! refuses the start, naming it and how many keys are duplicated. The memory model has no
+//! partitions and so no such state: its key set is its dedup (`sentinel-models` `store`).
 
 use std::collections::BTreeSet;
 
@@ -37,6 +48,19 @@ const ENSURE_FROM_DAY: &str =
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 pub(crate) const ENSURE_DAY: &str = "SELECT sentinel_ensure_partitions(DATE '1970-01-01' + $1::integer, 1)";
+
+/// Every hot partition without its dedup key (migration 0022), by name, with a UTC day it
+/// holds (days since the Unix epoch): its first, or for a partition from MINVALUE its last,
+/// or today for a DEFAULT one (which holds any day).
+const HOT_PARTITIONS_WITHOUT_KEY: &str = "SELECT part, \
+     ((CASE WHEN from_at > '-infinity' THEN from_at \
+            WHEN to_at < 'infinity' THEN to_at - interval '1 microsecond' \
+            ELSE now() END) AT TIME ZONE 'UTC')::date - DATE '1970-01-01' \
+     FROM sentinel_hot_partition_keys() WHERE NOT has_key ORDER BY part";
+
+/// The SQLSTATE of a hot partition whose dedup key cannot be made (migration 0022); the
+/// error's table is the partition.
+const KEY_REFUSED: &str = "SN002";
 
 impl PgStore {
     pub(crate) async fn ensure_partitions_around_today(&self) -> Result<(), StoreError> {
@@ -117,6 +141,91 @@ impl PgStore {
             created: u32::try_from(created).unwrap_or(0),
             until: self.partitions_created_until_inner().await?,
         })
+    }
+
+    /// Makes the dedup key of every hot partition that lacks one, or refuses (see the module
+    /// doc). Called under the single-writer lock at boot, before today's partitions are
+    /// ensured and before ingest starts. Each day is one transaction with no statement timeout
+    /// (a restored day's index build may take minutes), so a day that fails keeps nothing.
+    pub(crate) async fn ensure_hot_partition_keys(&self) -> Result<(), StoreError> {
+        let missing: Vec<(String, i32)> = sqlx::query_as(HOT_PARTITIONS_WITHOUT_KEY)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("listing hot partitions without their dedup key"))?;
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let days: BTreeSet<i32> = missing.iter().map(|(_, day)| *day).collect();
+        // The refusals, one per partition (several days can name the same one).
+        let mut refused: std::collections::BTreeMap<String, String> = Default::default();
+        for day in days {
+            let mut tx = self
+                .pool
+                .begin()
+                .await
+                .map_err(db_error("beginning a dedup key repair"))?;
+            sqlx::query("SELECT set_config('statement_timeout', '0', true)")
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error("lifting the statement timeout for a dedup key repair"))?;
+            match sqlx::query_scalar::<_, i32>(ENSURE_DAY)
+                .bind(day)
+                .fetch_one(&mut *tx)
+                .await
+            {
+                Ok(_) => tx
+                    .commit()
+                    .await
+                    .map_err(db_error("committing a dedup key repair"))?,
+                Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(KEY_REFUSED) => {
+                    let _ = tx.rollback().await;
+                    let part = e.table().unwrap_or("a hot partition").to_owned();
+                    refused.insert(part, e.message().to_owned());
+                }
+                Err(e) => return Err(db_error("making a hot partition's dedup key")(e)),
+            }
+        }
+        let still: BTreeSet<String> = sqlx::query_as::<_, (String, i32)>(HOT_PARTITIONS_WITHOUT_KEY)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("listing hot partitions without their dedup key"))?
+            .into_iter()
+            .map(|(part, _)| part)
+            .collect();
+        for (part, _) in missing.iter().filter(|(part, _)| !still.contains(part)) {
+            tracing::warn!(
+                partition = %part,
+                "hot partition had no dedup key: made it before ingest"
+            );
+        }
+        if still.is_empty() {
+            return Ok(());
+        }
+        let mut why: Vec<String> = refused.values().cloned().collect();
+        let waiting: Vec<&str> = still
+            .iter()
+            .filter(|part| !refused.contains_key(*part))
+            .map(String::as_str)
+            .collect();
+        if !waiting.is_empty() {
+            why.push(if why.is_empty() {
+                format!(
+                    "hot partitions still without their dedup key after the repair: {}",
+                    waiting.join(", ")
+                )
+            } else {
+                format!(
+                    "also left without their key until then (a day is repaired whole): {}",
+                    waiting.join(", ")
+                )
+            });
+        }
+        Err(StoreError::Other(format!(
+            "refusing to start: {}; without its dedup key a redelivered message would be stored \
+             twice there. Fix each partition named (docs/operations.md, \"A hot partition without \
+             its dedup key\": delete the later copy of each duplicated key) and start again",
+            why.join("; ")
+        )))
     }
 
     pub(crate) fn remember_days(&self, days: impl IntoIterator<Item = i64>) {

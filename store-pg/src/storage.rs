@@ -15,6 +15,11 @@
 //! compressed arrays), the chunks, and the partition's bytes; and the compacted days of the
 //! minute rollups (migration 0016) the same way, their buckets for rows.
 //!
+//! Each hot partition also says whether it has its dedup key (migrations 0020, 0022:
+//! `sentinel_hot_partition_keys()`, a catalogue read), and the hot partitions without one are
+//! listed by name whatever their names, so one made by hand under another name is not missed;
+//! the boot makes a missing key or refuses to start (`partitions.rs`).
+//!
 //! A read of the catalogue, outside the store port: the memory model has no bytes to report.
 
 use sentinel_core::RetentionClass;
@@ -101,6 +106,9 @@ impl TableSize {
 pub struct PartitionSize {
     pub partition: Partition,
     pub size: TableSize,
+    /// Whether a hot partition has its dedup key (migrations 0020, 0022); `None` for a rollup
+    /// partition, or on a schema before 0022.
+    pub dedup_key: Option<bool>,
 }
 
 /// One compacted day of a class table (migration 0015): its rows (the chunks' `n`, counted
@@ -137,6 +145,9 @@ pub struct StorageReport {
     pub compacted_rollups: Vec<CompactedRollupSize>,
     /// Partitions beyond [`STORAGE_PARTITIONS_MAX`], left out.
     pub partitions_left_out: usize,
+    /// Every hot partition without its dedup key, by name (whatever its name: one not named
+    /// as ours is in no other list here); empty on a schema before 0022.
+    pub hot_partitions_without_key: Vec<String>,
     pub control_log: TableSize,
     pub quarantine: TableSize,
 }
@@ -157,6 +168,12 @@ const COMPACTED_SIZES: &str = "SELECT p.relname::text, c.relname::text, pg_table
      WHERE p.relnamespace = current_schema()::regnamespace \
        AND p.relname::text IN ('observation_measurement_compact', 'observation_state_compact', \
                                'observation_diagnostic_compact')";
+
+/// Whether each hot partition has its dedup key, by name (migration 0022).
+const HOT_PARTITION_KEYS: &str = "SELECT part, has_key FROM sentinel_hot_partition_keys() ORDER BY part";
+
+const HOT_PARTITION_KEYS_PRESENT: &str =
+    "SELECT to_regprocedure('sentinel_hot_partition_keys()') IS NOT NULL";
 
 const COMPACTION_PRESENT: &str = "SELECT to_regclass('observation_measurement_compact') IS NOT NULL";
 
@@ -275,9 +292,17 @@ impl PgStore {
         found.sort_by_key(|(p, _, _)| (table_order(p.table), p.from));
         let partitions_left_out = found.len().saturating_sub(STORAGE_PARTITIONS_MAX);
         found.truncate(STORAGE_PARTITIONS_MAX);
+        let keys = self.hot_partition_keys().await?;
         let total = found.len() + 2;
         let mut partitions = Vec::with_capacity(found.len());
         for (done, (partition, estimated, mut size)) in found.into_iter().enumerate() {
+            let dedup_key = match partition.table {
+                RetainedTable::Raw(_) => {
+                    let name = format!("{}_p{}", physical(partition.table), yyyymmdd(partition.from));
+                    keys.get(&name).copied()
+                }
+                RetainedTable::Rollup(_) => None,
+            };
             match estimated.filter(|_| !exact) {
                 Some(rows) => size.rows = rows,
                 None => {
@@ -285,7 +310,11 @@ impl PgStore {
                     size.rows_exact = true;
                 }
             }
-            partitions.push(PartitionSize { partition, size });
+            partitions.push(PartitionSize {
+                partition,
+                size,
+                dedup_key,
+            });
             progress(done + 1, total);
         }
         let control_log = self.table_size("control_event", COUNT_CONTROL, exact).await?;
@@ -298,14 +327,35 @@ impl PgStore {
         }));
         let compacted = self.compacted_sizes().await?;
         let compacted_rollups = self.compacted_rollup_sizes().await?;
+        let hot_partitions_without_key = keys
+            .into_iter()
+            .filter_map(|(part, has_key)| (!has_key).then_some(part))
+            .collect();
         Ok(StorageReport {
             partitions,
             compacted,
             compacted_rollups,
             partitions_left_out,
+            hot_partitions_without_key,
             control_log,
             quarantine,
         })
+    }
+
+    /// Every hot partition by name with whether it has its dedup key; empty before 0022.
+    async fn hot_partition_keys(&self) -> Result<std::collections::BTreeMap<String, bool>, StoreError> {
+        let present: bool = sqlx::query_scalar(HOT_PARTITION_KEYS_PRESENT)
+            .fetch_one(&self.pool)
+            .await
+            .map_err(db_error("looking for the dedup key check"))?;
+        if !present {
+            return Ok(Default::default());
+        }
+        let rows: Vec<(String, bool)> = sqlx::query_as(HOT_PARTITION_KEYS)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error("reading the hot partitions' dedup keys"))?;
+        Ok(rows.into_iter().collect())
     }
 
     /// The compacted days' sizes and counts (issue 24 item 6: hot and compacted, side by side).
@@ -466,6 +516,15 @@ impl PgStore {
     }
 }
 
+/// A UTC midnight as the `YYYYMMDD` of a daily partition's name.
+fn yyyymmdd(day: sentinel_core::Micros) -> String {
+    day.to_rfc3339()
+        .chars()
+        .take(10)
+        .filter(char::is_ascii_digit)
+        .collect()
+}
+
 /// The report's table order: the raw classes, then the rollups.
 fn table_order(table: RetainedTable) -> usize {
     RetainedTable::ALL
@@ -487,6 +546,12 @@ mod tests {
         let (rows, size) = size_from(10.0, -5, 8192);
         assert_eq!(rows, Some(10));
         assert_eq!((size.heap_bytes, size.index_bytes, size.bytes()), (0, 8192, 8192));
+    }
+
+    #[test]
+    fn a_day_names_its_partition_as_partition_day_reads_it() {
+        let day = partition_day("20261201").expect("a day");
+        assert_eq!(yyyymmdd(day), "20261201");
     }
 
     #[test]

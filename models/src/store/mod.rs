@@ -11,7 +11,10 @@
 //!   handle, shared by clones; [`MemoryStore::another_handle`] is another process's);
 //! - one `core_start` record per acquisition, its startup timings written under the fence;
 //! - one table per retention class with each hot day's three-column unique key (migration
-//!   0020) and `ON CONFLICT DO NOTHING RETURNING` (only new rows are reported);
+//!   0020) and `ON CONFLICT DO NOTHING RETURNING` (only new rows are reported). Every day of
+//!   the model has its key by construction, so there is no model of a hot partition without
+//!   one, nor of the boot's repair or refusal of it (migration 0022, store-pg
+//!   `partitions.rs`): PostgreSQL's alone, tested against it in `tests/partition_key_repair.rs`;
 //! - quarantine keyed by `(stream, stream_seq)`;
 //! - the `point_state` checkpoint upsert and the log-head rule of `load_state`;
 //! - registry versions with "identical content creates no version";
