@@ -272,10 +272,7 @@ impl EventModel {
         // The rows up to this one leave the queue one at a time, each judged as it leaves (no
         // list of them is built: this runs for every row transition).
         let mut failure = Ok(());
-        loop {
-            let Some(entry) = self.pending.get_mut(&epoch).and_then(|q| q.first_entry()) else {
-                break;
-            };
+        while let Some(entry) = self.pending.get_mut(&epoch).and_then(|q| q.first_entry()) {
             if *entry.key() > at {
                 break;
             }
