@@ -87,7 +87,8 @@ pub struct PublishedMessage {
 pub struct StoredMessage {
     pub subject: String,
     pub payload: Bytes,
-    pub msg_id: String,
+    /// Shared with the duplicate window's two entries: one allocation per message.
+    pub msg_id: Arc<str>,
     pub ingested_at: Micros,
     /// 0 until first delivered.
     pub delivered_count: u64,
@@ -117,9 +118,9 @@ struct State {
     last_seq: u64,
     last_ingested_at: Micros,
     /// msg id → (seq, publish time). Only looked up, never iterated.
-    duplicate_ids: FxHashMap<String, (u64, Micros)>,
+    duplicate_ids: FxHashMap<Arc<str>, (u64, Micros)>,
     /// Publish order of the ids above, for expiry.
-    duplicate_order: VecDeque<(Micros, String)>,
+    duplicate_order: VecDeque<(Micros, Arc<str>)>,
     /// Highest stream sequence delivered at least once (JetStream's `delivered.stream_seq`).
     delivered_cursor: u64,
     /// Delivered and not acked.
@@ -206,12 +207,13 @@ impl MemoryBus {
         state.last_seq += 1;
         let seq = state.last_seq;
         state.bytes += size_bytes;
+        let msg_id: Arc<str> = Arc::from(msg_id);
         state.messages.insert(
             seq,
             StoredMessage {
                 subject: subject.to_owned(),
                 payload,
-                msg_id: msg_id.to_owned(),
+                msg_id: msg_id.clone(),
                 ingested_at,
                 delivered_count: 0,
                 ack_deadline: None,
@@ -224,8 +226,8 @@ impl MemoryBus {
             {
                 state.duplicate_ids.remove(&oldest);
             }
-            state.duplicate_ids.insert(msg_id.to_owned(), (seq, now));
-            state.duplicate_order.push_back((now, msg_id.to_owned()));
+            state.duplicate_ids.insert(msg_id.clone(), (seq, now));
+            state.duplicate_order.push_back((now, msg_id));
         }
         drop(state);
         self.published.notify_waiters();

@@ -80,6 +80,10 @@ struct Instance {
     /// Its health points' ids (queue drops, queue depth, publish failures), named once, not
     /// on every message.
     health_points: [String; 3],
+    /// Its subject (`obs.<host>.<instance>`) and its name as a key's instance, made once, not
+    /// on every message.
+    subject: String,
+    key_instance: Arc<str>,
 }
 
 /// Everything one device host's drivers own.
@@ -124,6 +128,8 @@ impl HostDriver {
                     queue_depth_point(host, &p.instance),
                     publish_failures_point(host, &p.instance),
                 ],
+                subject: format!("obs.{}.{}", host, p.instance),
+                key_instance: Arc::from(p.instance.as_str()),
             });
         }
         let native_now = points.iter().map(|p| (p.native_lo + p.native_hi) / 2.0).collect();
@@ -209,6 +215,7 @@ impl HostDriver {
             .expect("invariant: every point's instance has a sequence");
         let (source_epoch, seq) = (instance.source_epoch, instance.next_seq);
         instance.next_seq += 1;
+        let (subject, key_instance) = (instance.subject.clone(), instance.key_instance.clone());
         let envelope = EnvelopeOut::new(
             &p.id,
             &p.instance,
@@ -218,10 +225,10 @@ impl HostDriver {
             serde_json::json!(state),
         );
         Outgoing {
-            subject: format!("obs.{}.{}", self.host, p.instance),
+            subject,
             msg_id: envelope.msg_id(),
             payload: Bytes::from(envelope.to_bytes()),
-            key: Some((Arc::from(p.instance.as_str()), source_epoch, seq)),
+            key: Some((key_instance, source_epoch, seq)),
             observation: Some((Arc::from(p.id.as_str()), observed_at)),
         }
     }
@@ -462,6 +469,7 @@ impl HostDriver {
         }
         let (source_epoch, seq) = (instance.source_epoch, instance.next_seq);
         instance.next_seq += 1;
+        let (subject, key_instance) = (instance.subject.clone(), instance.key_instance.clone());
 
         let mut observed_at = now.add_ms(-(rng.below(2_000) as i64));
         let kind = rng.below(1_000);
@@ -512,14 +520,14 @@ impl HostDriver {
         let observation = (!malformed && envelope.point_id == own_point)
             .then(|| (Arc::from(own_point.as_str()), observed_at));
         let msg_id = envelope.msg_id();
-        let key: Key3 = (Arc::from(p.instance.as_str()), source_epoch, seq);
+        let key: Key3 = (key_instance, source_epoch, seq);
         let payload = if malformed {
             Bytes::from(format!("{{\"v\":1,\"point_id\":\"{}\",\"value\":", p.id))
         } else {
             Bytes::from(envelope.to_bytes())
         };
         Outgoing {
-            subject: format!("obs.{}.{}", self.host, p.instance),
+            subject,
             msg_id,
             payload,
             key: (!malformed).then_some(key),

@@ -112,8 +112,6 @@ fn late_duplicate(table: &super::ClassTable, row: &sentinel_core::ObsRow) -> boo
     }
     let instance = row.key.driver_instance.clone();
     let (epoch, seq) = (row.key.source_epoch, row.key.source_seq);
-    keys.range((instance.clone(), epoch, seq, from)..(instance.clone(), epoch, seq, row.ingested_at))
-        .next()
-        .is_some()
+    super::key_within(keys, &(instance.clone(), epoch, seq, from), from, row.ingested_at)
         || table.compacted_key_within(&instance, epoch, seq, from, row.ingested_at)
 }

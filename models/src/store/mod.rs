@@ -169,6 +169,16 @@ impl ClassTable {
     }
 }
 
+/// Whether `keys` holds `key`'s first three columns with an `ingested_at` in `from..to`. One
+/// descent to the first key at or above `(…, from)` instead of a two-sided range's two: the
+/// set is ordered by the three columns first, so that key is in the range exactly when it has
+/// the same three columns and an `ingested_at` below `to`. Every commit asks this of each row.
+fn key_within(keys: &BTreeSet<UniqueKey>, key: &UniqueKey, from: Micros, to: Micros) -> bool {
+    keys.range((key.0.clone(), key.1, key.2, from)..)
+        .next()
+        .is_some_and(|k| k.0 == key.0 && k.1 == key.1 && k.2 == key.2 && k.3 < to)
+}
+
 impl ClassTable {
     /// Whether the hot partition `key` would be stored in (the UTC day of its `ingested_at`)
     /// already holds its three-column key (migration 0020's per-partition unique index): what
@@ -177,10 +187,7 @@ impl ClassTable {
         let day = key.3.day();
         let from = Micros(day * sentinel_core::time::US_PER_DAY);
         let to = Micros((day + 1) * sentinel_core::time::US_PER_DAY);
-        self.keys
-            .range((key.0.clone(), key.1, key.2, from)..(key.0.clone(), key.1, key.2, to))
-            .next()
-            .is_some()
+        key_within(&self.keys, key, from, to)
     }
 }
 

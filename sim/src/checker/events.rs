@@ -269,21 +269,16 @@ impl EventModel {
         if committed_by != epoch {
             return Ok(());
         }
-        let Some(queue) = self.pending.get_mut(&epoch) else {
-            return Ok(());
-        };
-        let mut earlier = Vec::new();
-        while let Some(entry) = queue.first_entry() {
+        // The rows up to this one leave the queue one at a time, each judged as it leaves (no
+        // list of them is built: this runs for every row transition).
+        let mut failure = Ok(());
+        while let Some(entry) = self.pending.get_mut(&epoch).and_then(|q| q.first_entry()) {
             if *entry.key() > at {
                 break;
             }
             let (position, row) = entry.remove_entry();
-            earlier.push((position == at, row));
-        }
-        let mut failure = Ok(());
-        for (raised, row) in earlier {
             self.position.remove(&row.key);
-            let judged = self.apply(epoch, &row, raised.then_some(quality));
+            let judged = self.apply(epoch, &row, (position == at).then_some(quality));
             if failure.is_ok() {
                 failure = judged;
             }
