@@ -729,7 +729,21 @@ impl Checker {
         // The core's states come in its registry's order, which is by point id (the registry
         // compiles its points sorted), as the fold's are: one merge of the two, not a lookup
         // by id per point (those were about 1 % of a seed).
-        let mut states = core.point_states().peekable();
+        // If that order ever changed, the merge would skip points without a word, so it is
+        // asserted as the states go by: the checker's own bug, not the system's.
+        let mut previous: Option<&str> = None;
+        let mut states = core
+            .point_states()
+            .inspect(|s| {
+                assert!(
+                    previous.is_none_or(|p| p < &*s.point_id),
+                    "invariant 5's merge needs the core's point states in point-id order: {:?} came after {:?}",
+                    s.point_id,
+                    previous
+                );
+                previous = Some(&*s.point_id);
+            })
+            .peekable();
         for (point, head) in &self.fold {
             while states.next_if(|s| *s.point_id < **point).is_some() {}
             // A point added by a later registry version is unknown to an older core.
