@@ -41,24 +41,23 @@ fn sentinel(args: &[&str], url: &str) -> Output {
     )
 }
 
-fn storage_json(url: &str) -> Value {
-    let out = sentinel(&["storage", "--json"], url);
+/// `sentinel storage ARGS`'s standard output; the command must succeed.
+fn storage(args: &[&str], url: &str) -> Vec<u8> {
+    let out = sentinel(&[&["storage"], args].concat(), url);
     assert!(
         out.status.success(),
         "sentinel storage: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).expect("one JSON object")
+    out.stdout
+}
+
+fn storage_json(url: &str) -> Value {
+    serde_json::from_slice(&storage(&["--json"], url)).expect("one JSON object")
 }
 
 fn storage_text(url: &str) -> String {
-    let out = sentinel(&["storage"], url);
-    assert!(
-        out.status.success(),
-        "sentinel storage: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("UTF-8")
+    String::from_utf8(storage(&[], url)).expect("UTF-8")
 }
 
 /// The `dedup_key` of the raw partition of `table` starting at `from` in a storage report.

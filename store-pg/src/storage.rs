@@ -287,20 +287,17 @@ impl PgStore {
                 row.try_get(3).map_err(db_error("decoding a table size"))?,
                 row.try_get(4).map_err(db_error("decoding an index size"))?,
             );
-            found.push((partition, estimated, size));
+            found.push((partition, child, estimated, size));
         }
-        found.sort_by_key(|(p, _, _)| (table_order(p.table), p.from));
+        found.sort_by_key(|(p, _, _, _)| (table_order(p.table), p.from));
         let partitions_left_out = found.len().saturating_sub(STORAGE_PARTITIONS_MAX);
         found.truncate(STORAGE_PARTITIONS_MAX);
         let keys = self.hot_partition_keys().await?;
         let total = found.len() + 2;
         let mut partitions = Vec::with_capacity(found.len());
-        for (done, (partition, estimated, mut size)) in found.into_iter().enumerate() {
+        for (done, (partition, child, estimated, mut size)) in found.into_iter().enumerate() {
             let dedup_key = match partition.table {
-                RetainedTable::Raw(_) => {
-                    let name = format!("{}_p{}", physical(partition.table), yyyymmdd(partition.from));
-                    keys.get(&name).copied()
-                }
+                RetainedTable::Raw(_) => keys.get(&child).copied(),
                 RetainedTable::Rollup(_) => None,
             };
             match estimated.filter(|_| !exact) {
@@ -516,15 +513,6 @@ impl PgStore {
     }
 }
 
-/// A UTC midnight as the `YYYYMMDD` of a daily partition's name.
-fn yyyymmdd(day: sentinel_core::Micros) -> String {
-    day.to_rfc3339()
-        .chars()
-        .take(10)
-        .filter(char::is_ascii_digit)
-        .collect()
-}
-
 /// The report's table order: the raw classes, then the rollups.
 fn table_order(table: RetainedTable) -> usize {
     RetainedTable::ALL
@@ -546,12 +534,6 @@ mod tests {
         let (rows, size) = size_from(10.0, -5, 8192);
         assert_eq!(rows, Some(10));
         assert_eq!((size.heap_bytes, size.index_bytes, size.bytes()), (0, 8192, 8192));
-    }
-
-    #[test]
-    fn a_day_names_its_partition_as_partition_day_reads_it() {
-        let day = partition_day("20261201").expect("a day");
-        assert_eq!(yyyymmdd(day), "20261201");
     }
 
     #[test]
