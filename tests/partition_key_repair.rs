@@ -176,11 +176,10 @@ async fn a_partition_made_by_hand_gets_its_key_at_boot_and_then_refuses_a_redeli
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     for part in ["observation_measurement_p20260301", "restored_state_march"] {
+        let naming: Vec<&str> = stderr.lines().filter(|l| l.contains(part)).collect();
         assert!(
-            stderr
-                .lines()
-                .any(|l| l.contains("WARN") && l.contains("no dedup key") && l.contains(part)),
-            "a WARN line names {part}: {stderr}"
+            naming.len() == 1 && naming[0].contains("WARN") && naming[0].contains("no dedup key"),
+            "one WARN line, and only one line, names {part}: {stderr}"
         );
     }
     assert_eq!(without_key(&pool).await, Vec::<String>::new());

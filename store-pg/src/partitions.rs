@@ -164,10 +164,16 @@ impl PgStore {
                 .begin()
                 .await
                 .map_err(db_error("beginning a dedup key repair"))?;
-            sqlx::query("SELECT set_config('statement_timeout', '0', true)")
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error("lifting the statement timeout for a dedup key repair"))?;
+            // No timeout on an index build; and the function's own WARNING per key made is
+            // not echoed (sqlx logs a notice at its severity): the loop below logs each key
+            // made once, by partition name.
+            sqlx::query(
+                "SELECT set_config('statement_timeout', '0', true), \
+                        set_config('client_min_messages', 'error', true)",
+            )
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error("setting up a dedup key repair"))?;
             match sqlx::query_scalar::<_, i32>(ENSURE_DAY)
                 .bind(day)
                 .fetch_one(&mut *tx)
