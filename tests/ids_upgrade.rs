@@ -4,15 +4,25 @@
 //! `observation` view, the rollups (and a recompute of them), the storage report's row counts,
 //! and `load_history`, `load_state` and `load_windows` answer exactly what a database that got
 //! the same rows at version 14 answers.
+//!
+//! Before it, `sentinel migrate --dry-run` on that database, while another session holds the
+//! single-writer lock: the migrations it would apply, the hot tables' size and the time and
+//! free disk their rewrites need (store-pg `upgrade`), and nothing changed; a dry run refuses a
+//! database from a newer binary as `migrate` does.
 
+use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 
 use sentinel_core::derived::WindowRequest;
 use sentinel_core::{Micros, RetentionClass};
 use sentinel_ports::{Lease, Store};
-use sentinel_store_pg::{PgStore, PgStoreConfig};
+use sentinel_store_pg::{LOCK_KEY, PgStore, PgStoreConfig};
+use sentinel_tests::bin::{sentinel_bin, workspace_root};
+use sentinel_tests::harness::output_within;
 use sentinel_tests::pg::{TestDb, exec, text};
-use sqlx::PgPool;
+use serde_json::Value;
+use sqlx::{Connection, PgConnection, PgPool};
 
 /// 2026-06-01T00:00:00Z and two days on, in µs.
 const DAY1_US: i64 = 1_780_272_000_000_000;
@@ -154,6 +164,58 @@ async fn reads(store: &PgStore) -> String {
     out
 }
 
+/// `sentinel ARGS` against `url`, to its end.
+fn sentinel(args: &[&str], url: &str) -> Output {
+    output_within(
+        Command::new(sentinel_bin())
+            .current_dir(workspace_root())
+            .args(args)
+            .env("SENTINEL_DATABASE_URL", url)
+            .env_remove("SENTINEL_LOG")
+            .stdin(Stdio::null()),
+        Duration::from_secs(120),
+    )
+}
+
+/// `sentinel migrate --dry-run --json`'s object; it must exit 0.
+fn dry_run_json(url: &str) -> Value {
+    let out = sentinel(&["migrate", "--dry-run", "--json"], url);
+    assert!(
+        out.status.success(),
+        "migrate --dry-run: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+fn pending_versions(plan: &Value) -> Vec<i64> {
+    plan["pending"]
+        .as_array()
+        .expect("pending")
+        .iter()
+        .map(|m| m["version"].as_i64().expect("a version"))
+        .collect()
+}
+
+/// A session of its own holding the single-writer lock, as a running core's does.
+async fn hold_lock(url: &str) -> PgConnection {
+    let mut conn = PgConnection::connect(url).await.expect("a lock session");
+    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_lock($1)")
+        .bind(LOCK_KEY)
+        .fetch_one(&mut conn)
+        .await
+        .expect("try the lock");
+    assert!(locked, "nobody else holds the lock");
+    conn
+}
+
+async fn applied_max(pool: &PgPool) -> i64 {
+    sqlx::query_scalar("SELECT max(version) FROM _sqlx_migrations")
+        .fetch_one(pool)
+        .await
+        .expect("the applied migrations")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
     let db = TestDb::create().await.expect("test database");
@@ -183,7 +245,84 @@ async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
         );
     }
 
+    // `sentinel migrate --dry-run` while another session holds the lock (it takes none): what
+    // would be applied, and the time and disk the hot tables' rewrites need at their size.
+    let holder = hold_lock(&db.url).await;
+    let starts: i64 = sqlx::query_scalar("SELECT count(*) FROM core_start")
+        .fetch_one(&pool)
+        .await
+        .expect("core starts");
+    let hot_bytes: i64 = sqlx::query_scalar(
+        "SELECT sum(pg_total_relation_size(oid))::bigint FROM pg_class \
+         WHERE relname ~ '^observation_(measurement|state|diagnostic)_p[0-9]{8}$' AND relkind = 'r'",
+    )
+    .fetch_one(&pool)
+    .await
+    .expect("the hot partitions' size");
+    let plan = dry_run_json(&db.url);
+    assert_eq!(plan["schema_version"], 13);
+    assert_eq!(plan["supported_version"], PgStore::supported_schema_version());
+    assert_eq!(
+        pending_versions(&plan),
+        (14..=PgStore::supported_schema_version()).collect::<Vec<_>>()
+    );
+    assert!(hot_bytes > 0);
+    assert_eq!(plan["hot_raw_bytes"], hot_bytes, "{plan:#}");
+    // 0014, 0018, 0020 and 0021: 34 + 10 + 2.4 + 10 s per GB; 0014's and 0021's rewrites need
+    // twice the tables' size free.
+    let estimated_s = plan["estimated_seconds"].as_f64().expect("seconds");
+    assert!(
+        (estimated_s - 56.4 * hot_bytes as f64 / 1e9).abs() < 1e-9,
+        "{plan:#}"
+    );
+    assert_eq!(plan["free_disk_bytes"], 2 * hot_bytes, "{plan:#}");
+    assert!(
+        plan["pending"][0]["hot_tables"]
+            .as_str()
+            .expect("0014's work")
+            .contains("rewrites every hot row")
+    );
+    assert_eq!(
+        plan["pending"][1]["hot_tables"],
+        Value::Null,
+        "0015 changes no hot row"
+    );
+    let text_out = sentinel(&["migrate", "--dry-run"], &db.url);
+    let text_plan = String::from_utf8_lossy(&text_out.stdout);
+    assert!(
+        text_out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&text_out.stderr)
+    );
+    for line in [
+        "version 13",
+        "\n  0014 integer ids: rewrites every hot row",
+        "\n  0015 compaction\n",
+        "\nnothing applied (--dry-run)\n",
+    ] {
+        assert!(text_plan.contains(line), "{line:?} in {text_plan}");
+    }
+    // It changed nothing, and `sentinel migrate` itself is refused while the lock is held.
+    assert_eq!(applied_max(&pool).await, 13);
+    assert_eq!(snapshot(&pool).await, before);
+    let refused = sentinel(&["migrate"], &db.url);
+    assert_eq!(
+        refused.status.code(),
+        Some(10),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    drop(holder);
+    let after_starts: i64 = sqlx::query_scalar("SELECT count(*) FROM core_start")
+        .fetch_one(&pool)
+        .await
+        .expect("core starts");
+    assert_eq!(after_starts, starts, "no acquisition");
+
     let report = store.migrate().await.expect("upgrade");
+    let plan = dry_run_json(&db.url);
+    assert_eq!(pending_versions(&plan), Vec::<i64>::new(), "{plan:#}");
+    assert_eq!(plan["schema_version"], PgStore::supported_schema_version());
     assert_eq!(
         report.applied,
         vec![14, 15, 16, 17, 18, 19, 20, 21, 22],
@@ -271,4 +410,25 @@ async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
         "every read path answers as at version 14"
     );
     lease.release().await.expect("release");
+}
+
+/// A dry run refuses a database a newer binary migrated, as `migrate` does, naming its version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dry_run_refuses_a_database_from_a_newer_binary() {
+    let db = TestDb::create().await.expect("test database");
+    let pool = PgPool::connect(&db.url).await.expect("connect as the owner");
+    db.migrate_up_to(&pool, PgStore::supported_schema_version() as u32)
+        .await;
+    exec(
+        &pool,
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (999, 'from the future', true, '\\x00', 0)",
+    )
+    .await;
+    for args in [&["migrate", "--dry-run"][..], &["migrate"][..]] {
+        let out = sentinel(args, &db.url);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains("999"), "{args:?} names the version: {stderr}");
+    }
 }

@@ -91,10 +91,18 @@ enum LogFormat {
 #[derive(Subcommand)]
 enum Command {
     /// Take the single-writer lock and apply pending migrations under it (exit 10, applying
-    /// nothing, while a core runs; refuses a database newer than this binary).
+    /// nothing, while a core runs; refuses a database newer than this binary). `--dry-run`
+    /// lists what would be applied, with the time under the lock and the free disk the
+    /// migrations that rewrite the hot tables need at their present size; no lock, no write.
     Migrate {
         #[command(flatten)]
         db: DbArgs,
+        /// List the pending migrations and their cost; take no lock, change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// With --dry-run: one JSON object on stdout instead of text.
+        #[arg(long, requires = "dry_run")]
+        json: bool,
     },
     /// Check, load or derive bus permissions from a registry folder.
     Registry {
@@ -544,7 +552,14 @@ fn quiet_on_closed_stdout(command: &Command) {
 
 async fn dispatch(command: Command) -> anyhow::Result<ExitCode> {
     match command {
-        Command::Migrate { db } => db::migrate(&db).await,
+        Command::Migrate {
+            db, dry_run: false, ..
+        } => db::migrate(&db).await,
+        Command::Migrate {
+            db,
+            dry_run: true,
+            json,
+        } => db::migrate_dry_run(&db, json).await,
         Command::Registry {
             command:
                 RegistryCommand::Check {

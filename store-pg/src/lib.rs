@@ -11,6 +11,7 @@
 //! | `lib.rs` | the pool and its configuration, the conversions between core types and columns, the fence every write takes (epoch and start identity, migration 0013) |
 //! | [`hosts`] | several hosts in the database URL, and choosing the writable one (libpq's `target_session_attrs`) |
 //! | [`lock`] | the single-writer lock, migrations under it, the epoch, lock liveness and the holder |
+//! | [`upgrade`] | what `sentinel migrate` would apply and cost, read without the lock (`--dry-run`) |
 //! | [`partitions`] | daily partitions ahead of need |
 //! | [`commit`] | the fenced batch commit and its RETURNING ordinals |
 //! | [`keys`] | the point and driver instance keys the commit binds (migration 0014) |
@@ -78,6 +79,7 @@ mod rollup;
 mod state;
 mod storage;
 mod store_impl;
+pub mod upgrade;
 
 pub use lock::{LOCK_KEY, LockHolder, MigrateReport, PgLease, PgLock, SchemaState};
 pub(crate) use state::key_from_columns;

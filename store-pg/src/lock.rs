@@ -349,7 +349,7 @@ impl PgStore {
 }
 
 /// Reads the applied migration versions with sqlx's migrator API, without creating its table.
-async fn applied_versions(conn: &mut PgConnection) -> Result<Vec<i64>, StoreError> {
+pub(crate) async fn applied_versions(conn: &mut PgConnection) -> Result<Vec<i64>, StoreError> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
         .fetch_one(&mut *conn)
         .await

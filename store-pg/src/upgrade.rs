@@ -1,0 +1,242 @@
+//! What `sentinel migrate` would do to this database, read without the lock and without
+//! writing (`sentinel migrate --dry-run`): the migrations this binary would apply and, for the
+//! ones that read or rewrite every hot raw row, the time under the lock and the free disk they
+//! need at the hot tables' present size.
+//!
+//! Owns the table of those migrations' costs ([`HOT_TABLE_WORK`]): seconds per GB of hot raw
+//! table (heap and indexes) as BENCHMARKS.md measured each through `sentinel migrate` on the
+//! project's 2-core VM, and the free disk each needs per GB while it runs (a rewrite keeps the
+//! old table until it commits and writes as much again to the write-ahead log). sqlx applies
+//! each migration in a transaction of its own, so the disk a run needs is the largest one
+//! migration needs, not their sum. Every other migration creates or replaces functions, views
+//! and small tables, which takes seconds whatever the data.
+
+use sentinel_ports::StoreError;
+
+use crate::lock::{MIGRATOR, SchemaState, applied_versions};
+use crate::{PgStore, db_error};
+
+/// What a migration does to the hot raw tables, and what that cost where it was measured.
+#[derive(Debug)]
+pub struct HotTableWork {
+    /// One clause an operator reads, e.g. "rewrites every hot row …".
+    pub does: &'static str,
+    /// Seconds per GB of hot raw table (heap and indexes) under `sentinel migrate`, as
+    /// BENCHMARKS.md measured it; `None` where it was never measured.
+    pub seconds_per_gb: Option<f64>,
+    /// Free disk needed while it runs, per GB of hot raw table.
+    pub free_disk_per_gb: f64,
+    /// The BENCHMARKS.md section the figure comes from.
+    pub measured_in: &'static str,
+}
+
+/// The migrations that read or rewrite every hot raw row, by version, ascending.
+pub const HOT_TABLE_WORK: &[(i64, HotTableWork)] = &[
+    (
+        4,
+        HotTableWork {
+            does: "builds a BRIN index on observed_at over each class table (one read of every hot row)",
+            seconds_per_gb: None,
+            free_disk_per_gb: 0.01,
+            measured_in: "",
+        },
+    ),
+    (
+        14,
+        HotTableWork {
+            does: "rewrites every hot row with integer point and instance keys and rebuilds its indexes",
+            seconds_per_gb: Some(34.0),
+            free_disk_per_gb: 2.0,
+            measured_in: "Integer ids",
+        },
+    ),
+    (
+        18,
+        HotTableWork {
+            does: "rebuilds the point index of every hot partition in ascending order",
+            // 5 s per GB on a quiet VM, 10 under load: the higher one.
+            seconds_per_gb: Some(10.0),
+            free_disk_per_gb: 0.5,
+            measured_in: "The hot row's bytes: index layout and packing",
+        },
+    ),
+    (
+        20,
+        HotTableWork {
+            does: "builds each hot partition's own dedup key and drops the shared one",
+            seconds_per_gb: Some(2.4),
+            free_disk_per_gb: 0.5,
+            measured_in: "The dedup key per hot partition",
+        },
+    ),
+    (
+        21,
+        HotTableWork {
+            does: "rewrites every hot row with its columns in alignment order and rebuilds its indexes",
+            seconds_per_gb: Some(10.0),
+            free_disk_per_gb: 2.0,
+            measured_in: "The hot row's heap tuple in alignment order",
+        },
+    ),
+];
+
+/// Bytes in the GB the figures above are per.
+const BYTES_PER_GB: f64 = 1e9;
+
+/// The hot raw tables' partitions, heap and indexes (not the compacted days' tables).
+const HOT_RAW_BYTES: &str = "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint \
+     FROM pg_inherits i WHERE i.inhparent IN (SELECT to_regclass(t) FROM unnest(ARRAY[\
+     'observation_measurement', 'observation_state', 'observation_diagnostic']) t)";
+
+/// One migration this binary carries and the database has not applied.
+#[derive(Debug)]
+pub struct PendingMigration {
+    pub version: i64,
+    /// sqlx's description, from the file name (`0021_hot_row_order.sql`: "hot row order").
+    pub description: String,
+    /// What it does to the hot raw tables, when it reads or rewrites them.
+    pub hot_work: Option<&'static HotTableWork>,
+}
+
+/// [`PgStore::upgrade_plan`]'s answer.
+#[derive(Debug)]
+pub struct UpgradePlan {
+    pub schema: SchemaState,
+    /// Ascending by version.
+    pub pending: Vec<PendingMigration>,
+    /// The hot raw tables' bytes now (heap and indexes of every hot partition).
+    pub hot_raw_bytes: u64,
+}
+
+impl UpgradePlan {
+    /// Seconds under the lock the measured migrations take at today's hot size (an upper
+    /// bound where an earlier pending migration shrinks the tables, as 0014 and 0021 do).
+    pub fn estimated_s(&self) -> f64 {
+        let gb = self.hot_raw_bytes as f64 / BYTES_PER_GB;
+        self.pending
+            .iter()
+            .filter_map(|m| m.hot_work.and_then(|w| w.seconds_per_gb))
+            .fold(0.0, |total_s, s_per_gb| total_s + s_per_gb * gb)
+    }
+
+    /// Free disk the largest pending migration needs while it runs.
+    pub fn free_disk_bytes(&self) -> u64 {
+        let factor = self
+            .pending
+            .iter()
+            .filter_map(|m| m.hot_work.map(|w| w.free_disk_per_gb))
+            .fold(0.0_f64, f64::max);
+        (factor * self.hot_raw_bytes as f64).ceil() as u64
+    }
+
+    /// Pending migrations that read every hot row but whose time was never measured.
+    pub fn unmeasured(&self) -> Vec<i64> {
+        self.pending
+            .iter()
+            .filter(|m| m.hot_work.is_some_and(|w| w.seconds_per_gb.is_none()))
+            .map(|m| m.version)
+            .collect()
+    }
+}
+
+/// The cost entry of `version`, if it reads or rewrites the hot tables.
+pub fn hot_table_work(version: i64) -> Option<&'static HotTableWork> {
+    HOT_TABLE_WORK
+        .iter()
+        .find(|(v, _)| *v == version)
+        .map(|(_, work)| work)
+}
+
+impl PgStore {
+    /// What `sentinel migrate` would apply and what it would cost: reads the applied
+    /// migrations and the hot tables' size, takes no lock, writes nothing. Refuses a database
+    /// newer than this binary as `migrate` does ([`StoreError::SchemaFromFuture`]).
+    pub async fn upgrade_plan(&self) -> Result<UpgradePlan, StoreError> {
+        let mut conn = self
+            .pool
+            .acquire()
+            .await
+            .map_err(db_error("acquiring a connection"))?;
+        let applied = applied_versions(&mut conn).await?;
+        let schema = SchemaState {
+            found: applied.iter().copied().max(),
+            supported: Self::supported_schema_version(),
+        };
+        if let Some(found) = schema.found
+            && found > schema.supported
+        {
+            return Err(StoreError::SchemaFromFuture {
+                found,
+                supported: schema.supported,
+            });
+        }
+        let hot_raw_bytes: i64 = sqlx::query_scalar(HOT_RAW_BYTES)
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(db_error("reading the hot raw tables' size"))?;
+        let mut pending: Vec<PendingMigration> = MIGRATOR
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .map(|m| PendingMigration {
+                version: m.version,
+                description: m.description.to_string(),
+                hot_work: hot_table_work(m.version),
+            })
+            .collect();
+        pending.sort_by_key(|m| m.version);
+        Ok(UpgradePlan {
+            schema,
+            pending,
+            hot_raw_bytes: u64::try_from(hot_raw_bytes).unwrap_or(0),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every entry names a migration this binary carries, once, in order, and a measured one
+    /// says where it was measured.
+    #[test]
+    fn the_cost_table_names_carried_migrations() {
+        let carried: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+        let versions: Vec<i64> = HOT_TABLE_WORK.iter().map(|(v, _)| *v).collect();
+        assert!(versions.windows(2).all(|w| w[0] < w[1]), "{versions:?}");
+        for (version, work) in HOT_TABLE_WORK {
+            assert!(carried.contains(version), "{version} is not a migration");
+            assert!(work.free_disk_per_gb > 0.0 && work.free_disk_per_gb <= 3.0);
+            assert_eq!(
+                work.seconds_per_gb.is_some(),
+                !work.measured_in.is_empty(),
+                "{version}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_estimate_adds_time_and_takes_the_largest_disk() {
+        let plan = UpgradePlan {
+            schema: SchemaState {
+                found: Some(13),
+                supported: 22,
+            },
+            pending: (14..=22)
+                .map(|version| PendingMigration {
+                    version,
+                    description: String::new(),
+                    hot_work: hot_table_work(version),
+                })
+                .collect(),
+            hot_raw_bytes: 2_000_000_000,
+        };
+        // (34 + 10 + 2.4 + 10) s/GB × 2 GB.
+        assert!(
+            (plan.estimated_s() - 112.8).abs() < 1e-9,
+            "{}",
+            plan.estimated_s()
+        );
+        assert_eq!(plan.free_disk_bytes(), 4_000_000_000);
+        assert!(plan.unmeasured().is_empty());
+    }
+}
