@@ -1,5 +1,6 @@
 //! `sentinel migrate` and `sentinel db grants`: the schema under the single-writer lock (exit 10
-//! beside a running core) and the roles' privileges (migrations/0003_roles.sql).
+//! beside a running core), what an upgrade would apply and cost (`--dry-run`, no lock), and the
+//! roles' privileges (migrations/0003_roles.sql).
 
 use std::process::ExitCode;
 
@@ -75,7 +76,7 @@ fn plan_text(plan: &UpgradePlan) -> String {
         match m.hot_work {
             Some(work) => {
                 let cost = match work.seconds_per_gb {
-                    Some(s_per_gb) => format!("about {}", duration_text(s_per_gb * gb)),
+                    Some(s_per_gb) => duration_text(s_per_gb * gb),
                     None => "not measured".to_owned(),
                 };
                 let _ = writeln!(
@@ -91,7 +92,7 @@ fn plan_text(plan: &UpgradePlan) -> String {
     }
     let _ = writeln!(
         out,
-        "estimated time under the lock, no core running: about {} (BENCHMARKS.md's seconds per GB \
+        "estimated time under the lock, no core running: {} (BENCHMARKS.md's seconds per GB \
          on a 2-core VM, at today's size){}",
         duration_text(plan.estimated_s()),
         match plan.unmeasured().as_slice() {
@@ -115,16 +116,16 @@ fn plan_text(plan: &UpgradePlan) -> String {
     out
 }
 
-/// A time an operator plans around: "under 1 s", "40 s", "12 min", "3.5 h".
+/// A time an operator plans around: "under 1 s", "about 40 s", "about 12 min", "about 3.5 h".
 fn duration_text(s: f64) -> String {
     if s < 1.0 {
         "under 1 s".to_owned()
     } else if s < 120.0 {
-        format!("{s:.0} s")
+        format!("about {s:.0} s")
     } else if s < 7_200.0 {
-        format!("{:.0} min", s / 60.0)
+        format!("about {:.0} min", s / 60.0)
     } else {
-        format!("{:.1} h", s / 3_600.0)
+        format!("about {:.1} h", s / 3_600.0)
     }
 }
 
