@@ -8,7 +8,9 @@
 //! done, the cold start recorded); a drain that follows is the service running, so
 //! `TimeoutStartSec` never kills it. `STATUS=` lines for each startup step and for the drain;
 //! `EXTEND_TIMEOUT_USEC=` before each startup step, so a long one (derived windows over a big
-//! history) is given [`STARTUP_STEP_EXTEND_US`] rather than a unit-wide guess; `WATCHDOG=1`
+//! history) is given [`STARTUP_STEP_EXTEND_US`] rather than a unit-wide guess, renewed every
+//! minute while `lock_and_epoch` (which migrates the schema) runs, for up to four hours;
+//! `WATCHDOG=1`
 //! from the runtime loop at half of `$WATCHDOG_USEC` (so a wedged loop stops pinging and
 //! systemd restarts it); `STOPPING=1` when SIGTERM asks for the drain.
 //!
@@ -19,12 +21,21 @@
 use std::os::unix::net::UnixDatagram;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::time::Duration;
 
 use sentinel_core::Micros;
 use tracing::warn;
 
 /// How much longer each startup step may take, told to the manager before the step starts.
 pub const STARTUP_STEP_EXTEND_US: u64 = 300_000_000;
+
+/// How often a startup step still running renews its extension ([`Notifier::extend_while`]).
+pub const STARTUP_STEP_RENEW_US: u64 = 60_000_000;
+
+/// How long a step may keep renewing: past this, the unit's start timeout ends a wedged start.
+/// Four hours is more than every migration takes on a 90-day estate kept uncompacted
+/// (docs/operations.md, "Upgrading").
+pub const STARTUP_STEP_RENEW_MAX_US: u64 = 4 * 3_600_000_000;
 
 /// The largest watchdog period honoured (a larger `$WATCHDOG_USEC` is clamped): one day.
 const WATCHDOG_USEC_MAX: u64 = 86_400_000_000;
@@ -112,6 +123,51 @@ impl Notifier {
         self.send(&format!(
             "STATUS=startup: {step}\nEXTEND_TIMEOUT_USEC={STARTUP_STEP_EXTEND_US}"
         ));
+    }
+
+    /// Runs `step_future`, renewing the start timeout's extension every
+    /// [`STARTUP_STEP_RENEW_US`] while it runs, for at most [`STARTUP_STEP_RENEW_MAX_US`].
+    /// `lock_and_epoch` includes the schema's migrations, and one that rewrites every hot row
+    /// takes minutes per ten GB (docs/operations.md, "Upgrading"): past one extension, systemd
+    /// would kill the start mid-migration, the migration would roll back, and the restart would
+    /// begin it again, forever. Without a service manager it is `step_future` alone.
+    pub async fn extend_while<F: Future>(&self, step: &str, step_future: F) -> F::Output {
+        self.extend_while_every(
+            step,
+            step_future,
+            Duration::from_micros(STARTUP_STEP_RENEW_US),
+            STARTUP_STEP_RENEW_MAX_US / STARTUP_STEP_RENEW_US,
+        )
+        .await
+    }
+
+    async fn extend_while_every<F: Future>(
+        &self,
+        step: &str,
+        step_future: F,
+        every: Duration,
+        renewals_max: u64,
+    ) -> F::Output {
+        if !self.enabled() {
+            return step_future.await;
+        }
+        assert!(!every.is_zero() && renewals_max > 0);
+        let mut step_future = std::pin::pin!(step_future);
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let mut renewals = 0u64;
+        loop {
+            tokio::select! {
+                out = &mut step_future => return out,
+                _ = renew.tick(), if renewals < renewals_max => {
+                    renewals += 1;
+                    let running_s = every.as_secs() * renewals;
+                    self.send(&format!(
+                        "STATUS=startup: {step} (running for {running_s} s)\n\
+                         EXTEND_TIMEOUT_USEC={STARTUP_STEP_EXTEND_US}"
+                    ));
+                }
+            }
+        }
     }
 
     /// The loop runs: `READY=1` with its status, the first time only.
@@ -211,6 +267,53 @@ mod tests {
                 "WATCHDOG=1".to_owned(),
             ]
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A step that outlasts its extension renews it while it runs, up to the bound, and the
+    /// renewals stop when it ends; without a manager the future just runs.
+    #[tokio::test(start_paused = true)]
+    async fn a_long_step_renews_its_extension_while_it_runs() {
+        let dir = std::env::temp_dir().join(format!("sentinel-notify-renew-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join("notify.sock");
+        let _ = std::fs::remove_file(&path);
+        let manager = UnixDatagram::bind(&path).expect("bind");
+        manager.set_nonblocking(true).expect("non-blocking");
+        let received = || {
+            let mut buf = [0u8; 512];
+            std::iter::from_fn(|| {
+                manager
+                    .recv(&mut buf)
+                    .ok()
+                    .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
+            })
+            .collect::<Vec<_>>()
+        };
+        let renewal = |s: u64| {
+            format!(
+                "STATUS=startup: lock_and_epoch (running for {s} s)\nEXTEND_TIMEOUT_USEC={STARTUP_STEP_EXTEND_US}"
+            )
+        };
+        let notifier = Notifier::new(path.to_str(), None);
+        let step = async {
+            tokio::time::sleep(Duration::from_secs(150)).await;
+            7
+        };
+        assert_eq!(notifier.extend_while("lock_and_epoch", step).await, 7);
+        assert_eq!(received(), [renewal(60), renewal(120)]);
+        tokio::time::sleep(Duration::from_secs(600)).await;
+        assert_eq!(received(), Vec::<String>::new(), "nothing after the step ended");
+
+        // The bound: three renewals of a step that runs for ten periods, then none.
+        let step = tokio::time::sleep(Duration::from_secs(10));
+        notifier
+            .extend_while_every("lock_and_epoch", step, Duration::from_secs(1), 3)
+            .await;
+        assert_eq!(received(), [renewal(1), renewal(2), renewal(3)]);
+
+        let quiet = Notifier::disabled();
+        assert_eq!(quiet.extend_while("lock_and_epoch", async { 8 }).await, 8);
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -233,7 +233,8 @@ where
 
     notify.startup_step("lock_and_epoch");
     let step = Instant::now();
-    let lease = store.acquire().await?;
+    // Migrations run inside the acquisition, under the lock: renewed while they run.
+    let lease = notify.extend_while("lock_and_epoch", store.acquire()).await?;
     let epoch = lease.epoch();
     // This start's identity (issue 25 item 3), taken by the store at the acquisition and
     // recorded with the epoch: an epoch can repeat after a failover that lost its increment,
