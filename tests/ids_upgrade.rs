@@ -10,16 +10,13 @@
 //! free disk their rewrites need (store-pg `upgrade`), and nothing changed; a dry run refuses a
 //! database from a newer binary as `migrate` does.
 
-use std::process::{Command, Output, Stdio};
 use std::sync::Arc;
-use std::time::Duration;
 
 use sentinel_core::derived::WindowRequest;
 use sentinel_core::{Micros, RetentionClass};
 use sentinel_ports::{Lease, Store};
 use sentinel_store_pg::{LOCK_KEY, PgStore, PgStoreConfig};
-use sentinel_tests::bin::{sentinel_bin, workspace_root};
-use sentinel_tests::harness::output_within;
+use sentinel_tests::bin::sentinel_against_db;
 use sentinel_tests::pg::{TestDb, exec, text};
 use serde_json::Value;
 use sqlx::{Connection, PgConnection, PgPool};
@@ -164,22 +161,9 @@ async fn reads(store: &PgStore) -> String {
     out
 }
 
-/// `sentinel ARGS` against `url`, to its end.
-fn sentinel(args: &[&str], url: &str) -> Output {
-    output_within(
-        Command::new(sentinel_bin())
-            .current_dir(workspace_root())
-            .args(args)
-            .env("SENTINEL_DATABASE_URL", url)
-            .env_remove("SENTINEL_LOG")
-            .stdin(Stdio::null()),
-        Duration::from_secs(120),
-    )
-}
-
 /// `sentinel migrate --dry-run --json`'s object; it must exit 0.
 fn dry_run_json(url: &str) -> Value {
-    let out = sentinel(&["migrate", "--dry-run", "--json"], url);
+    let out = sentinel_against_db(&["migrate", "--dry-run", "--json"], url);
     assert!(
         out.status.success(),
         "migrate --dry-run: {}",
@@ -287,7 +271,7 @@ async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
         Value::Null,
         "0015 changes no hot row"
     );
-    let text_out = sentinel(&["migrate", "--dry-run"], &db.url);
+    let text_out = sentinel_against_db(&["migrate", "--dry-run"], &db.url);
     let text_plan = String::from_utf8_lossy(&text_out.stdout);
     assert!(
         text_out.status.success(),
@@ -305,7 +289,7 @@ async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
     // It changed nothing, and `sentinel migrate` itself is refused while the lock is held.
     assert_eq!(applied_max(&pool).await, 13);
     assert_eq!(snapshot(&pool).await, before);
-    let refused = sentinel(&["migrate"], &db.url);
+    let refused = sentinel_against_db(&["migrate"], &db.url);
     assert_eq!(
         refused.status.code(),
         Some(10),
@@ -426,7 +410,7 @@ async fn a_dry_run_refuses_a_database_from_a_newer_binary() {
     )
     .await;
     for args in [&["migrate", "--dry-run"][..], &["migrate"][..]] {
-        let out = sentinel(args, &db.url);
+        let out = sentinel_against_db(args, &db.url);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
         assert!(stderr.contains("999"), "{args:?} names the version: {stderr}");

@@ -10,40 +10,21 @@
 //!   key's values), while a clean partition of another day got its key; once the duplicates are
 //!   deleted the next acquisition makes it.
 
-use std::process::{Command, Output, Stdio};
-use std::time::Duration;
-
 use sentinel_ports::{Lease, Store};
 use sentinel_store_pg::{PgStore, PgStoreConfig};
-use sentinel_tests::bin::{sentinel_bin, workspace_root};
-use sentinel_tests::harness::output_within;
+use sentinel_tests::bin::sentinel_against_db;
 use sentinel_tests::pg::{TestDb, exec};
 use serde_json::Value;
 use sqlx::PgPool;
 
 /// Nothing listens here: a boot that reached the bus would fail on it, not on the store.
-const NO_NATS: &str = "nats://127.0.0.1:1";
-
 /// A raw row's columns in the order the selects below give them.
 const COLUMNS: &str = "ingested_at, point_key, observed_at, native_num, quality, changed, registry_version, \
     instance_key, source_epoch, source_seq";
 
-fn sentinel(args: &[&str], url: &str) -> Output {
-    output_within(
-        Command::new(sentinel_bin())
-            .current_dir(workspace_root())
-            .args(args)
-            .env("SENTINEL_DATABASE_URL", url)
-            .env("SENTINEL_NATS_URL", NO_NATS)
-            .env_remove("SENTINEL_LOG")
-            .stdin(Stdio::null()),
-        Duration::from_secs(120),
-    )
-}
-
 /// `sentinel storage ARGS`'s standard output; the command must succeed.
 fn storage(args: &[&str], url: &str) -> Vec<u8> {
-    let out = sentinel(&[&["storage"], args].concat(), url);
+    let out = sentinel_against_db(&[&["storage"], args].concat(), url);
     assert!(
         out.status.success(),
         "sentinel storage: {}",
@@ -172,7 +153,7 @@ async fn a_partition_made_by_hand_gets_its_key_at_boot_and_then_refuses_a_redeli
     }
 
     // The boot under the lock makes both keys and says which.
-    let out = sentinel(&["migrate"], &db.url);
+    let out = sentinel_against_db(&["migrate"], &db.url);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     for part in ["observation_measurement_p20260301", "restored_state_march"] {
@@ -237,7 +218,7 @@ async fn a_hand_made_partition_holding_duplicate_keys_refuses_the_boot_naming_it
     insert_rows(&pool, "state", "2026-03-02 09:00+00", 4, 3).await;
     insert_rows(&pool, "diagnostic", "2026-03-04 08:00+00", 1, 10).await;
 
-    let out = sentinel(&["run", "--registry", "registry"], &db.url);
+    let out = sentinel_against_db(&["run", "--registry", "registry"], &db.url);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(

@@ -233,25 +233,48 @@ fn connect(path: &str) -> std::io::Result<Target> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn ready_once_and_the_watchdog_at_half_its_period() {
-        let dir = std::env::temp_dir().join(format!("sentinel-notify-unit-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join("notify.sock");
-        let _ = std::fs::remove_file(&path);
-        let manager = UnixDatagram::bind(&path).expect("bind");
-        manager.set_nonblocking(true).expect("non-blocking");
-        let notifier = Notifier::new(path.to_str(), Some(2_000_000));
-        let received = || {
+    /// A service manager's socket in a folder of its own (`name` tells the tests' apart).
+    struct Manager {
+        dir: std::path::PathBuf,
+        path: std::path::PathBuf,
+        socket: UnixDatagram,
+    }
+
+    impl Manager {
+        fn bind(name: &str) -> Manager {
+            let dir = std::env::temp_dir().join(format!("sentinel-notify-{name}-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            let path = dir.join("notify.sock");
+            let _ = std::fs::remove_file(&path);
+            let socket = UnixDatagram::bind(&path).expect("bind");
+            socket.set_nonblocking(true).expect("non-blocking");
+            Manager { dir, path, socket }
+        }
+
+        /// Every message queued so far.
+        fn received(&self) -> Vec<String> {
             let mut buf = [0u8; 512];
             std::iter::from_fn(|| {
-                manager
+                self.socket
                     .recv(&mut buf)
                     .ok()
                     .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
             })
-            .collect::<Vec<_>>()
-        };
+            .collect()
+        }
+    }
+
+    impl Drop for Manager {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    #[test]
+    fn ready_once_and_the_watchdog_at_half_its_period() {
+        let manager = Manager::bind("unit");
+        let notifier = Notifier::new(manager.path.to_str(), Some(2_000_000));
+        let received = || manager.received();
         notifier.startup_step("lock_and_epoch");
         notifier.ready(3);
         notifier.ready(3);
@@ -267,35 +290,20 @@ mod tests {
                 "WATCHDOG=1".to_owned(),
             ]
         );
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     /// A step that outlasts its extension renews it while it runs, up to the bound, and the
     /// renewals stop when it ends; without a manager the future just runs.
     #[tokio::test(start_paused = true)]
     async fn a_long_step_renews_its_extension_while_it_runs() {
-        let dir = std::env::temp_dir().join(format!("sentinel-notify-renew-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join("notify.sock");
-        let _ = std::fs::remove_file(&path);
-        let manager = UnixDatagram::bind(&path).expect("bind");
-        manager.set_nonblocking(true).expect("non-blocking");
-        let received = || {
-            let mut buf = [0u8; 512];
-            std::iter::from_fn(|| {
-                manager
-                    .recv(&mut buf)
-                    .ok()
-                    .map(|n| String::from_utf8_lossy(&buf[..n]).into_owned())
-            })
-            .collect::<Vec<_>>()
-        };
+        let manager = Manager::bind("renew");
+        let received = || manager.received();
         let renewal = |s: u64| {
             format!(
                 "STATUS=startup: lock_and_epoch (running for {s} s)\nEXTEND_TIMEOUT_USEC={STARTUP_STEP_EXTEND_US}"
             )
         };
-        let notifier = Notifier::new(path.to_str(), None);
+        let notifier = Notifier::new(manager.path.to_str(), None);
         let step = async {
             tokio::time::sleep(Duration::from_secs(150)).await;
             7
@@ -314,6 +322,5 @@ mod tests {
 
         let quiet = Notifier::disabled();
         assert_eq!(quiet.extend_while("lock_and_epoch", async { 8 }).await, 8);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -1,10 +1,30 @@
 //! The `sentinel` binary for process-level tests (SIGKILL, a second core). Cargo only exposes
 //! `CARGO_BIN_EXE_*` to tests of the binary's own package, so this builds it once with the
-//! same profile the tests run under and returns its path.
+//! same profile the tests run under and returns its path; [`sentinel_against_db`] runs it for
+//! the commands that need only the database.
 
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Command, Output, Stdio};
 use std::sync::OnceLock;
+use std::time::Duration;
+
+/// A NATS URL nothing listens on: a command run against it reaches no real bus.
+pub const NO_NATS: &str = "nats://127.0.0.1:1";
+
+/// `sentinel ARGS` run to its end (two minutes at most) against `database_url` and no bus,
+/// from the workspace root, with its own log level: for commands that take the database only.
+pub fn sentinel_against_db(args: &[&str], database_url: &str) -> Output {
+    crate::harness::output_within(
+        Command::new(sentinel_bin())
+            .current_dir(workspace_root())
+            .args(args)
+            .env("SENTINEL_DATABASE_URL", database_url)
+            .env("SENTINEL_NATS_URL", NO_NATS)
+            .env_remove("SENTINEL_LOG")
+            .stdin(Stdio::null()),
+        Duration::from_secs(120),
+    )
+}
 
 pub fn workspace_root() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
