@@ -303,16 +303,41 @@ async fn a_populated_database_upgrades_to_integer_ids_with_every_answer_kept() {
         .expect("core starts");
     assert_eq!(after_starts, starts, "no acquisition");
 
-    let report = store.migrate().await.expect("upgrade");
+    // The upgrade itself, by `sentinel migrate`: each migration logged as it starts (with its
+    // estimate when it rewrites the hot tables) and when it is done, in order.
+    let out = sentinel_against_db(&["migrate"], &db.url);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("applied migrations 14, 15, 16, 17, 18, 19, 20, 21, 22;"),
+        "the integer ids, then the compacted days, the compacted minute rollups, the values \
+         derived from native (0017) the point indexes (0018), the pack record (0019) and the \
+         per-partition dedup keys (0020) and the hot row's column order (0021) and the dedup key \
+         check (0022): {stdout}"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    let mut at = 0;
+    for version in 14..=22 {
+        let field = format!("version={version}");
+        let find = |from: usize, what: &str| {
+            from + lines[from..]
+                .iter()
+                .position(|l| l.contains(what) && l.contains(&field))
+                .unwrap_or_else(|| panic!("{what:?} for {version} after line {from}: {stderr}"))
+        };
+        let starting = find(at, "applying migration");
+        assert_eq!(
+            lines[starting].contains("estimated_s="),
+            [14, 18, 20, 21].contains(&version),
+            "{}",
+            lines[starting]
+        );
+        at = find(starting, "migration applied") + 1;
+    }
     let plan = dry_run_json(&db.url);
     assert_eq!(pending_versions(&plan), Vec::<i64>::new(), "{plan:#}");
     assert_eq!(plan["schema_version"], PgStore::supported_schema_version());
-    assert_eq!(
-        report.applied,
-        vec![14, 15, 16, 17, 18, 19, 20, 21, 22],
-        "the integer ids, then the compacted days, the compacted minute rollups, the values \
-         derived from native (0017) the point indexes (0018), the pack record (0019) and the per-partition dedup keys (0020) and the hot row's column order (0021) and the dedup key check (0022)"
-    );
     assert_eq!(
         snapshot(&pool).await,
         before,

@@ -495,10 +495,12 @@ enum DbCommand {
 }
 
 /// Logs go to stderr, coloured only on a terminal. Commands that print a report on stdout log
-/// only warnings by default, so library INFO lines never interleave with what they print.
+/// only warnings by default, so library INFO lines never interleave with what they print;
+/// `migrate` logs INFO, each migration as it starts and ends, because an upgrade can hold the
+/// lock for minutes and prints its report only at the end.
 fn init_logging(format: LogFormat, command: &Command) {
     let default_filter = match command {
-        Command::Run { .. } => "info",
+        Command::Run { .. } | Command::Migrate { dry_run: false, .. } => "info",
         _ => "warn",
     };
     let filter =

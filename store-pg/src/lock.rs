@@ -409,12 +409,7 @@ impl PgLock {
                 .execute(&mut self.conn)
                 .await
                 .map_err(db_error("lifting the statement timeout for the migrations"))?;
-            // `run_direct` on the lock session itself (sqlx's documented way around the
-            // "`Acquire` is not general enough" error of `run` on a borrowed connection).
-            let ran = MIGRATOR
-                .run_direct(None, &mut self.conn, false)
-                .await
-                .map_err(migrate_error("applying migrations"));
+            let ran = self.apply_pending(&before).await;
             sqlx::query("SELECT set_config('statement_timeout', $1, false)")
                 .bind(store.config.statement_timeout_ms.to_string())
                 .execute(&mut self.conn)
@@ -443,6 +438,59 @@ impl PgLock {
             version,
             supported,
         })
+    }
+
+    /// Applies each pending migration in turn, in version order, logging it as it starts (with
+    /// its time estimate when it rewrites the hot tables, store-pg `upgrade`) and when it is
+    /// done: an upgrade that holds the lock for minutes says which migration it is in.
+    async fn apply_pending(&mut self, applied: &[i64]) -> Result<(), StoreError> {
+        let pending: Vec<_> = MIGRATOR
+            .iter()
+            .filter(|m| !applied.contains(&m.version))
+            .collect();
+        assert!(
+            pending.windows(2).all(|w| w[0].version < w[1].version),
+            "sqlx carries migrations in version order"
+        );
+        let hot_raw_bytes = if pending
+            .iter()
+            .any(|m| crate::upgrade::hot_table_work(m.version).is_some())
+        {
+            crate::upgrade::hot_raw_bytes(&mut self.conn).await?
+        } else {
+            0
+        };
+        for migration in pending {
+            let version = migration.version;
+            let description = &*migration.description;
+            match crate::upgrade::hot_table_work(version) {
+                Some(work) => tracing::info!(
+                    version,
+                    description,
+                    does = work.does,
+                    hot_raw_bytes,
+                    estimated_s = work
+                        .seconds_per_gb
+                        .map(|s_per_gb| (s_per_gb * hot_raw_bytes as f64 / 1e9).round() as u64),
+                    "applying migration"
+                ),
+                None => tracing::info!(version, description, "applying migration"),
+            }
+            let started = std::time::Instant::now();
+            // `run_direct` on the lock session itself (sqlx's documented way around the
+            // "`Acquire` is not general enough" error of `run` on a borrowed connection), up to
+            // and including this version only.
+            MIGRATOR
+                .run_direct(Some(version), &mut self.conn, false)
+                .await
+                .map_err(migrate_error("applying migrations"))?;
+            tracing::info!(
+                version,
+                elapsed_ms = started.elapsed().as_millis() as u64,
+                "migration applied"
+            );
+        }
+        Ok(())
     }
 
     /// Increments the core epoch on the lock session (so only while holding the lock), names

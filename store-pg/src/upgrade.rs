@@ -88,6 +88,16 @@ const HOT_RAW_BYTES: &str = "SELECT coalesce(sum(pg_total_relation_size(i.inhrel
      FROM pg_inherits i WHERE i.inhparent IN (SELECT to_regclass(t) FROM unnest(ARRAY[\
      'observation_measurement', 'observation_state', 'observation_diagnostic']) t)";
 
+/// The hot raw tables' bytes now: heap and indexes of every partition of the three class
+/// tables (0 before the first migration).
+pub(crate) async fn hot_raw_bytes(conn: &mut sqlx::PgConnection) -> Result<u64, StoreError> {
+    let bytes: i64 = sqlx::query_scalar(HOT_RAW_BYTES)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db_error("reading the hot raw tables' size"))?;
+    Ok(u64::try_from(bytes).unwrap_or(0))
+}
+
 /// One migration this binary carries and the database has not applied.
 #[derive(Debug)]
 pub struct PendingMigration {
@@ -170,10 +180,7 @@ impl PgStore {
                 supported: schema.supported,
             });
         }
-        let hot_raw_bytes: i64 = sqlx::query_scalar(HOT_RAW_BYTES)
-            .fetch_one(&mut *conn)
-            .await
-            .map_err(db_error("reading the hot raw tables' size"))?;
+        let hot_raw_bytes = hot_raw_bytes(&mut conn).await?;
         let mut pending: Vec<PendingMigration> = MIGRATOR
             .iter()
             .filter(|m| !applied.contains(&m.version))
@@ -187,7 +194,7 @@ impl PgStore {
         Ok(UpgradePlan {
             schema,
             pending,
-            hot_raw_bytes: u64::try_from(hot_raw_bytes).unwrap_or(0),
+            hot_raw_bytes,
         })
     }
 }
