@@ -483,7 +483,9 @@ impl PgLock {
             MIGRATOR
                 .run_direct(Some(version), &mut self.conn, false)
                 .await
-                .map_err(migrate_error("applying migrations"))?;
+                .map_err(|e| {
+                    StoreError::Other(format!("applying migration {version:04} ({description}): {e}"))
+                })?;
             tracing::info!(
                 version,
                 elapsed_ms = started.elapsed().as_millis() as u64,
