@@ -11,6 +11,7 @@
 //! | `lib.rs` | the pool and its configuration, the conversions between core types and columns, the fence every write takes (epoch and start identity, migration 0013) |
 //! | [`hosts`] | several hosts in the database URL, and choosing the writable one (libpq's `target_session_attrs`) |
 //! | [`lock`] | the single-writer lock, migrations under it, the epoch, lock liveness and the holder |
+//! | `migration_cost` | the measured cost of the migrations that rewrite or index every hot row |
 //! | [`upgrade`] | what `sentinel migrate` would apply and cost, read without the lock (`--dry-run`) |
 //! | [`partitions`] | daily partitions ahead of need |
 //! | [`commit`] | the fenced batch commit and its RETURNING ordinals |
@@ -70,6 +71,7 @@ pub mod hosts;
 mod inspect;
 pub mod keys;
 pub mod lock;
+mod migration_cost;
 pub mod pack;
 mod partitions;
 mod registry;

@@ -441,7 +441,7 @@ impl PgLock {
     }
 
     /// Applies each pending migration in turn, in version order, logging it as it starts (with
-    /// its time estimate when it rewrites the hot tables, store-pg `upgrade`) and when it is
+    /// its time estimate when it rewrites the hot tables, `migration_cost`) and when it is
     /// done: an upgrade that holds the lock for minutes says which migration it is in.
     async fn apply_pending(&mut self, applied: &[i64]) -> Result<(), StoreError> {
         let pending: Vec<_> = MIGRATOR
@@ -454,16 +454,16 @@ impl PgLock {
         );
         let hot_raw_bytes = if pending
             .iter()
-            .any(|m| crate::upgrade::hot_table_work(m.version).is_some())
+            .any(|m| crate::migration_cost::hot_table_work(m.version).is_some())
         {
-            crate::upgrade::hot_raw_bytes(&mut self.conn).await?
+            crate::migration_cost::hot_raw_bytes(&mut self.conn).await?
         } else {
             0
         };
         for migration in pending {
             let version = migration.version;
             let description = &*migration.description;
-            match crate::upgrade::hot_table_work(version) {
+            match crate::migration_cost::hot_table_work(version) {
                 Some(work) => tracing::info!(
                     version,
                     description,
