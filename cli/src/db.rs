@@ -75,10 +75,9 @@ fn plan_text(plan: &UpgradePlan) -> String {
     for m in &plan.pending {
         match m.hot_work {
             Some(work) => {
-                let cost = match work.seconds_per_gb {
-                    Some(s_per_gb) => duration_text(s_per_gb * gb),
-                    None => "not measured".to_owned(),
-                };
+                let cost = work
+                    .estimated_s(plan.hot_raw_bytes)
+                    .map_or_else(|| "not measured".to_owned(), duration_text);
                 let _ = writeln!(
                     out,
                     "  {:04} {}: {} ({cost})",

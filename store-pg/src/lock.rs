@@ -110,6 +110,17 @@ impl SchemaState {
         }
     }
 
+    /// Refuses a database a newer binary migrated (healthlog spec, "schema from the future").
+    pub fn refuse_newer(&self) -> Result<(), StoreError> {
+        match self.found {
+            Some(found) if found > self.supported => Err(StoreError::SchemaFromFuture {
+                found,
+                supported: self.supported,
+            }),
+            _ => Ok(()),
+        }
+    }
+
     /// One sentence an operator can act on.
     pub fn describe(&self) -> String {
         match self.found {
@@ -255,11 +266,8 @@ impl PgStore {
     /// lock (`registry load`) and so must not migrate.
     pub async fn require_current_schema(&self) -> Result<(), StoreError> {
         let state = self.schema_state().await?;
+        state.refuse_newer()?;
         match state.found {
-            Some(found) if found > state.supported => Err(StoreError::SchemaFromFuture {
-                found,
-                supported: state.supported,
-            }),
             Some(found) if found == state.supported => Ok(()),
             _ => Err(StoreError::Other(format!(
                 "{}; run `sentinel migrate` first",
@@ -348,6 +356,19 @@ impl PgStore {
     }
 }
 
+/// The migrations this binary carries that `applied` lacks, in version order.
+pub(crate) fn pending_migrations(applied: &[i64]) -> Vec<&'static sqlx::migrate::Migration> {
+    let pending: Vec<_> = MIGRATOR
+        .iter()
+        .filter(|m| !applied.contains(&m.version))
+        .collect();
+    assert!(
+        pending.windows(2).all(|w| w[0].version < w[1].version),
+        "sqlx carries migrations in version order"
+    );
+    pending
+}
+
 /// Reads the applied migration versions with sqlx's migrator API, without creating its table.
 pub(crate) async fn applied_versions(conn: &mut PgConnection) -> Result<Vec<i64>, StoreError> {
     let exists: bool = sqlx::query_scalar("SELECT to_regclass('_sqlx_migrations') IS NOT NULL")
@@ -394,12 +415,11 @@ impl PgLock {
     pub async fn migrate(&mut self, store: &PgStore) -> Result<MigrateReport, StoreError> {
         let supported = PgStore::supported_schema_version();
         let before = applied_versions(&mut self.conn).await?;
-        let found = before.iter().copied().max();
-        if let Some(found) = found
-            && found > supported
-        {
-            return Err(StoreError::SchemaFromFuture { found, supported });
+        SchemaState {
+            found: before.iter().copied().max(),
+            supported,
         }
+        .refuse_newer()?;
         let pending = MIGRATOR.iter().any(|m| !before.contains(&m.version));
         let after = if pending {
             // A migration that rewrites a populated table (0014 rewrites every raw row) runs
@@ -444,14 +464,7 @@ impl PgLock {
     /// its time estimate when it rewrites the hot tables, `migration_cost`) and when it is
     /// done: an upgrade that holds the lock for minutes says which migration it is in.
     async fn apply_pending(&mut self, applied: &[i64]) -> Result<(), StoreError> {
-        let pending: Vec<_> = MIGRATOR
-            .iter()
-            .filter(|m| !applied.contains(&m.version))
-            .collect();
-        assert!(
-            pending.windows(2).all(|w| w[0].version < w[1].version),
-            "sqlx carries migrations in version order"
-        );
+        let pending = pending_migrations(applied);
         let hot_raw_bytes = if pending
             .iter()
             .any(|m| crate::migration_cost::hot_table_work(m.version).is_some())
@@ -469,9 +482,7 @@ impl PgLock {
                     description,
                     does = work.does,
                     hot_raw_bytes,
-                    estimated_s = work
-                        .seconds_per_gb
-                        .map(|s_per_gb| (s_per_gb * hot_raw_bytes as f64 / 1e9).round() as u64),
+                    estimated_s = work.estimated_s(hot_raw_bytes).map(|s| s.round() as u64),
                     "applying migration"
                 ),
                 None => tracing::info!(version, description, "applying migration"),

@@ -26,6 +26,14 @@ pub struct HotTableWork {
     pub measured_in: &'static str,
 }
 
+impl HotTableWork {
+    /// Seconds it takes over `hot_raw_bytes` of hot raw table, where it was measured.
+    pub fn estimated_s(&self, hot_raw_bytes: u64) -> Option<f64> {
+        self.seconds_per_gb
+            .map(|s_per_gb| s_per_gb * hot_raw_bytes as f64 / BYTES_PER_GB)
+    }
+}
+
 /// The migrations that read or rewrite every hot raw row, by version, ascending.
 pub const HOT_TABLE_WORK: &[(i64, HotTableWork)] = &[
     (
@@ -77,7 +85,7 @@ pub const HOT_TABLE_WORK: &[(i64, HotTableWork)] = &[
 ];
 
 /// Bytes in the GB the figures above are per.
-pub(crate) const BYTES_PER_GB: f64 = 1e9;
+const BYTES_PER_GB: f64 = 1e9;
 
 /// The hot raw tables' partitions, heap and indexes (not the compacted days' tables).
 const HOT_RAW_BYTES: &str = "SELECT coalesce(sum(pg_total_relation_size(i.inhrelid)), 0)::bigint \

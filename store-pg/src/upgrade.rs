@@ -10,8 +10,8 @@
 
 use sentinel_ports::StoreError;
 
-use crate::lock::{MIGRATOR, SchemaState, applied_versions};
-use crate::migration_cost::{BYTES_PER_GB, hot_raw_bytes};
+use crate::lock::{SchemaState, applied_versions, pending_migrations};
+use crate::migration_cost::hot_raw_bytes;
 pub use crate::migration_cost::{HOT_TABLE_WORK, HotTableWork, hot_table_work};
 use crate::{PgStore, db_error};
 
@@ -39,11 +39,10 @@ impl UpgradePlan {
     /// Seconds under the lock the measured migrations take at today's hot size (an upper
     /// bound where an earlier pending migration shrinks the tables, as 0014 and 0021 do).
     pub fn estimated_s(&self) -> f64 {
-        let gb = self.hot_raw_bytes as f64 / BYTES_PER_GB;
         self.pending
             .iter()
-            .filter_map(|m| m.hot_work.and_then(|w| w.seconds_per_gb))
-            .fold(0.0, |total_s, s_per_gb| total_s + s_per_gb * gb)
+            .filter_map(|m| m.hot_work.and_then(|w| w.estimated_s(self.hot_raw_bytes)))
+            .fold(0.0, |total_s, s| total_s + s)
     }
 
     /// Free disk the largest pending migration needs while it runs.
@@ -81,25 +80,16 @@ impl PgStore {
             found: applied.iter().copied().max(),
             supported: Self::supported_schema_version(),
         };
-        if let Some(found) = schema.found
-            && found > schema.supported
-        {
-            return Err(StoreError::SchemaFromFuture {
-                found,
-                supported: schema.supported,
-            });
-        }
+        schema.refuse_newer()?;
         let hot_raw_bytes = hot_raw_bytes(&mut conn).await?;
-        let mut pending: Vec<PendingMigration> = MIGRATOR
-            .iter()
-            .filter(|m| !applied.contains(&m.version))
+        let pending = pending_migrations(&applied)
+            .into_iter()
             .map(|m| PendingMigration {
                 version: m.version,
                 description: m.description.to_string(),
                 hot_work: hot_table_work(m.version),
             })
             .collect();
-        pending.sort_by_key(|m| m.version);
         Ok(UpgradePlan {
             schema,
             pending,
@@ -111,6 +101,7 @@ impl PgStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lock::MIGRATOR;
 
     /// Every entry names a migration this binary carries, once, in order, and a measured one
     /// says where it was measured.
